@@ -1,0 +1,163 @@
+"""Shared model machinery: strict pydantic models and the translation of every kind of
+validation problem into `Diagnostic`s that point at a file, a line and a field."""
+
+from __future__ import annotations
+
+import types
+import typing
+from typing import Any, ClassVar, TypeVar, Union
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic_core import ErrorDetails
+
+from syncer.diagnostics import Diagnostic, FieldPath, did_you_mean, format_path
+from syncer.models.k8s import Issue, K8sType, check_field
+from syncer.repo.yamldoc import YamlDoc
+
+M = TypeVar("M", bound="StrictModel")
+
+
+class StrictModel(BaseModel):
+    """Unknown keys are errors, types are not coerced (a quoted "2" is not an integer), and the
+    model is immutable once validated."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=False)
+
+    #: Extra guidance for a field, shown with errors about it (alias -> hint).
+    field_hints: ClassVar[dict[str, str]] = {}
+
+    def semantic_issues(self) -> list[Issue]:
+        """Rules that span fields; override in document models. Paths use the YAML names."""
+        return []
+
+
+def _unwrap(annotation: Any) -> list[Any]:
+    """The model classes (or other types) an annotation may hold, through Optional/list/dict/Annotated."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _unwrap(typing.get_args(annotation)[0])
+    if origin in (Union, types.UnionType):
+        out: list[Any] = []
+        for arg in typing.get_args(annotation):
+            out.extend(_unwrap(arg))
+        return out
+    if origin in (list, tuple, set, frozenset):
+        args = typing.get_args(annotation)
+        return _unwrap(args[0]) if args else []
+    if origin is dict:
+        args = typing.get_args(annotation)
+        return _unwrap(args[1]) if len(args) == 2 else []
+    return [annotation]
+
+
+def _model_in(annotation: Any) -> type[StrictModel] | None:
+    for candidate in _unwrap(annotation):
+        if isinstance(candidate, type) and issubclass(candidate, StrictModel):
+            return candidate
+    return None
+
+
+def _aliases(cls: type[BaseModel]) -> dict[str, str]:
+    return {(f.alias or name): name for name, f in cls.model_fields.items()}
+
+
+def model_at(cls: type[StrictModel], loc: FieldPath) -> type[StrictModel] | None:
+    """The model class that owns the last element of `loc`, walking from `cls`."""
+    current: type[StrictModel] | None = cls
+    for elem in loc[:-1]:
+        if current is None:
+            return None
+        if isinstance(elem, int):
+            continue
+        aliases = _aliases(current)
+        if elem not in aliases:
+            # dict keys (e.g. a map of models) do not name fields: stay on the current model
+            continue
+        current = _model_in(current.model_fields[aliases[elem]].annotation)
+    return current
+
+
+def _k8s_issues(cls: type[StrictModel], data: Any, path: FieldPath) -> list[Issue]:
+    """Check every field marked `K8sType` in raw data, recursing through nested models."""
+    if not isinstance(data, dict):
+        return []
+    issues: list[Issue] = []
+    for name, info in cls.model_fields.items():
+        alias = info.alias or name
+        if alias not in data:
+            continue
+        value = data[alias]
+        markers = [m for m in info.metadata if isinstance(m, K8sType)]
+        if markers:
+            issues.extend(check_field(value, markers[0], (*path, alias)))
+            continue
+        sub = _model_in(info.annotation)
+        if sub is None:
+            continue
+        origin = typing.get_origin(info.annotation)
+        if isinstance(value, list):
+            for i, item in enumerate(value):
+                issues.extend(_k8s_issues(sub, item, (*path, alias, i)))
+        elif isinstance(value, dict) and origin is dict:
+            for key, item in value.items():
+                issues.extend(_k8s_issues(sub, item, (*path, alias, key)))
+        else:
+            issues.extend(_k8s_issues(sub, value, (*path, alias)))
+    return issues
+
+
+def _describe(cls: type[StrictModel], err: ErrorDetails, raw: Any) -> tuple[FieldPath, str, str]:
+    loc: FieldPath = tuple(e for e in err["loc"] if isinstance(e, (str, int)))
+    kind = err["type"]
+    owner = model_at(cls, loc)
+    field = loc[-1] if loc else ""
+    hints = owner.field_hints if owner else {}
+    if kind == "extra_forbidden" and isinstance(field, str):
+        known = sorted(_aliases(owner)) if owner else []
+        guess = did_you_mean(field, known)
+        hint = f"did you mean {guess!r}?" if guess else (f"valid fields here: {', '.join(known)}" if known else "")
+        return loc, f"unknown field {field!r}", hint
+    if kind == "missing":
+        return loc, f"required field {field!r} is missing", hints.get(str(field), f"add {field}")
+    msg = err["msg"]
+    if kind in ("string_type", "int_type", "bool_type", "float_type", "dict_type", "list_type", "model_type"):
+        got = err.get("input")
+        msg = f"{msg}, got {type(got).__name__ if not isinstance(got, (dict, list)) else type(got).__name__} {_short(got)}"
+    hint = hints.get(str(field), "")
+    if not hint and kind in ("int_type", "bool_type") and isinstance(err.get("input"), str):
+        hint = "remove the quotes around the value"
+    if not hint and kind == "string_type" and isinstance(err.get("input"), (int, float, bool)):
+        hint = f'quote the value: "{err.get("input")}"'
+    return loc, msg, hint
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def validate_document(cls: type[M], doc: YamlDoc, unit: str = "") -> tuple[M | None, list[Diagnostic]]:
+    """Validate one YAML document against `cls`, reporting every problem with its position."""
+    found: list[tuple[FieldPath, str, str]] = []
+    model: M | None = None
+    try:
+        model = cls.model_validate(doc.data)
+    except ValidationError as exc:
+        for err in exc.errors(include_url=False):
+            found.append(_describe(cls, err, doc.data))
+    for issue in _k8s_issues(cls, doc.data, ()):
+        found.append((issue.path, issue.message, issue.hint))
+    if model is not None:
+        for issue in model.semantic_issues():
+            found.append((issue.path, issue.message, issue.hint))
+    diags = []
+    seen: set[tuple[FieldPath, str]] = set()
+    for path, message, hint in found:
+        if (path, message) in seen:
+            continue
+        seen.add((path, message))
+        line, col = doc.position(path)
+        diags.append(Diagnostic(doc.file, line, col, format_path(path), message, hint, unit=unit))
+    if diags:
+        return None, sorted(diags)
+    return model, []

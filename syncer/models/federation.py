@@ -1,0 +1,305 @@
+"""The flower-operator's `Federation` (flwr.exalsius.ai/v1), field for field, plus its CEL rules.
+
+A Federation file written for the operator validates here unchanged. Fields marked "extension"
+are flower-syncer additions; the operator would reject them.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import Field
+
+from syncer.diagnostics import FieldPath
+from syncer.models.base import StrictModel
+from syncer.models.k8s import Issue, K8sType
+from syncer.models.names import (
+    MAX_NAME,
+    MAX_WORKLOAD_NAME,
+    label_key_problem,
+    label_value_problem,
+    name_problem,
+)
+from syncer.models.nodeconfig import NodeConfigError, check_key, encode_template
+
+API_VERSION = "flwr.exalsius.ai/v1"
+KIND = "Federation"
+
+EnvList = Annotated[list[dict[str, Any]], K8sType("api.core.v1.EnvVar", list_of=True)]
+Volumes = Annotated[list[dict[str, Any]], K8sType("api.core.v1.Volume", list_of=True)]
+Mounts = Annotated[list[dict[str, Any]], K8sType("api.core.v1.VolumeMount", list_of=True)]
+Resources = Annotated[dict[str, Any], K8sType("api.core.v1.ResourceRequirements")]
+PodTemplate = Annotated[dict[str, Any], K8sType("api.core.v1.PodTemplateSpec")]
+ClaimSpec = Annotated[dict[str, Any], K8sType("api.core.v1.PersistentVolumeClaimSpec")]
+Port = Annotated[int, Field(ge=1, le=65535)]
+
+
+class ObjectMeta(StrictModel):
+    name: str
+    namespace: str | None = None
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+
+
+class ClaimTemplateMeta(StrictModel):
+    name: Annotated[str, Field(min_length=1)]
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+
+
+class ClaimTemplate(StrictModel):
+    metadata: ClaimTemplateMeta
+    spec: ClaimSpec
+
+
+class SuperLinkPorts(StrictModel):
+    grpc: Port = 9092
+    serverAppIO: Port = 9091
+    extra: Port = 9093
+
+
+class SuperLinkService(StrictModel):
+    type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = "ClusterIP"
+    ports: SuperLinkPorts = SuperLinkPorts()
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+
+
+class SuperLink(StrictModel):
+    image: Annotated[str, Field(min_length=1)]
+    superexecImage: str = ""
+    resources: Resources = {}
+    superexecResources: Resources = {}
+    env: EnvList = []
+    extraArgs: list[str] = []
+    superexecExtraArgs: list[str] = []  # extension
+    podTemplate: PodTemplate | None = None
+    service: SuperLinkService = SuperLinkService()
+    volumes: Volumes = []
+    volumeMounts: Mounts = []
+    superexecVolumeMounts: Mounts = []
+    volumeClaimTemplates: list[ClaimTemplate] = []
+
+
+class PoolImages(StrictModel):
+    supernode: str = ""
+    superexecClientApp: str = ""
+
+
+class GPU(StrictModel):
+    enabled: bool = False
+    vendor: Literal["nvidia", "amd"] | None = None
+    resourceName: str = ""
+    count: Annotated[int, Field(ge=1)] = 1
+    mountAll: bool = False
+
+    def resource(self) -> str:
+        if self.resourceName:
+            return self.resourceName
+        return "amd.com/gpu" if self.vendor == "amd" else "nvidia.com/gpu"
+
+
+class Pool(StrictModel):
+    name: Annotated[str, Field(min_length=1, max_length=63)]
+    replicas: Annotated[int, Field(ge=1)] | None = None
+    images: PoolImages
+    gpu: GPU | None = None
+    supernodeResources: Resources = {}
+    superexecResources: Resources = {}
+    podTemplate: PodTemplate | None = None
+    extraArgs: list[str] = []
+    superexecExtraArgs: list[str] = []  # extension
+    env: EnvList = []
+    volumes: Volumes = []
+    volumeMounts: Mounts = []
+    superexecVolumeMounts: Mounts = []
+    volumeClaimTemplates: list[ClaimTemplate] = []
+    nodeConfig: dict[str, str] = {}
+
+    field_hints: ClassVar[dict[str, str]] = {
+        "images": "every pool needs `images:`; write `images: {}` to use spec.supernodes.image",
+        "nodeConfig": 'node-config values are strings in a Federation; quote them, e.g. batch-size: "32"',
+    }
+
+
+class SuperNodes(StrictModel):
+    image: Annotated[str, Field(min_length=1)]
+    env: EnvList = []
+    pools: Annotated[list[Pool], Field(max_length=16)]
+
+
+class FederationSpec(StrictModel):
+    mode: Literal["DaemonSet", "StatefulSet"]
+    isolationMode: Literal["process", "subprocess"]
+    version: Annotated[str, Field(min_length=1)] | None = None
+    insecure: bool = True
+    superlink: SuperLink
+    supernodes: SuperNodes
+
+
+class Federation(StrictModel):
+    apiVersion: Literal["flwr.exalsius.ai/v1"]
+    kind: Literal["Federation"]
+    metadata: ObjectMeta
+    spec: FederationSpec
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def stateful(self) -> bool:
+        return self.spec.mode == "StatefulSet"
+
+    def superlink_name(self) -> str:
+        return f"{self.name}-superlink"
+
+    def pool_name(self, pool: Pool) -> str:
+        return f"{self.name}-supernode-{pool.name}"
+
+    def semantic_issues(self) -> list[Issue]:
+        issues: list[Issue] = []
+        spec = self.spec
+        pools = spec.supernodes.pools
+        pools_path: FieldPath = ("spec", "supernodes", "pools")
+
+        # The operator's eight CEL rules, with its messages.
+        if not pools:
+            issues.append(Issue(pools_path, "spec.supernodes.pools must contain at least one pool", "add a pool"))
+        for i, pool in enumerate(pools):
+            at: FieldPath = (*pools_path, i)
+            if spec.mode == "DaemonSet" and pool.replicas is not None:
+                issues.append(Issue((*at, "replicas"), "replicas must not be set for pools when mode is DaemonSet",
+                                    "remove replicas: a DaemonSet runs one pod per matching node"))
+            if spec.mode == "StatefulSet" and pool.replicas is None:
+                issues.append(Issue((*at, "replicas"), "replicas must be set (>=1) for every pool when mode is "
+                                    "StatefulSet", "add replicas: N to the pool"))
+            if spec.isolationMode == "process" and not pool.images.superexecClientApp:
+                issues.append(Issue((*at, "images", "superexecClientApp"),
+                                    "spec.supernodes.pools[*].images.superexecClientApp is required when "
+                                    "isolationMode=process", "set the SuperExec ClientApp image for this pool"))
+            if spec.isolationMode == "subprocess" and pool.images.superexecClientApp:
+                issues.append(Issue((*at, "images", "superexecClientApp"),
+                                    "spec.supernodes.pools[*].images.superexecClientApp must be empty when "
+                                    "isolationMode=subprocess", "remove it, or switch isolationMode to process"))
+            if pool.gpu is not None and pool.gpu.mountAll and not pool.gpu.vendor:
+                issues.append(Issue((*at, "gpu", "vendor"),
+                                    "spec.supernodes.pools[*].gpu.vendor is required when gpu.mountAll=true",
+                                    "set vendor: nvidia or vendor: amd"))
+        if spec.isolationMode == "process" and not spec.superlink.superexecImage:
+            issues.append(Issue(("spec", "superlink", "superexecImage"),
+                                "spec.superlink.superexecImage is required when isolationMode=process",
+                                "set the SuperExec ServerApp image"))
+        if spec.isolationMode == "subprocess" and spec.superlink.superexecImage:
+            issues.append(Issue(("spec", "superlink", "superexecImage"),
+                                "spec.superlink.superexecImage must be empty when isolationMode=subprocess",
+                                "remove it, or switch isolationMode to process"))
+
+        issues.extend(self._name_issues())
+        issues.extend(self._pool_issues())
+        issues.extend(self._label_issues())
+        return issues
+
+    def _name_issues(self) -> list[Issue]:
+        issues: list[Issue] = []
+        meta_path: FieldPath = ("metadata", "name")
+        problem = name_problem(self.name, "federation name", dns1035=True)
+        if problem:
+            issues.append(Issue(meta_path, problem, "rename the federation"))
+            return issues
+        svc = self.superlink_name()
+        if len(svc) > MAX_NAME:
+            issues.append(Issue(meta_path, f"derived Service name {svc!r} is {len(svc)} characters (max {MAX_NAME})",
+                                f"shorten the federation name to at most {MAX_NAME - len('-superlink')} characters"))
+        if self.metadata.namespace is not None:
+            ns_problem = name_problem(self.metadata.namespace, "namespace")
+            if ns_problem:
+                issues.append(Issue(("metadata", "namespace"), ns_problem, "use a valid namespace name"))
+        return issues
+
+    def _pool_issues(self) -> list[Issue]:
+        issues: list[Issue] = []
+        seen: dict[str, int] = {}
+        pools_path: FieldPath = ("spec", "supernodes", "pools")
+        for i, pool in enumerate(self.spec.supernodes.pools):
+            at: FieldPath = (*pools_path, i)
+            problem = name_problem(pool.name, "pool name")
+            if problem:
+                issues.append(Issue((*at, "name"), problem, "rename the pool"))
+                continue
+            if pool.name in seen:
+                issues.append(Issue((*at, "name"), f"pool name {pool.name!r} is used twice (first at pools[{seen[pool.name]}])",
+                                    "give every pool a unique name"))
+            seen.setdefault(pool.name, i)
+            workload = self.pool_name(pool)
+            if len(workload) > MAX_WORKLOAD_NAME:
+                issues.append(Issue((*at, "name"),
+                                    f"derived workload name {workload!r} is {len(workload)} characters; StatefulSets and "
+                                    f"DaemonSets need at most {MAX_WORKLOAD_NAME} (their pods carry a revision-hash label)",
+                                    "shorten the federation or pool name"))
+            component = f"pool-{pool.name}"
+            if len(component) > MAX_NAME:
+                issues.append(Issue((*at, "name"), f"label value {component!r} is over {MAX_NAME} characters",
+                                    "shorten the pool name"))
+            if pool.volumeClaimTemplates and not self.stateful:
+                issues.append(Issue((*at, "volumeClaimTemplates"),
+                                    "volumeClaimTemplates only work in StatefulSet mode (the operator silently drops them)",
+                                    "use volumes with a persistentVolumeClaim or hostPath in DaemonSet mode"))
+            if self.spec.isolationMode == "subprocess" and (pool.superexecResources or pool.superexecVolumeMounts
+                                                           or pool.superexecExtraArgs):
+                field = ("superexecResources" if pool.superexecResources else
+                         "superexecVolumeMounts" if pool.superexecVolumeMounts else "superexecExtraArgs")
+                issues.append(Issue((*at, field), f"{field} has no effect in subprocess mode (there is no SuperExec "
+                                    "container)", "remove it, or switch isolationMode to process"))
+            issues.extend(self._node_config_issues(pool, at))
+            issues.extend(_mount_issues(pool.volumes, pool.volumeClaimTemplates, pool.volumeMounts,
+                                        pool.superexecVolumeMounts, at, gpu_amd=_amd_mount_all(pool)))
+        sl = self.spec.superlink
+        issues.extend(_mount_issues(sl.volumes, sl.volumeClaimTemplates, sl.volumeMounts, sl.superexecVolumeMounts,
+                                    ("spec", "superlink"), gpu_amd=False))
+        return issues
+
+    def _node_config_issues(self, pool: Pool, at: FieldPath) -> list[Issue]:
+        issues = []
+        for key, raw in pool.nodeConfig.items():
+            try:
+                check_key(key)
+                encode_template(raw, pool=pool.name, replicas=pool.replicas, stateful=self.stateful)
+            except NodeConfigError as exc:
+                issues.append(Issue((*at, "nodeConfig", key), str(exc), exc.hint))
+        return issues
+
+    def _label_issues(self) -> list[Issue]:
+        issues = []
+        maps: list[tuple[FieldPath, dict[str, str]]] = [
+            (("metadata", "labels"), self.metadata.labels),
+            (("spec", "superlink", "service", "labels"), self.spec.superlink.service.labels),
+        ]
+        for path, labels in maps:
+            for key, value in labels.items():
+                problem = label_key_problem(key) or label_value_problem(value)
+                if problem:
+                    issues.append(Issue((*path, key), problem, "fix the label"))
+        return issues
+
+
+def _amd_mount_all(pool: Pool) -> bool:
+    return pool.gpu is not None and pool.gpu.mountAll and pool.gpu.vendor == "amd"
+
+
+def _mount_issues(volumes: list[dict[str, Any]], claims: list[ClaimTemplate], mounts: list[dict[str, Any]],
+                  superexec_mounts: list[dict[str, Any]], at: FieldPath, *, gpu_amd: bool) -> list[Issue]:
+    """A mount must name a volume of the pod; Kubernetes would refuse the workload otherwise."""
+    names = {v.get("name") for v in volumes if isinstance(v, dict)}
+    names |= {c.metadata.name for c in claims}
+    if gpu_amd:
+        names |= {"dev-kfd", "dev-dri"}
+    issues = []
+    for field, items in (("volumeMounts", mounts), ("superexecVolumeMounts", superexec_mounts)):
+        for i, mount in enumerate(items):
+            name = mount.get("name") if isinstance(mount, dict) else None
+            if isinstance(name, str) and name not in names:
+                known = ", ".join(sorted(n for n in names if isinstance(n, str))) or "none"
+                issues.append(Issue((*at, field, i, "name"), f"volume mount refers to volume {name!r}, which is not "
+                                    f"defined (volumes here: {known})", "add it to volumes or volumeClaimTemplates"))
+    return issues

@@ -1,0 +1,88 @@
+"""Settings that live in the config repo next to the Flower documents.
+
+- `flower-syncer.yaml` at the repo root: repo-wide defaults.
+- `supernodes/<release>/release.yaml`: per-release settings (target namespace, sync policy).
+- Federations carry the same per-unit policy as `flower-syncer.io/*` annotations, so a Federation
+  file stays a valid flower-operator document.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field
+
+from syncer.diagnostics import FieldPath
+from syncer.models.base import StrictModel
+from syncer.models.k8s import Issue
+from syncer.models.names import name_problem
+
+ANN_SUSPEND = "flower-syncer.io/suspend"
+ANN_PRUNE_POLICY = "flower-syncer.io/prune-policy"
+ANN_FORCE_CONFLICTS = "flower-syncer.io/force-conflicts"
+ANN_RECREATE = "flower-syncer.io/allow-recreate"
+
+
+class SyncPolicy(StrictModel):
+    """How the sync engine treats one unit."""
+
+    suspend: bool = False
+    """Do not apply or heal this unit (its objects stay as they are)."""
+    prune: bool = True
+    """Delete objects of this unit that left Git."""
+    forceConflicts: bool = False
+    """Take ownership of fields another field manager owns."""
+    allowRecreate: bool = False
+    """Delete and recreate a workload when an immutable field changes (e.g. a StatefulSet selector)."""
+
+    @classmethod
+    def from_annotations(cls, annotations: dict[str, str]) -> tuple[SyncPolicy, list[tuple[str, str]]]:
+        """Read a policy from Federation annotations; returns the policy and (key, problem) pairs."""
+        values: dict[str, bool] = {}
+        problems: list[tuple[str, str]] = []
+        for key, field in ((ANN_SUSPEND, "suspend"), (ANN_FORCE_CONFLICTS, "forceConflicts"),
+                           (ANN_RECREATE, "allowRecreate")):
+            if key in annotations:
+                text = annotations[key].strip().lower()
+                if text not in ("true", "false"):
+                    problems.append((key, f'{key} must be "true" or "false", got {annotations[key]!r}'))
+                else:
+                    values[field] = text == "true"
+        if ANN_PRUNE_POLICY in annotations:
+            text = annotations[ANN_PRUNE_POLICY].strip().lower()
+            if text not in ("enabled", "disabled"):
+                problems.append((ANN_PRUNE_POLICY, f'{ANN_PRUNE_POLICY} must be "enabled" or "disabled"'))
+            else:
+                values["prune"] = text == "enabled"
+        return cls.model_validate(values), problems
+
+
+class RepoSettings(StrictModel):
+    """`flower-syncer.yaml`."""
+
+    apiVersion: Literal["flower-syncer.io/v1"] = "flower-syncer.io/v1"
+    kind: Literal["Settings"] = "Settings"
+    defaultNamespace: str = "default"
+    policy: SyncPolicy = SyncPolicy()
+
+    field_hints: ClassVar[dict[str, str]] = {"defaultNamespace": "a namespace name such as flower"}
+
+    def semantic_issues(self) -> list[Issue]:
+        problem = name_problem(self.defaultNamespace, "namespace")
+        return [Issue(("defaultNamespace",), problem, "use a valid namespace name")] if problem else []
+
+
+class ReleaseSettings(StrictModel):
+    """`supernodes/<release>/release.yaml`."""
+
+    apiVersion: Literal["flower-syncer.io/v1"] = "flower-syncer.io/v1"
+    kind: Literal["Release"] = "Release"
+    namespace: Annotated[str, Field(min_length=1)] | None = None
+    policy: SyncPolicy | None = None
+
+    def semantic_issues(self) -> list[Issue]:
+        if self.namespace is None:
+            return []
+        problem = name_problem(self.namespace, "namespace")
+        path: FieldPath = ("namespace",)
+        return [Issue(path, problem, "use a valid namespace name")] if problem else []

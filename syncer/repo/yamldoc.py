@@ -1,0 +1,196 @@
+"""Safe YAML loading that remembers where every key and item came from.
+
+PyYAML's composer builds a node graph in which an alias is a shared node, so composing is cheap
+even for a "billion laughs" document. We then construct plain Python values ourselves, counting
+every node we visit: expansion past `max_nodes` (or a recursive alias) stops with a diagnostic
+instead of exhausting memory. While constructing we record the line/column of every mapping key
+and sequence item, so schema errors can point at the exact line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from syncer.diagnostics import Diagnostic, FieldPath, format_path
+
+try:  # libyaml is much faster; fall back to the pure-Python loader where it is missing
+    _Loader: type[yaml.SafeLoader] = yaml.CSafeLoader  # type: ignore[assignment]
+except AttributeError:  # pragma: no cover - depends on how PyYAML was built
+    _Loader = yaml.SafeLoader
+
+MAX_FILE_BYTES = 1 << 20
+MAX_NODES = 100_000
+MAX_DEPTH = 64
+
+_TIMESTAMP = "tag:yaml.org,2002:timestamp"
+_MERGE = "tag:yaml.org,2002:merge"
+_STR = "tag:yaml.org,2002:str"
+
+
+@dataclass
+class YamlDoc:
+    """One YAML document: its value plus the (line, column) of every path in it (1-based)."""
+
+    file: str
+    data: Any
+    start_line: int
+    positions: dict[FieldPath, tuple[int, int]] = field(default_factory=dict)
+
+    def position(self, path: FieldPath) -> tuple[int, int]:
+        """Position of `path`, or of its nearest ancestor that exists (for missing fields)."""
+        probe = tuple(path)
+        while probe:
+            if probe in self.positions:
+                return self.positions[probe]
+            probe = probe[:-1]
+        return self.positions.get((), (self.start_line, 1))
+
+
+class _TooBig(Exception):
+    pass
+
+
+class _Builder:
+    def __init__(self, max_nodes: int) -> None:
+        self.max_nodes = max_nodes
+        self.count = 0
+        self.scalars = yaml.constructor.SafeConstructor()
+        self.positions: dict[FieldPath, tuple[int, int]] = {}
+        self.problems: list[tuple[FieldPath, tuple[int, int], str, str]] = []
+
+    def build(self, node: yaml.Node, path: FieldPath, depth: int) -> Any:
+        self.count += 1
+        if self.count > self.max_nodes:
+            raise _TooBig
+        if depth > MAX_DEPTH:
+            raise _TooBig
+        if isinstance(node, yaml.ScalarNode):
+            return self._scalar(node)
+        if isinstance(node, yaml.SequenceNode):
+            items = []
+            for i, child in enumerate(node.value):
+                self.positions[(*path, i)] = _mark(child)
+                items.append(self.build(child, (*path, i), depth + 1))
+            return items
+        if isinstance(node, yaml.MappingNode):
+            return self._mapping(node, path, depth)
+        raise TypeError(f"unexpected YAML node {node!r}")  # pragma: no cover
+
+    def _scalar(self, node: yaml.ScalarNode) -> Any:
+        if node.tag == _TIMESTAMP:
+            # Kubernetes fields are strings; keep dates as written instead of datetime objects.
+            return node.value
+        return self.scalars.construct_object(node, deep=True)
+
+    def _mapping(self, node: yaml.MappingNode, path: FieldPath, depth: int) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        explicit: set[str] = set()
+        merged: list[tuple[yaml.Node, yaml.Node]] = []
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE:
+                merged.extend(self._merge_sources(value_node))
+                continue
+            key = self._key(key_node, path)
+            if key is None:
+                continue
+            if key in explicit:
+                self.problems.append(
+                    ((*path, key), _mark(key_node), f"duplicate key {key!r}",
+                     "remove one of the two entries; YAML keeps only the last one, which hides mistakes")
+                )
+            explicit.add(key)
+            self.positions[(*path, key)] = _mark(key_node)
+            result[key] = self.build(value_node, (*path, key), depth + 1)
+        for key_node, value_node in merged:  # `<<: *anchor` fills only keys not written explicitly
+            key = self._key(key_node, path)
+            if key is None or key in result:
+                continue
+            self.positions.setdefault((*path, key), _mark(key_node))
+            result[key] = self.build(value_node, (*path, key), depth + 1)
+        return result
+
+    def _merge_sources(self, node: yaml.Node) -> list[tuple[yaml.Node, yaml.Node]]:
+        sources = node.value if isinstance(node, yaml.SequenceNode) else [node]
+        pairs: list[tuple[yaml.Node, yaml.Node]] = []
+        for src in sources:
+            if isinstance(src, yaml.MappingNode):
+                pairs.extend(src.value)
+        return pairs
+
+    def _key(self, key_node: yaml.Node, path: FieldPath) -> str | None:
+        if isinstance(key_node, yaml.ScalarNode) and key_node.tag == _STR:
+            return str(key_node.value)
+        if isinstance(key_node, yaml.ScalarNode):
+            # A key like `1` or `true` is almost always a mistake in Kubernetes-style config.
+            self.problems.append(
+                ((*path, str(key_node.value)), _mark(key_node),
+                 f"key {key_node.value!r} is not a string",
+                 f'quote it: "{key_node.value}"')
+            )
+            return str(key_node.value)
+        self.problems.append(
+            (path, _mark(key_node), "a mapping key must be a plain string", "use a simple string as the key")
+        )
+        return None
+
+
+def _mark(node: yaml.Node) -> tuple[int, int]:
+    return node.start_mark.line + 1, node.start_mark.column + 1
+
+
+def decode_text(raw: bytes, file: str) -> tuple[str | None, list[Diagnostic]]:
+    """Bytes to text, refusing binary and oversized files with a diagnostic."""
+    if len(raw) > MAX_FILE_BYTES:
+        return None, [Diagnostic(file, 0, 0, "", f"file is {len(raw)} bytes, over the {MAX_FILE_BYTES}-byte limit",
+                                 "config files are small; is this the right file?")]
+    if b"\x00" in raw:
+        return None, [Diagnostic(file, 0, 0, "", "file is binary, not YAML text",
+                                 "remove it from the config directory or fix its contents")]
+    try:
+        return raw.decode("utf-8-sig"), []
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        return None, [Diagnostic(file, line, 0, "", f"file is not valid UTF-8 (byte {exc.start})",
+                                 "save the file as UTF-8")]
+
+
+def load_documents(text: str, file: str, max_nodes: int = MAX_NODES) -> tuple[list[YamlDoc], list[Diagnostic]]:
+    """Parse every document of a YAML stream. Empty documents are skipped."""
+    docs: list[YamlDoc] = []
+    diags: list[Diagnostic] = []
+    try:
+        nodes = list(yaml.compose_all(text, Loader=_Loader))
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line, col = (mark.line + 1, mark.column + 1) if mark else (0, 0)
+        problem = " ".join(p for p in (exc.context, exc.problem) if p) or "invalid YAML"
+        return [], [Diagnostic(file, line, col, "", f"YAML syntax error: {problem}",
+                               "check indentation, quoting and colons around this line")]
+    except yaml.YAMLError as exc:  # pragma: no cover - reader errors carry no mark
+        return [], [Diagnostic(file, 0, 0, "", f"YAML error: {exc}", "fix the YAML syntax")]
+    for node in nodes:
+        if node is None:
+            continue
+        start = node.start_mark.line + 1
+        builder = _Builder(max_nodes)
+        try:
+            data = builder.build(node, (), 0)
+        except _TooBig:
+            diags.append(Diagnostic(
+                file, start, 1, "",
+                f"document expands to more than {max_nodes} values or nests deeper than {MAX_DEPTH} levels",
+                "this usually means YAML anchors/aliases that multiply (or refer to themselves); write the values out",
+            ))
+            continue
+        except yaml.YAMLError as exc:
+            diags.append(Diagnostic(file, start, 1, "", f"YAML error: {exc}", "fix the YAML value"))
+            continue
+        for path, (line, col), message, hint in builder.problems:
+            diags.append(Diagnostic(file, line, col, format_path(path), message, hint))
+        doc = YamlDoc(file=file, data=data, start_line=start, positions=builder.positions)
+        doc.positions[()] = (start, 1)
+        docs.append(doc)
+    return docs, diags
