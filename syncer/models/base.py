@@ -143,8 +143,17 @@ def validate_document(cls: type[M], doc: YamlDoc, unit: str = "") -> tuple[M | N
     try:
         model = cls.model_validate(doc.data)
     except ValidationError as exc:
-        for err in exc.errors(include_url=False):
+        errors = exc.errors(include_url=False)
+        for err in errors:
             found.append(_describe(cls, err, doc.data))
+        if all(err["type"] == "extra_forbidden" for err in errors):
+            # Only unknown keys: validate again without them, so the rules that span fields
+            # are reported in the same run instead of after the typos are fixed.
+            stripped = _without(doc.data, [tuple(err["loc"]) for err in errors])
+            try:
+                model = cls.model_validate(stripped)
+            except ValidationError:
+                model = None
     for issue in _k8s_issues(cls, doc.data, ()):
         found.append((issue.path, issue.message, issue.hint))
     if model is not None:
@@ -161,3 +170,21 @@ def validate_document(cls: type[M], doc: YamlDoc, unit: str = "") -> tuple[M | N
     if diags:
         return None, sorted(diags)
     return model, []
+
+
+def _without(data: Any, locs: list[tuple[Any, ...]]) -> Any:
+    """A copy of `data` with the keys at `locs` removed (copying only the containers on the way)."""
+    if not locs:
+        return data
+    if isinstance(data, dict):
+        drop = {loc[0] for loc in locs if len(loc) == 1}
+        out: dict[Any, Any] = {}
+        for key, value in data.items():
+            if key in drop:
+                continue
+            out[key] = _without(value, [loc[1:] for loc in locs if len(loc) > 1 and loc[0] == key])
+        return out
+    if isinstance(data, list):
+        return [_without(item, [loc[1:] for loc in locs if len(loc) > 1 and loc[0] == i])
+                for i, item in enumerate(data)]
+    return data

@@ -252,9 +252,11 @@ class Federation(StrictModel):
                 issues.append(Issue((*at, field), f"{field} has no effect in subprocess mode (there is no SuperExec "
                                     "container)", "remove it, or switch isolationMode to process"))
             issues.extend(self._node_config_issues(pool, at))
+            issues.extend(_pod_template_issues(pool.podTemplate, at))
             issues.extend(_mount_issues(pool.volumes, pool.volumeClaimTemplates, pool.volumeMounts,
                                         pool.superexecVolumeMounts, at, gpu_amd=_amd_mount_all(pool)))
         sl = self.spec.superlink
+        issues.extend(_pod_template_issues(sl.podTemplate, ("spec", "superlink")))
         issues.extend(_mount_issues(sl.volumes, sl.volumeClaimTemplates, sl.volumeMounts, sl.superexecVolumeMounts,
                                     ("spec", "superlink"), gpu_amd=False))
         return issues
@@ -281,6 +283,18 @@ class Federation(StrictModel):
                 if problem:
                     issues.append(Issue((*path, key), problem, "fix the label"))
         return issues
+
+
+def _pod_template_issues(template: dict[str, Any] | None, at: FieldPath) -> list[Issue]:
+    spec = (template or {}).get("spec") or {}
+    issues = []
+    for field in ("containers", "ephemeralContainers"):
+        if isinstance(spec, dict) and spec.get(field):
+            issues.append(Issue((*at, "podTemplate", "spec", field),
+                                f"podTemplate.spec.{field} is not used: flower-syncer writes the Flower containers",
+                                "set images, env, extraArgs, resources and volumeMounts on the pool or superlink; "
+                                "add helpers with podTemplate.spec.initContainers"))
+    return issues
 
 
 def _amd_mount_all(pool: Pool) -> bool:

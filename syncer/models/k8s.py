@@ -18,6 +18,9 @@ from typing import Any
 
 from syncer.diagnostics import FieldPath, did_you_mean
 
+# Pod templates in our documents set pod-level options only; flower-syncer writes the containers.
+_NOT_REQUIRED = {"api.core.v1.PodSpec": frozenset({"containers"})}
+
 _QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?\d+)?$")
 
 
@@ -80,6 +83,10 @@ def _type_name(value: Any) -> str:
     return "mapping"
 
 
+def _article(word: str) -> str:
+    return ("an " if word[0] in "aeiou" else "a ") + word
+
+
 def _check(value: Any, spec: Any, path: FieldPath, issues: list[Issue]) -> None:
     if value is None:
         return  # Kubernetes treats null as "not set"
@@ -90,13 +97,13 @@ def _check(value: Any, spec: Any, path: FieldPath, issues: list[Issue]) -> None:
         _check_object(value, spec["ref"], path, issues)
     elif "list" in spec:
         if not isinstance(value, list):
-            issues.append(Issue(path, f"expected a list, got a {_type_name(value)}", "write it as a YAML list"))
+            issues.append(Issue(path, f"expected a list, got {_article(_type_name(value))}", "write it as a YAML list"))
             return
         for i, item in enumerate(value):
             _check(item, spec["list"], (*path, i), issues)
     elif "map" in spec:
         if not isinstance(value, dict):
-            issues.append(Issue(path, f"expected a mapping, got a {_type_name(value)}", "write it as key: value pairs"))
+            issues.append(Issue(path, f"expected a mapping, got {_article(_type_name(value))}", "write it as key: value pairs"))
             return
         for key, item in value.items():
             _check(item, spec["map"], (*path, key), issues)
@@ -108,15 +115,15 @@ def _check_scalar(value: Any, kind: str, path: FieldPath, issues: list[Issue]) -
         return
     if kind == "string" and got != "string":
         hint = f'quote the value: "{value}"' if got in ("integer", "number", "boolean") else "use a string"
-        issues.append(Issue(path, f"expected a string, got a {got}", hint))
+        issues.append(Issue(path, f"expected a string, got {_article(got)}", hint))
     elif kind == "integer" and got != "integer":
-        issues.append(Issue(path, f"expected an integer, got a {got}", "write a whole number without quotes"))
+        issues.append(Issue(path, f"expected an integer, got {_article(got)}", "write a whole number without quotes"))
     elif kind == "number" and got not in ("integer", "number"):
-        issues.append(Issue(path, f"expected a number, got a {got}", "write a number without quotes"))
+        issues.append(Issue(path, f"expected a number, got {_article(got)}", "write a number without quotes"))
     elif kind == "boolean" and got != "boolean":
-        issues.append(Issue(path, f"expected true or false, got a {got}", "write true or false without quotes"))
+        issues.append(Issue(path, f"expected true or false, got {_article(got)}", "write true or false without quotes"))
     elif kind == "intorstr" and got not in ("integer", "string"):
-        issues.append(Issue(path, f"expected an integer or a string, got a {got}", "write e.g. 1 or 25%"))
+        issues.append(Issue(path, f"expected an integer or a string, got {_article(got)}", "write e.g. 1 or 25%"))
     elif kind == "quantity":
         text = str(value) if got in ("integer", "number", "string") else None
         if text is None or not _QUANTITY.match(text):
@@ -125,7 +132,7 @@ def _check_scalar(value: Any, kind: str, path: FieldPath, issues: list[Issue]) -
 
 def _check_object(value: Any, type_name: str, path: FieldPath, issues: list[Issue]) -> None:
     if not isinstance(value, dict):
-        issues.append(Issue(path, f"expected a mapping, got a {_type_name(value)}", "write it as key: value pairs"))
+        issues.append(Issue(path, f"expected a mapping, got {_article(_type_name(value))}", "write it as key: value pairs"))
         return
     spec = _types()[type_name]
     props: dict[str, Any] = spec["p"]
@@ -138,6 +145,6 @@ def _check_object(value: Any, type_name: str, path: FieldPath, issues: list[Issu
             continue
         _check(item, props[key], (*path, key), issues)
     for req in spec.get("r", ()):
-        if req not in value:
+        if req not in value and req not in _NOT_REQUIRED.get(type_name, ()):
             kind = type_name.rsplit(".", 1)[-1]
             issues.append(Issue((*path, req), f"{kind} needs the field {req!r}", f"add {req}"))

@@ -35,9 +35,9 @@ class SyncPolicy(StrictModel):
     allowRecreate: bool = False
     """Delete and recreate a workload when an immutable field changes (e.g. a StatefulSet selector)."""
 
-    @classmethod
-    def from_annotations(cls, annotations: dict[str, str]) -> tuple[SyncPolicy, list[tuple[str, str]]]:
-        """Read a policy from Federation annotations; returns the policy and (key, problem) pairs."""
+    def with_annotations(self, annotations: dict[str, str]) -> tuple[SyncPolicy, list[tuple[str, str]]]:
+        """This policy overridden by the `flower-syncer.io/*` annotations that are set; also returns
+        (annotation key, problem) pairs for values that are not understood."""
         values: dict[str, bool] = {}
         problems: list[tuple[str, str]] = []
         for key, field in ((ANN_SUSPEND, "suspend"), (ANN_FORCE_CONFLICTS, "forceConflicts"),
@@ -54,7 +54,7 @@ class SyncPolicy(StrictModel):
                 problems.append((ANN_PRUNE_POLICY, f'{ANN_PRUNE_POLICY} must be "enabled" or "disabled"'))
             else:
                 values["prune"] = text == "enabled"
-        return cls.model_validate(values), problems
+        return self.model_copy(update=values), problems
 
 
 class RepoSettings(StrictModel):

@@ -58,6 +58,17 @@ class RenderContext:
     source: str  # repo-relative path of the file that defines the unit
 
 
+def clone(value: Any) -> Any:
+    """A copy of a JSON-like tree (dicts, lists, scalars); much faster than copy.deepcopy.
+
+    Renderers copy user-provided sub-trees so no two manifests share a mutable object."""
+    if isinstance(value, dict):
+        return {k: clone(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [clone(v) for v in value]
+    return value
+
+
 def metadata(ctx: RenderContext, name: str, labels: Mapping[str, str] | None = None,
              annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Object metadata: user/derived labels, then our identity labels (which always win)."""

@@ -1,0 +1,3 @@
+from syncer.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,328 @@
+"""Federation -> Kubernetes objects: what the flower-operator creates, minus its known defects.
+
+Objects: the SuperLink StatefulSet and Service, one StatefulSet or DaemonSet per pool, and a
+headless governing Service per pool StatefulSet. Differences from the operator, on purpose:
+
+- env and volume-mount merges keep a fixed order (the operator's order changes between reconciles
+  and rolls the pods);
+- SuperNodes dial the Service's configured grpc port, not always 9092;
+- node config is quoted so Flower reads back exactly what was written, and the shell wrapper
+  passes every argument as its own word (no shell injection through values or extraArgs);
+- pool StatefulSets get the governing Service they name;
+- SuperExec containers always get `--insecure` (SuperExec has no TLS up to Flower 1.26 and only
+  talks to its own pod) and accept `superexecExtraArgs`;
+- `podTemplate.metadata` labels/annotations reach the pods, `initContainers` are appended, and
+  other pod-level fields replace ours instead of being silently dropped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from syncer.models.federation import GPU, ClaimTemplate, Federation, Pool
+from syncer.models.nodeconfig import INDEX_VAR, NODE_VAR, POD_NAME_VAR, encode_template, join_pairs, shell_word
+from syncer.render.common import Manifest, RenderContext, clone, metadata
+
+SERVERAPPIO_PORT = 9091
+FLEET_PORT = 9092
+CONTROL_PORT = 9093
+CLIENTAPPIO_PORT = 9094
+
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_POOL = "flower.flwr.ai/pool"
+
+# podTemplate.spec lists that are added to ours (by name) instead of replacing them.
+_APPENDED = ("volumes", "imagePullSecrets", "initContainers")
+_OWNED = ("containers",)
+
+
+def render_federation(fed: Federation, ctx: RenderContext) -> list[Manifest]:
+    out: list[Manifest] = [_superlink_statefulset(fed, ctx), _superlink_service(fed, ctx)]
+    for pool in fed.spec.supernodes.pools:
+        out.append(_pool_workload(fed, pool, ctx))
+        if fed.stateful:
+            out.append(_pool_headless_service(fed, pool, ctx))
+    return out
+
+
+def superlink_selector(fed: Federation) -> dict[str, str]:
+    return {LABEL_NAME: "superlink", LABEL_INSTANCE: fed.name, LABEL_COMPONENT: "superlink"}
+
+
+def pool_selector(fed: Federation, pool: Pool) -> dict[str, str]:
+    return {LABEL_NAME: "supernode", LABEL_INSTANCE: fed.name, LABEL_COMPONENT: f"pool-{pool.name}",
+            LABEL_POOL: pool.name}
+
+
+# ---------------------------------------------------------------------------------------------
+# SuperLink
+
+
+def _superlink_statefulset(fed: Federation, ctx: RenderContext) -> Manifest:
+    sl = fed.spec.superlink
+    process = fed.spec.isolationMode == "process"
+    args = [f"--isolation={fed.spec.isolationMode}"]
+    if fed.spec.insecure:
+        args.append("--insecure")
+    args.extend(sl.extraArgs)
+    ports = [_port("fleet", FLEET_PORT), _port("control", CONTROL_PORT)]
+    if process:
+        ports.append(_port("serverappio", SERVERAPPIO_PORT))
+    superlink = _container("superlink", sl.image, args=args, ports=ports, env=sl.env, resources=sl.resources,
+                           mounts=sl.volumeMounts)
+    superlink["readinessProbe"] = {"tcpSocket": {"port": "fleet"}, "periodSeconds": 10}
+    containers = [superlink]
+    if process:
+        containers.append(_container(
+            "superexec-serverapp", sl.superexecImage,
+            args=["--plugin-type=serverapp", f"--appio-api-address=localhost:{SERVERAPPIO_PORT}", "--insecure",
+                  *sl.superexecExtraArgs],
+            env=sl.env, resources=sl.superexecResources, mounts=sl.superexecVolumeMounts or sl.volumeMounts))
+    pod_spec: dict[str, Any] = {"containers": containers}
+    if sl.volumes:
+        pod_spec["volumes"] = clone(sl.volumes)
+    selector = superlink_selector(fed)
+    name = fed.superlink_name()
+    spec: dict[str, Any] = {
+        "replicas": 1,
+        "serviceName": name,
+        "selector": {"matchLabels": selector},
+        "template": _pod_template(ctx, selector, pod_spec, sl.podTemplate),
+    }
+    if sl.volumeClaimTemplates:
+        spec["volumeClaimTemplates"] = [_claim(c) for c in sl.volumeClaimTemplates]
+    return {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": metadata(ctx, name, selector), "spec": spec}
+
+
+def _superlink_service(fed: Federation, ctx: RenderContext) -> Manifest:
+    svc = fed.spec.superlink.service
+    ports = [
+        _service_port("fleet", svc.ports.grpc, FLEET_PORT),
+        _service_port("control", svc.ports.extra, CONTROL_PORT),
+    ]
+    if fed.spec.isolationMode == "process":
+        ports.append(_service_port("serverappio", svc.ports.serverAppIO, SERVERAPPIO_PORT))
+    selector = superlink_selector(fed)
+    labels = {**svc.labels, **selector}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(ctx, fed.superlink_name(), labels, svc.annotations),
+        "spec": {"type": svc.type, "selector": selector, "ports": ports},
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Pools
+
+
+def _pool_workload(fed: Federation, pool: Pool, ctx: RenderContext) -> Manifest:
+    spec_ = fed.spec
+    process = spec_.isolationMode == "process"
+    gpu = pool.gpu
+    env = _merge_named(spec_.supernodes.env, pool.env)
+    gpu_env, gpu_mounts, gpu_volumes = _gpu_mount_all(gpu)
+    env = _merge_named(env, gpu_env, keep_existing=True)
+    gpu_resource = _gpu_resource(gpu)
+    privileged = gpu is not None and gpu.mountAll and gpu.vendor == "amd"
+
+    args = [f"--superlink={fed.superlink_name()}:{spec_.superlink.service.ports.grpc}",
+            f"--isolation={spec_.isolationMode}"]
+    if spec_.insecure:
+        args.append("--insecure")
+    if process:
+        args.append(f"--clientappio-api-address=0.0.0.0:{CLIENTAPPIO_PORT}")
+    args.extend(pool.extraArgs)
+
+    supernode = _container(
+        "supernode", pool.images.supernode or spec_.supernodes.image, args=args,
+        ports=[_port("clientappio", CLIENTAPPIO_PORT)], env=env,
+        resources=_with_gpu(pool.supernodeResources, None if process else gpu_resource),
+        mounts=_merge_named(pool.volumeMounts, gpu_mounts, keep_existing=True), privileged=privileged)
+    supernode["readinessProbe"] = {"tcpSocket": {"port": "clientappio"}, "periodSeconds": 10}
+    _add_node_config(fed, pool, supernode)
+    containers = [supernode]
+    if process:
+        containers.append(_container(
+            "superexec-clientapp", pool.images.superexecClientApp,
+            args=["--plugin-type=clientapp", f"--appio-api-address=localhost:{CLIENTAPPIO_PORT}", "--insecure",
+                  *pool.superexecExtraArgs],
+            env=env, resources=_with_gpu(pool.superexecResources, gpu_resource),
+            mounts=_merge_named(pool.superexecVolumeMounts or pool.volumeMounts, gpu_mounts, keep_existing=True),
+            privileged=privileged))
+
+    pod_spec: dict[str, Any] = {"containers": containers}
+    volumes = _merge_named(pool.volumes, gpu_volumes, keep_existing=True)
+    if volumes:
+        pod_spec["volumes"] = volumes
+    if gpu is not None and gpu.mountAll and gpu.vendor == "nvidia":
+        pod_spec["runtimeClassName"] = "nvidia"
+
+    selector = pool_selector(fed, pool)
+    name = fed.pool_name(pool)
+    spec: dict[str, Any] = {
+        "selector": {"matchLabels": selector},
+        "template": _pod_template(ctx, selector, pod_spec, pool.podTemplate),
+    }
+    if fed.stateful:
+        spec = {"replicas": pool.replicas, "serviceName": name, **spec}
+        if pool.volumeClaimTemplates:
+            spec["volumeClaimTemplates"] = [_claim(c) for c in pool.volumeClaimTemplates]
+    return {"apiVersion": "apps/v1", "kind": spec_.mode, "metadata": metadata(ctx, name, selector), "spec": spec}
+
+
+def _pool_headless_service(fed: Federation, pool: Pool, ctx: RenderContext) -> Manifest:
+    """The governing Service a StatefulSet's `serviceName` refers to (stable pod DNS names)."""
+    selector = pool_selector(fed, pool)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(ctx, fed.pool_name(pool), selector),
+        "spec": {
+            "clusterIP": "None",
+            "selector": selector,
+            "ports": [_service_port("clientappio", CLIENTAPPIO_PORT, CLIENTAPPIO_PORT)],
+        },
+    }
+
+
+def _add_node_config(fed: Federation, pool: Pool, container: dict[str, Any]) -> None:
+    """`--node-config` as one plain argument, or through a small shell wrapper when a value needs
+    the pod's own ordinal or node name. The wrapper passes every other argument as "$@", so no
+    user-written text is ever parsed by the shell except as one single-quoted word."""
+    if not pool.nodeConfig:
+        return
+    pairs = [(key, encode_template(raw, pool=pool.name, replicas=pool.replicas, stateful=fed.stateful))
+             for key, raw in pool.nodeConfig.items()]
+    token = join_pairs(pairs)
+    if not token.dynamic:
+        container["args"].append(f"--node-config={token.static_text()}")
+        return
+    script = ""
+    if fed.stateful:
+        script += f'{INDEX_VAR}="${{{POD_NAME_VAR}##*-}}"; '
+    script += f'exec "$0" "$@" --node-config {shell_word(token)}'
+    container["command"] = ["/bin/sh", "-c", script, "flower-supernode"]
+    container.setdefault("env", []).extend([
+        {"name": POD_NAME_VAR, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": NODE_VAR, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+    ])
+
+
+# ---------------------------------------------------------------------------------------------
+# GPUs
+
+
+def _gpu_resource(gpu: GPU | None) -> tuple[str, int] | None:
+    if gpu is None or not gpu.enabled or gpu.mountAll:
+        return None
+    return gpu.resource(), gpu.count
+
+
+def _gpu_mount_all(gpu: GPU | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Env, mounts and volumes that expose every GPU of the node (mountAll)."""
+    if gpu is None or not gpu.mountAll:
+        return [], [], []
+    if gpu.vendor == "nvidia":
+        return [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}], [], []
+    env = [{"name": "ROCR_VISIBLE_DEVICES", "value": "all"}]
+    mounts = [{"name": "dev-kfd", "mountPath": "/dev/kfd"}, {"name": "dev-dri", "mountPath": "/dev/dri"}]
+    volumes = [
+        {"name": "dev-kfd", "hostPath": {"path": "/dev/kfd", "type": "CharDevice"}},
+        {"name": "dev-dri", "hostPath": {"path": "/dev/dri", "type": "Directory"}},
+    ]
+    return env, mounts, volumes
+
+
+def _with_gpu(resources: dict[str, Any], gpu: tuple[str, int] | None) -> dict[str, Any]:
+    if gpu is None:
+        return resources
+    name, count = gpu
+    out = clone(resources)
+    for section in ("limits", "requests"):
+        out.setdefault(section, {})[name] = str(count)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Building blocks
+
+
+def _container(name: str, image: str, *, args: list[str], env: list[dict[str, Any]],
+               resources: dict[str, Any], mounts: list[dict[str, Any]],
+               ports: list[dict[str, Any]] | None = None, privileged: bool = False) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": name, "image": image, "args": list(args)}
+    if ports:
+        container["ports"] = ports
+    if env:
+        container["env"] = clone(env)
+    if resources:
+        container["resources"] = clone(resources)
+    if mounts:
+        container["volumeMounts"] = clone(mounts)
+    if privileged:
+        container["securityContext"] = {"privileged": True}
+    return container
+
+
+def _port(name: str, number: int) -> dict[str, Any]:
+    return {"name": name, "containerPort": number, "protocol": "TCP"}
+
+
+def _service_port(name: str, port: int, target: int) -> dict[str, Any]:
+    return {"name": name, "port": port, "targetPort": target, "protocol": "TCP"}
+
+
+def _merge_named(base: list[dict[str, Any]], extra: list[dict[str, Any]], *,
+                 keep_existing: bool = False) -> list[dict[str, Any]]:
+    """Merge two lists of named items in a fixed order: `base` order first, then new names from
+    `extra`. On a name clash `extra` wins (or `base` with keep_existing), in base's position."""
+    if not extra:
+        return base
+    if not base:
+        return extra
+    index = {item.get("name"): i for i, item in enumerate(base)}
+    out = list(base)
+    for item in extra:
+        at = index.get(item.get("name"))
+        if at is None:
+            index[item.get("name")] = len(out)
+            out.append(item)
+        elif not keep_existing:
+            out[at] = item
+    return out
+
+
+def _claim(template: ClaimTemplate) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": template.metadata.name}
+    if template.metadata.labels:
+        meta["labels"] = dict(template.metadata.labels)
+    if template.metadata.annotations:
+        meta["annotations"] = dict(template.metadata.annotations)
+    return {"metadata": meta, "spec": clone(template.spec)}
+
+
+def _pod_template(ctx: RenderContext, selector: dict[str, str], pod_spec: dict[str, Any],
+                  user: dict[str, Any] | None) -> dict[str, Any]:
+    """The pod template, with the user's `podTemplate` merged in (ours win on identity labels)."""
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    if user:
+        user_meta = user.get("metadata") or {}
+        labels.update(user_meta.get("labels") or {})
+        annotations.update(user_meta.get("annotations") or {})
+        for key, value in (user.get("spec") or {}).items():
+            if value is None or key in _OWNED:
+                continue
+            if key in _APPENDED:
+                pod_spec[key] = _merge_named(pod_spec.get(key, []), clone(value), keep_existing=True)
+            else:
+                pod_spec[key] = clone(value)
+    labels.update(selector)
+    labels.update(ctx.unit.labels())
+    meta: dict[str, Any] = {"labels": labels}
+    if annotations:
+        meta["annotations"] = annotations
+    return {"metadata": meta, "spec": pod_spec}

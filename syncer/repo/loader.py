@@ -1,0 +1,300 @@
+"""Read a config repository into validated units.
+
+Layout:
+    flower-syncer.yaml                   optional repo-wide settings
+    federations/**/*.yaml                Federation documents (one or more per file)
+    supernodes/<release>/values.yaml     SuperNode chart values; the folder name is the release name
+    supernodes/<release>/release.yaml    optional per-release settings
+
+Loading never raises on bad input: every problem becomes a `Diagnostic`, and units that fail are
+listed in `failed` (by identity, where it can be told) so the engine keeps their last applied state.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from syncer.diagnostics import Diagnostic
+from syncer.models.base import validate_document
+from syncer.models.federation import API_VERSION, KIND, Federation
+from syncer.models.names import name_problem
+from syncer.models.settings import ReleaseSettings, RepoSettings, SyncPolicy
+from syncer.models.supernode import SuperNodeValues
+from syncer.render.common import Unit
+from syncer.repo.yamldoc import YamlDoc, decode_text, load_documents
+
+SETTINGS_FILE = "flower-syncer.yaml"
+FEDERATIONS_DIR = "federations"
+SUPERNODES_DIR = "supernodes"
+VALUES_FILE = "values.yaml"
+RELEASE_FILE = "release.yaml"
+YAML_SUFFIXES = (".yaml", ".yml")
+MAX_RELEASE_NAME = 53  # Helm's limit for release names
+
+
+@dataclass(frozen=True)
+class LoadedUnit:
+    unit: Unit
+    source: str  # repo-relative path of the defining file
+    line: int
+    model: Federation | SuperNodeValues
+    policy: SyncPolicy
+
+
+@dataclass
+class RepoState:
+    root: Path
+    settings: RepoSettings
+    units: list[LoadedUnit] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    failed: set[Unit] = field(default_factory=set)
+    """Units that exist in Git but did not load; their last applied state must be kept."""
+    files: int = 0
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity == "error"]
+
+    @property
+    def clean(self) -> bool:
+        """Everything loaded: only then may units that vanished from Git be pruned."""
+        return not self.errors
+
+
+class _Reader:
+    """Reads files under the root, refusing anything that resolves outside it."""
+
+    def __init__(self, root: Path, diags: list[Diagnostic]) -> None:
+        self.root = root.resolve()
+        self.diags = diags
+
+    def rel(self, path: Path) -> str:
+        return path.relative_to(self.root).as_posix() if path.is_absolute() else path.as_posix()
+
+    def inside(self, path: Path) -> bool:
+        try:
+            path.resolve().relative_to(self.root)
+        except (ValueError, OSError, RuntimeError):
+            self.diags.append(Diagnostic(self.rel(path), 0, 0, "", "symlink points outside the config repository",
+                                         "replace the symlink with the file itself"))
+            return False
+        return True
+
+    def read(self, path: Path) -> str | None:
+        rel = self.rel(path)
+        if not self.inside(path):
+            return None
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            self.diags.append(Diagnostic(rel, 0, 0, "", f"cannot read file: {exc.strerror}", "check permissions"))
+            return None
+        text, problems = decode_text(raw, rel)
+        self.diags.extend(problems)
+        return text
+
+    def yaml_files(self, folder: Path) -> list[Path]:
+        out: list[Path] = []
+        for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
+            here = Path(dirpath)
+            kept = []
+            for d in sorted(dirnames):
+                sub = here / d
+                if sub.is_symlink() and not self.inside(sub):
+                    continue
+                if d.startswith("."):
+                    continue
+                kept.append(d)
+            dirnames[:] = kept
+            out.extend(here / f for f in sorted(filenames) if f.endswith(YAML_SUFFIXES) and not f.startswith("."))
+        return sorted(out)
+
+
+def load_repo(root: Path) -> RepoState:
+    diags: list[Diagnostic] = []
+    reader = _Reader(root, diags)
+    settings = _load_settings(reader)
+    state = RepoState(root=reader.root, settings=settings, diagnostics=diags)
+    if not reader.root.is_dir():
+        diags.append(Diagnostic(str(root), 0, 0, "", "config repository directory does not exist",
+                                "pass the path of a directory holding federations/ and supernodes/"))
+        return state
+    fed_dir = reader.root / FEDERATIONS_DIR
+    sn_dir = reader.root / SUPERNODES_DIR
+    if not fed_dir.is_dir() and not sn_dir.is_dir():
+        diags.append(Diagnostic(reader.rel(reader.root) or ".", 0, 0, "",
+                                "no federations/ or supernodes/ folder found",
+                                "is this the root of the config repository? (see README: config repo format)"))
+    if fed_dir.is_dir():
+        for path in reader.yaml_files(fed_dir):
+            state.files += 1
+            _load_federation_file(reader, path, state)
+    if sn_dir.is_dir():
+        for release_dir in sorted(p for p in sn_dir.iterdir() if not p.name.startswith(".")):
+            if release_dir.is_dir():
+                _load_release(reader, release_dir, state)
+            elif release_dir.suffix in YAML_SUFFIXES:
+                diags.append(Diagnostic(reader.rel(release_dir), 0, 0, "",
+                                        "SuperNode values must be in supernodes/<release>/values.yaml",
+                                        f"move it to supernodes/{release_dir.stem}/values.yaml"))
+    _check_duplicates(state)
+    state.diagnostics.sort()
+    return state
+
+
+def _load_settings(reader: _Reader) -> RepoSettings:
+    path = reader.root / SETTINGS_FILE
+    if not path.exists():
+        return RepoSettings()
+    text = reader.read(path)
+    if text is None:
+        return RepoSettings()
+    docs, problems = load_documents(text, SETTINGS_FILE)
+    reader.diags.extend(problems)
+    if not docs:
+        return RepoSettings()
+    if len(docs) > 1:
+        reader.diags.append(Diagnostic(SETTINGS_FILE, docs[1].start_line, 1, "", "expected one YAML document",
+                                       "keep all settings in a single document"))
+    if not _is_mapping(docs[0], reader.diags):
+        return RepoSettings()
+    model, problems = validate_document(RepoSettings, docs[0])
+    reader.diags.extend(problems)
+    return model or RepoSettings()
+
+
+def _is_mapping(doc: YamlDoc, diags: list[Diagnostic]) -> bool:
+    if isinstance(doc.data, dict):
+        return True
+    kind = "a list" if isinstance(doc.data, list) else f"the value {doc.data!r}"[:60]
+    diags.append(Diagnostic(doc.file, doc.start_line, 1, "", f"expected a mapping (key: value pairs), got {kind}",
+                            "each document must be a YAML mapping"))
+    return False
+
+
+def _raw_name(data: Any) -> tuple[str | None, str | None]:
+    meta = data.get("metadata") if isinstance(data, dict) else None
+    if not isinstance(meta, dict):
+        return None, None
+    name, ns = meta.get("name"), meta.get("namespace")
+    return (name if isinstance(name, str) else None), (ns if isinstance(ns, str) else None)
+
+
+def _load_federation_file(reader: _Reader, path: Path, state: RepoState) -> None:
+    rel = reader.rel(path)
+    text = reader.read(path)
+    if text is None:
+        return
+    docs, problems = load_documents(text, rel)
+    state.diagnostics.extend(problems)
+    for doc in docs:
+        if not _is_mapping(doc, state.diagnostics):
+            continue
+        api, kind = doc.data.get("apiVersion"), doc.data.get("kind")
+        if kind != KIND or api != API_VERSION:
+            line, col = doc.position(("kind",))
+            state.diagnostics.append(Diagnostic(
+                rel, line, col, "kind", f"expected apiVersion {API_VERSION} kind {KIND}, got {api} {kind}",
+                "federations/ holds Federation documents; SuperNode values go to supernodes/<release>/values.yaml"))
+            continue
+        name, namespace = _raw_name(doc.data)
+        namespace = namespace or state.settings.defaultNamespace
+        unit = Unit("federation", namespace, name) if name else None
+        model, problems = validate_document(Federation, doc, unit=unit.id if unit else "")
+        policy, policy_problems = state.settings.policy.with_annotations(
+            model.metadata.annotations if model else {}
+        )
+        for key, message in policy_problems:
+            line, col = doc.position(("metadata", "annotations", key))
+            problems.append(Diagnostic(rel, line, col, f"metadata.annotations[{key!r}]", message,
+                                       "fix the annotation value", unit=unit.id if unit else ""))
+        state.diagnostics.extend(problems)
+        if unit is None:
+            continue
+        if model is None or policy_problems:
+            state.failed.add(unit)
+            continue
+        state.units.append(LoadedUnit(unit, rel, doc.start_line, model, policy))
+
+
+def _load_release(reader: _Reader, folder: Path, state: RepoState) -> None:
+    release = folder.name
+    rel_dir = reader.rel(folder)
+    values_path = folder / VALUES_FILE
+    if not values_path.exists() and (folder / "values.yml").exists():
+        values_path = folder / "values.yml"
+    problem = name_problem(release, "release name", max_len=MAX_RELEASE_NAME)
+    if problem:
+        state.diagnostics.append(Diagnostic(rel_dir, 0, 0, "", problem, "rename the folder (it is the release name)"))
+        return
+    settings = ReleaseSettings()
+    settings_ok = True
+    release_path = folder / RELEASE_FILE
+    if release_path.exists():
+        state.files += 1
+        loaded = _load_single(reader, release_path, ReleaseSettings, state)
+        settings_ok = loaded is not None
+        settings = loaded or settings
+    namespace = settings.namespace or state.settings.defaultNamespace
+    unit = Unit("supernode", namespace, release)
+    if not values_path.exists():
+        state.diagnostics.append(Diagnostic(rel_dir, 0, 0, "", f"release folder has no {VALUES_FILE}",
+                                            f"add {rel_dir}/{VALUES_FILE} (it may be empty to use the chart defaults)",
+                                            unit=unit.id))
+        state.failed.add(unit)
+        return
+    state.files += 1
+    values = _load_single(reader, values_path, SuperNodeValues, state, unit=unit.id, empty_ok=True)
+    for extra in sorted(folder.iterdir()):
+        if extra.name not in (VALUES_FILE, "values.yml", RELEASE_FILE) and extra.suffix in YAML_SUFFIXES:
+            state.diagnostics.append(Diagnostic(reader.rel(extra), 0, 0, "", "file is not read by flower-syncer",
+                                                f"only {VALUES_FILE} and {RELEASE_FILE} are read in a release folder",
+                                                severity="warning", unit=unit.id))
+    if values is None or not settings_ok:
+        state.failed.add(unit)
+        return
+    policy = settings.policy or state.settings.policy
+    state.units.append(LoadedUnit(unit, reader.rel(values_path), 1, values, policy))
+
+
+def _load_single(reader: _Reader, path: Path, cls: type[Any], state: RepoState, unit: str = "",
+                 empty_ok: bool = False) -> Any:
+    rel = reader.rel(path)
+    text = reader.read(path)
+    if text is None:
+        return None
+    docs, problems = load_documents(text, rel)
+    state.diagnostics.extend(problems)
+    if problems:
+        return None
+    if not docs:
+        return cls() if empty_ok or cls is ReleaseSettings else None
+    if len(docs) > 1:
+        state.diagnostics.append(Diagnostic(rel, docs[1].start_line, 1, "", "expected a single YAML document",
+                                            "remove the extra '---' documents", unit=unit))
+        return None
+    if not _is_mapping(docs[0], state.diagnostics):
+        return None
+    model, problems = validate_document(cls, docs[0], unit=unit)
+    state.diagnostics.extend(problems)
+    return model
+
+
+def _check_duplicates(state: RepoState) -> None:
+    seen: dict[Unit, LoadedUnit] = {}
+    kept: list[LoadedUnit] = []
+    for loaded in state.units:
+        first = seen.get(loaded.unit)
+        if first is None:
+            seen[loaded.unit] = loaded
+            kept.append(loaded)
+            continue
+        state.diagnostics.append(Diagnostic(
+            loaded.source, loaded.line, 1, "metadata.name",
+            f"{loaded.unit.kind} {loaded.unit.name!r} in namespace {loaded.unit.namespace!r} is also defined in "
+            f"{first.source}:{first.line}", "rename one of them or remove the duplicate", unit=loaded.unit.id))
+        state.failed.add(loaded.unit)
+    state.units = [u for u in kept if u.unit not in state.failed]
