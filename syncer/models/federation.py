@@ -102,7 +102,7 @@ class GPU(StrictModel):
 class Pool(StrictModel):
     name: Annotated[str, Field(min_length=1, max_length=63)]
     replicas: Annotated[int, Field(ge=1)] | None = None
-    images: PoolImages
+    images: PoolImages = PoolImages()  # required by the CRD, yet the operator's quick start omits it
     gpu: GPU | None = None
     supernodeResources: Resources = {}
     superexecResources: Resources = {}
@@ -117,7 +117,6 @@ class Pool(StrictModel):
     nodeConfig: dict[str, str] = {}
 
     field_hints: ClassVar[dict[str, str]] = {
-        "images": "every pool needs `images:`; write `images: {}` to use spec.supernodes.image",
         "nodeConfig": 'node-config values are strings in a Federation; quote them, e.g. batch-size: "32"',
     }
 
