@@ -1,0 +1,257 @@
+"""The only place that talks to the Kubernetes API.
+
+A thin layer over the official client's `ApiClient`: raw JSON requests to the handful of
+resources flower-syncer uses, server-side apply, typed errors, and a count of every request by
+verb so callers (and tests) can tell how many writes a sync made.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+FIELD_MANAGER = "flower-syncer"
+
+
+@dataclass(frozen=True)
+class Resource:
+    api_version: str
+    plural: str
+    namespaced: bool = True
+
+    def base(self) -> str:
+        return f"/api/{self.api_version}" if "/" not in self.api_version else f"/apis/{self.api_version}"
+
+
+RESOURCES: dict[str, Resource] = {
+    "Namespace": Resource("v1", "namespaces", namespaced=False),
+    "Node": Resource("v1", "nodes", namespaced=False),
+    "Pod": Resource("v1", "pods"),
+    "Event": Resource("v1", "events"),
+    "ServiceAccount": Resource("v1", "serviceaccounts"),
+    "Secret": Resource("v1", "secrets"),
+    "ConfigMap": Resource("v1", "configmaps"),
+    "Service": Resource("v1", "services"),
+    "NetworkPolicy": Resource("networking.k8s.io/v1", "networkpolicies"),
+    "Deployment": Resource("apps/v1", "deployments"),
+    "StatefulSet": Resource("apps/v1", "statefulsets"),
+    "DaemonSet": Resource("apps/v1", "daemonsets"),
+    "Lease": Resource("coordination.k8s.io/v1", "leases"),
+}
+
+
+class ApiError(Exception):
+    """A failed API request, with the Status the server sent."""
+
+    def __init__(self, status: int, reason: str, message: str, details: Mapping[str, Any] | None = None) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.details = dict(details or {})
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+    @property
+    def forbidden(self) -> bool:
+        return self.status == 403
+
+    @property
+    def invalid(self) -> bool:
+        return self.status == 422
+
+
+class ClusterUnreachable(Exception):
+    """The API server could not be reached at all (network, TLS, credentials file)."""
+
+
+def path_for(kind: str, namespace: str | None = None, name: str | None = None, subresource: str = "") -> str:
+    res = RESOURCES[kind]
+    path = res.base()
+    if res.namespaced and namespace:
+        path += f"/namespaces/{quote(namespace, safe='')}"
+    path += f"/{res.plural}"
+    if name:
+        path += f"/{quote(name, safe='')}"
+    if subresource:
+        path += f"/{subresource}"
+    return path
+
+
+class Kube:
+    """Requests against one cluster. Thread-safe; counts requests by verb."""
+
+    def __init__(self, api_client: Any) -> None:
+        self.api = api_client
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_kubeconfig(cls, kubeconfig: str | None = None, context: str | None = None) -> Kube:
+        """From a kubeconfig file (default: $KUBECONFIG or ~/.kube/config), or in-cluster config when
+        neither exists and the process runs in a pod."""
+        import os
+
+        from kubernetes import client, config
+
+        configuration = client.Configuration()
+        try:
+            if kubeconfig or os.environ.get("KUBECONFIG") or os.path.exists(os.path.expanduser("~/.kube/config")):
+                config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
+            else:
+                config.load_incluster_config(client_configuration=configuration)
+        except (config.ConfigException, OSError, TypeError) as exc:
+            raise ClusterUnreachable(f"cannot load Kubernetes credentials: {exc}") from exc
+        configuration.connection_pool_maxsize = 16
+        configuration.retries = 0
+        return cls(client.ApiClient(configuration))
+
+    @property
+    def writes(self) -> int:
+        return sum(n for verb, n in self.counts.items() if verb in ("POST", "PUT", "PATCH", "DELETE"))
+
+    def _send(self, method: str, path: str, params: list[tuple[str, Any]], headers: dict[str, str],
+              body: Any, timeout: Any) -> Any:
+        """One HTTP request through the official client (auth, TLS, proxies); the raw response."""
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        _, url, all_headers, _, _ = self.api.param_serialize(
+            method, path, query_params=params, header_params=headers, auth_settings=["BearerToken"])
+        try:
+            return self.api.rest_client.request(method, url, headers=all_headers, body=body,
+                                                _request_timeout=timeout)
+        except ApiException as exc:  # raised for transport-level failures (e.g. TLS)
+            raise ClusterUnreachable(f"cannot reach the Kubernetes API at {self.api.configuration.host}: "
+                                     f"{exc.reason}") from None
+        except (HTTPError, OSError) as exc:
+            raise ClusterUnreachable(f"cannot reach the Kubernetes API at {self.api.configuration.host}: {exc}") \
+                from exc
+
+    def request(self, method: str, path: str, *, body: Any = None, query: Mapping[str, Any] | None = None,
+                content_type: str = "application/json", timeout: float = 30) -> Any:
+        params = [(k, v) for k, v in (query or {}).items() if v is not None]
+        dry = any(k == "dryRun" for k, _ in params)
+        with self._lock:
+            self.counts[method + (" dry-run" if dry else "")] += 1
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        # the official client serialises JSON and structured-YAML bodies itself
+        resp = self._send(method, path, params, headers, body, timeout)
+        raw = resp.read()
+        if resp.status >= 400:
+            raise _api_error(resp.status, resp.reason, raw)
+        return json.loads(raw) if raw else None
+
+    # -- verbs ---------------------------------------------------------------------------------
+
+    def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        try:
+            obj: dict[str, Any] = self.request("GET", path_for(kind, namespace, name))
+        except ApiError as exc:
+            if exc.not_found:
+                return None
+            raise
+        return obj
+
+    def list(self, kind: str, namespace: str | None = None, *, labels: str | None = None,
+             fields: str | None = None) -> tuple[list[dict[str, Any]], str]:
+        """All items (following `continue`), and the list's resourceVersion."""
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            page = self.request("GET", path_for(kind, namespace), query={
+                "labelSelector": labels, "fieldSelector": fields, "limit": 500, "continue": token})
+            for item in page.get("items", []):
+                item.setdefault("kind", kind)
+                item.setdefault("apiVersion", RESOURCES[kind].api_version)
+            items.extend(page.get("items", []))
+            token = page.get("metadata", {}).get("continue")
+            if not token:
+                return items, page.get("metadata", {}).get("resourceVersion", "")
+
+    def apply(self, manifest: Mapping[str, Any], *, force: bool = False, dry_run: bool = False,
+              manager: str = FIELD_MANAGER) -> dict[str, Any]:
+        """Server-side apply. Raises ApiError 409 on a conflict with another field manager."""
+        meta = manifest["metadata"]
+        path = path_for(manifest["kind"], meta.get("namespace"), meta["name"])
+        result: dict[str, Any] = self.request(
+            "PATCH", path, body=manifest, content_type="application/apply-patch+yaml",
+            query={"fieldManager": manager, "force": "true" if force else None,
+                   "dryRun": "All" if dry_run else None})
+        return result
+
+    def create(self, manifest: Mapping[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+        meta = manifest["metadata"]
+        result: dict[str, Any] = self.request(
+            "POST", path_for(manifest["kind"], meta.get("namespace")), body=manifest,
+            query={"fieldManager": FIELD_MANAGER, "dryRun": "All" if dry_run else None})
+        return result
+
+    def delete(self, kind: str, namespace: str | None, name: str, *, propagation: str = "Background",
+               dry_run: bool = False, uid: str | None = None) -> bool:
+        """Delete; False if it was already gone. `uid` guards against deleting a newer object."""
+        body: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        if dry_run:
+            body["dryRun"] = ["All"]
+        try:
+            self.request("DELETE", path_for(kind, namespace, name), body=body,
+                         query={"dryRun": "All" if dry_run else None})
+        except ApiError as exc:
+            if exc.not_found:
+                return False
+            raise
+        return True
+
+    def watch(self, kind: str, namespace: str | None, *, labels: str | None = None,
+              resource_version: str = "", timeout_seconds: int = 300) -> Iterator[dict[str, Any]]:
+        """Watch events (dicts with `type` and `object`), until the server closes the stream."""
+        query: list[tuple[str, Any]] = [("watch", "true"), ("allowWatchBookmarks", "true"),
+                                        ("timeoutSeconds", str(timeout_seconds))]
+        if labels:
+            query.append(("labelSelector", labels))
+        if resource_version:
+            query.append(("resourceVersion", resource_version))
+        with self._lock:
+            self.counts["WATCH"] += 1
+        resp = self._send("GET", path_for(kind, namespace), query, {"Accept": "application/json"}, None,
+                          (10, timeout_seconds + 30))
+        if resp.status >= 400:
+            raise _api_error(resp.status, resp.reason, resp.read())
+        raw = resp.response
+        try:
+            buffer = b""
+            for chunk in raw.stream(65536, decode_content=True):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip():
+                        yield json.loads(line)
+        finally:
+            raw.release_conn()
+
+
+def _api_error(status: int, reason: str | None, raw: bytes | None) -> ApiError:
+    message = reason or ""
+    details: dict[str, Any] = {}
+    if raw:
+        try:
+            payload = json.loads(raw)
+            message = payload.get("message", message)
+            reason = payload.get("reason", reason)
+            details = payload.get("details") or {}
+        except (ValueError, AttributeError):
+            message = raw[:500].decode("utf-8", "replace")
+    return ApiError(status, reason or "", message, details)

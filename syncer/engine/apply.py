@@ -1,0 +1,181 @@
+"""Apply one desired object with server-side apply, deciding first whether anything changed.
+
+The decision, cheapest first:
+1. Unchanged without a request: the live object carries the fingerprint of this desired object and
+   our field set is exactly the one recorded when we applied it (another manager changing one of
+   our fields takes it out of that set).
+2. Otherwise a server-side dry-run shows what applying would do; equal to live -> unchanged.
+3. Otherwise apply. Imperative edits (`kubectl edit`, `kubectl scale`: Update operations) are
+   drift and are overwritten; a field owned by another *applier* is a conflict, reported unless
+   the unit allows forcing. An immutable-field change recreates the object only where allowed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from syncer.cluster.client import FIELD_MANAGER, ApiError, Kube
+from syncer.engine.changeset import Action, Change
+from syncer.engine.inventory import Entry, ObjectRef
+from syncer.engine.normalize import (
+    ANN_APPLIED_HASH,
+    managed_fields_hash,
+    mask_secret_pair,
+    strip_server_fields,
+)
+from syncer.models.settings import SyncPolicy
+from syncer.render.common import Manifest, to_yaml
+
+_CONFLICT_MANAGER = re.compile(r'conflict with "([^"]+)"')
+_IMMUTABLE = ("field is immutable", "updates to statefulset spec for fields other than",
+              "Forbidden: may not be changed", "spec.selector: Invalid value")
+
+
+class ConflictError(Exception):
+    """Fields of the object are owned by another applier."""
+
+    def __init__(self, ref: ObjectRef, fields: list[tuple[str, str]]) -> None:
+        self.ref = ref
+        self.fields = fields  # (field path, manager)
+        listed = ", ".join(f"{f} (owned by {m!r})" for f, m in fields)
+        super().__init__(f"{ref}: conflict: {listed}")
+
+
+class ImmutableFieldError(Exception):
+    def __init__(self, ref: ObjectRef, message: str) -> None:
+        self.ref = ref
+        super().__init__(f"{ref}: immutable field changed: {message}")
+
+
+@dataclass
+class Outcome:
+    change: Change
+    entry: Entry | None  # what the inventory should record (None: keep the old entry)
+
+
+def unified_diff(ref: ObjectRef, live: dict[str, Any] | None, desired: dict[str, Any] | None) -> str:
+    before, after = mask_secret_pair(strip_server_fields(live) if live else None,
+                                     strip_server_fields(desired) if desired else None)
+    a = to_yaml([before]).splitlines(keepends=True)[1:] if before else []
+    b = to_yaml([after]).splitlines(keepends=True)[1:] if after else []
+    return "".join(difflib.unified_diff(a, b, f"live/{ref}", f"desired/{ref}", n=3))
+
+
+class Applier:
+    def __init__(self, kube: Kube, *, dry_run: bool, with_diff: bool) -> None:
+        self.kube = kube
+        self.dry_run = dry_run
+        self.with_diff = with_diff
+
+    def apply(self, desired: Manifest, live: dict[str, Any] | None, recorded: Entry | None,
+              policy: SyncPolicy, force_conflicts: bool) -> Outcome:
+        ref = ObjectRef.of(desired)
+        digest = desired["metadata"]["annotations"][ANN_APPLIED_HASH]
+        if (live is not None and recorded is not None and recorded.applied == digest
+                and live["metadata"].get("annotations", {}).get(ANN_APPLIED_HASH) == digest
+                and managed_fields_hash(live, FIELD_MANAGER) == recorded.fields):
+            return Outcome(Change(str(ref), Action.UNCHANGED), recorded)
+        force = force_conflicts or policy.forceConflicts
+        try:
+            return self._apply(ref, desired, live, digest, force, policy)
+        except ConflictError as exc:
+            return Outcome(Change(str(ref), Action.FAILED, str(exc).split(": ", 1)[1] +
+                                  "; let flower-syncer take these fields with --force-conflicts or the unit's "
+                                  "forceConflicts policy"), None)
+        except ImmutableFieldError as exc:
+            return Outcome(Change(str(ref), Action.FAILED, str(exc).split(": ", 1)[1] +
+                                  "; allow recreating it with the unit's allowRecreate policy "
+                                  "(flower-syncer.io/allow-recreate: \"true\"), or delete it by hand"), None)
+        except ApiError as exc:
+            return Outcome(Change(str(ref), Action.FAILED, f"{exc.reason}: {exc.message}"), None)
+
+    def _apply(self, ref: ObjectRef, desired: Manifest, live: dict[str, Any] | None, digest: str, force: bool,
+               policy: SyncPolicy) -> Outcome:
+        if live is None:
+            live = self.kube.get(ref.kind, ref.namespace, ref.name)  # may exist without our labels
+        if live is None:
+            diff = unified_diff(ref, None, desired) if self.with_diff else ""
+            if self.dry_run:
+                self._server_apply(ref, desired, force=force, dry_run=True)
+                return Outcome(Change(str(ref), Action.CREATED, "would create", diff), None)
+            result = self._server_apply(ref, desired, force=force, dry_run=False)
+            return Outcome(Change(str(ref), Action.CREATED, diff=diff),
+                           Entry(digest, managed_fields_hash(result, FIELD_MANAGER)))
+
+        try:
+            preview, took_over = self._preview(ref, desired, live, force)
+        except ImmutableFieldError:
+            if not policy.allowRecreate:
+                raise
+            return self._recreate(ref, desired, live, digest)
+        same = strip_server_fields(preview) == strip_server_fields(live)
+        if same:
+            return Outcome(Change(str(ref), Action.UNCHANGED), Entry(digest, managed_fields_hash(live, FIELD_MANAGER)))
+        drift = live["metadata"].get("annotations", {}).get(ANN_APPLIED_HASH) == digest
+        diff = unified_diff(ref, live, preview) if self.with_diff else ""
+        message = ""
+        if took_over:
+            message = "reverted changes by " + ", ".join(sorted(took_over))
+        if self.dry_run:
+            return Outcome(Change(str(ref), Action.CONFIGURED, message or "would configure", diff, drift), None)
+        result = self._server_apply(ref, desired, force=force or bool(took_over), dry_run=False)
+        return Outcome(Change(str(ref), Action.CONFIGURED, message, diff, drift),
+                       Entry(digest, managed_fields_hash(result, FIELD_MANAGER)))
+
+    def _preview(self, ref: ObjectRef, desired: Manifest, live: dict[str, Any],
+                 force: bool) -> tuple[dict[str, Any], set[str]]:
+        """Server-side dry-run; returns the would-be object and the imperative editors we override."""
+        try:
+            return self._server_apply(ref, desired, force=force, dry_run=True), set()
+        except ConflictError as exc:
+            appliers = _appliers(live)
+            blocking = [(f, m) for f, m in exc.fields if m in appliers]
+            if blocking:
+                raise ConflictError(ref, blocking) from None
+            editors = {m for _, m in exc.fields}
+            return self._server_apply(ref, desired, force=True, dry_run=True), editors
+
+    def _server_apply(self, ref: ObjectRef, desired: Manifest, *, force: bool, dry_run: bool) -> dict[str, Any]:
+        try:
+            return self.kube.apply(desired, force=force, dry_run=dry_run)
+        except ApiError as exc:
+            if exc.conflict and exc.reason == "Conflict":
+                raise ConflictError(ref, _conflicting_fields(exc)) from None
+            if exc.invalid and any(marker in exc.message for marker in _IMMUTABLE):
+                raise ImmutableFieldError(ref, exc.message) from None
+            raise
+
+    def _recreate(self, ref: ObjectRef, desired: Manifest, live: dict[str, Any], digest: str) -> Outcome:
+        if self.dry_run:
+            return Outcome(Change(str(ref), Action.RECREATED, "would delete and recreate (immutable field)"), None)
+        self.kube.delete(ref.kind, ref.namespace, ref.name, propagation="Background",
+                         uid=live["metadata"].get("uid"))
+        deadline = time.monotonic() + 60
+        while self.kube.get(ref.kind, ref.namespace, ref.name) is not None:
+            if time.monotonic() > deadline:
+                return Outcome(Change(str(ref), Action.FAILED, "deleted for recreation, but it is still there "
+                                      "after 60 s (finalizers?)"), None)
+            time.sleep(0.2)
+        result = self._server_apply(ref, desired, force=True, dry_run=False)
+        return Outcome(Change(str(ref), Action.RECREATED, "recreated: an immutable field changed"),
+                       Entry(digest, managed_fields_hash(result, FIELD_MANAGER)))
+
+
+def _appliers(live: dict[str, Any]) -> set[str]:
+    """Managers that own fields of the object through server-side apply (not imperative updates)."""
+    return {m.get("manager", "") for m in live.get("metadata", {}).get("managedFields", [])
+            if m.get("operation") == "Apply" and m.get("manager") != FIELD_MANAGER}
+
+
+def _conflicting_fields(exc: ApiError) -> list[tuple[str, str]]:
+    out = []
+    for cause in exc.details.get("causes", []) or []:
+        match = _CONFLICT_MANAGER.search(cause.get("message", ""))
+        out.append((cause.get("field", "?"), match.group(1) if match else "?"))
+    if not out:
+        out.append(("?", "?"))
+    return out

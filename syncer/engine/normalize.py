@@ -1,0 +1,69 @@
+"""Make live and desired objects comparable, and keep Secret values out of every output."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from syncer.render.common import Manifest
+
+ANN_APPLIED_HASH = "flower-syncer.io/applied-hash"
+MASK_BEFORE = "*** (before)"
+MASK_AFTER = "*** (after)"
+MASK = "***"
+
+_SERVER_META = ("managedFields", "resourceVersion", "generation", "uid", "creationTimestamp", "selfLink",
+                "deletionTimestamp", "deletionGracePeriodSeconds", "ownerReferences", "finalizers")
+
+
+def fingerprint(manifest: Manifest) -> str:
+    """A stable hash of a desired object (before our own hash annotation is added)."""
+    blob = json.dumps(manifest, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+def with_fingerprint(manifest: Manifest) -> Manifest:
+    """A shallow copy of the manifest carrying its fingerprint annotation."""
+    digest = fingerprint(manifest)
+    meta = dict(manifest["metadata"])
+    meta["annotations"] = {**meta.get("annotations", {}), ANN_APPLIED_HASH: digest}
+    return {**manifest, "metadata": meta}
+
+
+def managed_fields_hash(obj: dict[str, Any], manager: str) -> str:
+    """Hash of the field set `manager` owns through Apply. Another manager changing one of our
+    fields takes it from this set, which is how drift shows without comparing values."""
+    entries = [m.get("fieldsV1", {}) for m in obj.get("metadata", {}).get("managedFields", [])
+               if m.get("manager") == manager and m.get("operation") == "Apply" and not m.get("subresource")]
+    blob = json.dumps(entries, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+def strip_server_fields(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object without status and server-owned metadata, for comparing and printing."""
+    out = {k: v for k, v in obj.items() if k != "status"}
+    meta = {k: v for k, v in obj.get("metadata", {}).items() if k not in _SERVER_META}
+    annotations = {k: v for k, v in meta.get("annotations", {}).items()
+                   if k not in ("kubectl.kubernetes.io/last-applied-configuration",)}
+    if annotations:
+        meta["annotations"] = annotations
+    else:
+        meta.pop("annotations", None)
+    out["metadata"] = meta
+    return out
+
+
+def mask_secret_pair(before: dict[str, Any] | None, after: dict[str, Any] | None) -> tuple[Any, Any]:
+    """Replace Secret values like `kubectl diff` does: equal values stay equal, changed ones differ."""
+    def masked(obj: dict[str, Any] | None, other: dict[str, Any] | None, tag: str) -> Any:
+        if obj is None or obj.get("kind") != "Secret":
+            return obj
+        out = dict(obj)
+        for key in ("data", "stringData"):
+            if key in out and isinstance(out[key], dict):
+                theirs = (other or {}).get(key) or {}
+                out[key] = {k: (MASK if theirs.get(k) == v else tag) for k, v in out[key].items()}
+        return out
+
+    return masked(before, after, MASK_BEFORE), masked(after, before, MASK_AFTER)

@@ -1,0 +1,65 @@
+"""Delete what left Git, and nothing else.
+
+An object is deleted only if it is in the unit's inventory, is no longer desired, and the live
+object still carries our managed-by and unit labels. Never deleted: objects annotated
+`flower-syncer.io/prune: disabled`, PersistentVolumeClaims, and Secrets holding data another
+manager wrote.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from syncer.cluster.client import FIELD_MANAGER, ApiError, Kube
+from syncer.engine.changeset import Action, Change
+from syncer.engine.inventory import ObjectRef
+from syncer.render.common import ANN_PRUNE, APPLY_ORDER, LABEL_MANAGED_BY, MANAGED_BY, Unit
+
+NEVER_PRUNED = frozenset({"PersistentVolumeClaim", "PersistentVolume", "Namespace"})
+
+
+def prune_blocker(unit: Unit, live: dict[str, Any]) -> str:
+    """Why this live object must not be pruned, or "" if it may be."""
+    meta = live.get("metadata", {})
+    labels = meta.get("labels", {})
+    if live.get("kind") in NEVER_PRUNED:
+        return f"{live.get('kind')} objects are never pruned"
+    if meta.get("annotations", {}).get(ANN_PRUNE) == "disabled":
+        return f"kept: annotated {ANN_PRUNE}: disabled"
+    if labels.get(LABEL_MANAGED_BY) != MANAGED_BY or unit.labels().items() - labels.items():
+        return "kept: it no longer carries this unit's labels"
+    if live.get("kind") == "Secret":
+        for entry in meta.get("managedFields", []):
+            if entry.get("manager") != FIELD_MANAGER and "f:data" in entry.get("fieldsV1", {}):
+                return f"kept: Secret data was written by {entry.get('manager')!r}"
+    return ""
+
+
+def prune(kube: Kube, unit: Unit, refs: list[ObjectRef], live: dict[ObjectRef, dict[str, Any]], *,
+          dry_run: bool) -> tuple[list[Change], list[ObjectRef]]:
+    """Delete the given inventory entries (workloads first). Returns the changes and the refs that
+    must stay in the inventory (deletion failed; they are retried next time)."""
+    changes: list[Change] = []
+    keep: list[ObjectRef] = []
+    for ref in sorted(refs, key=lambda r: (-APPLY_ORDER.get(r.kind, 9), r.kind, r.namespace, r.name)):
+        obj = live.get(ref) or kube.get(ref.kind, ref.namespace, ref.name)
+        if obj is None:
+            continue  # already gone
+        blocker = prune_blocker(unit, obj)
+        if blocker:
+            changes.append(Change(str(ref), Action.SKIPPED, blocker))
+            continue
+        if dry_run:
+            changes.append(Change(str(ref), Action.DELETED, "would delete"))
+            continue
+        try:
+            kube.delete(ref.kind, ref.namespace, ref.name, uid=obj["metadata"].get("uid"))
+        except ApiError as exc:
+            if exc.conflict:  # the uid precondition failed: someone recreated it; not ours to delete
+                changes.append(Change(str(ref), Action.SKIPPED, "kept: it was replaced by a new object"))
+                continue
+            changes.append(Change(str(ref), Action.FAILED, f"delete failed: {exc.message}"))
+            keep.append(ref)
+            continue
+        changes.append(Change(str(ref), Action.DELETED))
+    return changes, keep

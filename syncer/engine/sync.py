@@ -1,0 +1,241 @@
+"""Sync rendered units into the cluster: apply in dependency order, prune safely, record inventories.
+
+The same engine serves the one-shot CLI (`sync`, `diff`) and the long-running agent.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from itertools import groupby
+from typing import Any
+
+from syncer.cluster.client import ApiError, Kube
+from syncer.engine.apply import Applier, Outcome
+from syncer.engine.changeset import Action, Change, UnitResult
+from syncer.engine.inventory import Entry, Inventory, ObjectRef, inventory_name
+from syncer.engine.live import LiveState
+from syncer.engine.normalize import with_fingerprint
+from syncer.engine.prune import prune
+from syncer.models.settings import SyncPolicy
+from syncer.render.common import (
+    ANN_COPY_FROM,
+    ANN_COPY_KEYS,
+    APPLY_ORDER,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    Manifest,
+    Unit,
+)
+from syncer.render.repo import Rendered, unit_matches
+from syncer.repo.loader import RepoState
+
+
+@dataclass
+class SyncOptions:
+    dry_run: bool = False
+    with_diff: bool = False
+    force_conflicts: bool = False
+    prune: bool = True
+    allow_empty: bool = False
+    revision: str = ""
+    selectors: list[str] = field(default_factory=list)
+    namespaces: list[str] | None = None  # limit cluster reads to these namespaces (namespaced RBAC)
+
+
+@dataclass
+class SyncReport:
+    units: list[UnitResult] = field(default_factory=list)
+    requests: int = 0
+    writes: int = 0
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return all(u.ok for u in self.units)
+
+    @property
+    def changed(self) -> bool:
+        return any(c.action not in (Action.UNCHANGED, Action.SKIPPED) for u in self.units for c in u.changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "changed": self.changed, "requests": self.requests, "writes": self.writes,
+                "seconds": round(self.seconds, 3), "units": [u.to_dict() for u in self.units]}
+
+
+Progress = Callable[[str], None]
+
+
+class Engine:
+    def __init__(self, kube: Kube, *, workers: int = 8, progress: Progress | None = None) -> None:
+        self.kube = kube
+        self.workers = workers
+        self.progress = progress or (lambda _msg: None)
+        self._namespaces_seen: set[str] = set()
+
+    # -- whole repo ------------------------------------------------------------------------------
+
+    def sync(self, state: RepoState, rendered: Rendered, opts: SyncOptions) -> SyncReport:
+        start = time.monotonic()
+        before_requests, before_writes = sum(self.kube.counts.values()), self.kube.writes
+        live = LiveState.load(self.kube, opts.namespaces)
+        report = SyncReport()
+        policies = {u.unit: u.policy for u in state.units}
+        units = sorted(rendered.units)
+        for i, unit in enumerate(units, 1):
+            self.progress(f"[{i}/{len(units)}] {unit.id}")
+            report.units.append(self.sync_unit(unit, rendered.units[unit], policies.get(unit, SyncPolicy()),
+                                               live, opts))
+        for unit in sorted(rendered.failed):
+            if _selected(unit, opts.selectors):
+                report.units.append(UnitResult(unit.id, errors=["configuration has errors; nothing was changed "
+                                                                "(the last applied state stays)"]))
+        report.units.extend(self._prune_vanished(state, rendered, live, opts))
+        report.requests = sum(self.kube.counts.values()) - before_requests
+        report.writes = self.kube.writes - before_writes
+        report.seconds = time.monotonic() - start
+        return report
+
+    def _prune_vanished(self, state: RepoState, rendered: Rendered, live: LiveState,
+                        opts: SyncOptions) -> list[UnitResult]:
+        present = set(rendered.units) | rendered.failed | state.failed | {u.unit for u in state.units}
+        vanished = [u for u in sorted(live.inventories) if u not in present and _selected(u, opts.selectors)]
+        results = []
+        for unit in vanished:
+            inv = live.inventories[unit]
+            res = UnitResult(unit.id)
+            results.append(res)
+            if not state.clean:
+                res.skipped_reason = "removed from Git, but not pruned: the repository has errors"
+                continue
+            if not opts.prune or not state.settings.policy.prune:
+                res.skipped_reason = "removed from Git; pruning is disabled"
+                continue
+            if not rendered.units and not opts.allow_empty:
+                res.errors.append("refusing to prune: the repository renders nothing at all (wrong path or "
+                                  "branch?); pass --allow-empty to delete everything")
+                continue
+            changes, keep = prune(self.kube, unit, list(inv.entries), live.objects, dry_run=opts.dry_run)
+            res.changes.extend(changes)
+            if not opts.dry_run:
+                if keep:
+                    self._write_inventory(Inventory(unit, {r: inv.entries[r] for r in keep}, inv.revision))
+                else:
+                    self.kube.delete("ConfigMap", unit.namespace, inventory_name(unit))
+        return results
+
+    # -- one unit ------------------------------------------------------------------------------
+
+    def sync_unit(self, unit: Unit, manifests: list[Manifest], policy: SyncPolicy, live: LiveState,
+                  opts: SyncOptions) -> UnitResult:
+        res = UnitResult(unit.id)
+        if policy.suspend:
+            res.skipped_reason = "suspended"
+            return res
+        inv = live.inventories.get(unit) or Inventory(unit)
+        desired: list[Manifest] = []
+        for m in manifests:
+            filled = self._fill_copies(m, res)
+            if filled is not None:
+                desired.append(with_fingerprint(filled))
+        if not manifests and inv.entries and not opts.allow_empty:
+            res.errors.append("refusing to prune this unit down to nothing; pass --allow-empty if that is meant")
+            return res
+        if not self._ensure_namespace(unit.namespace, opts.dry_run, res):
+            return res
+        applier = Applier(self.kube, dry_run=opts.dry_run, with_diff=opts.with_diff)
+        entries: dict[ObjectRef, Entry] = {}
+        for _, stage_iter in groupby(desired, key=lambda m: APPLY_ORDER.get(m["kind"], 9)):
+            stage = list(stage_iter)
+            outcomes = self._apply_stage(applier, stage, live, inv, policy, opts)
+            for m, out in zip(stage, outcomes, strict=True):
+                ref = ObjectRef.of(m)
+                res.changes.append(out.change)
+                entry = out.entry or inv.entries.get(ref)
+                if entry is not None:
+                    entries[ref] = entry
+        wanted = {ObjectRef.of(m) for m in manifests}
+        leftovers = [r for r in inv.entries if r not in wanted]
+        # objects we could not build this time (e.g. a missing TLS source) are kept, not pruned
+        leftovers = [r for r in leftovers if r not in entries]
+        if leftovers:
+            if policy.prune and opts.prune:
+                changes, keep = prune(self.kube, unit, leftovers, live.objects, dry_run=opts.dry_run)
+                res.changes.extend(changes)
+                for ref in keep:
+                    entries[ref] = inv.entries[ref]
+                if opts.dry_run:
+                    entries.update({r: inv.entries[r] for r in leftovers})
+            else:
+                res.changes.extend(Change(str(r), Action.SKIPPED, "not pruned: pruning is disabled") for r in leftovers)
+                entries.update({r: inv.entries[r] for r in leftovers})
+        if not opts.dry_run and entries != inv.entries:
+            changed = any(c.action not in (Action.UNCHANGED, Action.SKIPPED) for c in res.changes)
+            self._write_inventory(Inventory(unit, entries, opts.revision if changed else inv.revision), res)
+        return res
+
+    def _apply_stage(self, applier: Applier, stage: list[Manifest], live: LiveState, inv: Inventory,
+                     policy: SyncPolicy, opts: SyncOptions) -> list[Outcome]:
+        def one(m: Manifest) -> Outcome:
+            ref = ObjectRef.of(m)
+            return applier.apply(m, live.objects.get(ref), inv.entries.get(ref), policy, opts.force_conflicts)
+
+        if len(stage) == 1 or self.workers <= 1:
+            return [one(m) for m in stage]
+        with ThreadPoolExecutor(max_workers=min(self.workers, len(stage))) as pool:
+            return list(pool.map(one, stage))
+
+    def _fill_copies(self, m: Manifest, res: UnitResult) -> Manifest | None:
+        """Fill a Secret that copies keys from another Secret in its namespace (the SuperNode chart's
+        copyFromExistingSecret), reading the source now so a rotated certificate is followed."""
+        annotations = m["metadata"].get("annotations", {})
+        source = annotations.get(ANN_COPY_FROM)
+        if m["kind"] != "Secret" or not source:
+            return m
+        ns = m["metadata"]["namespace"]
+        try:
+            src = self.kube.get("Secret", ns, source)
+        except ApiError as exc:
+            res.errors.append(f"cannot read Secret {ns}/{source} to copy from: {exc.message}")
+            return None
+        keys = [k.strip() for k in annotations.get(ANN_COPY_KEYS, "ca.crt").split(",") if k.strip()]
+        data = (src or {}).get("data") or {}
+        key = next((k for k in keys if data.get(k)), None)
+        if key is None:
+            res.errors.append(f"Secret {ns}/{source} (to copy {' or '.join(keys)} from) "
+                              f"{'has none of those keys' if src else 'does not exist'}; "
+                              f"{m['metadata']['name']} is not applied until it does")
+            return None
+        return {**m, "data": {keys[0]: data[key]}}
+
+    def _ensure_namespace(self, namespace: str, dry_run: bool, res: UnitResult) -> bool:
+        if namespace in self._namespaces_seen:
+            return True
+        try:
+            if self.kube.get("Namespace", None, namespace) is None:
+                if dry_run:
+                    res.changes.append(Change(f"Namespace/{namespace}", Action.CREATED, "would create"))
+                    return True
+                self.kube.create({"apiVersion": "v1", "kind": "Namespace",
+                                  "metadata": {"name": namespace, "labels": {LABEL_MANAGED_BY: MANAGED_BY}}})
+                res.changes.append(Change(f"Namespace/{namespace}", Action.CREATED))
+        except ApiError as exc:
+            if not exc.conflict:  # 409 AlreadyExists: created meanwhile, fine
+                res.errors.append(f"cannot ensure namespace {namespace}: {exc.message}")
+                return False
+        self._namespaces_seen.add(namespace)
+        return True
+
+    def _write_inventory(self, inv: Inventory, res: UnitResult | None = None) -> None:
+        try:
+            self.kube.apply(inv.manifest(), force=True)
+        except ApiError as exc:
+            if res is not None:
+                res.errors.append(f"cannot record the inventory {inv.name()}: {exc.message}")
+
+
+def _selected(unit: Unit, selectors: Iterable[str]) -> bool:
+    selectors = list(selectors)
+    return not selectors or any(unit_matches(unit, s) for s in selectors)
