@@ -1,0 +1,220 @@
+"""Shared fixtures: a real local Kubernetes control plane for tests marked ``cluster``.
+
+``kube_cluster`` (session) finds a cluster, in this order:
+
+1. ``FLOWER_SYNCER_TEST_KUBECONFIG``: any cluster you name explicitly;
+2. ``KUBECONFIG``, if its current context points at a loopback API server (a devcluster, kind,
+   k3d...); a remote cluster is never used by accident;
+3. a devcluster already running (``python3 tools/devcluster.py up``);
+4. otherwise it starts one with tools/devcluster.py and stops it at the end of the session.
+
+If no cluster can be had, tests that need one are skipped with the reason, or fail when
+``CI=true``.  ``namespace`` (function) creates a fresh namespace per test and deletes it after.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+DEVCLUSTER = REPO / "tools" / "devcluster.py"
+UP_TIMEOUT_S = 240
+
+
+@dataclass
+class KubeCluster:
+    """What tests get: where the cluster is and a ready API client."""
+
+    kubeconfig: str
+    started_here: bool
+    source: str
+    bin_dir: Path | None = None
+    versions: dict[str, str] = field(default_factory=dict)
+    _api: Any = None
+
+    @property
+    def api(self) -> Any:
+        """A shared ``kubernetes.client.ApiClient`` authenticated as the kubeconfig's user."""
+        if self._api is None:
+            from kubernetes import config
+
+            self._api = config.new_client_from_config(config_file=self.kubeconfig)  # type: ignore[no-untyped-call]
+        return self._api
+
+    # Typed as Any: the client's models make every field Optional, which only adds noise in tests.
+    @property
+    def core(self) -> Any:
+        from kubernetes import client
+
+        return client.CoreV1Api(self.api)
+
+    @property
+    def apps(self) -> Any:
+        from kubernetes import client
+
+        return client.AppsV1Api(self.api)
+
+    @property
+    def rbac(self) -> Any:
+        from kubernetes import client
+
+        return client.RbacAuthorizationV1Api(self.api)
+
+    def kubectl(
+        self, *args: str, check: bool = True, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """Run kubectl (the pinned one from the devcluster build when there is one)."""
+        exe = (
+            str(self.bin_dir / "kubectl")
+            if self.bin_dir and (self.bin_dir / "kubectl").exists()
+            else "kubectl"
+        )
+        return subprocess.run(
+            [exe, *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            check=check,
+            timeout=60,
+            env={**os.environ, "KUBECONFIG": self.kubeconfig},
+        )
+
+
+def _devcluster(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(DEVCLUSTER), *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def _server_of(kubeconfig: str) -> str:
+    from kubernetes import config
+
+    api = config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+    host: str = api.configuration.host
+    return host
+
+
+def _is_loopback(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"Kubernetes test cluster unavailable: {reason}", pytrace=False)
+    pytest.skip(f"Kubernetes test cluster unavailable: {reason}")
+
+
+def _devcluster_status() -> dict[str, Any]:
+    proc = _devcluster("status", "--json")
+    try:
+        info: dict[str, Any] = json.loads(proc.stdout)
+    except ValueError:
+        return {"running": False}
+    return info
+
+
+def _acquire_cluster() -> KubeCluster:
+    explicit = os.environ.get("FLOWER_SYNCER_TEST_KUBECONFIG")
+    if explicit:
+        return KubeCluster(kubeconfig=explicit, started_here=False, source="FLOWER_SYNCER_TEST_KUBECONFIG")
+    env_kc = os.environ.get("KUBECONFIG")
+    if env_kc:
+        with contextlib.suppress(Exception):
+            if _is_loopback(_server_of(env_kc)):
+                return KubeCluster(kubeconfig=env_kc, started_here=False, source="KUBECONFIG")
+    info = _devcluster_status()
+    if not info.get("running"):
+        proc = _devcluster("up", timeout=UP_TIMEOUT_S)
+        if proc.returncode != 0:
+            _unavailable(f"`tools/devcluster.py up` failed:\n{proc.stdout}{proc.stderr}")
+        sys.stderr.write(proc.stdout)
+        info = _devcluster_status()
+        if not info.get("running"):
+            _unavailable(f"devcluster did not report running after `up`: {info}")
+        started = True
+    else:
+        started = False
+    return KubeCluster(
+        kubeconfig=str(info["kubeconfig"]),
+        started_here=started,
+        source="devcluster",
+        bin_dir=Path(info["bin_dir"]) if info.get("bin_dir") else None,
+        versions=info.get("versions", {}),
+    )
+
+
+@pytest.fixture(scope="session")
+def kube_cluster() -> Iterator[KubeCluster]:
+    try:
+        cluster = _acquire_cluster()
+    except subprocess.TimeoutExpired as err:
+        _unavailable(f"timed out: {err}")
+        raise  # unreachable; keeps type checkers happy
+    try:
+        from kubernetes import client
+
+        client.VersionApi(cluster.api).get_code()
+    except Exception as err:
+        _unavailable(f"cannot reach the API server of {cluster.kubeconfig} ({cluster.source}): {err}")
+    yield cluster
+    if cluster.started_here:
+        proc = _devcluster("down")
+        if proc.returncode != 0:
+            sys.stderr.write(f"devcluster down failed:\n{proc.stdout}{proc.stderr}")
+
+
+@pytest.fixture
+def namespace(kube_cluster: KubeCluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace (with its default ServiceAccount present), deleted after the test."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    core = client.CoreV1Api(kube_cluster.api)
+    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"t-{slug}-{uuid.uuid4().hex[:6]}"
+    core.create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels={"flower-syncer.dev/test": "true"}))
+    )
+    deadline = time.monotonic() + 30
+    while True:  # pods are refused until the serviceaccount controller made "default"
+        try:
+            core.read_namespaced_service_account("default", name)
+            break
+        except ApiException as err:
+            if err.status != 404 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+    yield name
+    with contextlib.suppress(ApiException):
+        core.delete_namespace(name)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests that use the cluster fixtures must carry the ``cluster`` marker (so `-m` works)."""
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        if ("kube_cluster" in fixtures or "namespace" in fixtures) and item.get_closest_marker(
+            "cluster"
+        ) is None:
+            item.add_marker(pytest.mark.cluster)

@@ -1,0 +1,1206 @@
+#!/usr/bin/env python3
+"""A real, local Kubernetes control plane for flower-syncer's tests and demo.
+
+It runs etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok as plain
+processes bound to 127.0.0.1 (no containers, no kubelet), and registers fake CPU and GPU
+nodes that kwok keeps Ready.  Pods are really created by controllers, bound by the
+scheduler and turned Running/Ready by kwok, so readiness and GPU placement are observable.
+
+Subcommands::
+
+    devcluster.py build        # build the pinned binaries into ~/.cache/flower-syncer/bin/<k8s version>/
+    devcluster.py up           # start the cluster (idempotent), print how long it took
+    devcluster.py status       # processes, RSS, readiness, nodes
+    devcluster.py env          # `eval "$(devcluster.py env)"` sets KUBECONFIG and PATH
+    devcluster.py kubeconfig   # print the admin kubeconfig path
+    devcluster.py down         # stop the processes this tool started; --purge also drops certs/logs
+
+Only the Python standard library and the `openssl` command are used, so it runs before the
+project's own dependencies are installed.  See tools/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import fcntl
+import functools
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+TOOLS_DIR = Path(__file__).resolve().parent
+GOBUILD_DIR = TOOLS_DIR / "gobuild"
+
+# Bump when the build recipe (flags, names, extra files) changes, to force a rebuild.
+BUILD_RECIPE = "3"
+
+# Go main packages built from the wrapper module in tools/gobuild (one `go build` for all).
+GO_PACKAGES: dict[str, str] = {
+    "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
+    "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
+    "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
+    "kubectl": "k8s.io/kubernetes/cmd/kubectl",
+    "etcd": "go.etcd.io/etcd/server/v3",
+    "kwok": "sigs.k8s.io/kwok/cmd/kwok",
+}
+# Helm is its own module without replace directives, so `go install pkg@version` works.
+HELM_MODULE = "helm.sh/helm/v4"
+HELM_VERSION = "v4.3.1"
+BINARIES = (*GO_PACKAGES, "helm")
+
+# kwok stage files shipped in the kwok module (same set kwokctl uses by default).
+KWOK_STAGE_FILES = (
+    "kustomize/stage/node/fast/node-initialize.yaml",
+    "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+    "kustomize/stage/pod/fast/pod-ready.yaml",
+    "kustomize/stage/pod/fast/pod-complete.yaml",
+    "kustomize/stage/pod/fast/pod-delete.yaml",
+)
+KWOK_STAGES_NAME = "kwok-stages.yaml"
+STAMP_NAME = ".build-stamp.json"
+
+KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+DEVCLUSTER_LABEL = "devcluster.flower-syncer.dev/node-class"
+SERVICE_CIDR = "10.96.0.0/16"
+POD_CIDR = "10.244.0.1/16"  # kwok hands out pod IPs from here; nothing ever routes to them
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+
+
+class DevclusterError(Exception):
+    """A failure with a message meant for the user (no traceback needed)."""
+
+
+# --------------------------------------------------------------------------------------------
+# small helpers
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def fmt_secs(seconds: float) -> str:
+    if seconds >= 60:
+        return f"{int(seconds // 60)}m{seconds % 60:04.1f}s"
+    return f"{seconds:.1f}s"
+
+
+@contextlib.contextmanager
+def step(title: str) -> Iterator[None]:
+    """Print a progress line before and the elapsed time after a step."""
+    log(f"==> {title}")
+    start = time.monotonic()
+    yield
+    log(f"    done in {fmt_secs(time.monotonic() - start)}")
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("FLOWER_SYNCER_CACHE", "~/.cache/flower-syncer")).expanduser()
+
+
+def read_gomod_versions() -> dict[str, str]:
+    """Versions pinned in tools/gobuild/go.mod (the single source of truth)."""
+    text = (GOBUILD_DIR / "go.mod").read_text()
+    wanted = {
+        "kubernetes": "k8s.io/kubernetes",
+        "etcd": "go.etcd.io/etcd/server/v3",
+        "kwok": "sigs.k8s.io/kwok",
+    }
+    found: dict[str, str] = {}
+    for key, module in wanted.items():
+        m = re.search(rf"^\s*{re.escape(module)}\s+(v\S+)", text, re.MULTILINE)
+        if not m:
+            raise DevclusterError(f"{module} is not required in {GOBUILD_DIR / 'go.mod'}")
+        found[key] = m.group(1)
+    found["helm"] = HELM_VERSION
+    return found
+
+
+def default_bin_dir() -> Path:
+    override = os.environ.get("FLOWER_SYNCER_BIN_DIR")
+    if override:
+        return Path(override).expanduser()
+    return cache_root() / "bin" / read_gomod_versions()["kubernetes"]
+
+
+def build_key() -> str:
+    h = hashlib.sha256()
+    for name in ("go.mod", "go.sum"):
+        h.update((GOBUILD_DIR / name).read_bytes())
+    h.update(f"{BUILD_RECIPE}|{HELM_MODULE}@{HELM_VERSION}|{sys.platform}".encode())
+    return h.hexdigest()
+
+
+def _which_go() -> str:
+    go = shutil.which("go")
+    if go is None and Path("/usr/local/go/bin/go").exists():
+        go = "/usr/local/go/bin/go"
+    if go is None:
+        raise DevclusterError("the Go toolchain (`go`) is not on PATH; install Go 1.26 or newer")
+    return go
+
+
+def ensure_apt_packages(commands: dict[str, str]) -> None:
+    """Install Debian packages for missing commands ({command: package}), idempotently."""
+    missing = sorted({pkg for cmd, pkg in commands.items() if shutil.which(cmd) is None})
+    if not missing:
+        return
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        raise DevclusterError(f"missing commands; please install the packages: {' '.join(missing)}")
+    with step(f"apt-get install {' '.join(missing)}"):
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *missing]):
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                raise DevclusterError(f"{' '.join(cmd)} failed:\n{proc.stdout}{proc.stderr}")
+
+
+# --------------------------------------------------------------------------------------------
+# build
+
+
+def binaries_ready(bin_dir: Path) -> bool:
+    try:
+        stamp = json.loads((bin_dir / STAMP_NAME).read_text())
+    except (OSError, ValueError):
+        return False
+    if stamp.get("key") != build_key():
+        return False
+    return all(os.access(bin_dir / b, os.X_OK) for b in BINARIES) and (bin_dir / KWOK_STAGES_NAME).exists()
+
+
+def _ldflags_kubernetes(version: str) -> str:
+    m = re.fullmatch(r"v(\d+)\.(\d+)\.\d+", version)
+    if not m:
+        raise DevclusterError(f"unexpected Kubernetes version {version!r}")
+    build_date = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    flags = ["-s", "-w"]
+    # k8s.io/component-base/version feeds the servers' --version and /version; kubectl reads
+    # k8s.io/client-go/pkg/version for its client version.  The module zip carries no git
+    # commit, so gitCommit stays empty instead of claiming one.
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [
+            f"-X {pkg}.gitVersion={version}",
+            f"-X {pkg}.gitMajor={m.group(1)}",
+            f"-X {pkg}.gitMinor={m.group(2)}",
+            f"-X {pkg}.gitTreeState=clean",
+            f"-X {pkg}.buildDate={build_date}",
+            f"-X {pkg}.gitCommit=",
+        ]
+    return " ".join(flags)
+
+
+_PKG_LINE = re.compile(r"^[A-Za-z0-9_.\-~+/]+$")
+
+
+def _run_go(args: list[str], *, cwd: Path, env: dict[str, str], label: str) -> None:
+    """Run a go command with -v, printing a package counter every 20 s instead of the list."""
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    assert proc.stdout is not None
+    count = 0
+    other: list[str] = []
+    last_report = start
+    for raw in proc.stdout:
+        line = raw.rstrip("\n")
+        if _PKG_LINE.match(line):
+            count += 1
+        else:
+            other.append(line)
+        now = time.monotonic()
+        if now - last_report >= 20:
+            log(f"    {label}: {count} packages built ({fmt_secs(now - start)})")
+            last_report = now
+    rc = proc.wait()
+    if rc != 0:
+        tail = "\n".join(other[-60:])
+        raise DevclusterError(f"`{' '.join(args[:3])} ...` failed (exit {rc}):\n{tail}")
+    log(f"    {label}: {count} packages built")
+
+
+def build(bin_dir: Path, *, force: bool = False) -> None:
+    total = time.monotonic()
+    versions = read_gomod_versions()
+    if not force and binaries_ready(bin_dir):
+        log(f"binaries up to date in {bin_dir} ({fmt_secs(time.monotonic() - total)})")
+        return
+    log(
+        f"building Kubernetes {versions['kubernetes']}, etcd {versions['etcd']}, "
+        f"kwok {versions['kwok']}, helm {versions['helm']} into {bin_dir}"
+    )
+    ensure_apt_packages({"openssl": "openssl"})
+    go = _which_go()
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".build-", dir=bin_dir.parent))
+    env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-buildvcs=false"}
+    env.pop("GOBIN", None)
+    try:
+        with step("go mod download (module cache: $(go env GOMODCACHE))"):
+            proc = subprocess.run(
+                [go, "mod", "download"], cwd=GOBUILD_DIR, env=env, capture_output=True, text=True, check=False
+            )
+            if proc.returncode != 0:
+                raise DevclusterError(f"go mod download failed:\n{proc.stdout}{proc.stderr}")
+        with step(
+            "go build kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok "
+            "(one invocation; cold on 2 cores takes several minutes)"
+        ):
+            _run_go(
+                [
+                    go,
+                    "build",
+                    "-v",
+                    "-trimpath",
+                    "-ldflags",
+                    _ldflags_kubernetes(versions["kubernetes"]),
+                    "-o",
+                    f"{work}/",
+                    *GO_PACKAGES.values(),
+                ],
+                cwd=GOBUILD_DIR,
+                env=env,
+                label="go build",
+            )
+            # go names the binary of go.etcd.io/etcd/server/v3 after "server"
+            if (work / "server").exists():
+                (work / "server").rename(work / "etcd")
+        with step(f"go install {HELM_MODULE}/cmd/helm@{HELM_VERSION}"):
+            ldflags = f"-s -w -X {HELM_MODULE}/internal/version.version={HELM_VERSION}"
+            helm_env = {**env, "GOBIN": str(work)}
+            _run_go(
+                [
+                    go,
+                    "install",
+                    "-v",
+                    "-trimpath",
+                    "-ldflags",
+                    ldflags,
+                    f"{HELM_MODULE}/cmd/helm@{HELM_VERSION}",
+                ],
+                cwd=work,
+                env=helm_env,
+                label="go install",
+            )
+        with step("collect kwok stage files from the kwok module"):
+            proc = subprocess.run(
+                [go, "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kwok"],
+                cwd=GOBUILD_DIR,
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            kwok_dir = Path(proc.stdout.strip())
+            docs = []
+            for rel in KWOK_STAGE_FILES:
+                docs.append(
+                    f"# from sigs.k8s.io/kwok@{versions['kwok']}/{rel}\n" + (kwok_dir / rel).read_text()
+                )
+            (work / KWOK_STAGES_NAME).write_text("\n---\n".join(docs))
+        with step("check versions"):
+            _check_versions(work, versions)
+        for item in work.iterdir():
+            item.replace(bin_dir / item.name)
+        stamp = {"key": build_key(), "versions": versions, "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ")}
+        (bin_dir / STAMP_NAME).write_text(json.dumps(stamp, indent=2) + "\n")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    log(f"build finished in {fmt_secs(time.monotonic() - total)}; binaries in {bin_dir}")
+
+
+def _check_versions(bin_dir: Path, versions: dict[str, str]) -> None:
+    checks = {
+        "kube-apiserver": (["--version"], f"Kubernetes {versions['kubernetes']}"),
+        "kube-controller-manager": (["--version"], f"Kubernetes {versions['kubernetes']}"),
+        "kube-scheduler": (["--version"], f"Kubernetes {versions['kubernetes']}"),
+        "kubectl": (["version", "--client"], f"Client Version: {versions['kubernetes']}"),
+        "etcd": (["--version"], f"etcd Version: {versions['etcd'].lstrip('v')}"),
+        "kwok": (["--version"], versions["kwok"].lstrip("v")),
+        "helm": (["version", "--short"], versions["helm"]),
+    }
+    for name, (args, expect) in checks.items():
+        proc = subprocess.run(
+            [str(bin_dir / name), *args],
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**os.environ, "KWOK_WORKDIR": str(bin_dir / ".kwok")},
+        )
+        out = (proc.stdout + proc.stderr).strip()
+        if proc.returncode != 0 or expect not in out:
+            raise DevclusterError(f"{name} {' '.join(args)} printed {out!r}, expected {expect!r}")
+        log(f"    {name}: {out.splitlines()[0]}")
+    shutil.rmtree(bin_dir / ".kwok", ignore_errors=True)
+
+
+# --------------------------------------------------------------------------------------------
+# cluster state
+
+
+@dataclass
+class NodeSpec:
+    name: str
+    node_class: str
+    cpu: str
+    memory: str
+    labels: dict[str, str]
+    extended: dict[str, str] = field(default_factory=dict)
+
+
+def default_nodes(cpu_nodes: int = 4, nvidia_nodes: int = 2, amd_nodes: int = 1) -> list[NodeSpec]:
+    zones = ("zone-a", "zone-b")
+    nodes: list[NodeSpec] = []
+    for i in range(cpu_nodes):
+        nodes.append(
+            NodeSpec(
+                name=f"cpu-node-{i}",
+                node_class="cpu",
+                cpu="16",
+                memory="64Gi",
+                labels={"node.kubernetes.io/instance-type": "cpu-16x64"},
+            )
+        )
+    for i in range(nvidia_nodes):
+        nodes.append(
+            NodeSpec(
+                name=f"gpu-nvidia-{i}",
+                node_class="gpu-nvidia",
+                cpu="32",
+                memory="256Gi",
+                labels={
+                    "node.kubernetes.io/instance-type": "gpu-a100x4",
+                    "nvidia.com/gpu.present": "true",
+                    "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB",
+                    "nvidia.com/gpu.count": "4",
+                    "nvidia.com/gpu.memory": "40960",
+                    "nvidia.com/gpu.family": "ampere",
+                },
+                extended={"nvidia.com/gpu": "4"},
+            )
+        )
+    for i in range(amd_nodes):
+        nodes.append(
+            NodeSpec(
+                name=f"gpu-amd-{i}",
+                node_class="gpu-amd",
+                cpu="32",
+                memory="256Gi",
+                labels={
+                    "node.kubernetes.io/instance-type": "gpu-mi210x2",
+                    "amd.com/gpu.present": "true",
+                    "amd.com/gpu.product-name": "AMD_Instinct_MI210",
+                    "amd.com/gpu.family": "AI",
+                    "amd.com/gpu.vram": "64G",
+                    "amd.com/gpu.count": "2",
+                },
+                extended={"amd.com/gpu": "2"},
+            )
+        )
+    for idx, node in enumerate(nodes):
+        node.labels = {
+            "kubernetes.io/hostname": node.name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "topology.kubernetes.io/region": "local",
+            "topology.kubernetes.io/zone": zones[idx % len(zones)],
+            "type": "kwok",
+            DEVCLUSTER_LABEL: node.node_class,
+            **node.labels,
+        }
+    return nodes
+
+
+def node_manifest(node: NodeSpec) -> dict[str, Any]:
+    resources = {
+        "cpu": node.cpu,
+        "memory": node.memory,
+        "pods": "110",
+        "ephemeral-storage": "100Gi",
+        **node.extended,
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": node.name, "labels": node.labels, "annotations": {KWOK_ANNOTATION: "fake"}},
+        "spec": {},
+        "status": {
+            "capacity": resources,
+            "allocatable": resources,
+            "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux"},
+        },
+    }
+
+
+class Cluster:
+    """One devcluster: its state directory, certificates, processes and API access."""
+
+    def __init__(self, state_dir: Path, bin_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.bin_dir = bin_dir
+        self.pki = state_dir / "pki"
+        self.logs = state_dir / "logs"
+        self.state_file = state_dir / "state.json"
+        self.kubeconfig = state_dir / "kubeconfig"
+
+    # ---- persisted state -------------------------------------------------------------------
+
+    def load_state(self) -> dict[str, Any] | None:
+        try:
+            data: dict[str, Any] = json.loads(self.state_file.read_text())
+        except (OSError, ValueError):
+            return None
+        return data
+
+    def save_state(self, state: dict[str, Any]) -> None:
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2) + "\n")
+        tmp.replace(self.state_file)
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        with (self.state_dir / ".lock").open("w") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def etcd_data_dir(self) -> Path:
+        """etcd lives on tmpfs when there is one: fast, and gone after a reboot."""
+        digest = hashlib.sha256(str(self.state_dir).encode()).hexdigest()[:10]
+        shm = Path("/dev/shm")
+        if shm.is_dir() and os.access(shm, os.W_OK):
+            return shm / f"flower-syncer-devcluster-{os.getuid()}-{digest}" / "etcd"
+        return self.state_dir / "etcd-data"
+
+    # ---- processes -------------------------------------------------------------------------
+
+    def running_pids(self, state: dict[str, Any] | None = None) -> dict[str, int]:
+        """Components from the state file whose pid still runs our binary."""
+        state = state if state is not None else self.load_state()
+        if not state:
+            return {}
+        alive: dict[str, int] = {}
+        for name, info in state.get("processes", {}).items():
+            pid = int(info["pid"])
+            if is_our_process(pid, str(info["binary"])):
+                alive[name] = pid
+        return alive
+
+    def is_up(self) -> bool:
+        state = self.load_state()
+        if not state or set(self.running_pids(state)) != set(COMPONENTS):
+            return False
+        return self._readyz()
+
+    # ---- API access (admin client certificate) -----------------------------------------------
+
+    def ssl_context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(self.pki / "ca.crt"))
+        ctx.load_cert_chain(str(self.pki / "admin.crt"), str(self.pki / "admin.key"))
+        return ctx
+
+    def server_url(self) -> str:
+        state = self.load_state() or {}
+        port = state.get("ports", {}).get("apiserver")
+        if not port:
+            raise DevclusterError("cluster is not running (no state)")
+        return f"https://127.0.0.1:{port}"
+
+    def api_request(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        timeout: float = 10,
+        content_type: str = "application/json",
+    ) -> tuple[int, Any]:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.server_url() + path, data=data, method=method)
+        req.add_header("Accept", "application/json")
+        if data is not None:
+            req.add_header("Content-Type", content_type)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout, context=self.ssl_context()) as resp:
+                text = resp.read().decode()
+                status = int(resp.status)
+        except urllib.error.HTTPError as err:
+            text = err.read().decode()
+            status = err.code
+        try:
+            return status, json.loads(text)
+        except ValueError:
+            return status, text
+
+    def api_get(self, path: str, *, timeout: float = 10) -> Any:
+        status, payload = self.api_request("GET", path, timeout=timeout)
+        if status != 200:
+            raise DevclusterError(f"GET {path}: HTTP {status}: {payload}")
+        return payload
+
+    # ---- certificates and kubeconfigs ----------------------------------------------------------
+
+    def ensure_pki(self) -> None:
+        """Create a CA, serving/client certificates and service-account keys (kept across restarts)."""
+        needed = [
+            "ca.crt",
+            "ca.key",
+            "sa.key",
+            "sa.pub",
+            "apiserver.crt",
+            "apiserver.key",
+            "front-proxy-ca.crt",
+            "front-proxy-client.crt",
+            "front-proxy-client.key",
+        ]
+        needed += [f"{c}.crt" for c in CLIENTS] + [f"{c}.key" for c in CLIENTS]
+        fresh = all((self.pki / n).exists() for n in needed)
+        if fresh and time.time() - (self.pki / "ca.crt").stat().st_mtime < 300 * 86400:
+            return
+        shutil.rmtree(self.pki, ignore_errors=True)
+        self.pki.mkdir(parents=True, mode=0o700)
+        p = self.pki
+        # "ca" signs everything; "front-proxy-ca" only the aggregation-layer client (requestheader).
+        for ca, cn in (
+            ("ca", "flower-syncer-devcluster-ca"),
+            ("front-proxy-ca", "flower-syncer-front-proxy-ca"),
+        ):
+            openssl(
+                "req",
+                "-x509",
+                "-new",
+                "-nodes",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-keyout",
+                p / f"{ca}.key",
+                "-out",
+                p / f"{ca}.crt",
+                "-days",
+                "3650",
+                "-subj",
+                f"/CN={cn}",
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+                "-addext",
+                "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
+            )
+        openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", p / "sa.key")
+        openssl("ec", "-in", p / "sa.key", "-pubout", "-out", p / "sa.pub")
+        sans = [
+            "DNS:localhost",
+            "DNS:kubernetes",
+            "DNS:kubernetes.default",
+            "DNS:kubernetes.default.svc",
+            "DNS:kubernetes.default.svc.cluster.local",
+            "IP:127.0.0.1",
+            "IP:10.96.0.1",
+        ]
+        self._leaf("apiserver", "/CN=kube-apiserver", "serverAuth", sans)
+        for name, subject in CLIENTS.items():
+            self._leaf(name, subject, "clientAuth", [])
+        self._leaf("front-proxy-client", "/CN=front-proxy-client", "clientAuth", [], ca="front-proxy-ca")
+        for f in p.iterdir():
+            f.chmod(0o600)
+
+    def _leaf(self, name: str, subject: str, usage: str, sans: list[str], ca: str = "ca") -> None:
+        p = self.pki
+        ext = [
+            "basicConstraints=CA:FALSE",
+            "keyUsage=critical,digitalSignature,keyEncipherment",
+            f"extendedKeyUsage={usage}",
+        ]
+        if sans:
+            ext.append("subjectAltName=" + ",".join(sans))
+        extfile = p / f"{name}.ext"
+        extfile.write_text("\n".join(ext) + "\n")
+        openssl(
+            "req",
+            "-new",
+            "-nodes",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-keyout",
+            p / f"{name}.key",
+            "-out",
+            p / f"{name}.csr",
+            "-subj",
+            subject,
+        )
+        openssl(
+            "x509",
+            "-req",
+            "-in",
+            p / f"{name}.csr",
+            "-CA",
+            p / f"{ca}.crt",
+            "-CAkey",
+            p / f"{ca}.key",
+            "-set_serial",
+            str(int.from_bytes(os.urandom(8), "big")),
+            "-days",
+            "365",
+            "-extfile",
+            extfile,
+            "-out",
+            p / f"{name}.crt",
+        )
+        (p / f"{name}.csr").unlink()
+        extfile.unlink()
+
+    def write_kubeconfig(self, path: Path, user: str, port: int) -> None:
+        def b64(name: str) -> str:
+            return base64.b64encode((self.pki / name).read_bytes()).decode()
+
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "devcluster",
+                    "cluster": {
+                        "server": f"https://127.0.0.1:{port}",
+                        "certificate-authority-data": b64("ca.crt"),
+                    },
+                }
+            ],
+            "users": [
+                {
+                    "name": user,
+                    "user": {
+                        "client-certificate-data": b64(f"{user}.crt"),
+                        "client-key-data": b64(f"{user}.key"),
+                    },
+                }
+            ],
+            "contexts": [{"name": "devcluster", "context": {"cluster": "devcluster", "user": user}}],
+            "current-context": "devcluster",
+            "preferences": {},
+        }
+        # JSON is valid YAML; every kubeconfig reader accepts it.
+        path.write_text(json.dumps(config, indent=2) + "\n")
+        path.chmod(0o600)
+
+    # ---- up / down ---------------------------------------------------------------------------
+
+    def up(self, nodes: list[NodeSpec], timeout: float = 90) -> float:
+        start = time.monotonic()
+        if not binaries_ready(self.bin_dir):
+            script = TOOLS_DIR / "devcluster.py"
+            raise DevclusterError(f"binaries missing or stale in {self.bin_dir}; run: python3 {script} build")
+        with self.locked():
+            if self.is_up():
+                log(f"devcluster already running ({self.server_url()}); kubeconfig: {self.kubeconfig}")
+                return 0.0
+            if self.running_pids():
+                log("found a partly running devcluster; stopping it first")
+                self._stop()
+            try:
+                self._start(nodes, deadline=start + timeout)
+            except BaseException:
+                log(f"startup failed; logs are in {self.logs}")
+                self._stop()
+                raise
+        elapsed = time.monotonic() - start
+        log(f"devcluster up in {fmt_secs(elapsed)}: {self.server_url()}")
+        log(f"kubeconfig: {self.kubeconfig}")
+        log(f'use it with: eval "$(python3 {TOOLS_DIR / "devcluster.py"} env)"')
+        return elapsed
+
+    def _start(self, nodes: list[NodeSpec], deadline: float) -> None:
+        t0 = time.monotonic()
+        self.logs.mkdir(parents=True, exist_ok=True)
+        with step("certificates"):
+            self.ensure_pki()
+        ports = {
+            name: free_port()
+            for name in ("etcd", "etcd-peer", "apiserver", "controller-manager", "scheduler", "kwok")
+        }
+        data_dir = self.etcd_data_dir()
+        shutil.rmtree(data_dir, ignore_errors=True)
+        data_dir.mkdir(parents=True, mode=0o700)
+        state: dict[str, Any] = {
+            "ports": ports,
+            "processes": {},
+            "etcd_data_dir": str(data_dir),
+            "bin_dir": str(self.bin_dir),
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "versions": json.loads((self.bin_dir / STAMP_NAME).read_text())["versions"],
+        }
+        for user, port in (("admin", ports["apiserver"]),):
+            self.write_kubeconfig(self.kubeconfig, user, port)
+        for comp in ("kube-controller-manager", "kube-scheduler", "kwok"):
+            self.write_kubeconfig(self.state_dir / f"{comp}.kubeconfig", comp, ports["apiserver"])
+        self.save_state(state)  # ports are known now; server_url() works for the readiness checks
+
+        p, sd = self.pki, self.state_dir
+        etcd_url, peer_url = f"http://127.0.0.1:{ports['etcd']}", f"http://127.0.0.1:{ports['etcd-peer']}"
+        with step("etcd"):
+            self._spawn(
+                state,
+                "etcd",
+                [
+                    "--name=devcluster",
+                    f"--data-dir={data_dir}",
+                    f"--listen-client-urls={etcd_url}",
+                    f"--advertise-client-urls={etcd_url}",
+                    f"--listen-peer-urls={peer_url}",
+                    f"--initial-advertise-peer-urls={peer_url}",
+                    f"--initial-cluster=devcluster={peer_url}",
+                    "--initial-cluster-state=new",
+                    "--unsafe-no-fsync",
+                    "--log-level=warn",
+                    "--quota-backend-bytes=2147483648",
+                    "--auto-compaction-retention=5m",
+                ],
+            )
+            wait_for(lambda: http_ok(f"{etcd_url}/health"), deadline, "etcd /health", self, "etcd")
+        with step("kube-apiserver"):
+            self._spawn(
+                state,
+                "kube-apiserver",
+                [
+                    f"--etcd-servers={etcd_url}",
+                    "--bind-address=127.0.0.1",
+                    f"--secure-port={ports['apiserver']}",
+                    "--advertise-address=127.0.0.1",
+                    "--endpoint-reconciler-type=none",
+                    f"--tls-cert-file={p / 'apiserver.crt'}",
+                    f"--tls-private-key-file={p / 'apiserver.key'}",
+                    f"--client-ca-file={p / 'ca.crt'}",
+                    f"--requestheader-client-ca-file={p / 'front-proxy-ca.crt'}",
+                    "--requestheader-allowed-names=front-proxy-client",
+                    "--requestheader-username-headers=X-Remote-User",
+                    "--requestheader-group-headers=X-Remote-Group",
+                    "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                    f"--proxy-client-cert-file={p / 'front-proxy-client.crt'}",
+                    f"--proxy-client-key-file={p / 'front-proxy-client.key'}",
+                    "--authorization-mode=Node,RBAC",
+                    "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                    f"--service-account-key-file={p / 'sa.pub'}",
+                    f"--service-account-signing-key-file={p / 'sa.key'}",
+                    f"--service-cluster-ip-range={SERVICE_CIDR}",
+                    "--allow-privileged=true",
+                    "--profiling=false",
+                ],
+            )
+            wait_for(self._readyz, deadline, "kube-apiserver /readyz", self, "kube-apiserver")
+        with step("kube-controller-manager, kube-scheduler, kwok"):
+            cm_kc = sd / "kube-controller-manager.kubeconfig"
+            self._spawn(
+                state,
+                "kube-controller-manager",
+                [
+                    f"--kubeconfig={cm_kc}",
+                    f"--authentication-kubeconfig={cm_kc}",
+                    f"--authorization-kubeconfig={cm_kc}",
+                    "--bind-address=127.0.0.1",
+                    f"--secure-port={ports['controller-manager']}",
+                    "--leader-elect=false",
+                    "--use-service-account-credentials=true",
+                    f"--root-ca-file={p / 'ca.crt'}",
+                    f"--service-account-private-key-file={p / 'sa.key'}",
+                    f"--cluster-signing-cert-file={p / 'ca.crt'}",
+                    f"--cluster-signing-key-file={p / 'ca.key'}",
+                    f"--service-cluster-ip-range={SERVICE_CIDR}",
+                    "--controllers=*",
+                    f"--flex-volume-plugin-dir={sd / 'flexvolume'}",  # default is under /usr/libexec
+                    "--profiling=false",
+                ],
+            )
+            sch_kc = sd / "kube-scheduler.kubeconfig"
+            self._spawn(
+                state,
+                "kube-scheduler",
+                [
+                    f"--kubeconfig={sch_kc}",
+                    f"--authentication-kubeconfig={sch_kc}",
+                    f"--authorization-kubeconfig={sch_kc}",
+                    "--bind-address=127.0.0.1",
+                    f"--secure-port={ports['scheduler']}",
+                    "--leader-elect=false",
+                    "--profiling=false",
+                ],
+            )
+            self._spawn(
+                state,
+                "kwok",
+                [
+                    f"--kubeconfig={sd / 'kwok.kubeconfig'}",
+                    f"--config={self.bin_dir / KWOK_STAGES_NAME}",
+                    "--manage-all-nodes=false",
+                    f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
+                    f"--server-address=127.0.0.1:{ports['kwok']}",
+                    "--node-ip=127.0.0.1",
+                    f"--node-port={ports['kwok']}",
+                    f"--cidr={POD_CIDR}",
+                    "--node-lease-duration-seconds=40",
+                ],
+                env={"KWOK_WORKDIR": str(sd / "kwok")},
+            )
+            for comp, port in (
+                ("kube-controller-manager", ports["controller-manager"]),
+                ("kube-scheduler", ports["scheduler"]),
+            ):
+                url = f"https://127.0.0.1:{port}/healthz"
+                check = functools.partial(http_ok, url, insecure=True)
+                wait_for(check, deadline, f"{comp} /healthz", self, comp)
+        with step(f"register {len(nodes)} fake nodes and wait until they are Ready"):
+            for node in nodes:
+                status, payload = self.api_request("POST", "/api/v1/nodes", node_manifest(node))
+                if status not in (201, 409):
+                    raise DevclusterError(f"creating node {node.name}: HTTP {status}: {payload}")
+            names = {n.name for n in nodes}
+            wait_for(lambda: self._nodes_ready(names), deadline, "nodes Ready and untainted", self, "kwok")
+        with step("wait for the default ServiceAccount and kube-root-ca.crt"):
+            wait_for(
+                lambda: (
+                    self._get_ok("/api/v1/namespaces/default/serviceaccounts/default")
+                    and self._get_ok("/api/v1/namespaces/default/configmaps/kube-root-ca.crt")
+                ),
+                deadline,
+                "default ServiceAccount",
+                self,
+                "kube-controller-manager",
+            )
+        state["startup_seconds"] = round(time.monotonic() - t0, 1)
+        self.save_state(state)
+
+    def _spawn(
+        self, state: dict[str, Any], name: str, args: list[str], env: dict[str, str] | None = None
+    ) -> None:
+        binary = str(self.bin_dir / name)
+        logfile = self.logs / f"{name}.log"
+        with logfile.open("ab") as out:
+            out.write(f"\n==== {time.strftime('%Y-%m-%dT%H:%M:%S')} starting {name}\n".encode())
+            out.flush()
+            proc = subprocess.Popen(
+                [binary, *args],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=self.state_dir,
+                env={**os.environ, **(env or {})},
+                start_new_session=True,
+            )
+        state["processes"][name] = {"pid": proc.pid, "binary": binary, "log": str(logfile)}
+        self.save_state(state)
+        # Reap it in the background if it dies while this process still runs (no zombies).
+        threading.Thread(target=proc.wait, daemon=True).start()
+
+    def _readyz(self) -> bool:
+        try:
+            status, payload = self.api_request("GET", "/readyz", timeout=3)
+        except OSError:
+            return False
+        return status == 200 and payload == "ok"
+
+    def _get_ok(self, path: str) -> bool:
+        status, _ = self.api_request("GET", path, timeout=5)
+        return status == 200
+
+    def _nodes_ready(self, names: set[str]) -> bool:
+        status, payload = self.api_request("GET", "/api/v1/nodes", timeout=5)
+        if status != 200:
+            return False
+        ready = set()
+        for item in payload.get("items", []):
+            conds = {c["type"]: c["status"] for c in item.get("status", {}).get("conditions", [])}
+            taints = item.get("spec", {}).get("taints") or []
+            if conds.get("Ready") == "True" and not taints:
+                ready.add(item["metadata"]["name"])
+        return names <= ready
+
+    def down(self, purge: bool = False) -> None:
+        with self.locked():
+            stopped = self._stop()
+            if purge:
+                shutil.rmtree(self.pki, ignore_errors=True)
+                shutil.rmtree(self.logs, ignore_errors=True)
+                shutil.rmtree(self.state_dir / "kwok", ignore_errors=True)
+                for f in self.state_dir.glob("*kubeconfig"):
+                    f.unlink()
+        log(f"devcluster stopped ({', '.join(stopped) or 'nothing was running'})")
+
+    def _stop(self) -> list[str]:
+        state = self.load_state() or {}
+        alive = self.running_pids(state)
+        order = [c for c in reversed(COMPONENTS) if c in alive]
+        for name in order:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(alive[name], signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for name in order:
+            binary = str(state["processes"][name]["binary"])
+            while is_our_process(alive[name], binary) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if is_our_process(alive[name], binary):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(alive[name], signal.SIGKILL)
+        data_dir = state.get("etcd_data_dir")
+        if data_dir:
+            shutil.rmtree(
+                Path(data_dir).parent if Path(data_dir).name == "etcd" else data_dir, ignore_errors=True
+            )
+        if self.state_file.exists():
+            self.state_file.unlink()
+        return order
+
+    # ---- status ------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        state = self.load_state()
+        info: dict[str, Any] = {
+            "state_dir": str(self.state_dir),
+            "kubeconfig": str(self.kubeconfig),
+            "bin_dir": str(self.bin_dir),
+            "running": False,
+            "processes": {},
+        }
+        if not state:
+            return info
+        alive = self.running_pids(state)
+        total = 0
+        for name in COMPONENTS:
+            proc = state.get("processes", {}).get(name)
+            if not proc:
+                continue
+            rss = rss_kib(proc["pid"]) if name in alive else 0
+            total += rss
+            info["processes"][name] = {
+                "pid": proc["pid"],
+                "alive": name in alive,
+                "rss_mib": round(rss / 1024, 1),
+            }
+        info["rss_total_mib"] = round(total / 1024, 1)
+        info["ports"] = state.get("ports", {})
+        info["versions"] = state.get("versions", {})
+        info["startup_seconds"] = state.get("startup_seconds")
+        info["started_at"] = state.get("started_at")
+        if set(alive) == set(COMPONENTS):
+            info["server"] = self.server_url()
+            info["readyz"] = self._readyz()
+            info["running"] = bool(info["readyz"])
+            with contextlib.suppress(OSError, DevclusterError):
+                nodes = self.api_get("/api/v1/nodes", timeout=5)["items"]
+                ready = [
+                    n
+                    for n in nodes
+                    if any(
+                        c["type"] == "Ready" and c["status"] == "True"
+                        for c in n.get("status", {}).get("conditions", [])
+                    )
+                ]
+                info["nodes"] = {"total": len(nodes), "ready": len(ready)}
+        return info
+
+
+CLIENTS = {
+    "admin": "/O=system:masters/CN=admin",
+    "kube-controller-manager": "/CN=system:kube-controller-manager",
+    "kube-scheduler": "/CN=system:kube-scheduler",
+    # kwok plays every kubelet (node status, leases, pod status and deletion); kept simple here.
+    "kwok": "/O=system:masters/CN=kwok-controller",
+}
+
+
+def openssl(*args: str | Path) -> None:
+    proc = subprocess.run(["openssl", *map(str, args)], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise DevclusterError(f"openssl {' '.join(map(str, args[:2]))} failed: {proc.stderr.strip()}")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def http_ok(url: str, *, insecure: bool = False) -> bool:
+    ctx = ssl._create_unverified_context() if insecure else None  # self-signed serving certs
+    try:
+        with urllib.request.urlopen(url, timeout=3, context=ctx) as resp:
+            return int(resp.status) == 200
+    except (OSError, ValueError):
+        return False
+
+
+def is_our_process(pid: int, binary: str) -> bool:
+    """True if pid runs `binary` (guards against pid reuse) and is not a zombie."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    if stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X"):
+        return False
+    return bool(cmdline) and cmdline[0].decode(errors="replace") == binary
+
+
+def rss_kib(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def wait_for(
+    check: Callable[[], object], deadline: float, what: str, cluster: Cluster, component: str
+) -> None:
+    """Poll `check` until true; fail early if `component` died, or at the deadline."""
+    while True:
+        with contextlib.suppress(OSError, DevclusterError):
+            if check():
+                return
+        state = cluster.load_state() or {}
+        if component in state.get("processes", {}) and component not in cluster.running_pids(state):
+            raise DevclusterError(
+                f"{component} exited while waiting for {what}:\n"
+                + tail_file(cluster.logs / f"{component}.log")
+            )
+        if time.monotonic() > deadline:
+            raise DevclusterError(
+                f"timed out waiting for {what}; last log lines of {component}:\n"
+                + tail_file(cluster.logs / f"{component}.log")
+            )
+        time.sleep(0.1)
+
+
+def tail_file(path: Path, lines: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+# --------------------------------------------------------------------------------------------
+# command line
+
+
+def default_state_dir(name: str) -> Path:
+    override = os.environ.get("FLOWER_SYNCER_DEVCLUSTER_DIR")
+    if override:
+        return Path(override).expanduser()
+    return cache_root() / "devcluster" / name
+
+
+def print_status(info: dict[str, Any], out: IO[str]) -> None:
+    w = out.write
+    w(f"state dir:  {info['state_dir']}\n")
+    if not info["processes"]:
+        w("devcluster is not running\n")
+        return
+    w(f"running:    {'yes' if info['running'] else 'NO'}\n")
+    if "server" in info:
+        w(f"server:     {info['server']}  (readyz: {'ok' if info.get('readyz') else 'failing'})\n")
+    w(f"kubeconfig: {info['kubeconfig']}\n")
+    if info.get("versions"):
+        w("versions:   " + ", ".join(f"{k} {v}" for k, v in info["versions"].items()) + "\n")
+    if info.get("startup_seconds") is not None:
+        w(f"startup:    {info['startup_seconds']}s (started {info['started_at']})\n")
+    if "nodes" in info:
+        w(f"nodes:      {info['nodes']['ready']}/{info['nodes']['total']} Ready\n")
+    w(f"{'component':<26}{'pid':>8}  {'state':<8}{'RSS MiB':>9}\n")
+    for name, proc in info["processes"].items():
+        w(f"{name:<26}{proc['pid']:>8}  {'running' if proc['alive'] else 'dead':<8}{proc['rss_mib']:>9.1f}\n")
+    w(f"{'total RSS':<42}{info['rss_total_mib']:>9.1f}\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--name", default="default", help="cluster name (state dir ~/.cache/flower-syncer/devcluster/NAME)"
+    )
+    common.add_argument(
+        "--state-dir",
+        type=Path,
+        help="state directory (default: $FLOWER_SYNCER_DEVCLUSTER_DIR "
+        "or ~/.cache/flower-syncer/devcluster/NAME)",
+    )
+    common.add_argument(
+        "--bin-dir",
+        type=Path,
+        help="binaries (default: $FLOWER_SYNCER_BIN_DIR or ~/.cache/flower-syncer/bin/<kubernetes version>)",
+    )
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_build = sub.add_parser("build", parents=[common], help="build the pinned binaries (idempotent)")
+    p_build.add_argument("--force", action="store_true", help="rebuild even if up to date")
+    p_up = sub.add_parser("up", parents=[common], help="start the cluster (idempotent)")
+    p_up.add_argument("--cpu-nodes", type=int, default=4)
+    p_up.add_argument("--nvidia-nodes", type=int, default=2, help="nodes with nvidia.com/gpu: 4")
+    p_up.add_argument("--amd-nodes", type=int, default=1, help="nodes with amd.com/gpu: 2")
+    p_up.add_argument("--timeout", type=float, default=90, help="seconds to wait for readiness")
+    p_up.add_argument("--build", action="store_true", help="build missing binaries first")
+    p_down = sub.add_parser("down", parents=[common], help="stop the processes started by `up`")
+    p_down.add_argument("--purge", action="store_true", help="also delete certificates, kubeconfigs and logs")
+    p_status = sub.add_parser("status", parents=[common], help="processes, RSS, readiness (exit 1 if not up)")
+    p_status.add_argument("--json", action="store_true")
+    sub.add_parser("env", parents=[common], help="print export lines for KUBECONFIG and PATH")
+    sub.add_parser("kubeconfig", parents=[common], help="print the kubeconfig path")
+    args = parser.parse_args(argv)
+
+    try:
+        bin_dir = (args.bin_dir or default_bin_dir()).expanduser().resolve()
+        state_dir = (args.state_dir or default_state_dir(args.name)).expanduser().resolve()
+        cluster = Cluster(state_dir, bin_dir)
+        if args.command == "build":
+            build(bin_dir, force=args.force)
+        elif args.command == "up":
+            if args.build:
+                build(bin_dir)
+            cluster.up(default_nodes(args.cpu_nodes, args.nvidia_nodes, args.amd_nodes), timeout=args.timeout)
+        elif args.command == "down":
+            cluster.down(purge=args.purge)
+        elif args.command == "status":
+            info = cluster.status()
+            if args.json:
+                print(json.dumps(info, indent=2))
+            else:
+                print_status(info, sys.stdout)
+            return 0 if info["running"] else 1
+        elif args.command == "env":
+            print(f"export KUBECONFIG={cluster.kubeconfig}")
+            print(f"export PATH={bin_dir}:$PATH")
+        elif args.command == "kubeconfig":
+            print(cluster.kubeconfig)
+    except DevclusterError as err:
+        print(f"devcluster {args.command}: error: {err}", file=sys.stderr)
+        return 1
+    except subprocess.CalledProcessError as err:
+        print(f"devcluster {args.command}: error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
