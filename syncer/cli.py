@@ -65,7 +65,55 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml", help="output format")
     p.add_argument("--show-secrets", action="store_true", help="print Secret data instead of redacting it")
     p.set_defaults(func=cmd_render)
+
+    p = sub.add_parser("diff", help="show how the cluster differs from the config repository",
+                       description="Compare every object the repository renders with the live cluster, using "
+                                   "a server-side apply dry-run (no noise from defaulted fields), and print a "
+                                   "unified diff per changed object. Secret values are masked. Exit codes "
+                                   "follow 'flux diff': 0 no drift, 1 drift, 2 error.")
+    _add_repo_arg(p)
+    _add_unit_arg(p)
+    _add_cluster_args(p)
+    p.add_argument("-o", "--output", choices=["text", "json"], default="text", help="output format")
+    p.set_defaults(func=cmd_diff)
+
+    p = sub.add_parser("sync", help="apply a config repository to the cluster once",
+                       description="Load, render, apply (server-side apply, field manager flower-syncer), "
+                                   "prune what left Git, record each unit's inventory, and optionally wait "
+                                   "until every pool is ready. Applying an unchanged repository makes no "
+                                   "writes.")
+    _add_repo_arg(p)
+    _add_unit_arg(p)
+    _add_cluster_args(p)
+    p.add_argument("--dry-run", action="store_true", help="server-side dry-run: report what would change")
+    p.add_argument("--force-conflicts", action="store_true",
+                   help="take ownership of fields another applier owns (default: report a conflict)")
+    p.add_argument("--no-prune", dest="prune", action="store_false", help="do not delete objects that left Git")
+    p.add_argument("--allow-empty", action="store_true",
+                   help="allow pruning a unit, or the whole repository, down to nothing")
+    p.add_argument("--revision", default=None, help="revision to record (default: the Git HEAD of DIR)")
+    p.add_argument("--wait", action="store_true", help="wait until every synced pool is ready")
+    p.add_argument("--timeout", type=_duration, default=300.0, metavar="DURATION",
+                   help="how long --wait waits, e.g. 90s, 5m (default 5m)")
+    p.add_argument("-o", "--output", choices=["text", "json"], default="text", help="output format")
+    p.set_defaults(func=cmd_sync)
     return parser
+
+
+def _add_cluster_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, "
+                                                     "or in-cluster credentials)")
+    p.add_argument("--context", default=None, help="kubeconfig context to use")
+
+
+def _duration(text: str) -> float:
+    units = {"s": 1, "m": 60, "h": 3600}
+    try:
+        if text[-1:] in units:
+            return float(text[:-1]) * units[text[-1]]
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 30s, 5m)") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -147,26 +195,14 @@ def redact_secrets(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def cmd_render(args: argparse.Namespace) -> int:
     from syncer.render.common import to_json, to_yaml
-    from syncer.render.repo import render_repo, select_units
-    from syncer.repo.loader import load_repo
 
-    root = _repo_dir(args.dir)
-    if root is None:
+    loaded = _load_and_render(args)
+    if loaded is None:
         return EXIT_USAGE
-    state = load_repo(root)
-    _, unmatched = select_units(state.units + [], args.unit)
-    known = {u.unit for u in state.units} | state.failed
-    from syncer.render.repo import unit_matches
-
-    missing = [s for s in unmatched if not any(unit_matches(u, s) for u in known)]
-    if missing:
-        print(f"error: no unit matches {', '.join(missing)}; units: "
-              f"{', '.join(sorted(u.id for u in known)) or 'none'}", file=sys.stderr)
-        return EXIT_USAGE
-    rendered = render_repo(state, args.unit)
+    state, rendered = loaded
+    selected = {u.id for u in rendered.units} | {u.id for u in rendered.failed}
     diags = [d for d in sorted(state.diagnostics + rendered.diagnostics)
-             if not args.unit or not d.unit or any(unit_matches(u, s) for s in args.unit for u in known
-                                                   if u.id == d.unit)]
+             if not args.unit or not d.unit or d.unit in selected]
     _print_diagnostics(diags, sys.stderr)
     manifests = rendered.manifests()
     if not args.show_secrets:
@@ -176,3 +212,168 @@ def cmd_render(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(to_yaml(manifests))
     return EXIT_FAILED if any(d.severity == "error" for d in diags) else EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------
+# Commands that talk to a cluster
+
+
+def _git_revision(path: Path) -> str:
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=10, check=False)
+    except OSError:
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def _load_and_render(args: argparse.Namespace) -> tuple[Any, Any] | None:
+    from syncer.render.repo import render_repo, select_units, unit_matches
+    from syncer.repo.loader import load_repo
+
+    root = _repo_dir(args.dir)
+    if root is None:
+        return None
+    state = load_repo(root)
+    _, unmatched = select_units(state.units, args.unit)
+    known = {u.unit for u in state.units} | state.failed
+    missing = [s for s in unmatched if not any(unit_matches(u, s) for u in known)]
+    if missing:
+        print(f"error: no unit matches {', '.join(missing)}", file=sys.stderr)
+        return None
+    return state, render_repo(state, args.unit)
+
+
+def _connect(args: argparse.Namespace) -> Any:
+    from syncer.cluster.client import Kube
+
+    return Kube.from_kubeconfig(args.kubeconfig, args.context)
+
+
+def _progress(enabled: bool) -> Callable[[str], None]:
+    if not enabled or not sys.stderr.isatty():
+        return lambda _msg: None
+    return lambda msg: print(f"\r\033[K{msg}", end="", file=sys.stderr, flush=True)
+
+
+def _print_report(report: Any, verbose_diff: bool) -> None:
+    totals: dict[str, int] = {}
+    for unit in report.units:
+        shown = [c for c in unit.changes if c.action.value != "unchanged"]
+        state = "ok" if unit.ok else "FAILED"
+        if unit.skipped_reason:
+            state = f"skipped: {unit.skipped_reason}"
+        unchanged = len(unit.changes) - len(shown)
+        print(f"{unit.unit}: {state}" + (f" ({unchanged} unchanged)" if unchanged else ""))
+        for c in shown:
+            line = f"  {c.action.value:<11} {c.ref}"
+            if c.drift:
+                line += "  [drift]"
+            if c.message:
+                line += f"  ({c.message})"
+            print(line)
+            if verbose_diff and c.diff:
+                print("    " + c.diff.rstrip("\n").replace("\n", "\n    "))
+        for err in unit.errors:
+            print(f"  error: {err}")
+        for c in unit.changes:
+            totals[c.action.value] = totals.get(c.action.value, 0) + 1
+    summary = ", ".join(f"{n} {a}" for a, n in sorted(totals.items())) or "nothing to do"
+    print(f"{summary}; {report.writes} write(s), {report.requests} request(s) in {report.seconds:.2f}s")
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from syncer.cluster.client import ApiError, ClusterUnreachable
+    from syncer.engine.sync import Engine, SyncOptions
+    from syncer.render.common import to_json
+
+    loaded = _load_and_render(args)
+    if loaded is None:
+        return 2
+    state, rendered = loaded
+    diags = sorted(state.diagnostics + rendered.diagnostics)
+    _print_diagnostics([d for d in diags if d.severity == "error"], sys.stderr)
+    try:
+        engine = Engine(_connect(args))
+        report = engine.sync(state, rendered, SyncOptions(dry_run=True, with_diff=True, selectors=args.unit))
+    except (ClusterUnreachable, ApiError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    drift = report.changed
+    if args.output == "json":
+        sys.stdout.write(to_json({"drift": drift, **report.to_dict()}))
+    else:
+        for unit in report.units:
+            for c in unit.changes:
+                if c.action.value in ("unchanged", "skipped"):
+                    continue
+                if c.diff:
+                    sys.stdout.write(c.diff if c.diff.endswith("\n") else c.diff + "\n")
+                else:
+                    print(f"{c.action.value}: {c.ref}" + (f" ({c.message})" if c.message else ""))
+            for err in unit.errors:
+                print(f"error: {unit.unit}: {err}", file=sys.stderr)
+    if any(d.severity == "error" for d in diags) or not report.ok:
+        return 2
+    return 1 if drift else 0
+
+
+def cmd_sync(args: argparse.Namespace) -> int:
+    from syncer.cluster.client import ApiError, ClusterUnreachable
+    from syncer.engine.sync import Engine, SyncOptions
+    from syncer.render.common import to_json
+
+    loaded = _load_and_render(args)
+    if loaded is None:
+        return EXIT_USAGE
+    state, rendered = loaded
+    diags = sorted(state.diagnostics + rendered.diagnostics)
+    _print_diagnostics(diags, sys.stderr)
+    revision = args.revision if args.revision is not None else _git_revision(args.dir)
+    opts = SyncOptions(dry_run=args.dry_run, force_conflicts=args.force_conflicts, prune=args.prune,
+                       allow_empty=args.allow_empty, revision=revision, selectors=args.unit)
+    progress = _progress(args.output == "text")
+    try:
+        engine = Engine(_connect(args), progress=progress)
+        report = engine.sync(state, rendered, opts)
+    except ClusterUnreachable as exc:
+        print(f"\nerror: {exc}", file=sys.stderr)
+        return EXIT_RUNTIME
+    except ApiError as exc:
+        print(f"\nerror: the API server refused a request: {exc}", file=sys.stderr)
+        return EXIT_RUNTIME
+    progress("")
+    healthy = True
+    statuses: list[Any] = []
+    if args.wait and not args.dry_run:
+        healthy, statuses = _wait(engine, rendered, args.timeout, args.output == "text")
+    if args.output == "json":
+        payload = report.to_dict()
+        payload["diagnostics"] = [d.to_dict() for d in diags]
+        if args.wait:
+            payload["healthy"] = healthy
+            payload["status"] = [s.to_dict() for s in statuses]
+        sys.stdout.write(to_json(payload))
+    else:
+        _print_report(report, verbose_diff=False)
+    failed = not report.ok or any(d.severity == "error" for d in diags) or not healthy
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def _wait(engine: Any, rendered: Any, timeout: float, text: bool) -> tuple[bool, list[Any]]:
+    from syncer.observe.status import wait_healthy
+
+    progress = _progress(text)
+    result = wait_healthy(engine.kube, sorted(rendered.units), timeout=timeout, progress=progress)
+    progress("")
+    healthy: bool = result[0]
+    statuses: list[Any] = result[1]
+    if text:
+        for st in statuses:
+            if not st.ready:
+                print(f"not ready: {st.unit}: " + "; ".join(
+                    f"{p.pool} {p.ready}/{p.desired}" + (f" ({p.problem})" if p.problem else "")
+                    for p in st.pools if not p.ready), file=sys.stderr)
+    return healthy, statuses

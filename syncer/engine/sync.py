@@ -143,7 +143,11 @@ class Engine:
         if not manifests and inv.entries and not opts.allow_empty:
             res.errors.append("refusing to prune this unit down to nothing; pass --allow-empty if that is meant")
             return res
-        if not self._ensure_namespace(unit.namespace, opts.dry_run, res):
+        ready = self._ensure_namespace(unit.namespace, opts.dry_run, res)
+        if ready is None:
+            return res
+        if not ready:  # dry-run into a namespace that does not exist yet: everything would be created
+            res.changes.extend(Change(str(ObjectRef.of(m)), Action.CREATED, "would create") for m in desired)
             return res
         applier = Applier(self.kube, dry_run=opts.dry_run, with_diff=opts.with_diff)
         entries: dict[ObjectRef, Entry] = {}
@@ -210,21 +214,23 @@ class Engine:
             return None
         return {**m, "data": {keys[0]: data[key]}}
 
-    def _ensure_namespace(self, namespace: str, dry_run: bool, res: UnitResult) -> bool:
+    def _ensure_namespace(self, namespace: str, dry_run: bool, res: UnitResult) -> bool | None:
+        """True when the namespace exists (creating it if needed), False when it does not and this
+        is a dry run, None on an error (recorded in `res`)."""
         if namespace in self._namespaces_seen:
             return True
         try:
             if self.kube.get("Namespace", None, namespace) is None:
                 if dry_run:
                     res.changes.append(Change(f"Namespace/{namespace}", Action.CREATED, "would create"))
-                    return True
+                    return False
                 self.kube.create({"apiVersion": "v1", "kind": "Namespace",
                                   "metadata": {"name": namespace, "labels": {LABEL_MANAGED_BY: MANAGED_BY}}})
                 res.changes.append(Change(f"Namespace/{namespace}", Action.CREATED))
         except ApiError as exc:
             if not exc.conflict:  # 409 AlreadyExists: created meanwhile, fine
                 res.errors.append(f"cannot ensure namespace {namespace}: {exc.message}")
-                return False
+                return None
         self._namespaces_seen.add(namespace)
         return True
 
