@@ -77,6 +77,20 @@ def model_at(cls: type[StrictModel], loc: FieldPath) -> type[StrictModel] | None
     return current
 
 
+def _k8s_marker(metadata: list[Any], annotation: Any) -> K8sType | None:
+    """The K8sType marker of a field, also when it sits inside `Annotated[...] | None`."""
+    for m in metadata:
+        if isinstance(m, K8sType):
+            return m
+    candidates = typing.get_args(annotation) if typing.get_origin(annotation) in (Union, types.UnionType) else ()
+    for arg in candidates:
+        if typing.get_origin(arg) is typing.Annotated:
+            found = next((m for m in arg.__metadata__ if isinstance(m, K8sType)), None)
+            if found is not None:
+                return found
+    return None
+
+
 def _k8s_issues(cls: type[StrictModel], data: Any, path: FieldPath) -> list[Issue]:
     """Check every field marked `K8sType` in raw data, recursing through nested models."""
     if not isinstance(data, dict):
@@ -87,9 +101,9 @@ def _k8s_issues(cls: type[StrictModel], data: Any, path: FieldPath) -> list[Issu
         if alias not in data:
             continue
         value = data[alias]
-        markers = [m for m in info.metadata if isinstance(m, K8sType)]
-        if markers:
-            issues.extend(check_field(value, markers[0], (*path, alias)))
+        marker = _k8s_marker(info.metadata, info.annotation)
+        if marker is not None:
+            issues.extend(check_field(value, marker, (*path, alias)))
             continue
         sub = _model_in(info.annotation)
         if sub is None:

@@ -190,6 +190,7 @@ def _load_federation_file(reader: _Reader, path: Path, state: RepoState) -> None
         return
     docs, problems = load_documents(text, rel)
     state.diagnostics.extend(problems)
+    file_broken = any(p.severity == "error" for p in problems)  # e.g. a duplicate key: fail its units too
     for doc in docs:
         if not _is_mapping(doc, state.diagnostics):
             continue
@@ -214,10 +215,10 @@ def _load_federation_file(reader: _Reader, path: Path, state: RepoState) -> None
         state.diagnostics.extend(problems)
         if unit is None:
             continue
-        if model is None or policy_problems:
+        if model is None or policy_problems or file_broken:
             state.failed.add(unit)
             continue
-        state.units.append(LoadedUnit(unit, rel, doc.start_line, model, policy))
+        state.units.append(LoadedUnit(unit, rel, doc.position(("metadata", "name"))[0], model, policy))
 
 
 def _load_release(reader: _Reader, folder: Path, state: RepoState) -> None:
