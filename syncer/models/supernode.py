@@ -639,15 +639,15 @@ class SuperNodeValues(StrictModel):
     superexec: SuperExecComponent = SuperExecComponent()
 
     def semantic_issues(self) -> list[Issue]:
-        issues: list[Issue] = []
-        issues.extend(self._name_issues())
-        if self.fullnameOverride:
+        issues: list[Issue] = self._name_issues()
+        if self.fullnameOverride and not issues:
             issues.extend(self._derived_name_issues(release=""))
         issues.extend(self._metadata_issues())
         issues.extend(self._topology_issues())
         issues.extend(self._tls_issues())
         issues.extend(self._node_auth_issues())
         for comp, key in ((self.supernode, "supernode"), (self.superexec, "superexec")):
+            issues.extend(_security_issues(self, comp, key))
             if comp.enabled:
                 issues.extend(self._component_issues(comp, key))
         if self.supernode.enabled:
@@ -659,8 +659,8 @@ class SuperNodeValues(StrictModel):
         problem = name_problem(release, "release name")
         if problem:
             return [Issue((), problem, "rename the release folder supernodes/<release>/")]
-        if self.fullnameOverride:
-            return []  # names do not depend on the release; semantic_issues checked them
+        if self.fullnameOverride or self._name_issues():
+            return []  # names do not depend on the release, or their parts are wrong: semantic_issues said so
         return self._derived_name_issues(release)
 
     # -- names ---------------------------------------------------------------------------------
@@ -885,7 +885,6 @@ class SuperNodeValues(StrictModel):
         if comp.livenessProbe.successThreshold != 1:
             issues.append(Issue((key, "livenessProbe", "successThreshold"),
                                 "Kubernetes requires livenessProbe.successThreshold to be 1", "set it to 1"))
-        issues.extend(_security_issues(self, comp, key))
         issues.extend(_volume_issues(comp, key))
         issues.extend(self._extra_arg_issues(comp, key))
         return issues
