@@ -185,11 +185,13 @@ def redact_secrets(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for m in manifests:
         if m.get("kind") == "Secret" and (m.get("data") or m.get("stringData")):
-            m = dict(m)
+            masked = dict(m)
             for key in ("data", "stringData"):
-                if m.get(key):
-                    m[key] = dict.fromkeys(m[key], REDACTED)
-        out.append(m)
+                if masked.get(key):
+                    masked[key] = dict.fromkeys(masked[key], REDACTED)
+            out.append(masked)
+        else:
+            out.append(m)
     return out
 
 

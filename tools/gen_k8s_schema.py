@@ -53,7 +53,7 @@ def type_of(prop: dict[str, Any], todo: list[str]) -> Any:
         return {"ref": short(target)}
     kinds = prop.get("type", "object")
     if isinstance(kinds, list):
-        kinds = [k for k in kinds if k != "null"][0]
+        kinds = next(k for k in kinds if k != "null")
     if kinds == "array":
         return {"list": type_of(prop.get("items", {}), todo)}
     if kinds == "object":

@@ -102,15 +102,17 @@ class Kube:
         """From a kubeconfig file (default: $KUBECONFIG or ~/.kube/config), or in-cluster config when
         neither exists and the process runs in a pod."""
         import os
+        from pathlib import Path
 
         from kubernetes import client, config
 
         configuration = client.Configuration()
         try:
-            if kubeconfig or os.environ.get("KUBECONFIG") or os.path.exists(os.path.expanduser("~/.kube/config")):
-                config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
+            if kubeconfig or os.environ.get("KUBECONFIG") or Path("~/.kube/config").expanduser().exists():
+                config.load_kube_config(  # type: ignore[no-untyped-call]
+                    config_file=kubeconfig, context=context, client_configuration=configuration)
             else:
-                config.load_incluster_config(client_configuration=configuration)
+                config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         except (config.ConfigException, OSError, TypeError) as exc:
             raise ClusterUnreachable(f"cannot load Kubernetes credentials: {exc}") from exc
         configuration.connection_pool_maxsize = 16

@@ -25,7 +25,7 @@ class LiveState:
         """Everything labelled managed-by flower-syncer: cluster-wide, or in the given namespaces
         (for an agent whose RBAC is limited to them)."""
         state = cls()
-        scopes: list[str | None] = sorted(set(namespaces)) if namespaces is not None else [None]
+        scopes: list[str | None] = [*sorted(set(namespaces))] if namespaces is not None else [None]
         for ns in scopes:
             for kind in kinds:
                 items, _ = kube.list(kind, ns, labels=MANAGED_SELECTOR)

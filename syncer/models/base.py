@@ -136,7 +136,7 @@ def _describe(cls: type[StrictModel], err: ErrorDetails, raw: Any) -> tuple[Fiel
     msg = err["msg"]
     if kind in ("string_type", "int_type", "bool_type", "float_type", "dict_type", "list_type", "model_type"):
         got = err.get("input")
-        msg = f"{msg}, got {type(got).__name__ if not isinstance(got, (dict, list)) else type(got).__name__} {_short(got)}"
+        msg = f"{msg}, got {type(got).__name__} {_short(got)}"
     hint = hints.get(str(field), "")
     if not hint and kind in ("int_type", "bool_type") and isinstance(err.get("input"), str):
         hint = "remove the quotes around the value"

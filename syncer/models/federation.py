@@ -227,14 +227,16 @@ class Federation(StrictModel):
                 issues.append(Issue((*at, "name"), problem, "rename the pool"))
                 continue
             if pool.name in seen:
-                issues.append(Issue((*at, "name"), f"pool name {pool.name!r} is used twice (first at pools[{seen[pool.name]}])",
+                issues.append(Issue((*at, "name"),
+                                    f"pool name {pool.name!r} is used twice (first at pools[{seen[pool.name]}])",
                                     "give every pool a unique name"))
             seen.setdefault(pool.name, i)
             workload = self.pool_name(pool)
             if len(workload) > MAX_WORKLOAD_NAME:
                 issues.append(Issue((*at, "name"),
-                                    f"derived workload name {workload!r} is {len(workload)} characters; StatefulSets and "
-                                    f"DaemonSets need at most {MAX_WORKLOAD_NAME} (their pods carry a revision-hash label)",
+                                    f"derived workload name {workload!r} is {len(workload)} characters; "
+                                    f"StatefulSets and DaemonSets need at most {MAX_WORKLOAD_NAME} (their pods "
+                                    "carry a revision-hash label)",
                                     "shorten the federation or pool name"))
             component = f"pool-{pool.name}"
             if len(component) > MAX_NAME:
@@ -242,7 +244,8 @@ class Federation(StrictModel):
                                     "shorten the pool name"))
             if pool.volumeClaimTemplates and not self.stateful:
                 issues.append(Issue((*at, "volumeClaimTemplates"),
-                                    "volumeClaimTemplates only work in StatefulSet mode (the operator silently drops them)",
+                                    "volumeClaimTemplates only work in StatefulSet mode (the operator silently "
+                                    "drops them)",
                                     "use volumes with a persistentVolumeClaim or hostPath in DaemonSet mode"))
             if self.spec.isolationMode == "subprocess" and (pool.superexecResources or pool.superexecVolumeMounts
                                                            or pool.superexecExtraArgs):

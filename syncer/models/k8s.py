@@ -103,7 +103,8 @@ def _check(value: Any, spec: Any, path: FieldPath, issues: list[Issue]) -> None:
             _check(item, spec["list"], (*path, i), issues)
     elif "map" in spec:
         if not isinstance(value, dict):
-            issues.append(Issue(path, f"expected a mapping, got {_article(_type_name(value))}", "write it as key: value pairs"))
+            issues.append(Issue(path, f"expected a mapping, got {_article(_type_name(value))}",
+                                "write it as key: value pairs"))
             return
         for key, item in value.items():
             _check(item, spec["map"], (*path, key), issues)
@@ -132,7 +133,8 @@ def _check_scalar(value: Any, kind: str, path: FieldPath, issues: list[Issue]) -
 
 def _check_object(value: Any, type_name: str, path: FieldPath, issues: list[Issue]) -> None:
     if not isinstance(value, dict):
-        issues.append(Issue(path, f"expected a mapping, got {_article(_type_name(value))}", "write it as key: value pairs"))
+        issues.append(Issue(path, f"expected a mapping, got {_article(_type_name(value))}",
+                            "write it as key: value pairs"))
         return
     spec = _types()[type_name]
     props: dict[str, Any] = spec["p"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 PLACEHOLDER = re.compile(r"\{(index|replicas|pool|node)\}")
@@ -124,6 +125,7 @@ def encode_typed(value: object) -> Token:
     )
 
 
+@lru_cache(maxsize=4096)
 def encode_template(raw: str, *, pool: str, replicas: int | None, stateful: bool) -> Token:
     """A Federation node-config string (with placeholders) as a TOML token.
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml
 
 Manifest = dict[str, Any]
+T = TypeVar("T")
 UnitKind = Literal["federation", "supernode"]
 
 MANAGED_BY = "flower-syncer"
@@ -58,14 +59,14 @@ class RenderContext:
     source: str  # repo-relative path of the file that defines the unit
 
 
-def clone(value: Any) -> Any:
+def clone(value: T) -> T:
     """A copy of a JSON-like tree (dicts, lists, scalars); much faster than copy.deepcopy.
 
     Renderers copy user-provided sub-trees so no two manifests share a mutable object."""
     if isinstance(value, dict):
-        return {k: clone(v) for k, v in value.items()}
+        return {k: clone(v) for k, v in value.items()}  # type: ignore[return-value]
     if isinstance(value, list):
-        return [clone(v) for v in value]
+        return [clone(v) for v in value]  # type: ignore[return-value]
     return value
 
 
@@ -99,7 +100,10 @@ def object_ref(m: Manifest) -> str:
     return f"{m['kind']}/{ns}/{meta['name']}" if ns else f"{m['kind']}/{meta['name']}"
 
 
-class _Dumper(yaml.SafeDumper):
+_BaseDumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+class _Dumper(_BaseDumper):  # type: ignore[valid-type,misc]
     """Block style, multi-line strings as literal blocks, no aliases."""
 
     def ignore_aliases(self, data: Any) -> bool:

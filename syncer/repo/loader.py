@@ -13,6 +13,7 @@ listed in `failed` (by identity, where it can be told) so the engine keeps their
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from syncer.models.base import validate_document
 from syncer.models.federation import API_VERSION, KIND, Federation
 from syncer.models.names import name_problem
 from syncer.models.settings import ReleaseSettings, RepoSettings, SyncPolicy
-from syncer.models.supernode import SuperNodeValues
+from syncer.models.supernode import SuperNodeValues, validate_values
 from syncer.render.common import Unit
 from syncer.repo.yamldoc import YamlDoc, decode_text, load_documents
 
@@ -248,7 +249,8 @@ def _load_release(reader: _Reader, folder: Path, state: RepoState) -> None:
         state.failed.add(unit)
         return
     state.files += 1
-    values = _load_single(reader, values_path, SuperNodeValues, state, unit=unit.id, empty_ok=True)
+    values = _load_single(reader, values_path, SuperNodeValues, state, unit=unit.id, empty_ok=True,
+                          validate=lambda doc: validate_values(doc, release, unit.id))
     for extra in sorted(folder.iterdir()):
         if extra.name not in (VALUES_FILE, "values.yml", RELEASE_FILE) and extra.suffix in YAML_SUFFIXES:
             state.diagnostics.append(Diagnostic(reader.rel(extra), 0, 0, "", "file is not read by flower-syncer",
@@ -262,7 +264,8 @@ def _load_release(reader: _Reader, folder: Path, state: RepoState) -> None:
 
 
 def _load_single(reader: _Reader, path: Path, cls: type[Any], state: RepoState, unit: str = "",
-                 empty_ok: bool = False) -> Any:
+                 empty_ok: bool = False,
+                 validate: Callable[[YamlDoc], tuple[Any, list[Diagnostic]]] | None = None) -> Any:
     rel = reader.rel(path)
     text = reader.read(path)
     if text is None:
@@ -279,7 +282,7 @@ def _load_single(reader: _Reader, path: Path, cls: type[Any], state: RepoState, 
         return None
     if not _is_mapping(docs[0], state.diagnostics):
         return None
-    model, problems = validate_document(cls, docs[0], unit=unit)
+    model, problems = validate(docs[0]) if validate else validate_document(cls, docs[0], unit=unit)
     state.diagnostics.extend(problems)
     return model
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from syncer.cluster.client import Kube
-from syncer.engine.changeset import Action
+from syncer.engine.changeset import Action, Change
 from syncer.engine.sync import Engine, SyncOptions, SyncReport
 from syncer.render.repo import render_repo
 from syncer.repo.loader import load_repo
@@ -72,6 +72,11 @@ def sync(kube: Kube, repo: Path, **opts: Any) -> SyncReport:
 
 def actions(report: SyncReport) -> dict[str, str]:
     return {c.ref: c.action.value for u in report.units for c in u.changes}
+
+
+def sts_change(report: SyncReport, name: str = "fed-supernode-a") -> Change:
+    return next(c for u in report.units for c in u.changes if c.ref.startswith("StatefulSet/")
+                and c.ref.endswith(name))
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 30) -> Any:
@@ -189,7 +194,7 @@ def test_imperative_edit_is_drift_and_is_reverted(kube: Kube, repo: Path, namesp
     kube_cluster.kubectl("-n", namespace, "scale", "statefulset", "fed-supernode-a", "--replicas=5")
     kube_cluster.kubectl("-n", namespace, "set", "image", "statefulset/fed-supernode-a", "supernode=evil:1")
     diff = sync(kube, repo, dry_run=True, with_diff=True)
-    change = next(c for u in diff.units for c in u.changes if c.ref.startswith("StatefulSet/") and c.ref.endswith("fed-supernode-a"))
+    change = sts_change(diff)
     assert change.action is Action.CONFIGURED and change.drift
     assert "-  replicas: 5" in change.diff and "+  replicas: 2" in change.diff
     assert "evil:1" in change.diff
@@ -210,7 +215,7 @@ def test_field_owned_by_another_applier_is_a_conflict(kube: Kube, repo: Path, na
              "metadata": {"name": "fed-supernode-a", "namespace": namespace}, "spec": {"replicas": 4}}
     kube.apply(patch, manager="other-team", force=True)
     report = sync(kube, repo)
-    change = next(c for u in report.units for c in u.changes if c.ref.startswith("StatefulSet/") and c.ref.endswith("fed-supernode-a"))
+    change = sts_change(report)
     assert change.action is Action.FAILED
     assert ".spec.replicas" in change.message and "other-team" in change.message
     forced = sync(kube, repo, force_conflicts=True)
@@ -230,7 +235,7 @@ def test_immutable_field_change_is_refused_unless_recreate_is_allowed(kube: Kube
     uid = (kube.get("StatefulSet", namespace, "fed-supernode-a") or {})["metadata"]["uid"]
     write_fed(repo, pools=pool("a", 1, VCT.replace("SIZE", "2Gi")))
     report = sync(kube, repo)
-    change = next(c for u in report.units for c in u.changes if c.ref.startswith("StatefulSet/") and c.ref.endswith("fed-supernode-a"))
+    change = sts_change(report)
     assert change.action is Action.FAILED
     assert "immutable" in change.message and "allow-recreate" in change.message
     text = (repo / "federations" / "fed.yaml").read_text().replace(

@@ -4,7 +4,6 @@ must name (cases without a marker name line 0: a whole-file problem)."""
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -257,7 +256,7 @@ def test_symlink_outside_the_repo_is_refused(tmp_path: Path) -> None:
     outside.write_text(fed())
     repo = tmp_path / "repo"
     (repo / "federations").mkdir(parents=True)
-    os.symlink(outside, repo / "federations" / "fed.yaml")
+    (repo / "federations" / "fed.yaml").symlink_to(outside)
     state = load_repo(repo)
     assert [d.message for d in state.errors] == ["symlink points outside the config repository"]
     assert state.errors[0].file == "federations/fed.yaml"
