@@ -1,0 +1,531 @@
+"""Live status of units: pools, readiness, pod problems and GPUs, read with a few LIST requests.
+
+For each namespace that holds a unit: one LIST per workload kind the units there use, one LIST of
+pods (all by the managed-by label, never a GET per object), plus one LIST of inventory ConfigMaps
+for the last applied revisions; for the cluster GPU table, the nodes once and the bound pods of
+the whole cluster once.
+
+`wait_healthy` polls the same collection until every unit is ready, a problem that will not fix
+itself persists, or the time is up (`flower-syncer sync --wait`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from syncer.cluster.client import ApiError, ClusterUnreachable, Kube
+from syncer.engine.inventory import INVENTORY_SELECTOR, Inventory, decode
+from syncer.observe.health import (
+    GPUCount,
+    NodeGPU,
+    ProblemSummary,
+    is_terminating,
+    node_gpus,
+    pool_gpus,
+    selector_matches,
+    summarize_problems,
+    workload_health,
+)
+from syncer.render.common import LABEL_MANAGED_BY, LABEL_UNIT, LABEL_UNIT_KIND, MANAGED_BY, Manifest, Unit
+from syncer.render.federation import LABEL_COMPONENT, LABEL_POOL
+from syncer.render.repo import unit_matches
+
+if TYPE_CHECKING:
+    from syncer.engine.sync import SyncReport
+
+WORKLOAD_KINDS = ("StatefulSet", "DaemonSet", "Deployment")
+UNIT_WORKLOAD_KINDS: dict[str, tuple[str, ...]] = {
+    "federation": ("StatefulSet", "DaemonSet"),
+    "supernode": ("Deployment",),
+}
+MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+# Pods that hold node resources: bound to a node and not finished.
+BOUND_PODS_FIELDS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+SUPERLINK_POOL = "superlink"
+
+# Pod problems that do not go away by waiting; `wait_healthy` gives up when one persists.
+TERMINAL_REASONS = frozenset({
+    "ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CreateContainerConfigError",
+    "CreateContainerError", "RunContainerError", "CrashLoopBackOff", "OOMKilled", "Unschedulable",
+})
+
+WorkloadKey = tuple[str, str]  # (kind, name)
+
+
+# ---------------------------------------------------------------------------------------------
+# Results
+
+
+@dataclass
+class PoolStatus:
+    """One workload of a unit: the SuperLink, a SuperNode pool, or a SuperNode release component.
+    `ready` is the number of ready pods; `healthy` says whether the workload reached its goal."""
+
+    pool: str
+    kind: str
+    name: str
+    desired: int
+    ready: int
+    updated: int = 0
+    rolling_out: bool = False
+    healthy: bool = False
+    reason: str = ""  # why it is not healthy (from the workload's status), if it is not
+    gpus: dict[str, GPUCount] = field(default_factory=dict)
+    problem: ProblemSummary | None = None  # what is visibly wrong with its pods
+    found: bool = True  # the workload exists in the cluster
+    terminating: int = 0  # pods of the pool being deleted
+    stalled: bool = False  # the controller gave up on the rollout
+
+    @property
+    def summary(self) -> str:
+        """The one line to show: the pod problem, else the workload's reason, else ''."""
+        if self.problem is not None:
+            return str(self.problem)
+        return self.reason
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "pool": self.pool, "kind": self.kind, "name": self.name, "desired": self.desired,
+            "ready": self.ready, "updated": self.updated, "rollingOut": self.rolling_out,
+            "healthy": self.healthy, "found": self.found,
+            "gpus": {name: c.to_dict() for name, c in self.gpus.items()},
+        }
+        if self.reason:
+            out["reason"] = self.reason
+        if self.problem is not None:
+            out["problem"] = self.problem.to_dict()
+        if self.stalled:
+            out["stalled"] = True
+        return out
+
+
+@dataclass
+class UnitStatus:
+    unit: str  # Unit.id: kind/namespace/name
+    revision: str = ""  # last applied revision, from the unit's inventory
+    pools: list[PoolStatus] = field(default_factory=list)
+    drift: int | None = None  # objects that differ from the repository; None when not computed
+    found: bool = True  # False: no inventory and no workload of the unit in the cluster
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def ready(self) -> bool:
+        return self.found and all(p.healthy for p in self.pools)
+
+    @property
+    def gpus(self) -> dict[str, GPUCount]:
+        total: dict[str, GPUCount] = {}
+        for p in self.pools:
+            for name, c in p.gpus.items():
+                t = total.setdefault(name, GPUCount())
+                t.requested += c.requested
+                t.allocated += c.allocated
+        return dict(sorted(total.items()))
+
+    def to_dict(self) -> dict[str, Any]:
+        kind, namespace, name = self.unit.split("/", 2)
+        out: dict[str, Any] = {
+            "unit": self.unit, "kind": kind, "namespace": namespace, "name": name, "ready": self.ready,
+            "found": self.found, "revision": self.revision, "drift": self.drift,
+            "gpus": {n: c.to_dict() for n, c in self.gpus.items()},
+            "pools": [p.to_dict() for p in self.pools],
+        }
+        if self.errors:
+            out["errors"] = self.errors
+        return out
+
+
+@dataclass
+class ClusterGPUs:
+    nodes: list[NodeGPU] = field(default_factory=list)
+    error: str = ""  # why the figures are missing (e.g. no permission to list nodes)
+
+    def totals(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for n in self.nodes:
+            t = out.setdefault(n.resource, {"allocatable": 0, "used": 0, "free": 0})
+            t["allocatable"] += n.allocatable
+            t["used"] += n.used
+            t["free"] += n.free
+        return dict(sorted(out.items()))
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"nodes": [n.to_dict() for n in self.nodes], "totals": self.totals()}
+        if self.error:
+            out["error"] = self.error
+        return out
+
+
+@dataclass
+class StatusReport:
+    units: list[UnitStatus] = field(default_factory=list)
+    gpus: ClusterGPUs | None = None
+
+    @property
+    def ready(self) -> bool:
+        return all(u.ready for u in self.units)
+
+    @property
+    def drifted(self) -> bool:
+        return any(u.drift for u in self.units)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"ready": self.ready, "drifted": self.drifted,
+                               "units": [u.to_dict() for u in self.units]}
+        if self.gpus is not None:
+            out["gpus"] = self.gpus.to_dict()
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# What to look at
+
+
+@dataclass
+class Target:
+    """A unit to report on. `workloads` are the workloads it should have (rendered manifests, or
+    None for ones only known from the inventory); None = whatever the cluster has for the unit."""
+
+    unit: Unit
+    workloads: dict[WorkloadKey, Manifest | None] | None = None
+    revision: str = ""
+    has_inventory: bool = False
+
+
+UnitsArg = Iterable[Unit] | Mapping[Unit, Sequence[Manifest] | None] | None
+
+
+def discover_units(kube: Kube, namespaces: Iterable[str] | None = None) -> dict[Unit, Inventory]:
+    """Units that have an inventory in the cluster (cluster-wide, or in the given namespaces)."""
+    scopes: list[str | None] = [*sorted(set(namespaces))] if namespaces is not None else [None]
+    found: dict[Unit, Inventory] = {}
+    for ns in scopes:
+        cms, _ = kube.list("ConfigMap", ns, labels=INVENTORY_SELECTOR)
+        for cm in cms:
+            inv = decode(cm)
+            if inv is not None:
+                found[inv.unit] = inv
+    return found
+
+
+def resolve_targets(kube: Kube, units: UnitsArg = None, selectors: Sequence[str] = ()) -> list[Target]:
+    """Targets for units: a list of Units (expected workloads from their inventories), a mapping
+    of Unit to rendered manifests (None: from the inventory), or None for every unit with an
+    inventory in the cluster; only those matching a selector (NAME, KIND/NAME, KIND/NAMESPACE/NAME)
+    when selectors are given. Reads the inventories: one LIST per namespace, or one in all."""
+    given: dict[Unit, Sequence[Manifest] | None]
+    if units is None:
+        inventories = discover_units(kube)
+        given = dict.fromkeys(inventories)
+    else:
+        given = dict(units) if isinstance(units, Mapping) else dict.fromkeys(units)
+    if selectors:
+        given = {u: m for u, m in given.items() if any(unit_matches(u, s) for s in selectors)}
+    if units is not None:
+        inventories = discover_units(kube, {u.namespace for u in given}) if given else {}
+    targets = []
+    for unit in sorted(given):
+        inv = inventories.get(unit)
+        manifests = given[unit]
+        workloads: dict[WorkloadKey, Manifest | None] | None = None
+        if manifests is not None:
+            workloads = {(m["kind"], m["metadata"]["name"]): m for m in manifests
+                         if m["kind"] in WORKLOAD_KINDS}
+        elif inv is not None:
+            workloads = {(r.kind, r.name): None for r in sorted(inv.entries) if r.kind in WORKLOAD_KINDS}
+        targets.append(Target(unit, workloads, inv.revision if inv else "", inv is not None))
+    return targets
+
+
+# ---------------------------------------------------------------------------------------------
+# Collection
+
+
+def status(kube: Kube, units: UnitsArg = None, *, selectors: Sequence[str] = (), nodes: bool = True,
+           drift: Mapping[str, int] | None = None,
+           errors: Mapping[str, Sequence[str]] | None = None) -> StatusReport:
+    """The status of units (see `resolve_targets`), with the cluster's GPU table when `nodes`, and
+    per unit id the drift counts and errors of a dry-run sync when given (see `drift_counts`)."""
+    report = collect_status(kube, resolve_targets(kube, units, selectors), nodes=nodes)
+    for u in report.units:
+        if drift is not None:
+            u.drift = drift.get(u.unit, 0)
+        u.errors.extend((errors or {}).get(u.unit, ()))
+    return report
+
+
+def collect_status(kube: Kube, targets: Sequence[Target], *, nodes: bool = True) -> StatusReport:
+    by_ns: dict[str, list[Target]] = {}
+    for t in targets:
+        by_ns.setdefault(t.unit.namespace, []).append(t)
+    report = StatusReport()
+    results: dict[Unit, UnitStatus] = {}
+    for ns, ns_targets in sorted(by_ns.items()):
+        kinds = sorted({k for t in ns_targets for k in UNIT_WORKLOAD_KINDS[t.unit.kind]}
+                       | {k for t in ns_targets for k, _ in (t.workloads or {})})
+        workloads: list[dict[str, Any]] = []
+        for kind in kinds:
+            items, _ = kube.list(kind, ns, labels=MANAGED_SELECTOR)
+            workloads.extend(items)
+        pods, _ = kube.list("Pod", ns, labels=MANAGED_SELECTOR)
+        for t in ns_targets:
+            results[t.unit] = unit_status(t, workloads, pods)
+    report.units = [results[t.unit] for t in targets]
+    if nodes:
+        report.gpus = cluster_gpus(kube)
+    return report
+
+
+def cluster_gpus(kube: Kube) -> ClusterGPUs:
+    """GPUs of every node: allocatable and used by the pods bound there (all namespaces)."""
+    try:
+        node_items, _ = kube.list("Node")
+        bound, _ = kube.list("Pod", None, fields=BOUND_PODS_FIELDS)
+    except ApiError as exc:
+        if exc.forbidden:
+            return ClusterGPUs(error=f"cannot read nodes and pods cluster-wide: {exc.message}")
+        raise
+    return ClusterGPUs(node_gpus(node_items, bound))
+
+
+def _belongs(obj: Mapping[str, Any], unit: Unit) -> bool:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return labels.get(LABEL_UNIT) == unit.name and labels.get(LABEL_UNIT_KIND) == unit.kind
+
+
+def pool_name(unit_kind: str, workload: Mapping[str, Any]) -> str:
+    """The pool a workload stands for: a federation's `superlink` or `<pool>`, or a SuperNode
+    release's component (`supernode`, `superexec-clientapp`); else the workload's name."""
+    meta = workload.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    if unit_kind == "federation":
+        if labels.get(LABEL_COMPONENT) == SUPERLINK_POOL:
+            return SUPERLINK_POOL
+        if labels.get(LABEL_POOL):
+            return str(labels[LABEL_POOL])
+    elif labels.get(LABEL_COMPONENT):
+        return str(labels[LABEL_COMPONENT])
+    return str(meta.get("name", ""))
+
+
+def unit_status(target: Target, workloads: Sequence[Mapping[str, Any]],
+                pods: Sequence[Mapping[str, Any]]) -> UnitStatus:
+    """A unit's status from the workloads and pods of its namespace (pure)."""
+    unit = target.unit
+    live = {(w["kind"], w["metadata"]["name"]): w for w in workloads
+            if _belongs(w, unit) and not is_terminating(w)}
+    unit_pods = [p for p in pods if _belongs(p, unit)]
+    result = UnitStatus(unit.id, revision=target.revision)
+    pools: list[PoolStatus] = []
+    if target.workloads is None:
+        for key in sorted(live):
+            pools.append(_live_pool(unit, live[key], unit_pods))
+        result.found = target.has_inventory or bool(live)
+    else:
+        for key, manifest in target.workloads.items():
+            if key in live:
+                pools.append(_live_pool(unit, live[key], unit_pods))
+            else:
+                pools.append(_missing_pool(unit, key, manifest))
+    pools.sort(key=lambda p: (p.pool != SUPERLINK_POOL, p.pool, p.name))
+    result.pools = pools
+    return result
+
+
+def _live_pool(unit: Unit, obj: Mapping[str, Any], unit_pods: Sequence[Mapping[str, Any]]) -> PoolStatus:
+    health = workload_health(obj)
+    spec = obj.get("spec") or {}
+    selector = spec.get("selector")
+    pods = [p for p in unit_pods if selector_matches(selector, (p.get("metadata") or {}).get("labels"))]
+    template = (spec.get("template") or {}).get("spec") or {}
+    return PoolStatus(
+        pool=pool_name(unit.kind, obj), kind=health.kind, name=obj["metadata"]["name"],
+        desired=health.desired, ready=health.ready, updated=health.updated, rolling_out=health.rolling_out,
+        healthy=health.healthy, reason=health.reason, gpus=pool_gpus(template, health.desired, pods),
+        problem=summarize_problems(pods), terminating=sum(1 for p in pods if is_terminating(p)),
+        stalled=health.stalled)
+
+
+def _missing_pool(unit: Unit, key: WorkloadKey, manifest: Manifest | None) -> PoolStatus:
+    kind, name = key
+    if manifest is None:
+        return PoolStatus(name, kind, name, 0, 0, found=False, reason="missing from the cluster")
+    spec = manifest.get("spec") or {}
+    desired = 0 if kind == "DaemonSet" else int(spec.get("replicas", 1))
+    template = (spec.get("template") or {}).get("spec") or {}
+    return PoolStatus(pool_name(unit.kind, manifest), kind, name, desired, 0, found=False,
+                      reason="not in the cluster (not synced yet?)", gpus=pool_gpus(template, desired, []))
+
+
+def unit_from_id(unit_id: str) -> Unit:
+    """The Unit of an id `kind/namespace/name`. Raises ValueError."""
+    kind, namespace, name = unit_id.split("/", 2)
+    if kind == "federation":
+        return Unit("federation", namespace, name)
+    if kind == "supernode":
+        return Unit("supernode", namespace, name)
+    raise ValueError(f"not a unit id: {unit_id!r}")
+
+
+def drift_counts(report: SyncReport) -> tuple[dict[str, int], dict[str, list[str]]]:
+    """From a dry-run sync: per unit id, the number of objects that would change, and the errors."""
+    counts: dict[str, int] = {}
+    errors: dict[str, list[str]] = {}
+    for u in report.units:
+        counts[u.unit] = sum(1 for c in u.changes if c.action.value not in ("unchanged", "skipped"))
+        if u.errors:
+            errors[u.unit] = list(u.errors)
+    return counts, errors
+
+
+# ---------------------------------------------------------------------------------------------
+# Waiting
+
+
+class WaitResult(NamedTuple):
+    healthy: bool
+    statuses: list[UnitStatus]
+    reason: str  # why it stopped when not healthy: a persisting problem, the timeout, an error
+
+
+def _blocking(report: StatusReport) -> dict[tuple[str, str, str], str]:
+    """Problems that will not fix themselves, by (unit, pool, reason), with a description."""
+    out: dict[tuple[str, str, str], str] = {}
+    for u in report.units:
+        for p in u.pools:
+            if p.healthy:
+                continue
+            if p.stalled:
+                out[(u.unit, p.pool, "stalled")] = f"{u.unit} {p.pool}: {p.reason}"
+            if p.problem is None or p.problem.reason not in TERMINAL_REASONS:
+                continue
+            # a pod being deleted may free the node resources an unschedulable pod waits for
+            if p.problem.reason == "Unschedulable" and p.terminating:
+                continue
+            out[(u.unit, p.pool, p.problem.reason)] = f"{u.unit} {p.pool}: {p.problem}"
+    return out
+
+
+def _progress_line(report: StatusReport, elapsed: float) -> str:
+    waiting = [u for u in report.units if not u.ready]
+    parts = []
+    for u in waiting:
+        pools = [f"{p.pool} {p.ready}/{p.desired}" + (f" ({p.problem.reason})" if p.problem else "")
+                 for p in u.pools if not p.healthy]
+        parts.append(f"{u.unit} " + (", ".join(pools) if pools else "(not found)"))
+    shown = "; ".join(parts[:3]) + (f"; +{len(parts) - 3} more" if len(parts) > 3 else "")
+    return f"waiting for {len(waiting)}/{len(report.units)} unit(s) [{elapsed:.0f}s]: {shown}"
+
+
+def wait_healthy(kube: Kube, units: UnitsArg, timeout: float, progress: Callable[[str], None] | None = None,
+                 *, interval: float = 1.0, persist: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> WaitResult:
+    """Poll every `interval` seconds until every unit is ready (healthy=True), a terminal problem
+    (image pull, crash loop, OOM kill, unschedulable; see TERMINAL_REASONS) has persisted for more
+    than `persist` seconds or a Deployment exceeded its progress deadline, or `timeout` passed.
+    Returns the last statuses either way. A cluster that stops answering is retried until the
+    timeout; a request the server refuses ends the wait."""
+    say = progress or (lambda _msg: None)
+    start = clock()
+    deadline = start + timeout
+    first_seen: dict[tuple[str, str, str], float] = {}
+    statuses: list[UnitStatus] = []
+    targets: list[Target] | None = None
+    last_error = ""
+    while True:
+        now = clock()
+        try:
+            if targets is None:
+                targets = resolve_targets(kube, units)
+            report = collect_status(kube, targets, nodes=False)
+        except ClusterUnreachable as exc:
+            last_error = str(exc)
+            report = None
+        except ApiError as exc:
+            if exc.status != 429 and exc.status < 500:
+                return WaitResult(False, statuses, f"cannot read the status: {exc}")
+            last_error = str(exc)
+            report = None
+        if report is not None:
+            statuses = report.units
+            last_error = ""
+            if report.ready:
+                return WaitResult(True, statuses, "")
+            blocking = _blocking(report)
+            first_seen = {k: first_seen.get(k, now) for k in blocking}
+            stuck = [blocking[k] for k, t in sorted(first_seen.items())
+                     if k[2] == "stalled" or now - t > persist]
+            if stuck:
+                return WaitResult(False, statuses, "; ".join(stuck))
+            say(_progress_line(report, now - start))
+        if clock() >= deadline:
+            reason = f"timed out after {timeout:g}s"
+            if last_error:
+                reason += f" (last error: {last_error})"
+            elif statuses:
+                pending = [f"{u.unit} {p.pool} {p.ready}/{p.desired}"
+                           + (f": {p.summary}" if p.summary else "")
+                           for u in statuses for p in u.pools if not p.healthy]
+                pending += [f"{u.unit}: not found" for u in statuses if not u.found]
+                reason += ": " + "; ".join(pending)
+            return WaitResult(False, statuses, reason)
+        sleep(max(0.0, min(interval, deadline - clock())))
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables
+
+
+def _table(rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = []
+    for r in rows:
+        cells = [c.ljust(w) for c, w in zip(r[:-1], widths[:-1], strict=True)] + [r[-1]]
+        lines.append("   ".join(cells).rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def _gpu_cell(gpus: Mapping[str, GPUCount]) -> str:
+    return ", ".join(f"{n} {c.allocated}/{c.requested}" for n, c in gpus.items()) or "-"
+
+
+def format_units(report: StatusReport, *, revision_width: int = 12) -> str:
+    """UNIT POOL KIND READY GPUS DRIFT REVISION PROBLEM, one row per pool."""
+    rows: list[list[str]] = [["UNIT", "POOL", "KIND", "READY", "GPUS", "DRIFT", "REVISION", "PROBLEM"]]
+    for u in report.units:
+        drift = "-" if u.drift is None else str(u.drift)
+        if u.errors:
+            drift += "!"
+        revision = (u.revision[:revision_width] if u.revision else "-")
+        if not u.pools:
+            rows.append([u.unit, "-", "-", "-", "-", drift, revision,
+                         "no workloads found in the cluster" if not u.found else "-"])
+        for p in u.pools:
+            rows.append([u.unit, p.pool, p.kind, f"{p.ready}/{p.desired}", _gpu_cell(p.gpus), drift, revision,
+                         p.summary or "-"])
+    return _table(rows)
+
+
+def format_gpus(gpus: ClusterGPUs) -> str:
+    """NODE RESOURCE ALLOCATABLE USED FREE, one row per node and GPU resource."""
+    if gpus.error:
+        return f"GPUs: {gpus.error}\n"
+    if not gpus.nodes:
+        return "no node has GPUs\n"
+    rows = [["NODE", "RESOURCE", "ALLOCATABLE", "USED", "FREE"]]
+    rows.extend([n.node, n.resource, str(n.allocatable), str(n.used), str(n.free)] for n in gpus.nodes)
+    return _table(rows)
+
+
+def format_report(report: StatusReport) -> str:
+    out = format_units(report) if report.units else "no units\n"
+    errors = [f"{u.unit}: {e}" for u in report.units for e in u.errors]
+    if errors:
+        out += "".join(f"error: {e}\n" for e in errors)
+    if report.gpus is not None:
+        out += "\n" + format_gpus(report.gpus)
+    return out
