@@ -97,6 +97,24 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how long --wait waits, e.g. 90s, 5m (default 5m)")
     p.add_argument("-o", "--output", choices=["text", "json"], default="text", help="output format")
     p.set_defaults(func=cmd_sync)
+
+    p = sub.add_parser("status", help="show readiness, pod problems and GPUs of the synced units",
+                       description="Show each unit's pools: ready/desired pods, GPUs allocated/requested, the "
+                                   "main pod problem (image pull, crash loop, OOM kill, unschedulable), the last "
+                                   "applied revision and, when DIR is given, how many objects differ from it "
+                                   "(a server-side dry-run, no writes); then the GPUs of every node. Without DIR "
+                                   "the units are those flower-syncer has synced into the cluster. Exit codes: "
+                                   "0 every unit ready and no drift, 1 not ready or drifted, 3 cluster "
+                                   "unreachable.")
+    p.add_argument("dir", metavar="DIR", nargs="?", default=None, type=Path,
+                   help="config repository to compare with (default: report the units found in the cluster)")
+    _add_unit_arg(p)
+    _add_cluster_args(p)
+    p.add_argument("-o", "--output", choices=["table", "json"], default="table", help="output format")
+    p.add_argument("-w", "--watch", action="store_true", help="redraw every --interval until Ctrl-C")
+    p.add_argument("--interval", type=_duration, default=2.0, metavar="SECONDS",
+                   help="seconds between redraws with --watch (default 2)")
+    p.set_defaults(func=cmd_status)
     return parser
 
 
@@ -379,3 +397,73 @@ def _wait(engine: Any, rendered: Any, timeout: float, text: bool) -> tuple[bool,
                     f"{p.pool} {p.ready}/{p.desired}" + (f" ({p.problem})" if p.problem else "")
                     for p in st.pools if not p.ready), file=sys.stderr)
     return healthy, statuses
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    import json
+    import time
+
+    from syncer.cluster.client import ApiError, ClusterUnreachable
+    from syncer.observe.status import StatusReport, drift_counts, format_report, status, unit_from_id
+    from syncer.render.common import Manifest, Unit, to_json
+
+    def one_round(kube: Any, first: bool) -> tuple[StatusReport | None, int]:
+        if args.dir is None:
+            report = status(kube, None, selectors=args.unit)
+            if args.unit and not report.units:
+                if first:
+                    print(f"error: no unit in the cluster matches {', '.join(args.unit)}", file=sys.stderr)
+                return report, EXIT_FAILED
+            return report, EXIT_OK if report.ready else EXIT_FAILED
+        from syncer.engine.sync import Engine, SyncOptions
+
+        loaded = _load_and_render(args)
+        if loaded is None:
+            return None, EXIT_USAGE
+        state, rendered = loaded
+        diags = [d for d in sorted(state.diagnostics + rendered.diagnostics) if d.severity == "error"]
+        if first:
+            _print_diagnostics(diags, sys.stderr)
+        dry = Engine(kube).sync(state, rendered, SyncOptions(dry_run=True, selectors=args.unit))
+        counts, errors = drift_counts(dry)
+        # rendered units, and those the dry-run reported on too (failed to render, or left Git)
+        units: dict[Unit, list[Manifest] | None] = dict.fromkeys(unit_from_id(u.unit) for u in dry.units)
+        units.update(rendered.units)
+        report = status(kube, units, drift=counts, errors=errors)
+        clean = report.ready and not report.drifted and not diags and not errors
+        return report, EXIT_OK if clean else EXIT_FAILED
+
+    tty = sys.stdout.isatty()
+    code = EXIT_OK
+    first = True
+    error = ""
+    kube = None
+    try:
+        while True:
+            try:
+                kube = kube or _connect(args)
+                report, code = one_round(kube, first)
+            except (ClusterUnreachable, ApiError) as exc:
+                if not args.watch:
+                    print(f"error: {exc}", file=sys.stderr)
+                    return EXIT_RUNTIME
+                report, code = None, EXIT_RUNTIME
+                error = f"error: {exc}\n"
+            if report is None and code == EXIT_USAGE:
+                return code
+            if args.output == "json":
+                payload: dict[str, Any] = report.to_dict() if report is not None else {"error": error.strip()}
+                sys.stdout.write(json.dumps(payload, sort_keys=True) + "\n" if args.watch else to_json(payload))
+            else:
+                text = format_report(report) if report is not None else error
+                if args.watch:
+                    header = f"every {args.interval:g}s: flower-syncer status    {time.strftime('%H:%M:%S')}\n\n"
+                    text = ("\033[H\033[2J" if tty else "\n") + header + text
+                sys.stdout.write(text)
+            sys.stdout.flush()
+            if not args.watch:
+                return code
+            first = False
+            time.sleep(max(args.interval, 0.1))
+    except KeyboardInterrupt:
+        return code
