@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import threading
+
+import orjson
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -16,6 +18,7 @@ from typing import Any
 from urllib.parse import quote
 
 FIELD_MANAGER = "flower-syncer"
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 
 
 @dataclass(frozen=True)
@@ -143,17 +146,24 @@ class Kube:
 
     def request(self, method: str, path: str, *, body: Any = None, query: Mapping[str, Any] | None = None,
                 content_type: str = "application/json", timeout: float = 30) -> Any:
+        return self.request_status(method, path, body=body, query=query, content_type=content_type,
+                                   timeout=timeout)[0]
+
+    def request_status(self, method: str, path: str, *, body: Any = None, query: Mapping[str, Any] | None = None,
+                       content_type: str = "application/json", timeout: float = 30,
+                       accept: str = "application/json") -> tuple[Any, int]:
+        """Like `request`, also returning the HTTP status (201 tells a create from an update)."""
         params = [(k, v) for k, v in (query or {}).items() if v is not None]
         dry = any(k == "dryRun" for k, _ in params)
         with self._lock:
             self.counts[method + (" dry-run" if dry else "")] += 1
-        headers = {"Accept": "application/json", "Content-Type": content_type}
+        headers = {"Accept": accept, "Content-Type": content_type}
         # the official client serialises JSON and structured-YAML bodies itself
         resp = self._send(method, path, params, headers, body, timeout)
         raw = resp.read()
         if resp.status >= 400:
             raise _api_error(resp.status, resp.reason, raw)
-        return json.loads(raw) if raw else None
+        return (orjson.loads(raw) if raw else None), resp.status
 
     # -- verbs ---------------------------------------------------------------------------------
 
@@ -167,17 +177,21 @@ class Kube:
         return obj
 
     def list(self, kind: str, namespace: str | None = None, *, labels: str | None = None,
-             fields: str | None = None) -> tuple[list[dict[str, Any]], str]:
-        """All items (following `continue`), and the list's resourceVersion."""
+             fields: str | None = None, metadata_only: bool = False) -> tuple[list[dict[str, Any]], str]:
+        """All items (following `continue`), and the list's resourceVersion. `metadata_only` asks
+        the server for metadata alone (much smaller): items then have only kind, apiVersion and
+        metadata."""
         items: list[dict[str, Any]] = []
         token: str | None = None
+        accept = METADATA_LIST if metadata_only else "application/json"
         while True:
-            page = self.request("GET", path_for(kind, namespace), query={
-                "labelSelector": labels, "fieldSelector": fields, "limit": 500, "continue": token})
-            for item in page.get("items", []):
-                item.setdefault("kind", kind)
-                item.setdefault("apiVersion", RESOURCES[kind].api_version)
-            items.extend(page.get("items", []))
+            page, _ = self.request_status("GET", path_for(kind, namespace), accept=accept, query={
+                "labelSelector": labels, "fieldSelector": fields, "limit": 5000, "continue": token})
+            page_items = page.get("items") or []  # a metadata list says null when empty
+            for item in page_items:
+                item["kind"] = kind
+                item["apiVersion"] = RESOURCES[kind].api_version
+            items.extend(page_items)
             token = page.get("metadata", {}).get("continue")
             if not token:
                 return items, page.get("metadata", {}).get("resourceVersion", "")
@@ -185,13 +199,18 @@ class Kube:
     def apply(self, manifest: Mapping[str, Any], *, force: bool = False, dry_run: bool = False,
               manager: str = FIELD_MANAGER) -> dict[str, Any]:
         """Server-side apply. Raises ApiError 409 on a conflict with another field manager."""
+        return self.apply_status(manifest, force=force, dry_run=dry_run, manager=manager)[0]
+
+    def apply_status(self, manifest: Mapping[str, Any], *, force: bool = False, dry_run: bool = False,
+                     manager: str = FIELD_MANAGER) -> tuple[dict[str, Any], bool]:
+        """Server-side apply; also says whether the object was created (HTTP 201)."""
         meta = manifest["metadata"]
         path = path_for(manifest["kind"], meta.get("namespace"), meta["name"])
-        result: dict[str, Any] = self.request(
+        result, status = self.request_status(
             "PATCH", path, body=manifest, content_type="application/apply-patch+yaml",
             query={"fieldManager": manager, "force": "true" if force else None,
                    "dryRun": "All" if dry_run else None})
-        return result
+        return result, status == 201
 
     def create(self, manifest: Mapping[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
         meta = manifest["metadata"]
@@ -240,7 +259,7 @@ class Kube:
                 while b"\n" in buffer:
                     line, buffer = buffer.split(b"\n", 1)
                     if line.strip():
-                        yield json.loads(line)
+                        yield orjson.loads(line)
         finally:
             raw.release_conn()
 
@@ -250,7 +269,7 @@ def _api_error(status: int, reason: str | None, raw: bytes | None) -> ApiError:
     details: dict[str, Any] = {}
     if raw:
         try:
-            payload = json.loads(raw)
+            payload = orjson.loads(raw)
             message = payload.get("message", message)
             reason = payload.get("reason", reason)
             details = payload.get("details") or {}

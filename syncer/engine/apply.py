@@ -71,14 +71,23 @@ class Applier:
         self.dry_run = dry_run
         self.with_diff = with_diff
 
-    def apply(self, desired: Manifest, live: dict[str, Any] | None, recorded: Entry | None,
-              policy: SyncPolicy, force_conflicts: bool) -> Outcome:
-        ref = ObjectRef.of(desired)
+    @staticmethod
+    def known_unchanged(desired: Manifest, live: dict[str, Any] | None, recorded: Entry | None) -> Outcome | None:
+        """The no-request check (step 1); None when the server must be asked."""
         digest = desired["metadata"]["annotations"][ANN_APPLIED_HASH]
         if (live is not None and recorded is not None and recorded.applied == digest
                 and live["metadata"].get("annotations", {}).get(ANN_APPLIED_HASH) == digest
                 and managed_fields_hash(live, FIELD_MANAGER) == recorded.fields):
-            return Outcome(Change(str(ref), Action.UNCHANGED), recorded)
+            return Outcome(Change(str(ObjectRef.of(desired)), Action.UNCHANGED), recorded)
+        return None
+
+    def apply(self, desired: Manifest, live: dict[str, Any] | None, recorded: Entry | None,
+              policy: SyncPolicy, force_conflicts: bool) -> Outcome:
+        ref = ObjectRef.of(desired)
+        digest = desired["metadata"]["annotations"][ANN_APPLIED_HASH]
+        quick = self.known_unchanged(desired, live, recorded)
+        if quick is not None:
+            return quick
         force = force_conflicts or policy.forceConflicts
         try:
             return self._apply(ref, desired, live, digest, force, policy)
@@ -96,15 +105,27 @@ class Applier:
     def _apply(self, ref: ObjectRef, desired: Manifest, live: dict[str, Any] | None, digest: str, force: bool,
                policy: SyncPolicy) -> Outcome:
         if live is None:
-            live = self.kube.get(ref.kind, ref.namespace, ref.name)  # may exist without our labels
-        if live is None:
-            diff = unified_diff(ref, None, desired) if self.with_diff else ""
+            # Not in the snapshot of labelled objects: most likely new. Apply straight away (one
+            # request); HTTP 201 tells a create from an existing object without our labels.
             if self.dry_run:
-                self._server_apply(ref, desired, force=force, dry_run=True)
-                return Outcome(Change(str(ref), Action.CREATED, "would create", diff), None)
-            result = self._server_apply(ref, desired, force=force, dry_run=False)
-            return Outcome(Change(str(ref), Action.CREATED, diff=diff),
-                           Entry(digest, managed_fields_hash(result, FIELD_MANAGER)))
+                preview, created = self._server_apply(ref, desired, force=force, dry_run=True)
+                if created:
+                    diff = unified_diff(ref, None, preview) if self.with_diff else ""
+                    return Outcome(Change(str(ref), Action.CREATED, "would create", diff), None)
+                live = self.kube.get(ref.kind, ref.namespace, ref.name)
+            else:
+                result, created = self._server_apply(ref, desired, force=force, dry_run=False)
+                diff = unified_diff(ref, None, result) if self.with_diff and created else ""
+                return Outcome(Change(str(ref), Action.CREATED if created else Action.CONFIGURED,
+                                      "" if created else "adopted an existing object", diff),
+                               Entry(digest, managed_fields_hash(result, FIELD_MANAGER)))
+            if live is None:
+                return Outcome(Change(str(ref), Action.CREATED, "would create"), None)
+        else:
+            # the snapshot holds metadata only; compare against the whole, current object
+            live = self.kube.get(ref.kind, ref.namespace, ref.name)
+            if live is None:  # deleted since the snapshot
+                return self._apply(ref, desired, None, digest, force, policy)
 
         try:
             preview, took_over = self._preview(ref, desired, live, force)
@@ -122,7 +143,7 @@ class Applier:
             message = "reverted changes by " + ", ".join(sorted(took_over))
         if self.dry_run:
             return Outcome(Change(str(ref), Action.CONFIGURED, message or "would configure", diff, drift), None)
-        result = self._server_apply(ref, desired, force=force or bool(took_over), dry_run=False)
+        result, _ = self._server_apply(ref, desired, force=force or bool(took_over), dry_run=False)
         return Outcome(Change(str(ref), Action.CONFIGURED, message, diff, drift),
                        Entry(digest, managed_fields_hash(result, FIELD_MANAGER)))
 
@@ -130,18 +151,19 @@ class Applier:
                  force: bool) -> tuple[dict[str, Any], set[str]]:
         """Server-side dry-run; returns the would-be object and the imperative editors we override."""
         try:
-            return self._server_apply(ref, desired, force=force, dry_run=True), set()
+            return self._server_apply(ref, desired, force=force, dry_run=True)[0], set()
         except ConflictError as exc:
             appliers = _appliers(live)
             blocking = [(f, m) for f, m in exc.fields if m in appliers]
             if blocking:
                 raise ConflictError(ref, blocking) from None
             editors = {m for _, m in exc.fields}
-            return self._server_apply(ref, desired, force=True, dry_run=True), editors
+            return self._server_apply(ref, desired, force=True, dry_run=True)[0], editors
 
-    def _server_apply(self, ref: ObjectRef, desired: Manifest, *, force: bool, dry_run: bool) -> dict[str, Any]:
+    def _server_apply(self, ref: ObjectRef, desired: Manifest, *, force: bool,
+                      dry_run: bool) -> tuple[dict[str, Any], bool]:
         try:
-            return self.kube.apply(desired, force=force, dry_run=dry_run)
+            return self.kube.apply_status(desired, force=force, dry_run=dry_run)
         except ApiError as exc:
             if exc.conflict and exc.reason == "Conflict":
                 raise ConflictError(ref, _conflicting_fields(exc)) from None
@@ -160,7 +182,7 @@ class Applier:
                 return Outcome(Change(str(ref), Action.FAILED, "deleted for recreation, but it is still there "
                                       "after 60 s (finalizers?)"), None)
             time.sleep(0.2)
-        result = self._server_apply(ref, desired, force=True, dry_run=False)
+        result, _ = self._server_apply(ref, desired, force=True, dry_run=False)
         return Outcome(Change(str(ref), Action.RECREATED, "recreated: an immutable field changed"),
                        Entry(digest, managed_fields_hash(result, FIELD_MANAGER)))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +17,9 @@ MANAGED_KINDS = tuple(k for k in APPLY_ORDER if k != "Namespace")
 
 @dataclass
 class LiveState:
+    """Metadata (labels, annotations, managedFields, uid) of every managed object, and the
+    inventories. Full objects are fetched only for the few that need a closer look."""
+
     objects: dict[ObjectRef, dict[str, Any]] = field(default_factory=dict)
     inventories: dict[Unit, Inventory] = field(default_factory=dict)
 
@@ -26,14 +30,19 @@ class LiveState:
         (for an agent whose RBAC is limited to them)."""
         state = cls()
         scopes: list[str | None] = [*sorted(set(namespaces))] if namespaces is not None else [None]
-        for ns in scopes:
-            for kind in kinds:
-                items, _ = kube.list(kind, ns, labels=MANAGED_SELECTOR)
+        queries = [(kind, ns, MANAGED_SELECTOR) for ns in scopes for kind in kinds]
+        queries += [("ConfigMap", ns, INVENTORY_SELECTOR) for ns in scopes]
+        # the server serialises one list while we parse another; inventories need their data
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            results = list(pool.map(lambda q: kube.list(q[0], q[1], labels=q[2],
+                                                        metadata_only=q[2] != INVENTORY_SELECTOR)[0], queries))
+        for (kind, _, selector), items in zip(queries, results, strict=True):
+            if selector == INVENTORY_SELECTOR:
+                for cm in items:
+                    inv = decode(cm)
+                    if inv is not None:
+                        state.inventories[inv.unit] = inv
+            else:
                 for item in items:
                     state.objects[ObjectRef.of(item)] = item
-            cms, _ = kube.list("ConfigMap", ns, labels=INVENTORY_SELECTOR)
-            for cm in cms:
-                inv = decode(cm)
-                if inv is not None:
-                    state.inventories[inv.unit] = inv
         return state

@@ -36,7 +36,7 @@ def managed_fields_hash(obj: dict[str, Any], manager: str) -> str:
     fields takes it from this set, which is how drift shows without comparing values."""
     entries = [m.get("fieldsV1", {}) for m in obj.get("metadata", {}).get("managedFields", [])
                if m.get("manager") == manager and m.get("operation") == "Apply" and not m.get("subresource")]
-    blob = json.dumps(entries, sort_keys=True, separators=(",", ":"))
+    blob = json.dumps(entries, separators=(",", ":"))  # the server writes fieldsV1 in a fixed order
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 

@@ -5,6 +5,7 @@ The same engine serves the one-shot CLI (`sync`, `diff`) and the long-running ag
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -69,9 +70,13 @@ Progress = Callable[[str], None]
 
 
 class Engine:
-    def __init__(self, kube: Kube, *, workers: int = 8, progress: Progress | None = None) -> None:
+    def __init__(self, kube: Kube, *, workers: int = 8, unit_workers: int = 4,
+                 progress: Progress | None = None) -> None:
         self.kube = kube
         self.workers = workers
+        self.unit_workers = unit_workers
+        # one pool for object requests, shared by all units (threads start on first use)
+        self._requests = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="apply")
         self.progress = progress or (lambda _msg: None)
         self._namespaces_seen: set[str] = set()
 
@@ -84,10 +89,16 @@ class Engine:
         report = SyncReport()
         policies = {u.unit: u.policy for u in state.units}
         units = sorted(rendered.units)
-        for i, unit in enumerate(units, 1):
-            self.progress(f"[{i}/{len(units)}] {unit.id}")
-            report.units.append(self.sync_unit(unit, rendered.units[unit], policies.get(unit, SyncPolicy()),
-                                               live, opts))
+        finished = itertools.count(1)  # next() on it is atomic, unlike `+= 1` across threads
+
+        def one(unit: Unit) -> UnitResult:
+            result = self.sync_unit(unit, rendered.units[unit], policies.get(unit, SyncPolicy()), live, opts)
+            self.progress(f"[{next(finished)}/{len(units)}] {unit.id}")
+            return result
+
+        # Units are independent: sync a few at once (each also applies its objects in parallel).
+        with ThreadPoolExecutor(max_workers=max(1, min(self.unit_workers, len(units)))) as pool:
+            report.units.extend(pool.map(one, units))
         for unit in sorted(rendered.failed):
             if _selected(unit, opts.selectors):
                 report.units.append(UnitResult(unit.id, errors=["configuration has errors; nothing was changed "
@@ -182,14 +193,24 @@ class Engine:
 
     def _apply_stage(self, applier: Applier, stage: list[Manifest], live: LiveState, inv: Inventory,
                      policy: SyncPolicy, opts: SyncOptions) -> list[Outcome]:
-        def one(m: Manifest) -> Outcome:
+        """Objects of one apply stage. The no-request check runs inline; only the objects that need
+        the server are sent, in parallel."""
+        outcomes: list[Outcome | None] = []
+        pending = []
+        for i, m in enumerate(stage):
             ref = ObjectRef.of(m)
-            return applier.apply(m, live.objects.get(ref), inv.entries.get(ref), policy, opts.force_conflicts)
+            quick = applier.known_unchanged(m, live.objects.get(ref), inv.entries.get(ref))
+            outcomes.append(quick)
+            if quick is None:
+                pending.append((i, m, ref))
+        futures = [(i, self._requests.submit(applier.apply, m, live.objects.get(ref), inv.entries.get(ref), policy,
+                                             opts.force_conflicts)) for i, m, ref in pending]
+        for i, future in futures:
+            outcomes[i] = future.result()
+        return [o for o in outcomes if o is not None]
 
-        if len(stage) == 1 or self.workers <= 1:
-            return [one(m) for m in stage]
-        with ThreadPoolExecutor(max_workers=min(self.workers, len(stage))) as pool:
-            return list(pool.map(one, stage))
+    def close(self) -> None:
+        self._requests.shutdown(wait=True)
 
     def _fill_copies(self, m: Manifest, res: UnitResult) -> Manifest | None:
         """Fill a Secret that copies keys from another Secret in its namespace (the SuperNode chart's
