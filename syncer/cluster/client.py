@@ -7,15 +7,14 @@ verb so callers (and tests) can tell how many writes a sync made.
 
 from __future__ import annotations
 
-import json
 import threading
-
-import orjson
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
+
+import orjson
 
 FIELD_MANAGER = "flower-syncer"
 METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"

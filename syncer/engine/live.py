@@ -36,7 +36,7 @@ class LiveState:
         with ThreadPoolExecutor(max_workers=4) as pool:
             results = list(pool.map(lambda q: kube.list(q[0], q[1], labels=q[2],
                                                         metadata_only=q[2] != INVENTORY_SELECTOR)[0], queries))
-        for (kind, _, selector), items in zip(queries, results, strict=True):
+        for (_, _, selector), items in zip(queries, results, strict=True):
             if selector == INVENTORY_SELECTOR:
                 for cm in items:
                     inv = decode(cm)
