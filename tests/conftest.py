@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 import pytest
@@ -75,15 +75,9 @@ class KubeCluster:
 
         return client.RbacAuthorizationV1Api(self.api)
 
-    def kubectl(
-        self, *args: str, check: bool = True, input: str | None = None
-    ) -> subprocess.CompletedProcess[str]:
+    def kubectl(self, *args: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess[str]:
         """Run kubectl (the pinned one from the devcluster build when there is one)."""
-        exe = (
-            str(self.bin_dir / "kubectl")
-            if self.bin_dir and (self.bin_dir / "kubectl").exists()
-            else "kubectl"
-        )
+        exe = str(self.bin_dir / "kubectl") if self.bin_dir and (self.bin_dir / "kubectl").exists() else "kubectl"
         return subprocess.run(
             [exe, *args],
             input=input,
@@ -119,7 +113,7 @@ def _is_loopback(url: str) -> bool:
         return False
 
 
-def _unavailable(reason: str) -> None:
+def _unavailable(reason: str) -> NoReturn:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"Kubernetes test cluster unavailable: {reason}", pytrace=False)
     pytest.skip(f"Kubernetes test cluster unavailable: {reason}")
@@ -140,9 +134,16 @@ def _acquire_cluster() -> KubeCluster:
         return KubeCluster(kubeconfig=explicit, started_here=False, source="FLOWER_SYNCER_TEST_KUBECONFIG")
     env_kc = os.environ.get("KUBECONFIG")
     if env_kc:
-        with contextlib.suppress(Exception):
-            if _is_loopback(_server_of(env_kc)):
-                return KubeCluster(kubeconfig=env_kc, started_here=False, source="KUBECONFIG")
+        try:
+            server = _server_of(env_kc)
+        except Exception as err:
+            server = f"unreadable ({err})"
+        if _is_loopback(server):
+            return KubeCluster(kubeconfig=env_kc, started_here=False, source="KUBECONFIG")
+        sys.stderr.write(
+            f"tests: ignoring KUBECONFIG (server {server} is not on loopback); "
+            "set FLOWER_SYNCER_TEST_KUBECONFIG to test against it\n"
+        )
     info = _devcluster_status()
     if not info.get("running"):
         proc = _devcluster("up", timeout=UP_TIMEOUT_S)
@@ -152,7 +153,8 @@ def _acquire_cluster() -> KubeCluster:
         info = _devcluster_status()
         if not info.get("running"):
             _unavailable(f"devcluster did not report running after `up`: {info}")
-        started = True
+        # Someone else may have brought it up meanwhile (`up` waits on the state-dir lock).
+        started = "already running" not in proc.stdout
     else:
         started = False
     return KubeCluster(
@@ -170,7 +172,6 @@ def kube_cluster() -> Iterator[KubeCluster]:
         cluster = _acquire_cluster()
     except subprocess.TimeoutExpired as err:
         _unavailable(f"timed out: {err}")
-        raise  # unreachable; keeps type checkers happy
     try:
         from kubernetes import client
 
@@ -214,7 +215,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Tests that use the cluster fixtures must carry the ``cluster`` marker (so `-m` works)."""
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
-        if ("kube_cluster" in fixtures or "namespace" in fixtures) and item.get_closest_marker(
-            "cluster"
-        ) is None:
+        if ("kube_cluster" in fixtures or "namespace" in fixtures) and item.get_closest_marker("cluster") is None:
             item.add_marker(pytest.mark.cluster)

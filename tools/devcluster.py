@@ -254,7 +254,10 @@ def build(bin_dir: Path, *, force: bool = False) -> None:
     env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-buildvcs=false"}
     env.pop("GOBIN", None)
     try:
-        with step("go mod download (module cache: $(go env GOMODCACHE))"):
+        modcache = subprocess.run(
+            [go, "env", "GOMODCACHE", "GOCACHE"], env=env, capture_output=True, text=True, check=False
+        ).stdout.split()
+        with step(f"go mod download (module cache {modcache[0] if modcache else '?'})"):
             proc = subprocess.run(
                 [go, "mod", "download"], cwd=GOBUILD_DIR, env=env, capture_output=True, text=True, check=False
             )
@@ -262,7 +265,8 @@ def build(bin_dir: Path, *, force: bool = False) -> None:
                 raise DevclusterError(f"go mod download failed:\n{proc.stdout}{proc.stderr}")
         with step(
             "go build kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok "
-            "(one invocation; cold on 2 cores takes several minutes)"
+            f"(one invocation, build cache {modcache[1] if len(modcache) > 1 else '?'}; "
+            "cold on 2 cores: ~8 min)"
         ):
             _run_go(
                 [
@@ -582,44 +586,12 @@ class Cluster:
         self.pki.mkdir(parents=True, mode=0o700)
         p = self.pki
         # "ca" signs everything; "front-proxy-ca" only the aggregation-layer client (requestheader).
-        for ca, cn in (
-            ("ca", "flower-syncer-devcluster-ca"),
-            ("front-proxy-ca", "flower-syncer-front-proxy-ca"),
-        ):
-            openssl(
-                "req",
-                "-x509",
-                "-new",
-                "-nodes",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-keyout",
-                p / f"{ca}.key",
-                "-out",
-                p / f"{ca}.crt",
-                "-days",
-                "3650",
-                "-subj",
-                f"/CN={cn}",
-                "-addext",
-                "basicConstraints=critical,CA:TRUE",
-                "-addext",
-                "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
-            )
+        for ca, cn in (("ca", "devcluster-ca"), ("front-proxy-ca", "devcluster-front-proxy-ca")):
+            args = ["req", "-x509", "-new", *EC_KEY, *CA_EXTENSIONS, "-days", "3650", "-subj", f"/CN={cn}"]
+            openssl(*args, "-keyout", p / f"{ca}.key", "-out", p / f"{ca}.crt")
         openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", p / "sa.key")
         openssl("ec", "-in", p / "sa.key", "-pubout", "-out", p / "sa.pub")
-        sans = [
-            "DNS:localhost",
-            "DNS:kubernetes",
-            "DNS:kubernetes.default",
-            "DNS:kubernetes.default.svc",
-            "DNS:kubernetes.default.svc.cluster.local",
-            "IP:127.0.0.1",
-            "IP:10.96.0.1",
-        ]
-        self._leaf("apiserver", "/CN=kube-apiserver", "serverAuth", sans)
+        self._leaf("apiserver", "/CN=kube-apiserver", "serverAuth", APISERVER_SANS)
         for name, subject in CLIENTS.items():
             self._leaf(name, subject, "clientAuth", [])
         self._leaf("front-proxy-client", "/CN=front-proxy-client", "clientAuth", [], ca="front-proxy-ca")
@@ -628,49 +600,18 @@ class Cluster:
 
     def _leaf(self, name: str, subject: str, usage: str, sans: list[str], ca: str = "ca") -> None:
         p = self.pki
-        ext = [
-            "basicConstraints=CA:FALSE",
-            "keyUsage=critical,digitalSignature,keyEncipherment",
-            f"extendedKeyUsage={usage}",
-        ]
+        ext = ["basicConstraints=CA:FALSE", "keyUsage=critical,digitalSignature,keyEncipherment"]
+        ext.append(f"extendedKeyUsage={usage}")
         if sans:
             ext.append("subjectAltName=" + ",".join(sans))
-        extfile = p / f"{name}.ext"
+        extfile, csr = p / f"{name}.ext", p / f"{name}.csr"
         extfile.write_text("\n".join(ext) + "\n")
-        openssl(
-            "req",
-            "-new",
-            "-nodes",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-keyout",
-            p / f"{name}.key",
-            "-out",
-            p / f"{name}.csr",
-            "-subj",
-            subject,
-        )
-        openssl(
-            "x509",
-            "-req",
-            "-in",
-            p / f"{name}.csr",
-            "-CA",
-            p / f"{ca}.crt",
-            "-CAkey",
-            p / f"{ca}.key",
-            "-set_serial",
-            str(int.from_bytes(os.urandom(8), "big")),
-            "-days",
-            "365",
-            "-extfile",
-            extfile,
-            "-out",
-            p / f"{name}.crt",
-        )
-        (p / f"{name}.csr").unlink()
+        openssl("req", "-new", *EC_KEY, "-keyout", p / f"{name}.key", "-out", csr, "-subj", subject)
+        serial = str(int.from_bytes(os.urandom(8), "big"))
+        ca_args: list[str | Path] = ["-CA", p / f"{ca}.crt", "-CAkey", p / f"{ca}.key", "-set_serial", serial]
+        io_args: list[str | Path] = ["-extfile", extfile, "-in", csr, "-out", p / f"{name}.crt"]
+        openssl("x509", "-req", "-days", "365", *ca_args, *io_args)
+        csr.unlink()
         extfile.unlink()
 
     def write_kubeconfig(self, path: Path, user: str, port: int) -> None:
@@ -752,8 +693,7 @@ class Cluster:
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "versions": json.loads((self.bin_dir / STAMP_NAME).read_text())["versions"],
         }
-        for user, port in (("admin", ports["apiserver"]),):
-            self.write_kubeconfig(self.kubeconfig, user, port)
+        self.write_kubeconfig(self.kubeconfig, "admin", ports["apiserver"])
         for comp in ("kube-controller-manager", "kube-scheduler", "kwok"):
             self.write_kubeconfig(self.state_dir / f"{comp}.kubeconfig", comp, ports["apiserver"])
         self.save_state(state)  # ports are known now; server_url() works for the readiness checks
@@ -1020,6 +960,22 @@ class Cluster:
         return info
 
 
+EC_KEY = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+CA_EXTENSIONS = (
+    "-addext",
+    "basicConstraints=critical,CA:TRUE",
+    "-addext",
+    "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
+)
+APISERVER_SANS = [
+    "DNS:localhost",
+    "DNS:kubernetes",
+    "DNS:kubernetes.default",
+    "DNS:kubernetes.default.svc",
+    "DNS:kubernetes.default.svc.cluster.local",
+    "IP:127.0.0.1",
+    "IP:10.96.0.1",  # first address of SERVICE_CIDR: the `kubernetes` Service
+]
 CLIENTS = {
     "admin": "/O=system:masters/CN=admin",
     "kube-controller-manager": "/CN=system:kube-controller-manager",

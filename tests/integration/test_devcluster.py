@@ -46,9 +46,7 @@ def pod_template(
         metadata=client.V1ObjectMeta(labels=labels),
         spec=client.V1PodSpec(
             containers=[
-                client.V1Container(
-                    name="main", image=IMAGE, resources=client.V1ResourceRequirements(limits=limits)
-                )
+                client.V1Container(name="main", image=IMAGE, resources=client.V1ResourceRequirements(limits=limits))
             ],
             node_selector=node_selector,
             termination_grace_period_seconds=0,
@@ -86,6 +84,9 @@ def test_cluster_inventory(kube_cluster: KubeCluster) -> None:
     for node in nvidia:
         assert node.metadata.labels["nvidia.com/gpu.count"] == node.status.allocatable["nvidia.com/gpu"]
         assert node.metadata.labels["nvidia.com/gpu.product"]
+    if kube_cluster.bin_dir:  # the pinned kubectl talks to the same cluster
+        out = kube_cluster.kubectl("get", "nodes", "-o", "name").stdout.split()
+        assert sorted(out) == sorted(f"node/{n.metadata.name}" for n in nodes)
 
 
 def test_namespace_gets_default_serviceaccount_and_root_ca(kube_cluster: KubeCluster, namespace: str) -> None:
@@ -139,8 +140,7 @@ def test_statefulset_becomes_ready_and_scales_down(kube_cluster: KubeCluster, na
     apps.patch_namespaced_stateful_set_scale("web", namespace, {"spec": {"replicas": 1}})
     wait_until(
         lambda: (
-            [p.metadata.name for p in core.list_namespaced_pod(namespace, label_selector="app=web").items]
-            == ["web-0"]
+            [p.metadata.name for p in core.list_namespaced_pod(namespace, label_selector="app=web").items] == ["web-0"]
         ),
         timeout=45,
         what="scale down to web-0 only",
@@ -185,9 +185,7 @@ def test_gpu_pods_land_only_on_nodes_with_that_gpu(kube_cluster: KubeCluster, na
     for pod_name, resource in (("nvidia-1", "nvidia.com/gpu"), ("amd-1", "amd.com/gpu")):
         pod = wait_until(functools.partial(running, pod_name), what=f"{pod_name} Running")
         node = core.read_node(pod.spec.node_name)
-        assert gpu_capacity(node, resource) >= 1, (
-            f"{pod_name} landed on {node.metadata.name} without {resource}"
-        )
+        assert gpu_capacity(node, resource) >= 1, f"{pod_name} landed on {node.metadata.name} without {resource}"
 
 
 def test_gpu_request_beyond_any_node_stays_pending(kube_cluster: KubeCluster, namespace: str) -> None:
@@ -248,11 +246,7 @@ def test_serviceaccount_rbac_is_namespaced(kube_cluster: KubeCluster, namespace:
         namespace,
         client.V1Role(
             metadata=client.V1ObjectMeta(name="configmaps"),
-            rules=[
-                client.V1PolicyRule(
-                    api_groups=[""], resources=["configmaps"], verbs=["get", "list", "create"]
-                )
-            ],
+            rules=[client.V1PolicyRule(api_groups=[""], resources=["configmaps"], verbs=["get", "list", "create"])],
         ),
     )
     rbac.create_namespaced_role_binding(
@@ -266,9 +260,7 @@ def test_serviceaccount_rbac_is_namespaced(kube_cluster: KubeCluster, namespace:
     token = core.create_namespaced_service_account_token(
         "limited",
         namespace,
-        client.AuthenticationV1TokenRequest(
-            spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=600)
-        ),
+        client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=600)),
     ).status.token
 
     admin_cfg = kube_cluster.api.configuration
