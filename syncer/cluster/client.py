@@ -18,6 +18,7 @@ import orjson
 
 FIELD_MANAGER = "flower-syncer"
 METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+METADATA_WATCH = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
 
 
 @dataclass(frozen=True)
@@ -236,8 +237,10 @@ class Kube:
         return True
 
     def watch(self, kind: str, namespace: str | None, *, labels: str | None = None,
-              resource_version: str = "", timeout_seconds: int = 300) -> Iterator[dict[str, Any]]:
-        """Watch events (dicts with `type` and `object`), until the server closes the stream."""
+              resource_version: str = "", timeout_seconds: int = 300,
+              metadata_only: bool = False) -> Iterator[dict[str, Any]]:
+        """Watch events (dicts with `type` and `object`), until the server closes the stream.
+        With `metadata_only`, objects carry only kind, apiVersion and metadata."""
         query: list[tuple[str, Any]] = [("watch", "true"), ("allowWatchBookmarks", "true"),
                                         ("timeoutSeconds", str(timeout_seconds))]
         if labels:
@@ -246,7 +249,8 @@ class Kube:
             query.append(("resourceVersion", resource_version))
         with self._lock:
             self.counts["WATCH"] += 1
-        resp = self._send("GET", path_for(kind, namespace), query, {"Accept": "application/json"}, None,
+        accept = METADATA_WATCH if metadata_only else "application/json"
+        resp = self._send("GET", path_for(kind, namespace), query, {"Accept": accept}, None,
                           (10, timeout_seconds + 30))
         if resp.status >= 400:
             raise _api_error(resp.status, resp.reason, resp.read())
@@ -258,7 +262,12 @@ class Kube:
                 while b"\n" in buffer:
                     line, buffer = buffer.split(b"\n", 1)
                     if line.strip():
-                        yield orjson.loads(line)
+                        event = orjson.loads(line)
+                        obj = event.get("object")
+                        if isinstance(obj, dict) and obj.get("kind") == "PartialObjectMetadata":
+                            obj["kind"] = kind
+                            obj["apiVersion"] = RESOURCES[kind].api_version
+                        yield event
         finally:
             raw.release_conn()
 

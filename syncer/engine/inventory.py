@@ -15,6 +15,7 @@ from typing import Any
 from syncer.render.common import LABEL_MANAGED_BY, LABEL_UNIT, LABEL_UNIT_KIND, MANAGED_BY, Unit
 
 LABEL_INVENTORY = "flower-syncer.io/inventory"
+ANN_SUSPENDED = "flower-syncer.io/suspended"  # set by `flower-syncer suspend`, kept across syncs
 INVENTORY_KEY = "inventory.json"
 INVENTORY_SELECTOR = f"{LABEL_INVENTORY}=true,{LABEL_MANAGED_BY}={MANAGED_BY}"
 
@@ -45,6 +46,7 @@ class Inventory:
     unit: Unit
     entries: dict[ObjectRef, Entry] = field(default_factory=dict)
     revision: str = ""
+    suspended: bool = False  # from the ConfigMap's annotation; never written by the engine
 
     def name(self) -> str:
         return inventory_name(self.unit)
@@ -83,10 +85,11 @@ def decode(cm: dict[str, Any]) -> Inventory | None:
     if kind not in ("federation", "supernode") or not name:
         return None
     unit = Unit(kind, cm["metadata"].get("namespace", ""), name)
+    suspended = cm["metadata"].get("annotations", {}).get(ANN_SUSPENDED) == "true"
     try:
         payload = json.loads(cm.get("data", {}).get(INVENTORY_KEY, "{}"))
         entries = {ObjectRef(o["kind"], o["namespace"], o["name"]): Entry(o.get("applied", ""), o.get("fields", ""))
                    for o in payload.get("objects", [])}
     except (ValueError, KeyError, TypeError, AttributeError):
-        return Inventory(unit)
-    return Inventory(unit, entries, str(payload.get("revision", "")))
+        return Inventory(unit, suspended=suspended)
+    return Inventory(unit, entries, str(payload.get("revision", "")), suspended)

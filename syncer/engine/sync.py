@@ -142,10 +142,10 @@ class Engine:
     def sync_unit(self, unit: Unit, manifests: list[Manifest], policy: SyncPolicy, live: LiveState,
                   opts: SyncOptions) -> UnitResult:
         res = UnitResult(unit.id)
-        if policy.suspend:
-            res.skipped_reason = "suspended"
-            return res
         inv = live.inventories.get(unit) or Inventory(unit)
+        if policy.suspend or inv.suspended:
+            res.skipped_reason = "suspended" + (" (flower-syncer suspend)" if inv.suspended else " (policy in Git)")
+            return res
         desired: list[Manifest] = []
         for m in manifests:
             filled = self._fill_copies(m, res)
@@ -188,7 +188,9 @@ class Engine:
                 entries.update({r: inv.entries[r] for r in leftovers})
         if not opts.dry_run and entries != inv.entries:
             changed = any(c.action not in (Action.UNCHANGED, Action.SKIPPED) for c in res.changes)
-            self._write_inventory(Inventory(unit, entries, opts.revision if changed else inv.revision), res)
+            new = Inventory(unit, entries, opts.revision if changed else inv.revision)
+            if self._write_inventory(new, res):
+                live.inventories[unit] = new  # a resync right after need not wait for a watch event
         return res
 
     def _apply_stage(self, applier: Applier, stage: list[Manifest], live: LiveState, inv: Inventory,
@@ -255,12 +257,14 @@ class Engine:
         self._namespaces_seen.add(namespace)
         return True
 
-    def _write_inventory(self, inv: Inventory, res: UnitResult | None = None) -> None:
+    def _write_inventory(self, inv: Inventory, res: UnitResult | None = None) -> bool:
         try:
             self.kube.apply(inv.manifest(), force=True)
         except ApiError as exc:
             if res is not None:
                 res.errors.append(f"cannot record the inventory {inv.name()}: {exc.message}")
+            return False
+        return True
 
 
 def _selected(unit: Unit, selectors: Iterable[str]) -> bool:

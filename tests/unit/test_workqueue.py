@@ -1,0 +1,93 @@
+"""The agent's work queue: coalescing, one worker per key, no lost updates, backoff."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from syncer.agent.workqueue import WorkQueue
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_bursts_coalesce() -> None:
+    q: WorkQueue[str] = WorkQueue()
+    for _ in range(10):
+        q.add("fed")
+    q.add("other")
+    assert q.get(timeout=0) == "fed"
+    assert q.get(timeout=0) == "other"
+    assert q.get(timeout=0) is None
+
+
+def test_key_added_while_processing_comes_back_after_done() -> None:
+    q: WorkQueue[str] = WorkQueue()
+    q.add("fed")
+    assert q.get(timeout=0) == "fed"
+    q.add("fed")  # a new commit arrives mid-sync
+    assert q.get(timeout=0) is None  # not handed to a second worker meanwhile
+    q.done("fed")
+    assert q.get(timeout=0) == "fed"
+
+
+def test_retry_backs_off_exponentially_and_forget_resets() -> None:
+    clock = FakeClock()
+    q: WorkQueue[str] = WorkQueue(base_delay=0.5, max_delay=4, clock=clock)
+    delays = [q.retry("fed") for _ in range(5)]
+    assert delays == [0.5, 1.0, 2.0, 4.0, 4.0]
+    q.forget("fed")
+    assert q.retry("fed") == 0.5
+
+
+def test_delayed_key_is_handed_out_when_due() -> None:
+    clock = FakeClock()
+    q: WorkQueue[str] = WorkQueue(clock=clock)
+    q.add_after("fed", 2.0)
+    assert q.get(timeout=0) is None
+    clock.now = 2.5
+    assert q.get(timeout=0) == "fed"
+
+
+def test_slow_key_does_not_block_others() -> None:
+    q: WorkQueue[str] = WorkQueue()
+    q.add("slow")
+    q.add("fast")
+    seen: list[str] = []
+    release = threading.Event()
+
+    def worker() -> None:
+        while (key := q.get(timeout=2)) is not None:
+            if key == "slow":
+                release.wait(5)
+            seen.append(key)
+            q.done(key)
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 5
+    while "fast" not in seen and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert seen == ["fast"]
+    release.set()
+    q.shutdown()
+    for t in threads:
+        t.join(5)
+    assert sorted(seen) == ["fast", "slow"]
+
+
+def test_shutdown_wakes_blocked_getters() -> None:
+    q: WorkQueue[str] = WorkQueue()
+    got: list[str | None] = []
+    t = threading.Thread(target=lambda: got.append(q.get()))
+    t.start()
+    time.sleep(0.05)
+    q.shutdown()
+    t.join(2)
+    assert got == [None]
