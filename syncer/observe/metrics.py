@@ -1,0 +1,365 @@
+"""Prometheus metrics of the agent, in a registry of their own.
+
+`Metrics` never touches prometheus_client's global registry, so tests and two agents in one
+process do not clash. `Metrics.exposition()` is what `GET /metrics` serves.
+
+Labels are bounded: ``unit`` is a unit id (``federation/<namespace>/<name>``,
+``supernode/<namespace>/<release>``), ``kind`` a Kubernetes kind, ``pool`` a pool of a unit
+(``superlink``, a SuperNode pool, a SuperNode release component), ``resource`` a GPU resource name
+(``nvidia.com/gpu``), ``node`` a node name, ``result`` one of ``success|failed|skipped``,
+``action`` one of the sync actions (``created|configured|unchanged|deleted|recreated|skipped|failed``),
+``reason`` one of `FETCH_ERROR_REASONS`. A unit removed from Git loses all its series
+(`Metrics.forget_unit`); pools, units and nodes that vanish from the status lose theirs on the
+next `Metrics.observe_status`.
+
+=================================================  =========  ====================  ====================================
+metric                                             type       labels                meaning
+=================================================  =========  ====================  ====================================
+flower_syncer_sync_total                           counter    unit, result          syncs of the unit, by result
+flower_syncer_sync_duration_seconds                histogram  unit                  how long a sync took (10ms..60s)
+flower_syncer_last_sync_timestamp_seconds          gauge      unit                  end of the last sync (any result)
+flower_syncer_last_success_timestamp_seconds       gauge      unit                  end of the last successful sync
+flower_syncer_commit_to_applied_seconds            histogram  -                     commit time to applied (10ms..300s)
+flower_syncer_source_revision_info                 gauge      revision              1 for the revision synced now only
+flower_syncer_source_fetch_errors_total            counter    reason                failed fetches of the Git source
+flower_syncer_source_last_fetch_timestamp_seconds  gauge      -                     last good fetch (0: none yet)
+flower_syncer_config_errors                        gauge      unit                  config errors of the unit (0: fine)
+flower_syncer_queue_depth                          gauge      -                     sync requests waiting
+flower_syncer_objects_applied_total                counter    unit, action          objects handled by syncs, by action
+flower_syncer_drift_objects                        gauge      unit, kind            objects differing from Git now
+flower_syncer_drift_corrections_total              counter    unit, kind            outside changes a sync put back
+flower_syncer_pool_desired_replicas                gauge      unit, pool            pods the pool should have
+flower_syncer_pool_ready_replicas                  gauge      unit, pool            ready pods of the pool
+flower_syncer_pool_ready                           gauge      unit, pool            1: rolled out and all pods ready
+flower_syncer_unit_ready                           gauge      unit                  1: found and every pool ready
+flower_syncer_pool_gpus_requested                  gauge      unit, pool, resource  per-pod GPUs x desired pods
+flower_syncer_pool_gpus_allocated                  gauge      unit, pool, resource  GPUs held by its bound pods
+flower_syncer_node_gpus_allocatable                gauge      node, resource        GPUs the node offers
+flower_syncer_node_gpus_used                       gauge      node, resource        GPUs of pods bound there (any owner)
+flower_syncer_leader                               gauge      -                     1 while holding the leader lease
+flower_syncer_up                                   gauge      -                     always 1
+flower_syncer_build_info                           gauge      version               always 1; the agent's version
+=================================================  =========  ====================  ====================================
+
+Details: a sync is ``failed`` when it has errors or a failed object, ``skipped`` when the unit was
+not synced on purpose (suspended, removed from Git but not pruned), else ``success``.
+``drift_objects`` comes from a dry-run sync (`drift_by_kind`, the same count as the DRIFT column
+of ``flower-syncer status``); ``drift_corrections_total`` counts objects a real sync configured or
+recreated whose live copy had been changed outside Git (`Change.drift`). ``revision_info`` has one
+series only: setting a new revision removes the old one.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import structlog
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from syncer import __version__
+from syncer.engine.changeset import Action, UnitResult
+
+if TYPE_CHECKING:
+    from syncer.observe.health import NodeGPU
+    from syncer.observe.status import ClusterGPUs, UnitStatus
+
+log = structlog.get_logger(__name__)
+
+PREFIX = "flower_syncer_"
+# The classic text format: every name here is a legacy (ASCII) name, so the output is 0.0.4 whatever
+# prometheus_client's CONTENT_TYPE_LATEST says in a given version.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+RESULTS = ("success", "failed", "skipped")
+# Why a fetch of the Git source failed. Anything else is counted as "other".
+FETCH_ERROR_REASONS = ("network", "timeout", "auth", "not_found", "invalid", "other")
+SYNC_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0)
+COMMIT_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 180.0, 300.0)
+# Actions that put back an object someone changed outside Git (when the change says `drift`).
+CORRECTING = (Action.CONFIGURED, Action.RECREATED)
+# Actions of a dry-run that mean "this object differs from Git" (as `status.drift_counts` counts).
+NOT_DRIFT = (Action.UNCHANGED, Action.SKIPPED)
+
+
+def result_of(unit: UnitResult) -> str:
+    """success, failed or skipped (suspended, or removed from Git and not pruned)."""
+    if not unit.ok:
+        return "failed"
+    if unit.skipped_reason:
+        return "skipped"
+    return "success"
+
+
+def kind_of(ref: str) -> str:
+    """The kind of a change's object reference `Kind/namespace/name`."""
+    return ref.split("/", 1)[0]
+
+
+def drift_by_kind(unit: UnitResult) -> dict[str, int]:
+    """From a *dry-run* sync of one unit: the objects that differ from Git, by kind (for `set_drift`)."""
+    counts: dict[str, int] = {}
+    for c in unit.changes:
+        if c.action not in NOT_DRIFT:
+            kind = kind_of(c.ref)
+            counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
+# ---------------------------------------------------------------------------------------------
+# Status figures: replaced as a whole, served from one snapshot (a scrape never sees half of it)
+
+
+@dataclass(frozen=True)
+class _Pool:
+    desired: int
+    ready: int
+    healthy: bool
+    gpus: tuple[tuple[str, int, int], ...]  # (resource, requested, allocated)
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    units: Mapping[str, bool]  # unit -> ready
+    pools: Mapping[tuple[str, str], _Pool]  # (unit, pool)
+    nodes: Mapping[tuple[str, str], tuple[int, int]]  # (node, resource) -> (allocatable, used)
+
+
+_EMPTY = _Snapshot({}, {}, {})
+
+
+class _StatusCollector(Collector):
+    def __init__(self) -> None:
+        self.snapshot = _EMPTY  # replaced, never mutated: reading the attribute is atomic
+
+    def _families(self, snap: _Snapshot) -> list[GaugeMetricFamily]:
+        up = ["unit", "pool"]
+        upr = ["unit", "pool", "resource"]
+        desired = GaugeMetricFamily(PREFIX + "pool_desired_replicas", "Pods the pool should have.", labels=up)
+        ready = GaugeMetricFamily(PREFIX + "pool_ready_replicas", "Ready pods of the pool.", labels=up)
+        pool_ready = GaugeMetricFamily(PREFIX + "pool_ready", "1 when the pool reached its goal (rolled out, "
+                                       "every desired pod updated and ready).", labels=up)
+        unit_ready = GaugeMetricFamily(PREFIX + "unit_ready", "1 when the unit exists and every pool of it is "
+                                       "ready.", labels=["unit"])
+        requested = GaugeMetricFamily(PREFIX + "pool_gpus_requested", "GPUs the pool asks for (one pod's "
+                                      "request x the desired pods).", labels=upr)
+        allocated = GaugeMetricFamily(PREFIX + "pool_gpus_allocated", "GPUs held by the pool's pods bound to a "
+                                      "node.", labels=upr)
+        node_alloc = GaugeMetricFamily(PREFIX + "node_gpus_allocatable", "GPUs the node offers to pods.",
+                                       labels=["node", "resource"])
+        node_used = GaugeMetricFamily(PREFIX + "node_gpus_used", "GPUs requested by the pods bound to the node "
+                                      "(any owner).", labels=["node", "resource"])
+        for unit, ok in sorted(snap.units.items()):
+            unit_ready.add_metric([unit], 1.0 if ok else 0.0)
+        for (unit, pool), p in sorted(snap.pools.items()):
+            desired.add_metric([unit, pool], p.desired)
+            ready.add_metric([unit, pool], p.ready)
+            pool_ready.add_metric([unit, pool], 1.0 if p.healthy else 0.0)
+            for resource, req, alloc in p.gpus:
+                requested.add_metric([unit, pool, resource], req)
+                allocated.add_metric([unit, pool, resource], alloc)
+        for (node, resource), (alloc_n, used_n) in sorted(snap.nodes.items()):
+            node_alloc.add_metric([node, resource], alloc_n)
+            node_used.add_metric([node, resource], used_n)
+        return [desired, ready, pool_ready, unit_ready, requested, allocated, node_alloc, node_used]
+
+    def describe(self) -> Iterable[GaugeMetricFamily]:
+        return self._families(_EMPTY)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield from self._families(self.snapshot)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+class Metrics:
+    """The agent's metrics. Thread-safe; see the module docstring for the list."""
+
+    def __init__(self, version: str = __version__) -> None:
+        self.registry = CollectorRegistry()
+        self._lock = threading.Lock()
+        self._drift_kinds: dict[str, set[str]] = {}  # unit -> kinds with a drift_objects series
+        self._corrected_kinds: dict[str, set[str]] = {}  # unit -> kinds with a corrections series
+        self._actions: dict[str, set[str]] = {}  # unit -> actions with an objects_applied series
+        self._revision: str | None = None
+        r = self.registry
+
+        self.sync_total = Counter(PREFIX + "sync_total", "Syncs of the unit, by result.", ["unit", "result"],
+                                  registry=r)
+        self.sync_duration = Histogram(PREFIX + "sync_duration_seconds", "How long a sync of the unit took.",
+                                       ["unit"], buckets=SYNC_BUCKETS, registry=r)
+        self.last_sync = Gauge(PREFIX + "last_sync_timestamp_seconds", "Unix time the last sync of the unit "
+                               "ended, whatever its result.", ["unit"], registry=r)
+        self.last_success = Gauge(PREFIX + "last_success_timestamp_seconds", "Unix time the last successful "
+                                  "sync of the unit ended.", ["unit"], registry=r)
+        self.commit_to_applied = Histogram(PREFIX + "commit_to_applied_seconds", "Seconds from a commit's "
+                                           "time to its objects applied.", buckets=COMMIT_BUCKETS, registry=r)
+        self.revision_info = Gauge(PREFIX + "source_revision_info", "1 for the Git revision currently synced.",
+                                   ["revision"], registry=r)
+        self.fetch_errors = Counter(PREFIX + "source_fetch_errors_total", "Failed fetches of the Git source, "
+                                    "by reason.", ["reason"], registry=r)
+        self.last_fetch = Gauge(PREFIX + "source_last_fetch_timestamp_seconds", "Unix time of the last "
+                                "successful fetch of the Git source (0: none yet).", registry=r)
+        self.config_errors = Gauge(PREFIX + "config_errors", "Configuration errors of the unit (0 when it loads "
+                                   "cleanly).", ["unit"], registry=r)
+        self.queue_depth = Gauge(PREFIX + "queue_depth", "Sync requests waiting to be worked on.", registry=r)
+        self.objects_applied = Counter(PREFIX + "objects_applied_total", "Objects handled by syncs of the unit, "
+                                       "by action.", ["unit", "action"], registry=r)
+        self.drift_objects = Gauge(PREFIX + "drift_objects", "Objects of the unit that currently differ from "
+                                   "Git, by kind.", ["unit", "kind"], registry=r)
+        self.drift_corrections = Counter(PREFIX + "drift_corrections_total", "Objects changed outside Git that "
+                                         "a sync put back, by kind.", ["unit", "kind"], registry=r)
+        self.leader = Gauge(PREFIX + "leader", "1 while this agent holds the leader lease.", registry=r)
+        self.up = Gauge(PREFIX + "up", "Always 1 while the agent runs.", registry=r)
+        self.build_info = Gauge(PREFIX + "build_info", "Always 1; the agent's version.", ["version"], registry=r)
+        self._status = _StatusCollector()
+        r.register(self._status)
+
+        self.up.set(1)
+        self.build_info.labels(version).set(1)
+        for reason in FETCH_ERROR_REASONS:
+            self.fetch_errors.labels(reason)  # present at 0, so rate() sees the first error
+
+    # -- syncs -----------------------------------------------------------------------------------
+
+    def observe_sync(self, report_unit: UnitResult, seconds: float) -> None:
+        """One finished (not dry-run) sync of a unit that took `seconds`."""
+        unit = report_unit.unit
+        result = result_of(report_unit)
+        for r in RESULTS:
+            self.sync_total.labels(unit, r)  # all three present, so ratios work from the start
+        self.sync_total.labels(unit, result).inc()
+        self.sync_duration.labels(unit).observe(max(seconds, 0.0))
+        now = time.time()
+        self.last_sync.labels(unit).set(now)
+        if result == "success":
+            self.last_success.labels(unit).set(now)
+        actions: dict[str, int] = {}
+        corrections: dict[str, int] = {}
+        for c in report_unit.changes:
+            actions[c.action.value] = actions.get(c.action.value, 0) + 1
+            if c.drift and c.action in CORRECTING:
+                kind = kind_of(c.ref)
+                corrections[kind] = corrections.get(kind, 0) + 1
+        with self._lock:
+            self._actions.setdefault(unit, set()).update(actions)
+            self._corrected_kinds.setdefault(unit, set()).update(corrections)
+        for action, n in actions.items():
+            self.objects_applied.labels(unit, action).inc(n)
+        for kind, n in corrections.items():
+            self.drift_corrections.labels(unit, kind).inc(n)
+
+    def observe_commit_applied(self, seconds: float) -> None:
+        self.commit_to_applied.observe(max(seconds, 0.0))
+
+    def set_drift(self, unit: str, counts_by_kind: Mapping[str, int]) -> None:
+        """The objects of `unit` that differ from Git now, by kind (see `drift_by_kind`). Kinds that
+        drifted before and are absent now are set to 0."""
+        with self._lock:
+            known = self._drift_kinds.setdefault(unit, set())
+            known.update(counts_by_kind)
+            kinds = sorted(known)
+        for kind in kinds:
+            self.drift_objects.labels(unit, kind).set(counts_by_kind.get(kind, 0))
+
+    def set_config_errors(self, unit: str, n: int) -> None:
+        self.config_errors.labels(unit).set(n)
+
+    def set_queue_depth(self, n: int) -> None:
+        self.queue_depth.set(n)
+
+    # -- source ----------------------------------------------------------------------------------
+
+    def set_revision(self, rev: str) -> None:
+        """The revision now synced; the previous revision's series goes away."""
+        with self._lock:
+            previous, self._revision = self._revision, rev
+            if previous is not None and previous != rev:
+                _remove(self.revision_info, previous)
+            self.revision_info.labels(rev).set(1)
+
+    def fetch_error(self, reason: str) -> None:
+        """A failed fetch. `reason` outside FETCH_ERROR_REASONS is counted as "other"."""
+        if reason not in FETCH_ERROR_REASONS:
+            log.debug("metrics.unknown_fetch_error_reason", reason=reason)
+            reason = "other"
+        self.fetch_errors.labels(reason).inc()
+
+    def fetch_ok(self) -> None:
+        self.last_fetch.set(time.time())
+
+    # -- status ----------------------------------------------------------------------------------
+
+    def observe_status(self, statuses: Sequence[UnitStatus],
+                       node_gpus: ClusterGPUs | Iterable[NodeGPU] | None = None) -> None:
+        """Replace every pool, unit-readiness and GPU series with these figures: units and pools not
+        in `statuses` lose their series. `node_gpus` (the `ClusterGPUs` of a status report, or its
+        `nodes`) replaces the node series; None leaves them as they are (not collected this time).
+        Two pools of one unit with the same pool name are added up."""
+        units: dict[str, bool] = {}
+        pools: dict[tuple[str, str], _Pool] = {}
+        for u in statuses:
+            units[u.unit] = bool(u.ready)
+            for p in u.pools:
+                key = (u.unit, p.pool)
+                gpus = {res: (c.requested, c.allocated) for res, c in p.gpus.items()}
+                old = pools.get(key)
+                if old is not None:
+                    for res, req, alloc in old.gpus:
+                        r0, a0 = gpus.get(res, (0, 0))
+                        gpus[res] = (r0 + req, a0 + alloc)
+                pools[key] = _Pool(
+                    desired=p.desired + (old.desired if old else 0),
+                    ready=p.ready + (old.ready if old else 0),
+                    healthy=p.healthy and (old.healthy if old else True),
+                    gpus=tuple((res, req, alloc) for res, (req, alloc) in sorted(gpus.items())))
+        with self._lock:
+            nodes = self._status.snapshot.nodes
+            if node_gpus is not None:
+                from syncer.observe.status import ClusterGPUs
+
+                entries = node_gpus.nodes if isinstance(node_gpus, ClusterGPUs) else node_gpus
+                nodes = {(n.node, n.resource): (n.allocatable, n.used) for n in entries}
+            self._status.snapshot = _Snapshot(units, pools, nodes)
+
+    # -- agent -----------------------------------------------------------------------------------
+
+    def set_leader(self, leader: bool) -> None:
+        self.leader.set(1 if leader else 0)
+
+    def forget_unit(self, unit: str) -> None:
+        """Drop every series of a unit (it left Git)."""
+        with self._lock:
+            drift_kinds = self._drift_kinds.pop(unit, set())
+            corrected = self._corrected_kinds.pop(unit, set())
+            actions = self._actions.pop(unit, set())
+            snap = self._status.snapshot
+            if unit in snap.units or any(u == unit for u, _ in snap.pools):
+                self._status.snapshot = _Snapshot(
+                    {u: r for u, r in snap.units.items() if u != unit},
+                    {k: p for k, p in snap.pools.items() if k[0] != unit}, snap.nodes)
+        for r in RESULTS:
+            _remove(self.sync_total, unit, r)
+        for metric in (self.sync_duration, self.last_sync, self.last_success, self.config_errors):
+            _remove(metric, unit)
+        for action in actions:
+            _remove(self.objects_applied, unit, action)
+        for kind in drift_kinds:
+            _remove(self.drift_objects, unit, kind)
+        for kind in corrected:
+            _remove(self.drift_corrections, unit, kind)
+
+    def exposition(self) -> bytes:
+        """Everything, in the Prometheus text format (`CONTENT_TYPE`)."""
+        return generate_latest(self.registry)
+
+
+def _remove(metric: Counter | Gauge | Histogram, *labels: str) -> None:
+    with suppress(KeyError):  # older prometheus_client raises for a label set it does not have
+        metric.remove(*labels)

@@ -1,0 +1,313 @@
+"""Metrics: what the exposition says after each observe_* call, and which series go away."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from prometheus_client import REGISTRY
+from prometheus_client.parser import text_string_to_metric_families
+
+from syncer import __version__
+from syncer.engine.changeset import Action, Change, UnitResult
+from syncer.observe.health import GPUCount, NodeGPU
+from syncer.observe.metrics import CONTENT_TYPE, Metrics, drift_by_kind
+from syncer.observe.status import ClusterGPUs, PoolStatus, UnitStatus
+
+FED = "federation/flower/fed"
+SN = "supernode/edge/pytorch"
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def samples(m: Metrics) -> Samples:
+    """Every sample of the text exposition, by (sample name, sorted labels)."""
+    out: Samples = {}
+    for family in text_string_to_metric_families(m.exposition().decode()):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def value(m: Metrics, name: str, **labels: str) -> float | None:
+    return samples(m).get((name, tuple(sorted(labels.items()))))
+
+
+def series(m: Metrics, name: str) -> list[dict[str, str]]:
+    return [dict(labels) for (n, labels) in samples(m) if n == name]
+
+
+def test_own_registry_two_instances_do_not_clash() -> None:
+    a, b = Metrics(), Metrics()
+    a.set_queue_depth(3)
+    b.set_queue_depth(5)
+    assert value(a, "flower_syncer_queue_depth") == 3
+    assert value(b, "flower_syncer_queue_depth") == 5
+    assert REGISTRY.get_sample_value("flower_syncer_queue_depth") is None
+    assert CONTENT_TYPE.startswith("text/plain; version=0.0.4")
+
+
+def test_agent_metrics_present_from_the_start() -> None:
+    m = Metrics()
+    assert value(m, "flower_syncer_up") == 1
+    assert value(m, "flower_syncer_build_info", version=__version__) == 1
+    assert value(m, "flower_syncer_leader") == 0
+    assert value(m, "flower_syncer_source_last_fetch_timestamp_seconds") == 0
+    assert value(m, "flower_syncer_source_fetch_errors_total", reason="network") == 0
+    m.set_leader(True)
+    assert value(m, "flower_syncer_leader") == 1
+    m.set_leader(False)
+    assert value(m, "flower_syncer_leader") == 0
+
+
+def test_observe_sync_success_counts_actions_and_drift_corrections() -> None:
+    m = Metrics()
+    result = UnitResult(FED, changes=[
+        Change("StatefulSet/flower/fed-superlink", Action.CONFIGURED, drift=True),
+        Change("StatefulSet/flower/fed-pool-a", Action.CONFIGURED, drift=True),
+        Change("Service/flower/fed", Action.CONFIGURED),  # Git changed it: not a correction
+        Change("ConfigMap/flower/x", Action.UNCHANGED),
+        Change("Secret/flower/y", Action.CREATED),
+        Change("Service/flower/old", Action.DELETED),
+    ])
+    before = time.time()
+    m.observe_sync(result, 0.3)
+    assert value(m, "flower_syncer_sync_total", unit=FED, result="success") == 1
+    assert value(m, "flower_syncer_sync_total", unit=FED, result="failed") == 0
+    assert value(m, "flower_syncer_sync_total", unit=FED, result="skipped") == 0
+    assert value(m, "flower_syncer_sync_duration_seconds_count", unit=FED) == 1
+    assert value(m, "flower_syncer_sync_duration_seconds_sum", unit=FED) == pytest.approx(0.3)
+    assert value(m, "flower_syncer_sync_duration_seconds_bucket", unit=FED, le="0.25") == 0
+    assert value(m, "flower_syncer_sync_duration_seconds_bucket", unit=FED, le="0.5") == 1
+    assert value(m, "flower_syncer_sync_duration_seconds_bucket", unit=FED, le="0.01") == 0
+    assert value(m, "flower_syncer_sync_duration_seconds_bucket", unit=FED, le="60.0") == 1
+    assert (value(m, "flower_syncer_last_sync_timestamp_seconds", unit=FED) or 0) >= before
+    assert (value(m, "flower_syncer_last_success_timestamp_seconds", unit=FED) or 0) >= before
+    assert value(m, "flower_syncer_objects_applied_total", unit=FED, action="configured") == 3
+    assert value(m, "flower_syncer_objects_applied_total", unit=FED, action="unchanged") == 1
+    assert value(m, "flower_syncer_objects_applied_total", unit=FED, action="created") == 1
+    assert value(m, "flower_syncer_objects_applied_total", unit=FED, action="deleted") == 1
+    assert value(m, "flower_syncer_drift_corrections_total", unit=FED, kind="StatefulSet") == 2
+    assert value(m, "flower_syncer_drift_corrections_total", unit=FED, kind="Service") is None
+
+    m.observe_sync(UnitResult(FED, changes=[Change("StatefulSet/flower/fed-pool-a", Action.CONFIGURED,
+                                                   drift=True)]), 0.02)
+    assert value(m, "flower_syncer_sync_total", unit=FED, result="success") == 2
+    assert value(m, "flower_syncer_drift_corrections_total", unit=FED, kind="StatefulSet") == 3
+    assert value(m, "flower_syncer_objects_applied_total", unit=FED, action="configured") == 4
+
+
+def test_observe_sync_failed_and_skipped() -> None:
+    m = Metrics()
+    m.observe_sync(UnitResult(FED, errors=["configuration has errors"]), 0.01)
+    m.observe_sync(UnitResult(FED, changes=[Change("Service/flower/a", Action.FAILED, "422 Invalid")]), 1.0)
+    m.observe_sync(UnitResult(SN, skipped_reason="suspended"), 0.001)
+    assert value(m, "flower_syncer_sync_total", unit=FED, result="failed") == 2
+    assert value(m, "flower_syncer_sync_total", unit=FED, result="success") == 0
+    assert value(m, "flower_syncer_sync_total", unit=SN, result="skipped") == 1
+    assert value(m, "flower_syncer_objects_applied_total", unit=FED, action="failed") == 1
+    # a failed sync does not move the last-success time
+    assert value(m, "flower_syncer_last_success_timestamp_seconds", unit=FED) is None
+    assert value(m, "flower_syncer_last_sync_timestamp_seconds", unit=FED) is not None
+    # a failed correction is no correction
+    m.observe_sync(UnitResult(FED, changes=[Change("Service/flower/a", Action.FAILED, drift=True)]), 0.1)
+    assert series(m, "flower_syncer_drift_corrections_total") == []
+
+
+def test_commit_to_applied_histogram() -> None:
+    m = Metrics()
+    m.observe_commit_applied(0.005)
+    m.observe_commit_applied(42.0)
+    m.observe_commit_applied(1000.0)
+    assert value(m, "flower_syncer_commit_to_applied_seconds_count") == 3
+    assert value(m, "flower_syncer_commit_to_applied_seconds_bucket", le="0.01") == 1
+    assert value(m, "flower_syncer_commit_to_applied_seconds_bucket", le="60.0") == 2
+    assert value(m, "flower_syncer_commit_to_applied_seconds_bucket", le="300.0") == 2
+    assert value(m, "flower_syncer_commit_to_applied_seconds_bucket", le="+Inf") == 3
+
+
+def test_revision_info_keeps_only_the_current_revision() -> None:
+    m = Metrics()
+    m.set_revision("aaa111")
+    assert series(m, "flower_syncer_source_revision_info") == [{"revision": "aaa111"}]
+    m.set_revision("bbb222")
+    m.set_revision("bbb222")
+    assert series(m, "flower_syncer_source_revision_info") == [{"revision": "bbb222"}]
+    assert value(m, "flower_syncer_source_revision_info", revision="bbb222") == 1
+
+
+def test_source_fetch_errors_and_last_fetch() -> None:
+    m = Metrics()
+    m.fetch_error("network")
+    m.fetch_error("network")
+    m.fetch_error("auth")
+    m.fetch_error("something the source made up")
+    assert value(m, "flower_syncer_source_fetch_errors_total", reason="network") == 2
+    assert value(m, "flower_syncer_source_fetch_errors_total", reason="auth") == 1
+    assert value(m, "flower_syncer_source_fetch_errors_total", reason="other") == 1
+    assert {s["reason"] for s in series(m, "flower_syncer_source_fetch_errors_total")} == {
+        "network", "timeout", "auth", "not_found", "invalid", "other"}
+    before = time.time()
+    m.fetch_ok()
+    assert (value(m, "flower_syncer_source_last_fetch_timestamp_seconds") or 0) >= before
+
+
+def test_config_errors_queue_depth() -> None:
+    m = Metrics()
+    m.set_config_errors(FED, 3)
+    m.set_config_errors(SN, 0)
+    m.set_queue_depth(7)
+    assert value(m, "flower_syncer_config_errors", unit=FED) == 3
+    assert value(m, "flower_syncer_config_errors", unit=SN) == 0
+    assert value(m, "flower_syncer_queue_depth") == 7
+    m.set_config_errors(FED, 0)
+    assert value(m, "flower_syncer_config_errors", unit=FED) == 0
+
+
+def test_drift_objects_by_kind() -> None:
+    m = Metrics()
+    dry_run = UnitResult(FED, changes=[
+        Change("StatefulSet/flower/a", Action.CONFIGURED, "would configure", drift=True),
+        Change("StatefulSet/flower/b", Action.CONFIGURED, "would configure"),
+        Change("Service/flower/c", Action.CREATED, "would create"),
+        Change("Secret/flower/d", Action.UNCHANGED),
+        Change("Service/flower/e", Action.SKIPPED),
+    ])
+    assert drift_by_kind(dry_run) == {"StatefulSet": 2, "Service": 1}
+    m.set_drift(FED, drift_by_kind(dry_run))
+    assert value(m, "flower_syncer_drift_objects", unit=FED, kind="StatefulSet") == 2
+    assert value(m, "flower_syncer_drift_objects", unit=FED, kind="Service") == 1
+    assert value(m, "flower_syncer_drift_objects", unit=FED, kind="Secret") is None
+    m.set_drift(FED, {"Service": 1})  # the StatefulSets were put back: 0, not stale
+    assert value(m, "flower_syncer_drift_objects", unit=FED, kind="StatefulSet") == 0
+    assert value(m, "flower_syncer_drift_objects", unit=FED, kind="Service") == 1
+    m.set_drift(FED, {})
+    assert {v for (n, _), v in samples(m).items() if n == "flower_syncer_drift_objects"} == {0}
+
+
+def _pool(pool: str, desired: int, ready: int, *, healthy: bool, gpus: dict[str, tuple[int, int]] | None = None,
+          kind: str = "StatefulSet") -> PoolStatus:
+    return PoolStatus(pool, kind, f"fed-{pool}", desired, ready, healthy=healthy,
+                      gpus={r: GPUCount(req, alloc) for r, (req, alloc) in (gpus or {}).items()})
+
+
+def _statuses() -> list[UnitStatus]:
+    return [
+        UnitStatus(FED, pools=[
+            _pool("superlink", 1, 1, healthy=True),
+            _pool("gpu-a100", 4, 2, healthy=False, gpus={"nvidia.com/gpu": (8, 4)}),
+            _pool("cpu", 3, 3, healthy=True),
+        ]),
+        UnitStatus(SN, pools=[_pool("supernode", 2, 2, healthy=True, kind="Deployment",
+                                    gpus={"amd.com/gpu": (2, 2)})]),
+    ]
+
+
+def test_observe_status_pools_units_and_gpus() -> None:
+    m = Metrics()
+    nodes = [NodeGPU("gpu-nvidia-0", "nvidia.com/gpu", 4, 4), NodeGPU("gpu-nvidia-1", "nvidia.com/gpu", 4, 0),
+             NodeGPU("gpu-amd-0", "amd.com/gpu", 8, 2)]
+    m.observe_status(_statuses(), nodes)
+    v = samples(m)
+
+    def at(name: str, **labels: str) -> float | None:
+        return v.get((name, tuple(sorted(labels.items()))))
+
+    assert at("flower_syncer_pool_desired_replicas", unit=FED, pool="gpu-a100") == 4
+    assert at("flower_syncer_pool_ready_replicas", unit=FED, pool="gpu-a100") == 2
+    assert at("flower_syncer_pool_ready", unit=FED, pool="gpu-a100") == 0
+    assert at("flower_syncer_pool_ready", unit=FED, pool="superlink") == 1
+    assert at("flower_syncer_pool_ready", unit=SN, pool="supernode") == 1
+    assert at("flower_syncer_unit_ready", unit=FED) == 0
+    assert at("flower_syncer_unit_ready", unit=SN) == 1
+    assert at("flower_syncer_pool_gpus_requested", unit=FED, pool="gpu-a100", resource="nvidia.com/gpu") == 8
+    assert at("flower_syncer_pool_gpus_allocated", unit=FED, pool="gpu-a100", resource="nvidia.com/gpu") == 4
+    assert at("flower_syncer_pool_gpus_requested", unit=SN, pool="supernode", resource="amd.com/gpu") == 2
+    assert at("flower_syncer_pool_gpus_requested", unit=FED, pool="cpu", resource="nvidia.com/gpu") is None
+    assert at("flower_syncer_node_gpus_allocatable", node="gpu-nvidia-1", resource="nvidia.com/gpu") == 4
+    assert at("flower_syncer_node_gpus_used", node="gpu-nvidia-0", resource="nvidia.com/gpu") == 4
+    assert at("flower_syncer_node_gpus_used", node="gpu-amd-0", resource="amd.com/gpu") == 2
+    assert len(series(m, "flower_syncer_pool_ready")) == 4
+
+
+def test_observe_status_removes_vanished_pools_units_and_nodes() -> None:
+    m = Metrics()
+    m.observe_status(_statuses(), [NodeGPU("gpu-nvidia-0", "nvidia.com/gpu", 4, 4),
+                                   NodeGPU("gpu-nvidia-1", "nvidia.com/gpu", 4, 0)])
+    # the gpu-a100 pool left the federation, the SuperNode release left Git, a node went away
+    fed = _statuses()[0]
+    fed.pools = [p for p in fed.pools if p.pool != "gpu-a100"]
+    m.observe_status([fed], ClusterGPUs([NodeGPU("gpu-nvidia-0", "nvidia.com/gpu", 4, 0)]))
+    pools = {(s["unit"], s["pool"]) for s in series(m, "flower_syncer_pool_desired_replicas")}
+    assert pools == {(FED, "superlink"), (FED, "cpu")}
+    assert {s["unit"] for s in series(m, "flower_syncer_unit_ready")} == {FED}
+    assert value(m, "flower_syncer_unit_ready", unit=FED) == 1
+    assert series(m, "flower_syncer_pool_gpus_requested") == []
+    assert series(m, "flower_syncer_pool_gpus_allocated") == []
+    assert series(m, "flower_syncer_node_gpus_allocatable") == [{"node": "gpu-nvidia-0", "resource": "nvidia.com/gpu"}]
+    assert value(m, "flower_syncer_node_gpus_used", node="gpu-nvidia-0", resource="nvidia.com/gpu") == 0
+    # node figures not collected this time: kept; collected and none: gone
+    m.observe_status([fed], None)
+    assert len(series(m, "flower_syncer_node_gpus_used")) == 1
+    m.observe_status([fed], ClusterGPUs(error="forbidden"))
+    assert series(m, "flower_syncer_node_gpus_used") == []
+
+
+def test_two_workloads_with_one_pool_name_are_added_up() -> None:
+    m = Metrics()
+    m.observe_status([UnitStatus(FED, pools=[
+        _pool("p", 2, 2, healthy=True, gpus={"nvidia.com/gpu": (2, 2)}),
+        _pool("p", 3, 1, healthy=False, gpus={"nvidia.com/gpu": (3, 1)}),
+    ])])
+    text = m.exposition().decode()
+    assert text.count('flower_syncer_pool_desired_replicas{pool="p"') == 1
+    assert value(m, "flower_syncer_pool_desired_replicas", unit=FED, pool="p") == 5
+    assert value(m, "flower_syncer_pool_ready_replicas", unit=FED, pool="p") == 3
+    assert value(m, "flower_syncer_pool_ready", unit=FED, pool="p") == 0
+    assert value(m, "flower_syncer_pool_gpus_requested", unit=FED, pool="p", resource="nvidia.com/gpu") == 5
+
+
+def test_forget_unit_drops_every_series_of_the_unit() -> None:
+    m = Metrics()
+    for unit in (FED, SN):
+        m.observe_sync(UnitResult(unit, changes=[Change("StatefulSet/x/a", Action.CONFIGURED, drift=True)]), 0.1)
+        m.set_config_errors(unit, 1)
+        m.set_drift(unit, {"StatefulSet": 1})
+    m.observe_status(_statuses(), [NodeGPU("gpu-nvidia-0", "nvidia.com/gpu", 4, 4)])
+    m.forget_unit(SN)
+    units = {dict(labels).get("unit") for (_, labels) in samples(m)} - {None}
+    assert units == {FED}
+    assert value(m, "flower_syncer_sync_total", unit=FED, result="success") == 1
+    assert value(m, "flower_syncer_drift_objects", unit=FED, kind="StatefulSet") == 1
+    assert len(series(m, "flower_syncer_node_gpus_used")) == 1
+    m.forget_unit(FED)
+    m.forget_unit("federation/never/seen")
+    assert {dict(labels).get("unit") for (_, labels) in samples(m)} == {None}
+    # a unit that comes back starts from zero
+    m.observe_sync(UnitResult(SN), 0.1)
+    assert value(m, "flower_syncer_sync_total", unit=SN, result="success") == 1
+
+
+def test_exposition_is_valid_text_format() -> None:
+    m = Metrics()
+    m.observe_sync(UnitResult(FED, changes=[Change("Service/flower/a", Action.CREATED)]), 0.2)
+    m.observe_status(_statuses(), [NodeGPU("n", "nvidia.com/gpu", 1, 1)])
+    m.set_revision("abc")
+    text = m.exposition().decode()
+    assert "# TYPE flower_syncer_sync_total counter" in text
+    assert "# TYPE flower_syncer_sync_duration_seconds histogram" in text
+    assert "# TYPE flower_syncer_pool_ready gauge" in text
+    assert "# HELP flower_syncer_node_gpus_used " in text
+    names = {f.name for f in text_string_to_metric_families(text)}
+    expected = {
+        "flower_syncer_sync", "flower_syncer_sync_duration_seconds", "flower_syncer_last_sync_timestamp_seconds",
+        "flower_syncer_commit_to_applied_seconds", "flower_syncer_source_revision_info",
+        "flower_syncer_source_fetch_errors", "flower_syncer_source_last_fetch_timestamp_seconds",
+        "flower_syncer_config_errors", "flower_syncer_queue_depth", "flower_syncer_objects_applied",
+        "flower_syncer_drift_objects", "flower_syncer_drift_corrections", "flower_syncer_pool_desired_replicas",
+        "flower_syncer_pool_ready_replicas", "flower_syncer_pool_ready", "flower_syncer_unit_ready",
+        "flower_syncer_pool_gpus_requested", "flower_syncer_pool_gpus_allocated",
+        "flower_syncer_node_gpus_allocatable", "flower_syncer_node_gpus_used", "flower_syncer_leader",
+        "flower_syncer_up", "flower_syncer_build_info",
+    }
+    assert expected <= names
