@@ -45,7 +45,8 @@ Details: a sync is ``failed`` when it has errors or a failed object, ``skipped``
 not synced on purpose (suspended, removed from Git but not pruned), else ``success``.
 ``drift_objects`` comes from a dry-run sync (`drift_by_kind`, the same count as the DRIFT column
 of ``flower-syncer status``); ``drift_corrections_total`` counts objects a real sync configured or
-recreated whose live copy had been changed outside Git (`Change.drift`). ``revision_info`` has one
+recreated whose live copy had been changed outside Git (`Change.drift`), or created again after
+someone deleted them (`corrections_by_kind`). ``revision_info`` has one
 series only: setting a new revision removes the old one.
 """
 
@@ -53,7 +54,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -99,6 +100,19 @@ def result_of(unit: UnitResult) -> str:
 def kind_of(ref: str) -> str:
     """The kind of a change's object reference `Kind/namespace/name`."""
     return ref.split("/", 1)[0]
+
+
+def corrections_by_kind(unit: UnitResult, known: Collection[str] = ()) -> dict[str, int]:
+    """From a real sync of one unit: the objects put back after a change outside Git, by kind (for
+    `observe_drift_corrections`): configured or recreated objects whose change says `drift`, and
+    created objects whose reference is in `known` (the unit's inventory before the sync: someone
+    deleted them)."""
+    counts: dict[str, int] = {}
+    for c in unit.changes:
+        if (c.drift and c.action in CORRECTING) or (c.action is Action.CREATED and c.ref in known):
+            kind = kind_of(c.ref)
+            counts[kind] = counts.get(kind, 0) + 1
+    return counts
 
 
 def drift_by_kind(unit: UnitResult) -> dict[str, int]:
@@ -229,7 +243,9 @@ class Metrics:
     # -- syncs -----------------------------------------------------------------------------------
 
     def observe_sync(self, report_unit: UnitResult, seconds: float) -> None:
-        """One finished (not dry-run) sync of a unit that took `seconds`."""
+        """One finished (not dry-run) sync of a unit that took `seconds`. Drift corrections are
+        counted separately (`observe_drift_corrections`): only the caller knows whether a created
+        object was one someone deleted."""
         unit = report_unit.unit
         result = result_of(report_unit)
         for r in RESULTS:
@@ -241,19 +257,21 @@ class Metrics:
         if result == "success":
             self.last_success.labels(unit).set(now)
         actions: dict[str, int] = {}
-        corrections: dict[str, int] = {}
         for c in report_unit.changes:
             actions[c.action.value] = actions.get(c.action.value, 0) + 1
-            if c.drift and c.action in CORRECTING:
-                kind = kind_of(c.ref)
-                corrections[kind] = corrections.get(kind, 0) + 1
         with self._lock:
             self._actions.setdefault(unit, set()).update(actions)
-            self._corrected_kinds.setdefault(unit, set()).update(corrections)
         for action, n in actions.items():
             self.objects_applied.labels(unit, action).inc(n)
-        for kind, n in corrections.items():
-            self.drift_corrections.labels(unit, kind).inc(n)
+
+    def observe_drift_corrections(self, unit: str, counts_by_kind: Mapping[str, int]) -> None:
+        """Objects of `unit` changed or deleted outside Git that a sync put back, by kind (see
+        `corrections_by_kind`)."""
+        with self._lock:
+            self._corrected_kinds.setdefault(unit, set()).update(k for k, n in counts_by_kind.items() if n > 0)
+        for kind, n in counts_by_kind.items():
+            if n > 0:
+                self.drift_corrections.labels(unit, kind).inc(n)
 
     def observe_commit_applied(self, seconds: float) -> None:
         self.commit_to_applied.observe(max(seconds, 0.0))

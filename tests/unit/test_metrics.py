@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from syncer import __version__
 from syncer.engine.changeset import Action, Change, UnitResult
 from syncer.observe.health import GPUCount, NodeGPU
-from syncer.observe.metrics import CONTENT_TYPE, Metrics, drift_by_kind
+from syncer.observe.metrics import CONTENT_TYPE, Metrics, corrections_by_kind, drift_by_kind
 from syncer.observe.status import ClusterGPUs, PoolStatus, UnitStatus
 
 FED = "federation/flower/fed"
@@ -60,7 +60,7 @@ def test_agent_metrics_present_from_the_start() -> None:
     assert value(m, "flower_syncer_leader") == 0
 
 
-def test_observe_sync_success_counts_actions_and_drift_corrections() -> None:
+def test_observe_sync_success_counts_actions() -> None:
     m = Metrics()
     result = UnitResult(FED, changes=[
         Change("StatefulSet/flower/fed-superlink", Action.CONFIGURED, drift=True),
@@ -87,14 +87,32 @@ def test_observe_sync_success_counts_actions_and_drift_corrections() -> None:
     assert value(m, "flower_syncer_objects_applied_total", unit=FED, action="unchanged") == 1
     assert value(m, "flower_syncer_objects_applied_total", unit=FED, action="created") == 1
     assert value(m, "flower_syncer_objects_applied_total", unit=FED, action="deleted") == 1
-    assert value(m, "flower_syncer_drift_corrections_total", unit=FED, kind="StatefulSet") == 2
-    assert value(m, "flower_syncer_drift_corrections_total", unit=FED, kind="Service") is None
+    assert value(m, "flower_syncer_objects_applied_total", unit=FED, action="failed") is None
+    assert series(m, "flower_syncer_drift_corrections_total") == []  # counted by observe_drift_corrections
 
     m.observe_sync(UnitResult(FED, changes=[Change("StatefulSet/flower/fed-pool-a", Action.CONFIGURED,
                                                    drift=True)]), 0.02)
     assert value(m, "flower_syncer_sync_total", unit=FED, result="success") == 2
-    assert value(m, "flower_syncer_drift_corrections_total", unit=FED, kind="StatefulSet") == 3
     assert value(m, "flower_syncer_objects_applied_total", unit=FED, action="configured") == 4
+
+
+def test_drift_corrections() -> None:
+    m = Metrics()
+    result = UnitResult(FED, changes=[
+        Change("StatefulSet/flower/fed-superlink", Action.CONFIGURED, drift=True),
+        Change("StatefulSet/flower/fed-pool-a", Action.RECREATED, drift=True),
+        Change("Service/flower/fed", Action.CONFIGURED),  # Git changed it: not a correction
+        Change("Service/flower/gone", Action.CREATED),  # someone deleted it (it is in the inventory)
+        Change("Secret/flower/new", Action.CREATED),  # new in Git
+        Change("ConfigMap/flower/a", Action.FAILED, drift=True),  # a failed correction is none
+    ])
+    counts = corrections_by_kind(result, known={"Service/flower/gone", "Service/flower/fed"})
+    assert counts == {"StatefulSet": 2, "Service": 1}
+    m.observe_drift_corrections(FED, counts)
+    m.observe_drift_corrections(FED, {"StatefulSet": 1, "Secret": 0})
+    assert value(m, "flower_syncer_drift_corrections_total", unit=FED, kind="StatefulSet") == 3
+    assert value(m, "flower_syncer_drift_corrections_total", unit=FED, kind="Service") == 1
+    assert value(m, "flower_syncer_drift_corrections_total", unit=FED, kind="Secret") is None
 
 
 def test_observe_sync_failed_and_skipped() -> None:
@@ -109,9 +127,6 @@ def test_observe_sync_failed_and_skipped() -> None:
     # a failed sync does not move the last-success time
     assert value(m, "flower_syncer_last_success_timestamp_seconds", unit=FED) is None
     assert value(m, "flower_syncer_last_sync_timestamp_seconds", unit=FED) is not None
-    # a failed correction is no correction
-    m.observe_sync(UnitResult(FED, changes=[Change("Service/flower/a", Action.FAILED, drift=True)]), 0.1)
-    assert series(m, "flower_syncer_drift_corrections_total") == []
 
 
 def test_commit_to_applied_histogram() -> None:
@@ -273,6 +288,7 @@ def test_forget_unit_drops_every_series_of_the_unit() -> None:
         m.observe_sync(UnitResult(unit, changes=[Change("StatefulSet/x/a", Action.CONFIGURED, drift=True)]), 0.1)
         m.set_config_errors(unit, 1)
         m.set_drift(unit, {"StatefulSet": 1})
+        m.observe_drift_corrections(unit, {"StatefulSet": 1})
     m.observe_status(_statuses(), [NodeGPU("gpu-nvidia-0", "nvidia.com/gpu", 4, 4)])
     m.forget_unit(SN)
     units = {dict(labels).get("unit") for (_, labels) in samples(m)} - {None}
@@ -293,6 +309,7 @@ def test_exposition_is_valid_text_format() -> None:
     m.observe_sync(UnitResult(FED, changes=[Change("Service/flower/a", Action.CREATED)]), 0.2)
     m.observe_status(_statuses(), [NodeGPU("n", "nvidia.com/gpu", 1, 1)])
     m.set_revision("abc")
+    m.observe_drift_corrections(FED, {"Service": 1})
     text = m.exposition().decode()
     assert "# TYPE flower_syncer_sync_total counter" in text
     assert "# TYPE flower_syncer_sync_duration_seconds histogram" in text
