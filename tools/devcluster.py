@@ -213,9 +213,7 @@ _PKG_LINE = re.compile(r"^[A-Za-z0-9_.\-~+/]+$")
 def _run_go(args: list[str], *, cwd: Path, env: dict[str, str], label: str) -> None:
     """Run a go command with -v, printing a package counter every 20 s instead of the list."""
     start = time.monotonic()
-    proc = subprocess.Popen(
-        args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+    proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
     count = 0
     other: list[str] = []
@@ -316,9 +314,7 @@ def build(bin_dir: Path, *, force: bool = False) -> None:
             kwok_dir = Path(proc.stdout.strip())
             docs = []
             for rel in KWOK_STAGE_FILES:
-                docs.append(
-                    f"# from sigs.k8s.io/kwok@{versions['kwok']}/{rel}\n" + (kwok_dir / rel).read_text()
-                )
+                docs.append(f"# from sigs.k8s.io/kwok@{versions['kwok']}/{rel}\n" + (kwok_dir / rel).read_text())
             (work / KWOK_STAGES_NAME).write_text("\n---\n".join(docs))
         with step("check versions"):
             _check_versions(work, versions)
@@ -511,6 +507,14 @@ class Cluster:
                 alive[name] = pid
         return alive
 
+    def _wait_ready(self, seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self._readyz():
+                return True
+            time.sleep(0.5)
+        return False
+
     def is_up(self) -> bool:
         state = self.load_state()
         if not state or set(self.running_pids(state)) != set(COMPONENTS):
@@ -658,8 +662,18 @@ class Cluster:
             if self.is_up():
                 log(f"devcluster already running ({self.server_url()}); kubeconfig: {self.kubeconfig}")
                 return 0.0
-            if self.running_pids():
-                log("found a partly running devcluster; stopping it first")
+            alive = self.running_pids()
+            if set(alive) == set(COMPONENTS):
+                # All processes run but /readyz failed: maybe just busy. Never restart a cluster
+                # someone may be using because of one slow answer.
+                if self._wait_ready(30):
+                    log(f"devcluster already running ({self.server_url()}); kubeconfig: {self.kubeconfig}")
+                    return 0.0
+                raise DevclusterError(
+                    f"devcluster processes run but /readyz fails (logs: {self.logs}); `down` it first"
+                )
+            if alive:
+                log(f"found a partly running devcluster ({', '.join(alive)}); stopping it first")
                 self._stop()
             try:
                 self._start(nodes, deadline=start + timeout)
@@ -670,7 +684,8 @@ class Cluster:
         elapsed = time.monotonic() - start
         log(f"devcluster up in {fmt_secs(elapsed)}: {self.server_url()}")
         log(f"kubeconfig: {self.kubeconfig}")
-        log(f'use it with: eval "$(python3 {TOOLS_DIR / "devcluster.py"} env)"')
+        where = "" if self.state_dir == default_state_dir("default") else f" --state-dir {self.state_dir}"
+        log(f'use it with: eval "$(python3 {TOOLS_DIR / "devcluster.py"} env{where})"')
         return elapsed
 
     def _start(self, nodes: list[NodeSpec], deadline: float) -> None:
@@ -679,8 +694,7 @@ class Cluster:
         with step("certificates"):
             self.ensure_pki()
         ports = {
-            name: free_port()
-            for name in ("etcd", "etcd-peer", "apiserver", "controller-manager", "scheduler", "kwok")
+            name: free_port() for name in ("etcd", "etcd-peer", "apiserver", "controller-manager", "scheduler", "kwok")
         }
         data_dir = self.etcd_data_dir()
         shutil.rmtree(data_dir, ignore_errors=True)
@@ -831,9 +845,7 @@ class Cluster:
         state["startup_seconds"] = round(time.monotonic() - t0, 1)
         self.save_state(state)
 
-    def _spawn(
-        self, state: dict[str, Any], name: str, args: list[str], env: dict[str, str] | None = None
-    ) -> None:
+    def _spawn(self, state: dict[str, Any], name: str, args: list[str], env: dict[str, str] | None = None) -> None:
         binary = str(self.bin_dir / name)
         logfile = self.logs / f"{name}.log"
         with logfile.open("ab") as out:
@@ -888,28 +900,31 @@ class Cluster:
         log(f"devcluster stopped ({', '.join(stopped) or 'nothing was running'})")
 
     def _stop(self) -> list[str]:
+        """Stop our processes: the API clients together, then the apiserver, then etcd.
+
+        The apiserver shuts down cleanly in ~1 s while etcd is still there, but hangs until
+        SIGKILL when etcd goes first, hence the order.
+        """
         state = self.load_state() or {}
         alive = self.running_pids(state)
-        order = [c for c in reversed(COMPONENTS) if c in alive]
-        for name in order:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(alive[name], signal.SIGTERM)
-        deadline = time.monotonic() + 15
-        for name in order:
-            binary = str(state["processes"][name]["binary"])
-            while is_our_process(alive[name], binary) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if is_our_process(alive[name], binary):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(alive[name], signal.SIGKILL)
+        stopped: list[str] = []
+        for group in (("kwok", "kube-scheduler", "kube-controller-manager"), ("kube-apiserver",), ("etcd",)):
+            procs = {n: (alive[n], str(state["processes"][n]["binary"])) for n in group if n in alive}
+            for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+                for pid, binary in procs.values():
+                    if is_our_process(pid, binary):
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(pid, sig)
+                deadline = time.monotonic() + grace
+                while any(is_our_process(*p) for p in procs.values()) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            stopped += procs
         data_dir = state.get("etcd_data_dir")
         if data_dir:
-            shutil.rmtree(
-                Path(data_dir).parent if Path(data_dir).name == "etcd" else data_dir, ignore_errors=True
-            )
+            shutil.rmtree(Path(data_dir).parent if Path(data_dir).name == "etcd" else data_dir, ignore_errors=True)
         if self.state_file.exists():
             self.state_file.unlink()
-        return order
+        return stopped
 
     # ---- status ------------------------------------------------------------------------------
 
@@ -1029,9 +1044,7 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
-def wait_for(
-    check: Callable[[], object], deadline: float, what: str, cluster: Cluster, component: str
-) -> None:
+def wait_for(check: Callable[[], object], deadline: float, what: str, cluster: Cluster, component: str) -> None:
     """Poll `check` until true; fail early if `component` died, or at the deadline."""
     while True:
         with contextlib.suppress(OSError, DevclusterError):
@@ -1040,8 +1053,7 @@ def wait_for(
         state = cluster.load_state() or {}
         if component in state.get("processes", {}) and component not in cluster.running_pids(state):
             raise DevclusterError(
-                f"{component} exited while waiting for {what}:\n"
-                + tail_file(cluster.logs / f"{component}.log")
+                f"{component} exited while waiting for {what}:\n" + tail_file(cluster.logs / f"{component}.log")
             )
         if time.monotonic() > deadline:
             raise DevclusterError(
@@ -1099,8 +1111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     common.add_argument(
         "--state-dir",
         type=Path,
-        help="state directory (default: $FLOWER_SYNCER_DEVCLUSTER_DIR "
-        "or ~/.cache/flower-syncer/devcluster/NAME)",
+        help="state directory (default: $FLOWER_SYNCER_DEVCLUSTER_DIR or ~/.cache/flower-syncer/devcluster/NAME)",
     )
     common.add_argument(
         "--bin-dir",
