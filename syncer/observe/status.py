@@ -257,6 +257,13 @@ def status(kube: Kube, units: UnitsArg = None, *, selectors: Sequence[str] = (),
     return report
 
 
+def collect(kube: Kube, units: UnitsArg = None, *,
+            nodes: bool = True) -> tuple[list[UnitStatus], ClusterGPUs | None]:
+    """`status` as a pair: the unit statuses and the cluster GPU table (None when not `nodes`)."""
+    report = status(kube, units, nodes=nodes)
+    return report.units, report.gpus
+
+
 def collect_status(kube: Kube, targets: Sequence[Target], *, nodes: bool = True) -> StatusReport:
     by_ns: dict[str, list[Target]] = {}
     for t in targets:

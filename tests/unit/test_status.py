@@ -1,0 +1,346 @@
+"""Status assembly, tables and wait_healthy's stop rules, with a scripted stand-in for the cluster."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from syncer.cli import main
+from syncer.cluster.client import ApiError, ClusterUnreachable, Kube
+from syncer.engine.inventory import Entry, Inventory, ObjectRef
+from syncer.observe.status import (
+    ClusterGPUs,
+    StatusReport,
+    Target,
+    format_report,
+    pool_name,
+    status,
+    unit_from_id,
+    unit_status,
+    wait_healthy,
+)
+from syncer.render.common import Unit
+from tests.unit.helpers import render_federation_text
+
+FED = Unit("federation", "flower", "fed")
+REL = Unit("supernode", "flower", "pytorch")
+UNIT_LABELS = {"app.kubernetes.io/managed-by": "flower-syncer", "flower-syncer.io/unit": "fed",
+               "flower-syncer.io/unit-kind": "federation"}
+REL_LABELS = {"app.kubernetes.io/managed-by": "flower-syncer", "flower-syncer.io/unit": "pytorch",
+              "flower-syncer.io/unit-kind": "supernode"}
+
+
+def sts(name: str, labels: dict[str, str], selector: dict[str, str], *, replicas: int = 2, ready: int = 2,
+        gpus: int = 0) -> dict[str, Any]:
+    limits = {"nvidia.com/gpu": str(gpus)} if gpus else {}
+    return {
+        "kind": "StatefulSet", "apiVersion": "apps/v1",
+        "metadata": {"name": name, "namespace": "flower", "generation": 1, "labels": {**labels, **UNIT_LABELS}},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": selector},
+                 "template": {"metadata": {"labels": {**selector, **UNIT_LABELS}},
+                              "spec": {"containers": [{"name": "c", "resources": {"limits": limits}}]}}},
+        "status": {"observedGeneration": 1, "replicas": replicas, "readyReplicas": ready,
+                   "updatedReplicas": replicas, "currentRevision": "r1", "updateRevision": "r1"},
+    }
+
+
+def pod(name: str, labels: dict[str, str], *, node: str | None = "gpu-nvidia-0", gpus: int = 0,
+        problem: str = "", deleting: bool = False) -> dict[str, Any]:
+    limits = {"nvidia.com/gpu": str(gpus)} if gpus else {}
+    meta: dict[str, Any] = {"name": name, "namespace": "flower", "labels": labels}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-11-22T04:40:00Z"
+    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"limits": limits}}]}
+    if node:
+        spec["nodeName"] = node
+    status: dict[str, Any] = {"phase": "Running" if node else "Pending"}
+    if problem == "Unschedulable":
+        status["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                 "message": "0/7 nodes are available: 2 Insufficient nvidia.com/gpu."}]
+    elif problem:
+        status["containerStatuses"] = [{"name": "c", "restartCount": 3,
+                                        "state": {"waiting": {"reason": problem, "message": "m"}}}]
+    return {"kind": "Pod", "metadata": meta, "spec": spec, "status": status}
+
+
+SUPERLINK_SEL = {"app.kubernetes.io/component": "superlink", "app.kubernetes.io/instance": "fed"}
+GPU_SEL = {"flower.flwr.ai/pool": "gpu", "app.kubernetes.io/instance": "fed"}
+
+
+def fed_objects(*, ready: int = 2, pod_problem: str = "", deleting: bool = False) -> list[dict[str, Any]]:
+    pods = [pod("fed-superlink-0", {**SUPERLINK_SEL, **UNIT_LABELS}, node="cpu-node-0"),
+            pod("fed-supernode-gpu-0", {**GPU_SEL, **UNIT_LABELS}, gpus=1)]
+    pods.append(pod("fed-supernode-gpu-1", {**GPU_SEL, **UNIT_LABELS}, gpus=1,
+                    node=None if pod_problem == "Unschedulable" else "gpu-nvidia-1", problem=pod_problem))
+    if deleting:
+        pods.append(pod("fed-supernode-gpu-9", {**GPU_SEL, **UNIT_LABELS}, gpus=1, deleting=True))
+    return [sts("fed-superlink", SUPERLINK_SEL, SUPERLINK_SEL, replicas=1, ready=1),
+            sts("fed-supernode-gpu", GPU_SEL, GPU_SEL, ready=ready, gpus=1), *pods]
+
+
+class FakeKube:
+    """Answers LISTs from a script: `objects()` gives the namespace's objects at each call."""
+
+    def __init__(self, objects: Callable[[], list[dict[str, Any]]], *,
+                 inventories: list[dict[str, Any]] | None = None) -> None:
+        self.objects = objects
+        self.inventories = inventories or []
+        self.calls: list[tuple[str, str | None]] = []
+        self.fail: Exception | None = None
+
+    def list(self, kind: str, namespace: str | None = None, *, labels: str | None = None,
+             fields: str | None = None) -> tuple[list[dict[str, Any]], str]:
+        self.calls.append((kind, namespace))
+        if self.fail is not None:
+            raise self.fail
+        if kind == "ConfigMap":
+            return list(self.inventories), "1"
+        if kind == "Node":
+            return [{"metadata": {"name": "gpu-nvidia-0"}, "status": {"allocatable": {"nvidia.com/gpu": "4"}}},
+                    {"metadata": {"name": "gpu-nvidia-1"}, "status": {"allocatable": {"nvidia.com/gpu": "4"}}}], "1"
+        return [o for o in self.objects() if o["kind"] == kind], "1"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def as_kube(fake: FakeKube) -> Kube:
+    return cast(Kube, fake)
+
+
+# ---------------------------------------------------------------------------------------------
+# Assembly
+
+
+def test_unit_status_names_pools_and_assigns_pods_by_selector() -> None:
+    objects = fed_objects(ready=1, pod_problem="CrashLoopBackOff")
+    workloads = [o for o in objects if o["kind"] != "Pod"]
+    pods = [o for o in objects if o["kind"] == "Pod"]
+    st = unit_status(Target(FED, None, "abc", True), workloads, pods)
+    assert [p.pool for p in st.pools] == ["superlink", "gpu"]
+    superlink, gpu = st.pools
+    assert superlink.healthy and superlink.gpus == {} and superlink.problem is None
+    assert (gpu.ready, gpu.desired, gpu.healthy) == (1, 2, False)
+    assert gpu.problem is not None and gpu.problem.reason == "CrashLoopBackOff"
+    assert gpu.problem.example == "fed-supernode-gpu-1" and gpu.problem.total == 2
+    assert gpu.gpus["nvidia.com/gpu"].to_dict() == {"requested": 2, "allocated": 2}
+    assert not st.ready and st.revision == "abc"
+    assert st.gpus["nvidia.com/gpu"].requested == 2
+    doc = st.to_dict()
+    assert (doc["kind"], doc["namespace"], doc["name"], doc["ready"]) == ("federation", "flower", "fed", False)
+    json.dumps(doc)
+
+
+def test_objects_of_other_units_are_ignored() -> None:
+    other = {**UNIT_LABELS, "flower-syncer.io/unit": "other"}
+    workloads = [sts("other-supernode-gpu", {**GPU_SEL, **other}, GPU_SEL)]
+    workloads[0]["metadata"]["labels"] = {**GPU_SEL, **other}
+    st = unit_status(Target(FED), workloads, [])
+    assert st.pools == [] and not st.found and not st.ready
+
+
+def test_expected_workloads_missing_from_the_cluster() -> None:
+    rendered = render_federation_text("""\
+apiVersion: flwr.exalsius.ai/v1
+kind: Federation
+metadata: {name: fed}
+spec:
+  mode: StatefulSet
+  isolationMode: subprocess
+  superlink: {image: "flwr/superlink:1.25.0"}
+  supernodes:
+    image: flwr/supernode:1.25.0
+    pools:
+      - name: gpu
+        replicas: 3
+        images: {}
+        gpu: {enabled: true, vendor: nvidia, count: 2}
+""")
+    manifests = list(rendered.values())
+    workloads = {(m["kind"], m["metadata"]["name"]): m for m in manifests if m["kind"] == "StatefulSet"}
+    st = unit_status(Target(FED, dict(workloads)), [], [])
+    assert [(p.pool, p.found, p.desired, p.healthy) for p in st.pools] == \
+        [("superlink", False, 1, False), ("gpu", False, 3, False)]
+    assert st.pools[1].gpus["nvidia.com/gpu"].to_dict() == {"requested": 6, "allocated": 0}
+    assert "not in the cluster" in st.pools[1].reason
+    assert not st.ready
+    # a unit that renders no workload at all has nothing to wait for
+    assert unit_status(Target(FED, {}), [], []).ready
+
+
+def test_pool_names() -> None:
+    assert pool_name("federation", {"metadata": {"name": "x", "labels": {
+        "app.kubernetes.io/component": "superlink"}}}) == "superlink"
+    assert pool_name("federation", {"metadata": {"name": "x", "labels": {
+        "app.kubernetes.io/component": "pool-gpu", "flower.flwr.ai/pool": "gpu"}}}) == "gpu"
+    assert pool_name("supernode", {"metadata": {"name": "pytorch-flower-client-superexec-clientapp", "labels": {
+        "app.kubernetes.io/component": "superexec-clientapp"}}}) == "superexec-clientapp"
+    assert pool_name("supernode", {"metadata": {"name": "bare"}}) == "bare"
+
+
+def test_unit_from_id() -> None:
+    assert unit_from_id("supernode/flower/pytorch") == REL
+    with pytest.raises(ValueError):
+        unit_from_id("job/flower/x")
+
+
+def test_status_uses_inventories_and_few_requests() -> None:
+    inv = Inventory(FED, {ObjectRef("StatefulSet", "flower", "fed-superlink"): Entry("a", "b"),
+                          ObjectRef("StatefulSet", "flower", "fed-supernode-gpu"): Entry("a", "b"),
+                          ObjectRef("Service", "flower", "fed-superlink"): Entry("a", "b")}, revision="deadbeef")
+    fake = FakeKube(fed_objects, inventories=[inv.manifest()])
+    report = status(as_kube(fake), None)
+    assert [u.unit for u in report.units] == ["federation/flower/fed"]
+    assert report.units[0].revision == "deadbeef" and report.ready
+    assert fake.calls == [("ConfigMap", None), ("DaemonSet", "flower"), ("StatefulSet", "flower"),
+                          ("Pod", "flower"), ("Node", None), ("Pod", None)]
+    assert report.gpus is not None
+    assert [(n.node, n.used) for n in report.gpus.nodes] == [("gpu-nvidia-0", 1), ("gpu-nvidia-1", 1)]
+    assert status(as_kube(fake), None, selectors=["nope"]).units == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables
+
+
+def test_table() -> None:
+    objects = fed_objects(ready=1, pod_problem="Unschedulable")
+    st = unit_status(Target(FED, None, "0123456789abcdef", True), [o for o in objects if o["kind"] != "Pod"],
+                     [o for o in objects if o["kind"] == "Pod"])
+    st.drift = 2
+    report = StatusReport([st], ClusterGPUs(error="cannot read nodes: forbidden"))
+    lines = format_report(report).splitlines()
+    assert lines[0].split() == ["UNIT", "POOL", "KIND", "READY", "GPUS", "DRIFT", "REVISION", "PROBLEM"]
+    gpu = lines[2]
+    assert gpu.startswith("federation/flower/fed")
+    assert "nvidia.com/gpu 1/2" in gpu and "0123456789ab " in gpu and " 2 " in gpu
+    assert "Unschedulable (1/2 pods, e.g. fed-supernode-gpu-1): 0/7 nodes are available" in gpu
+    assert lines[1].split()[1:4] == ["superlink", "StatefulSet", "1/1"] and lines[1].endswith("-")
+    assert lines[-1] == "GPUs: cannot read nodes: forbidden"
+    assert format_report(StatusReport()).startswith("no units")
+
+
+# ---------------------------------------------------------------------------------------------
+# wait_healthy
+
+
+def test_wait_returns_when_ready() -> None:
+    polls = iter([fed_objects(ready=0), fed_objects(ready=1), fed_objects(ready=2)])
+    current: list[list[dict[str, Any]]] = [next(polls)]
+
+    def objects() -> list[dict[str, Any]]:
+        return current[0]
+
+    clock = Clock()
+    messages: list[str] = []
+
+    def sleep(s: float) -> None:
+        clock.sleep(s)
+        current[0] = next(polls, current[0])
+
+    result = wait_healthy(as_kube(FakeKube(objects)), [FED], 60, messages.append, clock=clock, sleep=sleep)
+    assert result.healthy and result.reason == ""
+    assert clock.now == 2.0
+    assert messages[0].startswith("waiting for 1/1 unit(s) [0s]: federation/flower/fed gpu 0/2")
+
+
+@pytest.mark.parametrize("reason", ["ImagePullBackOff", "CrashLoopBackOff", "Unschedulable"])
+def test_wait_gives_up_when_a_terminal_problem_persists(reason: str) -> None:
+    clock = Clock()
+    fake = FakeKube(lambda: fed_objects(ready=1, pod_problem=reason))
+    result = wait_healthy(as_kube(fake), [FED], 300, clock=clock, sleep=clock.sleep)
+    assert not result.healthy
+    assert reason in result.reason and "federation/flower/fed gpu" in result.reason
+    assert 10 < clock.now <= 12
+    assert result.statuses[0].pools[1].problem is not None
+
+
+def test_wait_restarts_the_clock_when_a_problem_clears() -> None:
+    clock = Clock()
+
+    def objects() -> list[dict[str, Any]]:
+        # ImagePullBackOff for 8 s, gone for a second, back: gives up 10 s after it came back
+        flaky = clock.now < 8 or clock.now >= 9
+        return fed_objects(ready=1, pod_problem="ImagePullBackOff" if flaky else "")
+
+    result = wait_healthy(as_kube(FakeKube(objects)), [FED], 300, clock=clock, sleep=clock.sleep)
+    assert not result.healthy and 19 < clock.now <= 21
+
+
+def test_wait_keeps_waiting_on_unschedulable_while_pods_terminate() -> None:
+    clock = Clock()
+    fake = FakeKube(lambda: fed_objects(ready=1, pod_problem="Unschedulable", deleting=True))
+    result = wait_healthy(as_kube(fake), [FED], 30, clock=clock, sleep=clock.sleep)
+    assert not result.healthy and result.reason.startswith("timed out after 30s")
+    assert "gpu 1/2: Unschedulable" in result.reason
+
+
+def test_wait_retries_an_unreachable_cluster_until_the_timeout() -> None:
+    clock = Clock()
+    fake = FakeKube(fed_objects)
+    fake.fail = ClusterUnreachable("connection refused")
+    result = wait_healthy(as_kube(fake), [FED], 5, clock=clock, sleep=clock.sleep)
+    assert not result.healthy and "connection refused" in result.reason and clock.now == 5
+    assert len(fake.calls) == 6
+
+
+def test_wait_stops_at_once_when_the_server_refuses() -> None:
+    clock = Clock()
+    fake = FakeKube(fed_objects)
+    fake.fail = ApiError(403, "Forbidden", "pods is forbidden")
+    result = wait_healthy(as_kube(fake), [FED], 60, clock=clock, sleep=clock.sleep)
+    assert not result.healthy and "forbidden" in result.reason and clock.now == 0
+
+
+def test_wait_stops_on_progress_deadline_exceeded() -> None:
+    dep = {"kind": "Deployment", "metadata": {"name": "pytorch-flower-client-supernode", "namespace": "flower",
+                                              "generation": 3, "labels": {
+                                                  **REL_LABELS, "app.kubernetes.io/component": "supernode"}},
+           "spec": {"replicas": 1, "selector": {"matchLabels": {"app.kubernetes.io/component": "supernode"}}},
+           "status": {"observedGeneration": 3, "replicas": 2, "updatedReplicas": 1, "readyReplicas": 1,
+                      "availableReplicas": 1, "conditions": [{"type": "Progressing", "status": "False",
+                                                              "reason": "ProgressDeadlineExceeded",
+                                                              "message": "timed out progressing"}]}}
+    clock = Clock()
+    result = wait_healthy(as_kube(FakeKube(lambda: [dep])), [REL], 60, clock=clock, sleep=clock.sleep)
+    assert not result.healthy and "progress deadline exceeded" in result.reason and clock.now == 0
+    assert result.statuses[0].pools[0].pool == "supernode"
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI without a cluster
+
+
+def test_status_command_cluster_unreachable(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "nowhere",
+        "clusters": [{"name": "nowhere", "cluster": {"server": "https://127.0.0.1:1",
+                                                     "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": {"token": "x"}}],
+        "contexts": [{"name": "nowhere", "context": {"cluster": "nowhere", "user": "u"}}],
+    }))
+    assert main(["status", "--kubeconfig", str(kubeconfig)]) == 3
+    assert "cannot reach" in capsys.readouterr().err
+    assert main(["status", str(tmp_path / "missing"), "--kubeconfig", str(kubeconfig)]) == 2
+
+
+def test_collect_pairs_statuses_and_nodes() -> None:
+    from syncer.observe.status import collect
+
+    statuses, nodes = collect(as_kube(FakeKube(fed_objects)), [FED])
+    assert [s.unit for s in statuses] == ["federation/flower/fed"] and statuses[0].ready
+    assert nodes is not None and len(nodes.nodes) == 2
+    assert collect(as_kube(FakeKube(fed_objects)), [FED], nodes=False)[1] is None
