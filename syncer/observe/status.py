@@ -278,8 +278,10 @@ def collect_status(kube: Kube, targets: Sequence[Target], *, nodes: bool = True)
             items, _ = kube.list(kind, ns, labels=MANAGED_SELECTOR)
             workloads.extend(items)
         pods, _ = kube.list("Pod", ns, labels=MANAGED_SELECTOR)
+        by_unit_w, by_unit_p = _by_unit(workloads), _by_unit(pods)
         for t in ns_targets:
-            results[t.unit] = unit_status(t, workloads, pods)
+            key = (t.unit.kind, t.unit.name)
+            results[t.unit] = unit_status(t, by_unit_w.get(key, []), by_unit_p.get(key, []))
     report.units = [results[t.unit] for t in targets]
     if nodes:
         report.gpus = cluster_gpus(kube)
@@ -296,6 +298,14 @@ def cluster_gpus(kube: Kube) -> ClusterGPUs:
             return ClusterGPUs(error=f"cannot read nodes and pods cluster-wide: {exc.message}")
         raise
     return ClusterGPUs(node_gpus(node_items, bound))
+
+
+def _by_unit(objs: Iterable[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    out: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for obj in objs:
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        out.setdefault((labels.get(LABEL_UNIT_KIND, ""), labels.get(LABEL_UNIT, "")), []).append(obj)
+    return out
 
 
 def _belongs(obj: Mapping[str, Any], unit: Unit) -> bool:
