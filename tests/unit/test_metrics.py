@@ -53,7 +53,7 @@ def test_agent_metrics_present_from_the_start() -> None:
     assert value(m, "flower_syncer_build_info", version=__version__) == 1
     assert value(m, "flower_syncer_leader") == 0
     assert value(m, "flower_syncer_source_last_fetch_timestamp_seconds") == 0
-    assert value(m, "flower_syncer_source_fetch_errors_total", reason="network") == 0
+    assert value(m, "flower_syncer_source_fetch_errors_total", reason="unreachable") == 0
     m.set_leader(True)
     assert value(m, "flower_syncer_leader") == 1
     m.set_leader(False)
@@ -153,15 +153,15 @@ def test_revision_info_keeps_only_the_current_revision() -> None:
 
 def test_source_fetch_errors_and_last_fetch() -> None:
     m = Metrics()
-    m.fetch_error("network")
-    m.fetch_error("network")
+    m.fetch_error("unreachable")
+    m.fetch_error("unreachable")
     m.fetch_error("auth")
     m.fetch_error("something the source made up")
-    assert value(m, "flower_syncer_source_fetch_errors_total", reason="network") == 2
+    assert value(m, "flower_syncer_source_fetch_errors_total", reason="unreachable") == 2
     assert value(m, "flower_syncer_source_fetch_errors_total", reason="auth") == 1
     assert value(m, "flower_syncer_source_fetch_errors_total", reason="other") == 1
     assert {s["reason"] for s in series(m, "flower_syncer_source_fetch_errors_total")} == {
-        "network", "timeout", "auth", "not_found", "invalid", "other"}
+        "unreachable", "auth", "ref-not-found", "path-not-found", "corrupt", "invalid", "other"}
     before = time.time()
     m.fetch_ok()
     assert (value(m, "flower_syncer_source_last_fetch_timestamp_seconds") or 0) >= before
