@@ -66,7 +66,7 @@ def rss_mib() -> float:
 
 def make_repo(root: Path, namespace: str, feds: int, pools: int, releases: int) -> None:
     (root / "federations").mkdir(parents=True)
-    (root / "flower-syncer.yaml").write_text(f"defaultNamespace: {namespace}\n")
+    (root / "flower-syncer.yaml").write_text(f"name: {namespace}\ndefaultNamespace: {namespace}\n")
     for i in range(feds):
         text = FEDERATION.format(i=i) + "".join(POOL.format(p=p) for p in range(pools))
         (root / "federations" / f"fed-{i}.yaml").write_text(text)

@@ -16,6 +16,8 @@ from syncer.render.common import LABEL_MANAGED_BY, LABEL_UNIT, LABEL_UNIT_KIND, 
 
 LABEL_INVENTORY = "flower-syncer.io/inventory"
 ANN_SUSPENDED = "flower-syncer.io/suspended"  # set by `flower-syncer suspend`, kept across syncs
+LABEL_REPOSITORY = "flower-syncer.io/repository"  # which config repository applied the unit
+DEFAULT_REPOSITORY = "default"
 INVENTORY_KEY = "inventory.json"
 INVENTORY_SELECTOR = f"{LABEL_INVENTORY}=true,{LABEL_MANAGED_BY}={MANAGED_BY}"
 
@@ -47,6 +49,7 @@ class Inventory:
     entries: dict[ObjectRef, Entry] = field(default_factory=dict)
     revision: str = ""
     suspended: bool = False  # from the ConfigMap's annotation; never written by the engine
+    repository: str = DEFAULT_REPOSITORY
 
     def name(self) -> str:
         return inventory_name(self.unit)
@@ -68,7 +71,7 @@ class Inventory:
             "metadata": {
                 "name": self.name(),
                 "namespace": self.unit.namespace,
-                "labels": {**self.unit.labels(), LABEL_INVENTORY: "true"},
+                "labels": {**self.unit.labels(), LABEL_INVENTORY: "true", LABEL_REPOSITORY: self.repository},
             },
             "data": {INVENTORY_KEY: self.encode()},
         }
@@ -86,10 +89,11 @@ def decode(cm: dict[str, Any]) -> Inventory | None:
         return None
     unit = Unit(kind, cm["metadata"].get("namespace", ""), name)
     suspended = cm["metadata"].get("annotations", {}).get(ANN_SUSPENDED) == "true"
+    repository = labels.get(LABEL_REPOSITORY, DEFAULT_REPOSITORY)
     try:
         payload = json.loads(cm.get("data", {}).get(INVENTORY_KEY, "{}"))
         entries = {ObjectRef(o["kind"], o["namespace"], o["name"]): Entry(o.get("applied", ""), o.get("fields", ""))
                    for o in payload.get("objects", [])}
     except (ValueError, KeyError, TypeError, AttributeError):
-        return Inventory(unit, suspended=suspended)
-    return Inventory(unit, entries, str(payload.get("revision", "")), suspended)
+        return Inventory(unit, suspended=suspended, repository=repository)
+    return Inventory(unit, entries, str(payload.get("revision", "")), suspended, repository)

@@ -5,6 +5,7 @@ The same engine serves the one-shot CLI (`sync`, `diff`) and the long-running ag
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 from collections.abc import Callable, Iterable
@@ -16,7 +17,7 @@ from typing import Any
 from syncer.cluster.client import ApiError, Kube
 from syncer.engine.apply import Applier, Outcome
 from syncer.engine.changeset import Action, Change, UnitResult
-from syncer.engine.inventory import Entry, Inventory, ObjectRef, inventory_name
+from syncer.engine.inventory import DEFAULT_REPOSITORY, Entry, Inventory, ObjectRef, inventory_name
 from syncer.engine.live import LiveState
 from syncer.engine.normalize import with_fingerprint
 from syncer.engine.prune import prune
@@ -43,6 +44,7 @@ class SyncOptions:
     allow_empty: bool = False
     revision: str = ""
     selectors: list[str] = field(default_factory=list)
+    repository: str | None = None  # this repository's name; default: flower-syncer.yaml's `name`
     namespaces: list[str] | None = None  # limit cluster reads to these namespaces (namespaced RBAC)
 
 
@@ -83,6 +85,8 @@ class Engine:
     # -- whole repo ------------------------------------------------------------------------------
 
     def sync(self, state: RepoState, rendered: Rendered, opts: SyncOptions) -> SyncReport:
+        if opts.repository is None:
+            opts = dataclasses.replace(opts, repository=state.settings.name)
         start = time.monotonic()
         before_requests, before_writes = sum(self.kube.counts.values()), self.kube.writes
         live = LiveState.load(self.kube, opts.namespaces)
@@ -112,7 +116,9 @@ class Engine:
     def _prune_vanished(self, state: RepoState, rendered: Rendered, live: LiveState,
                         opts: SyncOptions) -> list[UnitResult]:
         present = set(rendered.units) | rendered.failed | state.failed | {u.unit for u in state.units}
-        vanished = [u for u in sorted(live.inventories) if u not in present and _selected(u, opts.selectors)]
+        # only units this repository applied: another repository's units are none of our business
+        vanished = [u for u, inv in sorted(live.inventories.items()) if u not in present
+                    and inv.repository == (opts.repository or DEFAULT_REPOSITORY) and _selected(u, opts.selectors)]
         results = []
         for unit in vanished:
             inv = live.inventories[unit]
@@ -132,7 +138,8 @@ class Engine:
             res.changes.extend(changes)
             if not opts.dry_run:
                 if keep:
-                    self._write_inventory(Inventory(unit, {r: inv.entries[r] for r in keep}, inv.revision))
+                    self._write_inventory(Inventory(unit, {r: inv.entries[r] for r in keep}, inv.revision,
+                                                    repository=inv.repository))
                 else:
                     self.kube.delete("ConfigMap", unit.namespace, inventory_name(unit))
         return results
@@ -142,7 +149,12 @@ class Engine:
     def sync_unit(self, unit: Unit, manifests: list[Manifest], policy: SyncPolicy, live: LiveState,
                   opts: SyncOptions) -> UnitResult:
         res = UnitResult(unit.id)
-        inv = live.inventories.get(unit) or Inventory(unit)
+        repository = opts.repository or DEFAULT_REPOSITORY
+        inv = live.inventories.get(unit) or Inventory(unit, repository=repository)
+        if inv.repository != repository:
+            res.errors.append(f"{unit.id} was applied by the repository {inv.repository!r}, not by this one "
+                              f"({repository!r}); rename the unit, or set `name` in flower-syncer.yaml")
+            return res
         if policy.suspend or inv.suspended:
             res.skipped_reason = "suspended" + (" (flower-syncer suspend)" if inv.suspended else " (policy in Git)")
             return res
@@ -188,7 +200,7 @@ class Engine:
                 entries.update({r: inv.entries[r] for r in leftovers})
         if not opts.dry_run and entries != inv.entries:
             changed = any(c.action not in (Action.UNCHANGED, Action.SKIPPED) for c in res.changes)
-            new = Inventory(unit, entries, opts.revision if changed else inv.revision)
+            new = Inventory(unit, entries, opts.revision if changed else inv.revision, repository=repository)
             if self._write_inventory(new, res):
                 live.inventories[unit] = new  # a resync right after need not wait for a watch event
         return res

@@ -62,14 +62,24 @@ class RepoSettings(StrictModel):
 
     apiVersion: Literal["flower-syncer.io/v1"] = "flower-syncer.io/v1"
     kind: Literal["Settings"] = "Settings"
+    name: str = "default"
+    """Identifies this repository in the cluster: a unit is pruned (when it leaves Git) only by the
+    repository that applied it, so several repositories can share a cluster."""
     defaultNamespace: str = "default"
     policy: SyncPolicy = SyncPolicy()
 
-    field_hints: ClassVar[dict[str, str]] = {"defaultNamespace": "a namespace name such as flower"}
+    field_hints: ClassVar[dict[str, str]] = {"defaultNamespace": "a namespace name such as flower",
+                                             "name": "a short name for this repository, e.g. platform-flower"}
 
     def semantic_issues(self) -> list[Issue]:
+        issues = []
         problem = name_problem(self.defaultNamespace, "namespace")
-        return [Issue(("defaultNamespace",), problem, "use a valid namespace name")] if problem else []
+        if problem:
+            issues.append(Issue(("defaultNamespace",), problem, "use a valid namespace name"))
+        problem = name_problem(self.name, "repository name")
+        if problem:
+            issues.append(Issue(("name",), problem, "use a short DNS-style name"))
+        return issues
 
 
 class ReleaseSettings(StrictModel):

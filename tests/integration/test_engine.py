@@ -55,7 +55,7 @@ def write_fed(repo: Path, *, mode: str = "StatefulSet", image: str = "flwr/super
 def repo(tmp_path: Path, namespace: str) -> Path:
     root = tmp_path / "repo"
     root.mkdir()
-    (root / "flower-syncer.yaml").write_text(f"defaultNamespace: {namespace}\n")
+    (root / "flower-syncer.yaml").write_text(f"name: {namespace}\ndefaultNamespace: {namespace}\n")
     return root
 
 
@@ -331,3 +331,22 @@ def test_tls_ca_is_copied_from_the_superlink_secret_and_follows_rotation(kube: K
     assert "***" in text
     for secret in ("CA-TWO", "CA-THREE", base64.b64encode(b"CA-THREE").decode()):
         assert secret not in text
+
+
+def test_repositories_sharing_a_cluster_never_prune_each_other(kube: Kube, tmp_path: Path, namespace: str) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    for root, name in ((first, "first"), (second, "second")):
+        root.mkdir()
+        (root / "flower-syncer.yaml").write_text(f"name: {name}\ndefaultNamespace: {namespace}\n")
+    write_fed(first, name="alpha")
+    write_fed(second, name="beta")
+    assert sync(kube, first).ok
+    assert sync(kube, second).ok  # alpha is not in this repository, yet it is not pruned
+    assert kube.get("StatefulSet", namespace, "alpha-superlink") is not None
+    # the same unit claimed by the other repository is refused, not taken over
+    write_fed(second, name="alpha")
+    report = sync(kube, second)
+    errors = [e for u in report.units for e in u.errors]
+    assert any("applied by the repository 'first'" in e for e in errors), errors
+    inv = kube.get("ConfigMap", namespace, "flower-syncer.federation.alpha") or {}
+    assert inv["metadata"]["labels"]["flower-syncer.io/repository"] == "first"

@@ -21,7 +21,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "config" / "examples"
 def test_examples_sync_and_become_ready(kube_cluster: KubeCluster, namespace: str, tmp_path: Path) -> None:
     repo = tmp_path / "config"
     shutil.copytree(EXAMPLES, repo)
-    (repo / "flower-syncer.yaml").write_text(f"defaultNamespace: {namespace}\n")
+    (repo / "flower-syncer.yaml").write_text(f"name: {namespace}\ndefaultNamespace: {namespace}\n")
     for release in repo.glob("supernodes/*/release.yaml"):
         release.write_text(release.read_text().replace("namespace: flower-edge", f"namespace: {namespace}"))
     kube = Kube.from_kubeconfig(kube_cluster.kubeconfig)
