@@ -89,7 +89,7 @@ class Engine:
             opts = dataclasses.replace(opts, repository=state.settings.name)
         start = time.monotonic()
         before_requests, before_writes = sum(self.kube.counts.values()), self.kube.writes
-        live = LiveState.load(self.kube, opts.namespaces)
+        live = self._snapshot(state, rendered, opts)
         report = SyncReport()
         policies = {u.unit: u.policy for u in state.units}
         units = sorted(rendered.units)
@@ -112,6 +112,21 @@ class Engine:
         report.writes = self.kube.writes - before_writes
         report.seconds = time.monotonic() - start
         return report
+
+    def _snapshot(self, state: RepoState, rendered: Rendered, opts: SyncOptions) -> LiveState:
+        """What we manage, cluster-wide; or, when RBAC only grants some namespaces (the chart's
+        namespaced mode), in the namespaces this repository uses."""
+        if opts.namespaces is not None:
+            return LiveState.load(self.kube, opts.namespaces)
+        try:
+            return LiveState.load(self.kube, None)
+        except ApiError as exc:
+            if not exc.forbidden:
+                raise
+        scope = {u.namespace for u in rendered.units} | {u.namespace for u in rendered.failed | state.failed}
+        scope.add(state.settings.defaultNamespace)
+        self.progress(f"no cluster-wide read access; reading namespaces {', '.join(sorted(scope))}")
+        return LiveState.load(self.kube, sorted(scope))
 
     def _prune_vanished(self, state: RepoState, rendered: Rendered, live: LiveState,
                         opts: SyncOptions) -> list[UnitResult]:
