@@ -1,0 +1,677 @@
+"""The Git source: fetches the wanted revision of the config repository into a local cache clone.
+
+An adapter with no knowledge of Kubernetes or rendering. ``GitSource.fetch()`` asks the remote which commit
+the wanted ref points at (``git ls-remote``), returns at once when that is what is checked out already, and
+otherwise fetches that single ref with a forced refspec and checks it out detached in a clean work tree.
+The remote always wins: force-pushes and moved tags are followed, and the cache clone is only a cache -- a
+corrupt or foreign one is thrown away and cloned again.
+
+Cache layout (``SourceSpec.cache_dir``)::
+
+    git/          the clone's git directory (bare; the work tree is given on every command)
+    tree/         the checked-out files: ``Checkout.root`` is ``tree/<path>``
+    askpass.sh    answers git's HTTPS credential prompts from this process's environment
+    .lock         serializes fetches of processes sharing the cache directory
+
+Secrets: the HTTPS token only ever travels in the environment of the git process (read back by askpass.sh);
+it is never put into a URL, an argument, a config file or a message. Credential helpers are switched off so
+git cannot store it either.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import shlex
+import shutil
+import stat
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import git as gitpython
+import structlog
+
+from syncer.source import urls
+
+log = structlog.get_logger("syncer.source")
+
+ErrorKind = Literal["unreachable", "auth", "ref-not-found", "path-not-found", "corrupt", "invalid"]
+
+_AUTO_CACHE_DIR = Path("<auto>")  # sentinel (compared by identity): derive the cache directory from the URL
+_HEX_RE = re.compile(r"^[0-9a-fA-F]{4,64}$")
+_FULL_SHA_LENGTHS = (40, 64)
+_ASKPASS = """#!/bin/sh
+# flower-syncer: answers git's HTTPS credential prompts from the environment; stores nothing.
+case "$1" in
+  [Uu]sername*) printf '%s\\n' "${FLOWER_SYNCER_GIT_USERNAME:-}" ;;
+  *) printf '%s\\n' "${FLOWER_SYNCER_GIT_TOKEN:-}" ;;
+esac
+"""
+# Options for every git command: no credential helper may see or store the token, no hook may run, garbage
+# collection runs in the foreground (no detached process outliving the fetch), no detached-HEAD advice.
+_GIT_OPTIONS = (
+    "-c", "credential.helper=",
+    "-c", "core.hooksPath=/dev/null",
+    "-c", "gc.autoDetach=false",
+    "-c", "maintenance.autoDetach=false",
+    "-c", "advice.detachedHead=false",
+    "-c", "core.askPass=",
+)  # fmt: skip
+
+
+def default_cache_dir(url: str, ref: str | None = None) -> Path:
+    """``~/.cache/flower-syncer/source/<repo name>-<hash of url and ref>``."""
+    return Path.home() / ".cache" / "flower-syncer" / "source" / urls.cache_key(url, ref)
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """Where the config lives. ``cache_dir`` defaults to a directory per URL and ref (see default_cache_dir);
+    note that ``dataclasses.replace`` keeps the derived one."""
+
+    url: str
+    ref: str | None = None
+    path: str = ""
+    cache_dir: Path = _AUTO_CACHE_DIR
+    token: str | None = field(default=None, repr=False)
+    token_file: Path | None = None
+    username: str = "git"
+    ssh_key_file: Path | None = None
+    known_hosts_file: Path | None = None
+    timeout: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.cache_dir is _AUTO_CACHE_DIR:
+            object.__setattr__(self, "cache_dir", default_cache_dir(self.url, self.ref))
+        for name in ("cache_dir", "token_file", "ssh_key_file", "known_hosts_file"):
+            value = getattr(self, name)
+            if isinstance(value, str):  # lenient with callers that pass strings
+                object.__setattr__(self, name, Path(value))
+
+
+@dataclass(frozen=True)
+class Checkout:
+    revision: str
+    root: Path
+    ref: str
+    subject: str
+    author: str
+    committed_at: float
+
+
+class SourceError(Exception):
+    """A fetch that did not produce a checkout; ``message`` is plain words and never holds a secret."""
+
+    def __init__(self, kind: ErrorKind, message: str) -> None:
+        super().__init__(message)
+        self.kind: ErrorKind = kind
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __repr__(self) -> str:
+        return f"SourceError({self.kind!r}, {self.message!r})"
+
+
+class _LocalFailure(Exception):
+    """A git command on the cache clone itself failed: the clone is suspect."""
+
+
+@dataclass
+class _Result:
+    status: int
+    out: str
+    err: str
+
+
+@dataclass
+class _Session:
+    """What one fetch needs: the git environment (with the token, if any) and the secrets to scrub."""
+
+    env: dict[str, str]
+    secrets: list[str]
+
+
+def normalize_subpath(path: str) -> str:
+    """``path`` as a clean relative POSIX path ('' for the repo root); raises SourceError('invalid') for
+    absolute paths, '..' components and control characters."""
+    if any(c in path for c in "\0\n\r\\"):
+        raise SourceError("invalid", f"the config path {path!r} contains a backslash or control characters")
+    if path.startswith("/"):
+        raise SourceError("invalid", f"the config path {path!r} must be relative to the repository root")
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise SourceError("invalid", f"the config path {path!r} must stay inside the repository (no '..')")
+    if any(p == ".git" for p in parts):
+        raise SourceError("invalid", f"the config path {path!r} points into git's own directory")
+    return "/".join(parts)
+
+
+_BAD_REF_RE = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]|\.\.|@\{|//|/\.|\.lock(/|$)")
+
+
+def validate_ref(ref: str | None) -> str | None:
+    """``ref`` if it is a well-formed branch, tag, full ref name or sha ('HEAD' and '' mean None);
+    raises SourceError('invalid') otherwise."""
+    if ref is None or ref in ("", "HEAD"):
+        return None
+    if ref.startswith(("-", "/")) or ref.endswith(("/", ".")) or ref == "@" or _BAD_REF_RE.search(ref):
+        raise SourceError("invalid", f"{ref!r} is not a valid branch, tag or commit name")
+    return ref
+
+
+def resolve_ref(
+    wanted: str | None, refs: Mapping[str, str], symrefs: Mapping[str, str]
+) -> tuple[str, str] | None:
+    """Pick the remote ref ``wanted`` means from ``git ls-remote`` output, with git's precedence (a full name,
+    then ``refs/<x>``, then a tag, then a branch). Returns (ref name, commit sha; annotated tags peeled), or
+    None. ``wanted`` None means the remote's HEAD: its branch when HEAD is symbolic."""
+    if wanted is None:
+        sha = refs.get("HEAD")
+        if sha is None:
+            return None
+        return symrefs.get("HEAD") or "HEAD", sha
+    candidates = [wanted] if wanted.startswith("refs/") else [f"refs/{wanted}", f"refs/tags/{wanted}",
+                                                                f"refs/heads/{wanted}"]
+    for name in candidates:
+        if name in refs:
+            return name, refs.get(f"{name}^{{}}", refs[name])
+    return None
+
+
+def local_ref_for(remote_ref: str) -> str:
+    """Where a fetched remote ref is kept in the cache clone (forced refspec destination)."""
+    if remote_ref.startswith("refs/tags/"):
+        return remote_ref
+    if remote_ref.startswith("refs/heads/"):
+        return "refs/remotes/origin/" + remote_ref.removeprefix("refs/heads/")
+    if remote_ref == "HEAD":
+        return "refs/remotes/origin/HEAD"
+    return "refs/remotes/origin/" + remote_ref.removeprefix("refs/")
+
+
+_HOST_KEY = ("host key verification failed", "remote host identification has changed", "no matching host key",
+             "host key for", "no hostkey alg")
+_AUTH = ("authentication failed", "could not read username", "could not read password", "terminal prompts disabled",
+         "permission denied (publickey", "permission denied, please try again", "returned error: 401",
+         "returned error: 403", "http basic: access denied", "invalid username or password", "access denied",
+         "too many authentication failures", "load key")
+_REF = ("couldn't find remote ref", "no such ref was fetched")
+_UNREACHABLE = ("could not resolve", "connection refused", "failed to connect", "couldn't connect",
+                "timed out", "did not complete in", "network is unreachable", "no route to host",
+                "does not appear to be a git repository", "not found", "could not read from remote repository",
+                "unable to access", "connection reset", "connection closed", "early eof", "hung up unexpectedly",
+                "ssl", "certificate", "unable to connect", "empty reply from server", "proxy")
+
+
+def classify(stderr: str) -> Literal["host-key", "auth", "ref-not-found", "unreachable"] | None:
+    """What a failed remote operation's stderr says went wrong; None when it does not look remote."""
+    text = stderr.lower()
+    if any(p in text for p in _HOST_KEY):
+        return "host-key"
+    if any(p in text for p in _AUTH):
+        return "auth"
+    if any(p in text for p in _REF):
+        return "ref-not-found"
+    if any(p in text for p in _UNREACHABLE):
+        return "unreachable"
+    return None
+
+
+def _summary(stderr: str) -> str:
+    lines = []
+    for raw in stderr.splitlines():
+        line = raw.strip()
+        for prefix in ("fatal: ", "error: ", "remote: ", "warning: "):
+            line = line.removeprefix(prefix)
+        boilerplate = line.startswith(("hint:", "Please make sure you have the correct access rights",
+                                       "and the repository exists"))
+        if line and line not in lines and not boilerplate:
+            lines.append(line)
+    text = "; ".join(lines) or "git exited with an error"
+    return text if len(text) <= 400 else text[:397] + "..."
+
+
+class GitSource:
+    """Fetches revisions of one repository and ref; see the module docstring. Thread-safe (fetches
+    serialize); meant to be driven from one thread."""
+
+    def __init__(self, spec: SourceSpec) -> None:
+        self.spec = spec
+        try:
+            self._kind = urls.url_kind(spec.url)
+            self._url = urls.normalize(spec.url)
+        except urls.UrlError as exc:
+            raise SourceError("invalid", str(exc)) from None
+        self._display = urls.redact(spec.url)
+        self._path = normalize_subpath(spec.path)
+        self._ref = validate_ref(spec.ref)
+        if self._ref is not None and _HEX_RE.match(self._ref) and len(self._ref) in _FULL_SHA_LENGTHS:
+            self._pinned: str | None = self._ref.lower()
+        else:
+            self._pinned = None
+        if spec.token is not None and spec.token_file is not None:
+            raise SourceError("invalid", "give either token or token_file, not both")
+        if self._kind == "ssh" and spec.known_hosts_file is None:
+            raise SourceError("invalid", f"known_hosts_file is required for the SSH URL {self._display} "
+                                         "(unknown host keys are refused)")
+        if spec.timeout <= 0:
+            raise SourceError("invalid", "timeout must be positive")
+        plain_http = self._kind == "http" and spec.url.startswith("http://")
+        if plain_http and (spec.token or spec.token_file) and urls.host(spec.url) not in ("localhost", "127.0.0.1",
+                                                                                          "::1"):
+            log.warning("sending a Git token over plain http", source=self.describe())
+        self._cache = spec.cache_dir.expanduser().resolve()
+        self._gitdir = self._cache / "git"
+        self._tree = self._cache / "tree"
+        self._lock = threading.Lock()
+        self._last: Checkout | None = None
+
+    # -- public API ----------------------------------------------------------------------------------
+
+    def describe(self) -> str:
+        """URL without credentials, ref and path, for logs and status."""
+        text = f"{self._display} ref={self._ref or 'HEAD'}"
+        return f"{text} path={self._path}" if self._path else text
+
+    def last(self) -> Checkout | None:
+        """The last successful checkout (its files stay in place until the next successful fetch)."""
+        return self._last
+
+    def local_paths(self) -> list[Path]:
+        """For a local repository: its git directories (the one holding HEAD and, for a linked work tree, the
+        common one holding refs/ and packed-refs). [] for remote URLs or when the path holds no repository."""
+        base = urls.local_path(self._url)
+        if base is None:
+            return []
+        return _git_dirs(base)
+
+    def fetch(self) -> Checkout:
+        """Fetch and check out the wanted revision; raises SourceError. Returns the previous checkout object
+        unchanged when the remote still points at it."""
+        with self._lock:
+            started = time.monotonic()
+            previous = self._last
+            try:
+                with self._session() as session:
+                    checkout = self._fetch(session)
+            except SourceError as exc:
+                log.debug("source fetch failed", source=self.describe(), kind=exc.kind, error=exc.message,
+                          ms=round((time.monotonic() - started) * 1000, 1))
+                raise
+            self._last = checkout
+            ms = round((time.monotonic() - started) * 1000, 1)
+            if previous is None or previous.revision != checkout.revision:
+                log.info("source revision checked out", source=self.describe(), revision=checkout.revision,
+                         ref=checkout.ref, subject=checkout.subject, ms=ms)
+            else:
+                log.debug("source unchanged", source=self.describe(), revision=checkout.revision, ms=ms)
+            return checkout
+
+    # -- fetch flow ----------------------------------------------------------------------------------
+
+    def _fetch(self, s: _Session) -> Checkout:
+        if self._pinned is not None:
+            if self._is_current(self._pinned, self._pinned):
+                assert self._last is not None
+                return self._last
+            return self._update(s, None, self._pinned)
+        patterns = ["HEAD"] if self._ref is None else [self._ref, f"{self._ref}^{{}}"]
+        refs, symrefs = self._ls_remote(s, patterns)
+        hit = resolve_ref(self._ref, refs, symrefs)
+        if hit is None:
+            if self._ref is not None and _HEX_RE.match(self._ref):  # an abbreviated commit sha
+                checkout = self._update(s, None, self._ref.lower())
+                self._pinned = checkout.revision
+                return checkout
+            if self._ref is None:
+                raise SourceError("ref-not-found", f"{self._display} has no commits on its default branch (HEAD)")
+            raise SourceError("ref-not-found", f"{self._display} has no branch, tag or commit {self._ref!r}")
+        name, sha = hit
+        if self._is_current(sha, name):
+            assert self._last is not None
+            return self._last
+        return self._update(s, name, sha)
+
+    def _is_current(self, sha: str, ref: str) -> bool:
+        """The last checkout is ``sha`` (resolved as ``ref``) and the cache still holds it, checked cheaply."""
+        last = self._last
+        if last is None or last.revision != sha or last.ref != ref:
+            return False
+        try:
+            head = (self._gitdir / "HEAD").read_text(encoding="ascii", errors="replace").strip()
+        except OSError:
+            return False
+        return head == sha and (self._gitdir / "objects").is_dir() and last.root.is_dir()
+
+    def _update(self, s: _Session, remote_ref: str | None, rev: str) -> Checkout:
+        """Fetch ``remote_ref`` (or the commit ``rev``) and check it out; a suspect cache clone is replaced by
+        a fresh one (cloned beside it, so the files of the last checkout stay until the new one is there)."""
+        self._prepare_cache()
+        fresh = not self._healthy(s)
+        while True:
+            gitdir = self._new_gitdir(s) if fresh else self._gitdir
+            try:
+                target = self._fetch_into(s, gitdir, remote_ref, rev)
+            except (SourceError, _LocalFailure) as exc:
+                if fresh:
+                    shutil.rmtree(gitdir, ignore_errors=True)
+                    if isinstance(exc, _LocalFailure):
+                        raise SourceError("corrupt", f"cannot clone {self._display} into {self._cache}: {exc}") \
+                            from None
+                    raise
+                # The remote answered ls-remote a moment ago: a fetch that now fails as "unreachable" more
+                # likely tripped over the clone (its messages can look alike), so one fresh clone is tried.
+                if isinstance(exc, SourceError) and not (
+                    exc.kind == "corrupt" or (exc.kind == "unreachable" and remote_ref is not None)
+                ):
+                    raise
+                log.warning("cache clone looks corrupt; cloning again", source=self.describe(),
+                            cache=str(self._cache), error=str(exc))
+                fresh = True
+                continue
+            if fresh:
+                self._swap_in(gitdir)
+            try:
+                return self._checkout(s, target, remote_ref)
+            except _LocalFailure as exc:
+                if fresh:
+                    raise SourceError("corrupt", f"cannot check out {self._display} in {self._cache}: {exc}") \
+                        from None
+                log.warning("cache clone looks corrupt; cloning again", source=self.describe(),
+                            cache=str(self._cache), error=str(exc))
+                fresh = True
+
+    def _fetch_into(self, s: _Session, gitdir: Path, remote_ref: str | None, rev: str) -> str:
+        """Fetch into ``gitdir``; returns the local revision expression to check out."""
+        if remote_ref is not None:
+            dest = local_ref_for(remote_ref)
+            self._remote(s, ["fetch", "--no-tags", "--no-recurse-submodules", "-q", "origin",
+                             f"+{remote_ref}:{dest}"], gitdir)
+            return dest
+        if len(rev) in _FULL_SHA_LENGTHS:
+            if self._git(s, ["cat-file", "-e", f"{rev}^{{commit}}"], gitdir).status == 0:
+                return rev
+            try:
+                self._remote(s, ["fetch", "--no-tags", "--no-recurse-submodules", "-q", "origin", rev], gitdir)
+            except SourceError as exc:  # servers may refuse wants by sha: fall back to fetching everything
+                if exc.kind in ("auth", "unreachable"):
+                    raise
+                log.debug("fetch by sha refused; fetching all branches and tags", source=self.describe())
+            else:
+                return self._rev_parse(s, gitdir, rev)
+        else:
+            found = self._git(s, ["rev-parse", "--verify", "-q", f"{rev}^{{commit}}"], gitdir)
+            if found.status == 0:
+                return found.out.strip()
+        self._remote(s, ["fetch", "--no-tags", "--no-recurse-submodules", "-q", "origin",
+                         "+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*"], gitdir)
+        return self._rev_parse(s, gitdir, rev)
+
+    def _rev_parse(self, s: _Session, gitdir: Path, rev: str) -> str:
+        found = self._git(s, ["rev-parse", "--verify", "-q", f"{rev}^{{commit}}"], gitdir)
+        if found.status != 0:
+            raise SourceError("ref-not-found", f"{self._display} has no commit {rev!r} on any branch or tag")
+        return found.out.strip()
+
+    def _checkout(self, s: _Session, target: str, remote_ref: str | None) -> Checkout:
+        info = self._git(s, ["log", "-1", "--no-show-signature", "--format=%H%x00%an%x00%ct%x00%s", target,
+                             "--"], self._gitdir)
+        fields = info.out.split("\0", 3)
+        if info.status != 0 or len(fields) != 4:
+            raise _LocalFailure(_summary(info.err) if info.err else "unreadable commit")
+        sha, author, committed, subject = fields[0], fields[1], fields[2], fields[3].strip()
+        if self._path:
+            kind = self._git(s, ["cat-file", "-t", f"{sha}:{self._path}"], self._gitdir)
+            if kind.status != 0:
+                raise SourceError("path-not-found", f"{self._path!r} does not exist in {self._display} at "
+                                                    f"{sha[:12]}")
+            if kind.out.strip() != "tree":
+                raise SourceError("path-not-found", f"{self._path!r} in {self._display} at {sha[:12]} is not a "
+                                                    "directory (a file or a symlink)")
+        for args in (["checkout", "-q", "-f", "--detach", sha], ["clean", "-q", "-ffdx"]):
+            done = self._git(s, args, self._gitdir)
+            if done.status != 0:
+                raise _LocalFailure(_summary(done.err))
+        root = self._tree / self._path if self._path else self._tree
+        if not root.is_dir():  # cat-file said tree; only a broken work tree gets here
+            raise _LocalFailure(f"{root} missing after checkout")
+        try:
+            committed_at = float(committed)
+        except ValueError:
+            committed_at = 0.0
+        return Checkout(revision=sha, root=root, ref=remote_ref or sha, subject=subject, author=author,
+                        committed_at=committed_at)
+
+    def _ls_remote(self, s: _Session, patterns: list[str]) -> tuple[dict[str, str], dict[str, str]]:
+        res = self._remote(s, ["ls-remote", "--symref", "--", self._url, *patterns], None)
+        refs: dict[str, str] = {}
+        symrefs: dict[str, str] = {}
+        for line in res.out.splitlines():
+            left, _, name = line.partition("\t")
+            if left.startswith("ref: "):
+                symrefs[name] = left.removeprefix("ref: ")
+            elif name:
+                refs[name] = left
+        return refs, symrefs
+
+    # -- the cache clone -----------------------------------------------------------------------------
+
+    def _prepare_cache(self) -> None:
+        """Remove leftovers of an interrupted re-clone; make sure the work tree is a plain directory."""
+        for leftover in self._cache.glob("git.*-*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+        if self._tree.is_symlink() or (self._tree.exists() and not self._tree.is_dir()):
+            self._tree.unlink()
+        self._tree.mkdir(exist_ok=True)
+
+    def _healthy(self, s: _Session) -> bool:
+        if not self._gitdir.is_dir() or self._gitdir.is_symlink():
+            if self._gitdir.exists() or self._gitdir.is_symlink():
+                log.warning("cache clone is not a git directory; cloning again", source=self.describe(),
+                            cache=str(self._cache))
+            return False
+        origin = self._git(s, ["config", "--get", "remote.origin.url"], self._gitdir)
+        if origin.status == 0 and origin.out.strip() == self._url:
+            return True
+        log.warning("cache clone is corrupt or belongs to another repository; cloning again",
+                    source=self.describe(), cache=str(self._cache))
+        return False
+
+    def _new_gitdir(self, s: _Session) -> Path:
+        gitdir = self._cache / f"git.new-{uuid.uuid4().hex[:8]}"
+        for args, where in ((["init", "-q", "--bare", "--template=", str(gitdir)], None),
+                            (["config", "remote.origin.url", self._url], gitdir)):
+            done = self._git(s, args, where)
+            if done.status != 0:
+                shutil.rmtree(gitdir, ignore_errors=True)
+                raise SourceError("corrupt", f"cannot create a clone in {self._cache}: {_summary(done.err)}")
+        return gitdir
+
+    def _swap_in(self, gitdir: Path) -> None:
+        if self._gitdir.exists() or self._gitdir.is_symlink():
+            old = self._cache / f"git.old-{uuid.uuid4().hex[:8]}"
+            self._gitdir.rename(old)
+            gitdir.rename(self._gitdir)
+            if old.is_dir() and not old.is_symlink():
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                old.unlink()
+        else:
+            gitdir.rename(self._gitdir)
+
+    # -- running git ---------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _session(self) -> Iterator[_Session]:
+        self._cache.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self._cache / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        key_copy: Path | None = None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            askpass = self._write_askpass()
+            env = {
+                "GIT_TERMINAL_PROMPT": "0",
+                "GIT_ASKPASS": str(askpass),
+                "GIT_ALLOW_PROTOCOL": "file:git:http:https:ssh",
+                "GIT_CEILING_DIRECTORIES": str(self._cache.parent),
+            }
+            secrets: list[str] = []
+            token = self._read_token() if self._kind == "http" else None
+            if token:
+                env["FLOWER_SYNCER_GIT_USERNAME"] = self.spec.username
+                env["FLOWER_SYNCER_GIT_TOKEN"] = token
+                secrets.append(token)
+            if self._kind == "ssh":
+                key_copy = self._private_key_copy()
+                env["GIT_SSH_COMMAND"] = self._ssh_command(key_copy or self.spec.ssh_key_file)
+            yield _Session(env, secrets)
+        finally:
+            if key_copy is not None:
+                with contextlib.suppress(OSError):
+                    key_copy.unlink()
+            os.close(fd)  # releases the lock
+
+    def _write_askpass(self) -> Path:
+        path = self._cache / "askpass.sh"
+        try:
+            if path.read_text() == _ASKPASS and os.access(path, os.X_OK):
+                return path
+        except OSError:
+            pass
+        tmp = self._cache / f"askpass.sh.{os.getpid()}"
+        tmp.write_text(_ASKPASS)
+        tmp.chmod(0o700)
+        tmp.replace(path)
+        return path
+
+    def _read_token(self) -> str | None:
+        if self.spec.token_file is None:
+            return self.spec.token or None
+        try:
+            token = self.spec.token_file.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            raise SourceError("auth", f"cannot read the token file {self.spec.token_file}: {reason}") from None
+        if not token:
+            log.warning("the Git token file is empty", source=self.describe(), token_file=str(self.spec.token_file))
+        return token or None
+
+    def _private_key_copy(self) -> Path | None:
+        """ssh refuses private keys readable by others (a mounted Secret is often 0644): use a 0600 copy, removed
+        after the fetch."""
+        key = self.spec.ssh_key_file
+        if key is None:
+            return None
+        try:
+            mode = key.stat().st_mode
+            if not mode & (stat.S_IRWXG | stat.S_IRWXO):
+                return None
+            data = key.read_bytes()
+        except OSError as exc:
+            raise SourceError("auth", f"cannot read the SSH key file {key}: {exc.strerror}") from None
+        copy = self._cache / f"ssh-key.{os.getpid()}.{threading.get_ident()}"
+        fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        return copy
+
+    def _ssh_command(self, key: Path | None) -> str:
+        def opt(name: str, value: str) -> list[str]:
+            return ["-o", f'{name}="{value}"' if any(c.isspace() for c in value) else f"{name}={value}"]
+
+        parts = ["ssh", *opt("BatchMode", "yes"), *opt("StrictHostKeyChecking", "yes"),
+                 *opt("ConnectTimeout", str(max(1, round(self.spec.timeout))))]
+        if self.spec.known_hosts_file is not None:
+            parts += opt("UserKnownHostsFile", str(self.spec.known_hosts_file.expanduser().resolve()))
+            parts += opt("GlobalKnownHostsFile", "/dev/null")
+        if key is not None:
+            parts += ["-i", str(key.expanduser().resolve()), *opt("IdentitiesOnly", "yes")]
+        return " ".join(shlex.quote(p) for p in parts)
+
+    def _git(self, s: _Session, args: list[str], gitdir: Path | None) -> _Result:
+        """Run git (through GitPython) in the cache directory; ``gitdir`` selects the clone. Never raises for a
+        non-zero exit; raises SourceError for a missing git executable."""
+        cmd = ["git", *_GIT_OPTIONS]
+        env = dict(s.env)
+        if gitdir is not None:
+            cmd += [f"--git-dir={gitdir}", f"--work-tree={self._tree}"]
+            # Override what a calling git hook may have exported (GIT_INDEX_FILE and friends).
+            env["GIT_INDEX_FILE"] = str(gitdir / "index")
+            env["GIT_OBJECT_DIRECTORY"] = str(gitdir / "objects")
+        cmd += args
+        try:
+            status, out, err = gitpython.Git(str(self._cache)).execute(
+                cmd, with_extended_output=True, with_exceptions=False, kill_after_timeout=self.spec.timeout,
+                env=env, stdout_as_string=True, strip_newline_in_stdout=False,
+            )
+        except gitpython.GitCommandNotFound:
+            raise SourceError("invalid", "the git executable was not found on PATH") from None
+        if "did not complete in" in err and status != 0:
+            err = f"timed out after {self.spec.timeout:g} s"
+        return _Result(status, out, self._scrub(err, s))
+
+    def _remote(self, s: _Session, args: list[str], gitdir: Path | None) -> _Result:
+        """Run a git command that talks to the remote; failures become SourceError with their kind."""
+        res = self._git(s, args, gitdir)
+        if res.status == 0:
+            return res
+        kind = classify(res.err)
+        detail = _summary(res.err)
+        if kind == "host-key":
+            raise SourceError("auth", f"SSH host key verification failed for {self._display}: the server's host key "
+                                      f"is not in known_hosts_file {self.spec.known_hosts_file} or does not match "
+                                      f"it ({detail})")
+        if kind == "auth":
+            raise SourceError("auth", f"authentication to {self._display} failed: {detail}")
+        if kind == "ref-not-found":
+            raise SourceError("ref-not-found", f"{self._display}: {detail}")
+        if kind == "unreachable" or gitdir is None:
+            raise SourceError("unreachable", f"cannot reach {self._display}: {detail}")
+        raise SourceError("corrupt", f"git {args[0]} failed in {self._cache}: {detail}")
+
+    def _scrub(self, text: str, s: _Session) -> str:
+        for secret in s.secrets:
+            text = text.replace(secret, "***")
+        if self.spec.url != self._display:
+            text = text.replace(self.spec.url, self._display)
+        return text
+
+
+def _git_dirs(base: Path) -> list[Path]:
+    """The git directories of the repository at ``base`` (work tree or bare)."""
+    dotgit = base / ".git"
+    gitdir: Path | None = None
+    if dotgit.is_dir():
+        gitdir = dotgit
+    elif dotgit.is_file():  # a linked work tree or submodule: "gitdir: <path>"
+        try:
+            text = dotgit.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            return []
+        if text.startswith("gitdir:"):
+            gitdir = (base / text.removeprefix("gitdir:").strip()).resolve()
+    elif (base / "HEAD").is_file() and (base / "objects").is_dir():
+        gitdir = base
+    if gitdir is None or not gitdir.is_dir():
+        return []
+    dirs = [gitdir]
+    try:
+        common = (gitdir / "commondir").read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        common = ""
+    if common:
+        common_dir = (gitdir / common).resolve()
+        if common_dir.is_dir() and common_dir != gitdir:
+            dirs.append(common_dir)
+    return dirs
