@@ -1,0 +1,697 @@
+"""The Git source against real git: local work trees and bare repositories, a smart-HTTP server with token
+auth and a real sshd on 127.0.0.1; the local-repository watcher and the poller."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from structlog.testing import capture_logs
+
+from syncer.source.git import Checkout, GitSource, SourceError, SourceSpec
+from syncer.source.watch import LocalRepoWatcher, Poller
+from tests.integration.gitservers import GitHttpServer, Repo, SshServer, free_port, git, keygen, require_sshd
+
+FED_A = "kind: Federation\nmetadata:\n  name: a\n"
+FED_B = "kind: Federation\nmetadata:\n  name: b\n"
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Repo:
+    """A working tree with one commit: config/federations/a.yaml and README.md."""
+    repo = Repo.init(tmp_path / "work")
+    repo.commit("initial", {"config/federations/a.yaml": FED_A, "README.md": "hello\n"})
+    return repo
+
+
+@pytest.fixture
+def bare(tmp_path: Path, work: Repo) -> Path:
+    """A bare repository holding ``work``'s history."""
+    path = tmp_path / "remote.git"
+    git(tmp_path, "clone", "-q", "--bare", str(work.path), str(path))
+    return path
+
+
+@pytest.fixture
+def pusher(tmp_path: Path, bare: Path) -> Repo:
+    """Another clone of ``bare`` to push from."""
+    return Repo.clone(bare, tmp_path / "pusher")
+
+
+def source(url: str | Path, tmp_path: Path, **kw: object) -> GitSource:
+    return GitSource(SourceSpec(url=str(url), cache_dir=tmp_path / "cache", **kw))  # type: ignore[arg-type]
+
+
+def files(co: Checkout) -> dict[str, str]:
+    """The checkout's files (relative path -> text)."""
+    return {p.relative_to(co.root).as_posix(): p.read_text() for p in sorted(co.root.rglob("*")) if p.is_file()}
+
+
+# -- local working tree ------------------------------------------------------------------------------------
+
+
+def test_working_tree_commits_are_fetched(tmp_path: Path, work: Repo) -> None:
+    src = source(work.path, tmp_path)
+    first = src.fetch()
+    assert first.revision == work.head()
+    assert first.ref == "refs/heads/main"
+    assert files(first) == {"README.md": "hello\n", "config/federations/a.yaml": FED_A}
+    assert src.last() is first
+
+    sha = work.commit("add federation b", {"config/federations/b.yaml": FED_B}, date="1700000000 +0000")
+    second = src.fetch()
+    assert second.revision == sha != first.revision
+    assert (second.subject, second.author, second.committed_at) == ("add federation b", "Ada Author", 1700000000.0)
+    assert files(second)["config/federations/b.yaml"] == FED_B
+    assert src.last() is second
+
+
+def test_uncommitted_edits_are_ignored(tmp_path: Path, work: Repo) -> None:
+    src = source(work.path, tmp_path)
+    committed = src.fetch()
+    work.write({"config/federations/a.yaml": "edited\n", "config/federations/new.yaml": FED_B})
+    work.git("add", "config/federations/new.yaml")  # staged but not committed
+    again = src.fetch()
+    assert again.revision == committed.revision
+    assert files(again) == {"README.md": "hello\n", "config/federations/a.yaml": FED_A}
+
+
+def test_follows_the_current_branch_of_a_working_tree(tmp_path: Path, work: Repo) -> None:
+    work.git("checkout", "-q", "-b", "feature")
+    sha = work.commit("on feature", {"README.md": "feature\n"})
+    co = source(work.path, tmp_path).fetch()
+    assert (co.revision, co.ref) == (sha, "refs/heads/feature")
+    assert files(co)["README.md"] == "feature\n"
+
+
+def test_no_change_fetch_is_fast_and_leaves_the_checkout_alone(tmp_path: Path, work: Repo) -> None:
+    src = source(work.path, tmp_path, path="config")
+    first = src.fetch()
+    marker = first.root / "federations" / "a.yaml"
+    mtime = marker.stat().st_mtime_ns
+    timings = []
+    for _ in range(7):
+        started = time.perf_counter()
+        again = src.fetch()
+        timings.append(time.perf_counter() - started)
+        assert again is first
+    assert statistics.median(timings) < 0.05, timings
+    assert marker.stat().st_mtime_ns == mtime
+
+
+def test_local_edits_in_the_cache_are_undone_by_the_next_new_revision(tmp_path: Path, work: Repo) -> None:
+    src = source(work.path, tmp_path)
+    co = src.fetch()
+    (co.root / "README.md").write_text("tampered\n")
+    (co.root / "stray.yaml").write_text("x: 1\n")
+    work.commit("next", {"config/federations/b.yaml": FED_B})
+    assert files(src.fetch()) == {"README.md": "hello\n", "config/federations/a.yaml": FED_A,
+                                  "config/federations/b.yaml": FED_B}
+
+
+def test_a_new_source_on_an_existing_cache_cleans_the_work_tree(tmp_path: Path, work: Repo) -> None:
+    co = source(work.path, tmp_path).fetch()
+    (co.root / "README.md").write_text("tampered\n")
+    (co.root / "stray.yaml").write_text("x: 1\n")
+    again = source(work.path, tmp_path).fetch()  # a restarted agent
+    assert again.revision == co.revision
+    assert files(again) == {"README.md": "hello\n", "config/federations/a.yaml": FED_A}
+
+
+# -- refs --------------------------------------------------------------------------------------------------
+
+
+def test_branch_pinning(tmp_path: Path, work: Repo) -> None:
+    stable = work.head()
+    work.git("branch", "stable")
+    work.commit("main moves on", {"config/federations/b.yaml": FED_B})
+    src = source(work.path, tmp_path, ref="stable")
+    co = src.fetch()
+    assert (co.revision, co.ref) == (stable, "refs/heads/stable")
+    assert "config/federations/b.yaml" not in files(co)
+
+    work.git("checkout", "-q", "stable")
+    moved = work.commit("stable moves", {"README.md": "stable\n"})
+    work.git("checkout", "-q", "main")
+    co = src.fetch()
+    assert co.revision == moved
+    assert files(co)["README.md"] == "stable\n"
+
+
+def test_tag_pinning_annotated_and_lightweight(tmp_path: Path, work: Repo) -> None:
+    tagged = work.head()
+    work.git("tag", "-a", "v1", "-m", "release 1")
+    work.git("tag", "light")
+    work.commit("after the tags", {"README.md": "later\n"})
+    for tag in ("v1", "light", "refs/tags/v1"):
+        co = GitSource(SourceSpec(url=str(work.path), ref=tag, cache_dir=tmp_path / f"cache-{tag[-2:]}")).fetch()
+        assert co.revision == tagged, tag
+        assert co.ref == ("refs/tags/v1" if tag.endswith("v1") else "refs/tags/light")
+        assert files(co)["README.md"] == "hello\n"
+
+
+def test_commit_sha_pinning_full_and_short(tmp_path: Path, work: Repo) -> None:
+    old = work.head()
+    work.commit("newer", {"README.md": "newer\n"})
+    for ref, cache in ((old, "full"), (old[:9], "short")):
+        src = GitSource(SourceSpec(url=str(work.path), ref=ref, cache_dir=tmp_path / cache))
+        co = src.fetch()
+        assert (co.revision, co.ref) == (old, old)
+        assert files(co)["README.md"] == "hello\n"
+        work.commit(f"even newer {cache}", {"README.md": cache})
+        assert src.fetch().revision == old
+
+
+def test_a_pinned_sha_that_is_no_branch_tip_is_fetched_from_a_bare_remote(tmp_path: Path, pusher: Repo,
+                                                                          bare: Path) -> None:
+    old = pusher.head()
+    pusher.commit("second", {"README.md": "2\n"})
+    pusher.commit("third", {"README.md": "3\n"})
+    pusher.git("push", "-q", "origin", "main")
+    co = source(bare, tmp_path, ref=old).fetch()
+    assert co.revision == old
+    assert files(co)["README.md"] == "hello\n"
+
+
+def test_unknown_ref_and_unknown_sha(tmp_path: Path, work: Repo) -> None:
+    with pytest.raises(SourceError) as err:
+        source(work.path, tmp_path, ref="nope").fetch()
+    assert err.value.kind == "ref-not-found"
+    assert "nope" in str(err.value)
+    with pytest.raises(SourceError) as err:
+        source(work.path, tmp_path, ref="deadbeef" * 5).fetch()
+    assert err.value.kind == "ref-not-found"
+
+
+def test_repository_without_commits(tmp_path: Path) -> None:
+    empty = Repo.init(tmp_path / "empty")
+    with pytest.raises(SourceError) as err:
+        source(empty.path, tmp_path).fetch()
+    assert err.value.kind == "ref-not-found"
+
+
+# -- sub-path ----------------------------------------------------------------------------------------------
+
+
+def test_sub_path(tmp_path: Path, work: Repo) -> None:
+    co = source(work.path, tmp_path, path="./config/").fetch()
+    assert co.root == tmp_path / "cache" / "tree" / "config"
+    assert files(co) == {"federations/a.yaml": FED_A}
+
+
+@pytest.mark.parametrize("path", ["../outside", "config/../../outside", "/etc", "config/../..", ".git"])
+def test_sub_path_that_escapes_is_refused(tmp_path: Path, work: Repo, path: str) -> None:
+    with pytest.raises(SourceError) as err:
+        source(work.path, tmp_path, path=path)
+    assert err.value.kind == "invalid"
+
+
+def test_sub_path_symlink_out_of_the_repo_is_not_followed(tmp_path: Path, work: Repo) -> None:
+    (tmp_path / "secret").mkdir()
+    (tmp_path / "secret" / "key.yaml").write_text("secret: 1\n")
+    (work.path / "escape").symlink_to(tmp_path / "secret")
+    work.commit("symlink out")
+    src = source(work.path, tmp_path, path="escape")
+    with pytest.raises(SourceError) as err:
+        src.fetch()
+    assert err.value.kind == "path-not-found"
+    assert src.last() is None
+
+
+def test_missing_sub_path_keeps_the_last_checkout(tmp_path: Path, work: Repo) -> None:
+    with pytest.raises(SourceError) as err:
+        source(work.path, tmp_path / "other", path="nowhere").fetch()
+    assert err.value.kind == "path-not-found"
+    assert "nowhere" in str(err.value)
+
+    src = source(work.path, tmp_path, path="config")
+    good = src.fetch()
+    work.commit("remove the config dir", {"config/federations/a.yaml": None})
+    with pytest.raises(SourceError) as err:
+        src.fetch()
+    assert err.value.kind == "path-not-found"
+    assert src.last() is good
+    assert files(good) == {"federations/a.yaml": FED_A}
+
+
+# -- a bare repository as the remote -----------------------------------------------------------------------
+
+
+def test_push_into_a_bare_remote_is_fetched(tmp_path: Path, bare: Path, pusher: Repo) -> None:
+    src = source(bare, tmp_path)
+    assert src.fetch().revision == pusher.head()
+    sha = pusher.commit("pushed", {"config/federations/b.yaml": FED_B})
+    pusher.git("push", "-q", "origin", "main")
+    co = src.fetch()
+    assert co.revision == sha
+    assert "config/federations/b.yaml" in files(co)
+
+
+def test_force_push_is_followed(tmp_path: Path, bare: Path, pusher: Repo) -> None:
+    src = source(f"file://{bare}", tmp_path)
+    pusher.commit("doomed", {"config/federations/doomed.yaml": FED_B})
+    pusher.git("push", "-q", "origin", "main")
+    assert "config/federations/doomed.yaml" in files(src.fetch())
+
+    pusher.git("reset", "-q", "--hard", "HEAD~1")
+    rewritten = pusher.commit("rewritten", {"README.md": "rewritten\n"})
+    pusher.git("push", "-q", "--force", "origin", "main")
+    co = src.fetch()
+    assert co.revision == rewritten
+    assert files(co) == {"README.md": "rewritten\n", "config/federations/a.yaml": FED_A}
+
+
+def test_moved_tag_is_followed(tmp_path: Path, bare: Path, pusher: Repo) -> None:
+    pusher.git("tag", "-a", "v1", "-m", "one")
+    pusher.git("push", "-q", "origin", "v1")
+    src = source(bare, tmp_path, ref="v1")
+    first = src.fetch()
+    moved = pusher.commit("fix", {"README.md": "fixed\n"})
+    pusher.git("tag", "-f", "-a", "v1", "-m", "one, fixed")
+    pusher.git("push", "-q", "--force", "origin", "v1")
+    co = src.fetch()
+    assert co.revision == moved != first.revision
+    assert files(co)["README.md"] == "fixed\n"
+
+
+# -- the cache clone ---------------------------------------------------------------------------------------
+
+
+def corrupt_objects(cache: Path) -> None:
+    shutil.rmtree(cache / "git" / "objects")
+
+
+def corrupt_head(cache: Path) -> None:
+    (cache / "git" / "HEAD").write_text("garbage\n")
+
+
+def replace_with_file(cache: Path) -> None:
+    shutil.rmtree(cache / "git")
+    (cache / "git").write_text("not a repository\n")
+
+
+@pytest.mark.parametrize("damage", [corrupt_objects, corrupt_head, replace_with_file])
+def test_corrupt_cache_is_recloned(tmp_path: Path, bare: Path, pusher: Repo, damage: Callable[[Path], None]) -> None:
+    src = source(bare, tmp_path)
+    first = src.fetch()
+    damage(tmp_path / "cache")
+    with capture_logs() as logs:
+        again = src.fetch()  # nothing new upstream
+    assert again.revision == first.revision
+    assert files(again) == {"README.md": "hello\n", "config/federations/a.yaml": FED_A}
+    assert any("cloning again" in e["event"] for e in logs), logs
+
+    damage(tmp_path / "cache")
+    sha = pusher.commit("after the damage", {"README.md": "new\n"})
+    pusher.git("push", "-q", "origin", "main")
+    assert src.fetch().revision == sha
+    assert files(src.fetch())["README.md"] == "new\n"
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir() if p.name.startswith("git")) == ["git"]
+
+
+def test_foreign_cache_clone_is_replaced(tmp_path: Path, work: Repo, bare: Path) -> None:
+    other = Repo.init(tmp_path / "other")
+    other.commit("other repo", {"other.txt": "other\n"})
+    source(other.path, tmp_path).fetch()
+    co = source(bare, tmp_path).fetch()  # same cache_dir, another URL
+    assert co.revision == work.head()
+    assert files(co) == {"README.md": "hello\n", "config/federations/a.yaml": FED_A}
+
+
+def test_default_cache_dir_differs_per_url_and_ref(tmp_path: Path) -> None:
+    a = SourceSpec(url=str(tmp_path / "a"))
+    assert a.cache_dir.parent == Path.home() / ".cache" / "flower-syncer" / "source"
+    assert a.cache_dir.name.startswith("a-")
+    assert SourceSpec(url=str(tmp_path / "a")).cache_dir == a.cache_dir
+    assert SourceSpec(url=str(tmp_path / "b")).cache_dir != a.cache_dir
+    assert SourceSpec(url=str(tmp_path / "a"), ref="v1").cache_dir != a.cache_dir
+    assert SourceSpec(url=str(tmp_path / "a"), cache_dir=tmp_path / "c").cache_dir == tmp_path / "c"
+
+
+# -- unreachable remotes -----------------------------------------------------------------------------------
+
+
+def test_unreachable_remote_keeps_the_last_checkout(tmp_path: Path, bare: Path) -> None:
+    src = source(bare, tmp_path)
+    good = src.fetch()
+    bare.rename(tmp_path / "moved.git")
+    with pytest.raises(SourceError) as err:
+        src.fetch()
+    assert err.value.kind == "unreachable"
+    assert str(bare) in str(err.value)
+    assert src.last() is good
+    assert files(good) == {"README.md": "hello\n", "config/federations/a.yaml": FED_A}
+    (tmp_path / "moved.git").rename(bare)
+    assert src.fetch() is good
+
+
+def test_path_that_does_not_exist_is_unreachable(tmp_path: Path) -> None:
+    src = source(tmp_path / "nothing-here", tmp_path)
+    with pytest.raises(SourceError) as err:
+        src.fetch()
+    assert err.value.kind == "unreachable"
+    assert src.last() is None
+
+
+@pytest.mark.parametrize("scheme", ["http", "ssh"])
+def test_closed_port_is_unreachable(tmp_path: Path, scheme: str) -> None:
+    port = free_port()
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    url = f"http://127.0.0.1:{port}/repo.git" if scheme == "http" else f"ssh://git@127.0.0.1:{port}/repo.git"
+    src = source(url, tmp_path, known_hosts_file=known, timeout=10)
+    started = time.monotonic()
+    with pytest.raises(SourceError) as err:
+        src.fetch()
+    assert err.value.kind == "unreachable", err.value
+    assert time.monotonic() - started < 5
+
+
+# -- HTTPS-style remote with a token -----------------------------------------------------------------------
+
+TOKEN = "tok-3f9a1c77e2d04b5e9d1a"
+WRONG = "wrong-8c1e4f2a9b7d6e5c"
+
+
+@pytest.fixture
+def http_server(tmp_path: Path, bare: Path) -> Iterator[GitHttpServer]:
+    server = GitHttpServer(bare.parent, TOKEN).start()
+    yield server
+    server.stop()
+
+
+def test_http_with_the_right_token(tmp_path: Path, bare: Path, pusher: Repo, http_server: GitHttpServer,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # A user's credential helper must never get to store the token.
+    store = tmp_path / "credentials"
+    gitconfig = tmp_path / "gitconfig"
+    gitconfig.write_text(f"[credential]\n\thelper = store --file {store}\n")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(gitconfig))
+    src = source(f"{http_server.base_url}/{bare.name}", tmp_path, token=TOKEN, username="x-access-token",
+                 path="config")
+    co = src.fetch()
+    assert co.revision == pusher.head()
+    assert files(co) == {"federations/a.yaml": FED_A}
+    assert http_server.users and set(http_server.users) == {"x-access-token"}
+    sha = pusher.commit("over http", {"config/federations/b.yaml": FED_B})
+    pusher.git("push", "-q", "origin", "main")
+    assert src.fetch().revision == sha
+    assert_secret_nowhere(TOKEN, tmp_path)
+
+
+def test_http_with_a_wrong_or_missing_token(tmp_path: Path, bare: Path, http_server: GitHttpServer,
+                                            caplog: pytest.LogCaptureFixture,
+                                            capfd: pytest.CaptureFixture[str]) -> None:
+    caplog.set_level(logging.DEBUG)
+    url = f"{http_server.base_url}/{bare.name}"
+    for token in (WRONG, None):
+        src = source(url, tmp_path, token=token)
+        with capture_logs() as logs, pytest.raises(SourceError) as err:
+            src.fetch()
+        assert err.value.kind == "auth", err.value
+        assert src.last() is None
+        for text in (str(err.value), repr(err.value), err.value.message, repr(logs), caplog.text,
+                     *capfd.readouterr()):
+            assert WRONG not in text
+            assert TOKEN not in text
+    assert http_server.denied >= 2
+    assert_secret_nowhere(WRONG, tmp_path / "cache")
+
+
+def test_http_token_file_is_read_on_every_fetch(tmp_path: Path, bare: Path, http_server: GitHttpServer) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(WRONG + "\n")
+    src = source(f"{http_server.base_url}/{bare.name}", tmp_path, token_file=token_file)
+    with pytest.raises(SourceError) as err:
+        src.fetch()
+    assert err.value.kind == "auth"
+    token_file.write_text(TOKEN + "\n")  # the mounted Secret rotates
+    assert src.fetch().revision
+    token_file.unlink()
+    with pytest.raises(SourceError) as err:
+        src.fetch()
+    assert err.value.kind == "auth"
+    assert "token" in str(err.value)
+
+
+def test_http_repository_not_found(tmp_path: Path, http_server: GitHttpServer) -> None:
+    with pytest.raises(SourceError) as err:
+        source(f"{http_server.base_url}/missing.git", tmp_path, token=TOKEN).fetch()
+    assert err.value.kind == "unreachable"
+
+
+def test_credentials_in_the_url_are_not_shown(tmp_path: Path) -> None:
+    src = source(f"https://user:{TOKEN}@127.0.0.1:{free_port()}/repo.git", tmp_path)
+    assert TOKEN not in src.describe()
+    with pytest.raises(SourceError) as err:
+        src.fetch()
+    assert TOKEN not in str(err.value)
+
+
+def assert_secret_nowhere(secret: str, directory: Path) -> None:
+    for path in directory.rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), path
+
+
+# -- SSH ---------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
+    require_sshd()
+    server = SshServer(tmp_path_factory.mktemp("sshd")).start()
+    yield server
+    server.stop()
+
+
+def test_ssh_with_a_known_host(tmp_path: Path, bare: Path, pusher: Repo, sshd: SshServer) -> None:
+    known = tmp_path / "known_hosts"
+    known.write_text(sshd.known_hosts_line)
+    key = tmp_path / "id"
+    shutil.copy(sshd.client_key, key)
+    key.chmod(0o644)  # as a mounted Secret often is: ssh itself would refuse it
+    src = source(sshd.url(bare), tmp_path, ssh_key_file=key, known_hosts_file=known)
+    co = src.fetch()
+    assert co.revision == pusher.head()
+    assert files(co)["config/federations/a.yaml"] == FED_A
+    sha = pusher.commit("over ssh", {"README.md": "ssh\n"})
+    pusher.git("push", "-q", "origin", "main")
+    assert src.fetch().revision == sha
+    assert not list((tmp_path / "cache").glob("ssh-key*"))  # the 0600 copy is gone
+
+
+@pytest.mark.parametrize("known_hosts", ["other-key", "empty"])
+def test_ssh_with_an_unknown_host_key_fetches_nothing(tmp_path: Path, bare: Path, sshd: SshServer,
+                                                      known_hosts: str) -> None:
+    known = tmp_path / "known_hosts"
+    if known_hosts == "other-key":
+        other = keygen(tmp_path / "other_host_key")
+        keytype, blob = Path(f"{other}.pub").read_text().split()[:2]
+        known.write_text(f"[127.0.0.1]:{sshd.port} {keytype} {blob}\n")
+    else:
+        known.write_text("")
+    src = source(sshd.url(bare), tmp_path, ssh_key_file=sshd.client_key, known_hosts_file=known)
+    with pytest.raises(SourceError) as err:
+        src.fetch()
+    assert err.value.kind in ("auth", "unreachable")
+    assert "host key" in str(err.value)
+    assert src.last() is None
+    tree = tmp_path / "cache" / "tree"
+    assert not tree.exists() or not any(tree.iterdir())
+
+
+def test_ssh_needs_known_hosts(tmp_path: Path) -> None:
+    with pytest.raises(SourceError) as err:
+        source("git@example.invalid:org/repo.git", tmp_path)
+    assert err.value.kind == "invalid"
+    assert "known_hosts_file" in str(err.value)
+
+
+# -- local_paths and describe ------------------------------------------------------------------------------
+
+
+def test_local_paths(tmp_path: Path, work: Repo, bare: Path) -> None:
+    assert source(work.path, tmp_path).local_paths() == [work.path / ".git"]
+    assert source(bare, tmp_path).local_paths() == [bare]
+    assert source(f"file://{bare}", tmp_path).local_paths() == [bare]
+    assert source("https://example.invalid/repo.git", tmp_path).local_paths() == []
+    work.git("worktree", "add", "-q", str(tmp_path / "linked"))
+    paths = source(tmp_path / "linked", tmp_path).local_paths()
+    assert paths == [(work.path / ".git" / "worktrees" / "linked").resolve(), (work.path / ".git").resolve()]
+
+
+def test_describe(tmp_path: Path) -> None:
+    described = source(f"https://me:{TOKEN}@git.example/org/repo.git", tmp_path, ref="v1", path="fl").describe()
+    assert described == "https://***@git.example/org/repo.git ref=v1 path=fl"
+
+
+# -- the local repository watcher --------------------------------------------------------------------------
+
+
+class Calls:
+    def __init__(self) -> None:
+        self.count = 0
+        self.event = threading.Event()
+
+    def __call__(self) -> None:
+        self.count += 1
+        self.event.set()
+
+    def wait(self, timeout: float = 1.0) -> bool:
+        ok = self.event.wait(timeout)
+        self.event.clear()
+        return ok
+
+
+@pytest.fixture
+def watch() -> Iterator[Callable[[list[Path]], Calls]]:
+    watchers: list[LocalRepoWatcher] = []
+
+    def start(paths: list[Path]) -> Calls:
+        calls = Calls()
+        watcher = LocalRepoWatcher(paths, calls)
+        watcher.start()
+        watchers.append(watcher)
+        return calls
+
+    yield start
+    for watcher in watchers:
+        watcher.stop()
+
+
+def test_watcher_sees_a_commit_in_a_working_tree(tmp_path: Path, work: Repo,
+                                                 watch: Callable[[list[Path]], Calls]) -> None:
+    calls = watch(source(work.path, tmp_path).local_paths())
+    started = time.monotonic()
+    work.commit("watched", {"README.md": "watched\n"})
+    assert calls.wait(1.0)
+    assert time.monotonic() - started < 1.0
+    time.sleep(0.2)
+    assert calls.count == 1  # one commit, one (debounced) call
+
+
+def test_watcher_sees_a_push_into_a_bare_repo(tmp_path: Path, bare: Path, pusher: Repo,
+                                              watch: Callable[[list[Path]], Calls]) -> None:
+    calls = watch(source(bare, tmp_path).local_paths())
+    pusher.commit("pushed", {"README.md": "pushed\n"})
+    pusher.git("push", "-q", "origin", "main")
+    assert calls.wait(1.0)
+
+
+def test_watcher_is_quiet_when_no_ref_changes(tmp_path: Path, work: Repo,
+                                              watch: Callable[[list[Path]], Calls]) -> None:
+    src = source(work.path, tmp_path)
+    calls = watch(src.local_paths())
+    work.write({"README.md": "uncommitted\n", "new.txt": "x\n"})
+    work.git("add", "new.txt")  # rewrites the index, not a ref
+    work.git("status", "--porcelain")
+    work.git("log", "--oneline")
+    src.fetch()  # reads refs through upload-pack
+    time.sleep(0.3)
+    assert calls.count == 0
+    work.git("commit", "-q", "-m", "now a ref changes")
+    assert calls.wait(1.0)
+
+
+def test_watcher_sees_a_branch_switch(tmp_path: Path, work: Repo, watch: Callable[[list[Path]], Calls]) -> None:
+    work.git("branch", "other")
+    calls = watch(source(work.path, tmp_path).local_paths())
+    work.git("checkout", "-q", "other")
+    assert calls.wait(1.0)
+
+
+def test_watcher_debounces_bursts() -> None:
+    calls = Calls()
+    watcher = LocalRepoWatcher([], calls, debounce=0.05)
+    watcher.start()
+    try:
+        for _ in range(20):
+            watcher._event()  # what the filesystem handler calls
+            time.sleep(0.002)
+        assert calls.wait(1.0)
+        time.sleep(0.15)
+        assert calls.count == 1
+    finally:
+        watcher.stop()
+
+
+def test_watcher_survives_a_failing_callback(tmp_path: Path, work: Repo) -> None:
+    seen = threading.Event()
+    count = 0
+
+    def boom() -> None:
+        nonlocal count
+        count += 1
+        if count > 1:
+            seen.set()
+        raise RuntimeError("callback failed")
+
+    watcher = LocalRepoWatcher(source(work.path, tmp_path).local_paths(), boom)
+    watcher.start()
+    try:
+        work.commit("one")
+        time.sleep(0.2)
+        work.commit("two")
+        assert seen.wait(1.0)
+    finally:
+        watcher.stop()
+
+
+# -- the poller --------------------------------------------------------------------------------------------
+
+
+def test_poller_jitter_stays_within_bounds() -> None:
+    poller = Poller(60.0, lambda: None)
+    delays = [poller.next_delay() for _ in range(2000)]
+    assert min(delays) >= 54.0 and max(delays) <= 66.0
+    assert max(delays) - min(delays) > 9.0  # it does jitter
+    assert all(d == 30.0 for d in (Poller(30.0, lambda: None, jitter=0).next_delay() for _ in range(10)))
+
+
+def test_poller_ticks_at_the_interval() -> None:
+    stamps: list[float] = []
+    poller = Poller(0.05, lambda: stamps.append(time.monotonic()))
+    started = time.monotonic()
+    poller.start()
+    time.sleep(0.52)
+    poller.stop()
+    count = len(stamps)
+    assert 6 <= count <= 11, count
+    gaps = [b - a for a, b in zip([started, *stamps], stamps, strict=False)]
+    assert min(gaps) >= 0.045 - 0.002, gaps
+    time.sleep(0.1)
+    assert len(stamps) == count  # no tick after stop()
+
+
+def test_poller_stop_is_prompt_and_survives_exceptions() -> None:
+    ticks = 0
+
+    def tick() -> None:
+        nonlocal ticks
+        ticks += 1
+        raise RuntimeError("tick failed")
+
+    poller = Poller(0.02, tick)
+    poller.start()
+    time.sleep(0.2)
+    poller.stop()
+    assert ticks >= 3  # exceptions did not stop it
+
+    slow = Poller(60.0, tick)
+    slow.start()
+    started = time.monotonic()
+    slow.stop()
+    assert time.monotonic() - started < 0.2
+
+
+def test_new_revisions_are_logged(tmp_path: Path, work: Repo) -> None:
+    with capture_logs() as logs:
+        source(work.path, tmp_path).fetch()
+    assert any(e["event"] == "source revision checked out" and e["revision"] == work.head() for e in logs)
