@@ -1,0 +1,481 @@
+"""The agent's HTTP server on 127.0.0.1 with a fake agent: routes, auth, limits, slow clients."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import http.client
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from syncer.http import MAX_API_BODY_BYTES, AgentServer
+from syncer.observe.metrics import Metrics
+from syncer.source.webhook import MAX_BODY_BYTES, PushEvent
+
+TOKEN = "s3cret-api-token"
+SECRET = "hook-secret"
+FED = "federation/flower/fed"
+
+
+class FakeAPI:
+    def __init__(self) -> None:
+        self.is_healthy = True
+        self.readiness = (True, "")
+        self.payload: dict[str, Any] = {"ready": True, "revision": "abc123", "units": [{"unit": FED}]}
+        self.resyncs: list[tuple[str | None, bool, float]] = []
+        self.events: list[PushEvent] = []
+        self.fail_status = False
+        self.resync_delay = 0.0
+
+    def healthy(self) -> bool:
+        return self.is_healthy
+
+    def ready(self) -> tuple[bool, str]:
+        return self.readiness
+
+    def status(self) -> dict[str, Any]:
+        if self.fail_status:
+            raise RuntimeError("boom with a secret value")
+        return self.payload
+
+    def resync(self, unit: str | None, wait: bool, timeout: float) -> dict[str, Any]:
+        self.resyncs.append((unit, wait, timeout))
+        if unit is not None and unit not in (FED, "fed"):
+            raise KeyError(unit)
+        time.sleep(self.resync_delay)
+        return {"ok": True, "units": [unit or FED], "waited": wait}
+
+    def webhook(self, event: PushEvent) -> None:
+        self.events.append(event)
+
+
+Response = tuple[int, dict[str, str], bytes]
+
+
+class Client:
+    def __init__(self, server: AgentServer) -> None:
+        self.host, self.port = server.address
+
+    def request(self, method: str, path: str, body: bytes | str | None = None,
+                headers: dict[str, str] | None = None) -> Response:
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=5)
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            resp = conn.getresponse()
+            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+        finally:
+            conn.close()
+
+    def json(self, method: str, path: str, payload: Any = None, token: str | None = TOKEN) -> tuple[int, Any]:
+        headers = {"Content-Type": "application/json"}
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
+        body = json.dumps(payload) if payload is not None else None
+        status, _, raw = self.request(method, path, body, headers)
+        return status, json.loads(raw)
+
+    def raw(self) -> socket.socket:
+        return socket.create_connection((self.host, self.port), timeout=5)
+
+
+def read_all(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection."""
+    chunks = []
+    while chunk := sock.recv(65536):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+@pytest.fixture
+def api() -> FakeAPI:
+    return FakeAPI()
+
+
+@pytest.fixture
+def metrics() -> Metrics:
+    return Metrics()
+
+
+@pytest.fixture
+def server(api: FakeAPI, metrics: Metrics) -> Iterator[AgentServer]:
+    s = AgentServer(api, metrics, api_token=TOKEN, webhook_secret=SECRET, request_timeout=1.0, max_connections=8)
+    s.start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def client(server: AgentServer) -> Client:
+    return Client(server)
+
+
+# -- plain routes ------------------------------------------------------------------------------------
+
+
+def test_address_is_loopback_with_a_real_port(server: AgentServer) -> None:
+    host, port = server.address
+    assert host == "127.0.0.1" and port > 0
+
+
+def test_metrics(client: Client, metrics: Metrics) -> None:
+    metrics.set_queue_depth(4)
+    status, headers, body = client.request("GET", "/metrics")
+    assert status == 200
+    assert headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+    text = body.decode()
+    assert "flower_syncer_up 1.0" in text
+    assert "flower_syncer_queue_depth 4.0" in text
+
+
+def test_healthz(client: Client, api: FakeAPI) -> None:
+    assert client.request("GET", "/healthz")[::2] == (200, b"ok\n")
+    api.is_healthy = False
+    assert client.request("GET", "/healthz")[::2] == (503, b"unhealthy\n")
+
+
+def test_readyz_says_why_not(client: Client, api: FakeAPI) -> None:
+    assert client.request("GET", "/readyz")[::2] == (200, b"ok\n")
+    api.readiness = (False, "the first revision is not loaded yet")
+    status, headers, body = client.request("GET", "/readyz")
+    assert status == 503
+    assert body == b"not ready: the first revision is not loaded yet\n"
+    assert headers["content-type"].startswith("text/plain")
+
+
+def test_status_json(client: Client, api: FakeAPI) -> None:
+    status, headers, body = client.request("GET", "/api/v1/status")
+    assert status == 200
+    assert headers["content-type"] == "application/json"
+    assert json.loads(body) == api.payload
+
+
+def test_handler_exception_is_a_500_without_details(client: Client, api: FakeAPI) -> None:
+    api.fail_status = True
+    with capture_logs():  # the traceback is logged, not printed
+        status, body = client.json("GET", "/api/v1/status")
+    assert status == 500
+    assert body == {"error": "internal error"}
+
+
+def test_unknown_path_and_wrong_method(client: Client) -> None:
+    status, body = client.json("GET", "/nope")
+    assert status == 404 and body == {"error": "no such path: /nope"}
+    status, headers, raw = client.request("POST", "/metrics", b"x")
+    assert status == 405
+    assert headers["allow"] == "GET, HEAD"
+    assert json.loads(raw) == {"error": "method POST not allowed"}
+    status, headers, _ = client.request("GET", "/api/v1/resync")
+    assert status == 405 and headers["allow"] == "POST"
+    assert client.request("DELETE", "/healthz")[0] == 405
+
+
+def test_head_and_query_strings(client: Client) -> None:
+    status, headers, body = client.request("HEAD", "/healthz")
+    assert status == 200 and body == b"" and headers["content-length"] == "3"
+    assert client.request("GET", "/healthz?verbose=1")[0] == 200
+
+
+def test_keep_alive_serves_several_requests_on_one_connection(server: AgentServer) -> None:
+    conn = http.client.HTTPConnection(*server.address, timeout=5)
+    try:
+        for path in ("/healthz", "/readyz", "/metrics", "/api/v1/status"):
+            conn.request("GET", path)
+            resp = conn.getresponse()
+            resp.read()
+            assert resp.status == 200
+    finally:
+        conn.close()
+
+
+# -- resync --------------------------------------------------------------------------------------------
+
+
+def test_resync_with_token(client: Client, api: FakeAPI) -> None:
+    status, body = client.json("POST", "/api/v1/resync", {"unit": FED, "wait": True, "timeout": 30})
+    assert status == 200
+    assert body == {"ok": True, "units": [FED], "waited": True}
+    assert api.resyncs == [(FED, True, 30.0)]
+
+
+def test_resync_body_is_optional(client: Client, api: FakeAPI) -> None:
+    status, _, raw = client.request("POST", "/api/v1/resync", None, {"Authorization": f"Bearer {TOKEN}"})
+    assert status == 200
+    assert json.loads(raw)["ok"] is True
+    assert client.json("POST", "/api/v1/resync", {})[0] == 200
+    assert api.resyncs == [(None, False, 60.0), (None, False, 60.0)]
+
+
+@pytest.mark.parametrize("authorization", [None, "Bearer wrong", f"Basic {TOKEN}", f"Bearer {TOKEN}x", "Bearer ",
+                                           TOKEN, f"bearer  {TOKEN[:-1]}"])
+def test_resync_without_the_right_token_is_401(client: Client, api: FakeAPI, authorization: str | None) -> None:
+    headers = {"Content-Type": "application/json"}
+    if authorization is not None:
+        headers["Authorization"] = authorization
+    status, resp_headers, raw = client.request("POST", "/api/v1/resync", json.dumps({"unit": FED}), headers)
+    assert status == 401
+    assert resp_headers["www-authenticate"].startswith("Bearer")
+    assert json.loads(raw) == {"error": "missing or invalid bearer token"}
+    assert api.resyncs == []
+
+
+def test_resync_scheme_is_case_insensitive(client: Client) -> None:
+    status, _, _ = client.request("POST", "/api/v1/resync", None, {"Authorization": f"bearer {TOKEN}"})
+    assert status == 200
+
+
+def test_resync_unknown_unit_is_404(client: Client) -> None:
+    status, body = client.json("POST", "/api/v1/resync", {"unit": "federation/x/missing"})
+    assert status == 404
+    assert body == {"error": "unknown unit: federation/x/missing"}
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    (b"{not json", "not valid JSON"),
+    (b"[1, 2]", "must be a JSON object"),
+    (b'{"unit": 3}', "unit must be"),
+    (b'{"unit": ""}', "unit must be"),
+    (b'{"wait": "yes"}', "wait must be"),
+    (b'{"timeout": -1}', "timeout must be"),
+    (b'{"timeout": true}', "timeout must be"),
+    (b'{"timeout": 1e9}', "timeout must be"),
+    (b'{"units": ["a"]}', "unknown field(s): units"),
+])
+def test_resync_bad_body_is_400(client: Client, api: FakeAPI, body: bytes, message: str) -> None:
+    status, _, raw = client.request("POST", "/api/v1/resync", body,
+                                    {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
+    assert status == 400
+    assert message in json.loads(raw)["error"]
+    assert api.resyncs == []
+
+
+def test_resync_oversize_body_is_413(client: Client, api: FakeAPI) -> None:
+    body = b'{"unit": "' + b"x" * MAX_API_BODY_BYTES + b'"}'
+    status, headers, raw = client.request("POST", "/api/v1/resync", body, {"Authorization": f"Bearer {TOKEN}"})
+    assert status == 413
+    assert headers["connection"] == "close"
+    assert "larger than" in json.loads(raw)["error"]
+    assert api.resyncs == []
+
+
+def test_resync_disabled_without_a_token(api: FakeAPI, metrics: Metrics) -> None:
+    s = AgentServer(api, metrics, api_token=None)
+    s.start()
+    try:
+        status, body = Client(s).json("POST", "/api/v1/resync", {"unit": FED})
+        assert status == 404
+        assert "not configured" in body["error"]
+        assert api.resyncs == []
+        # and "" is no token either
+        assert AgentServer(api, metrics, api_token="").api_token is None
+    finally:
+        s.stop()
+
+
+def test_a_waiting_resync_does_not_block_other_requests(client: Client, api: FakeAPI) -> None:
+    api.resync_delay = 0.8
+    done: list[int] = []
+    t = threading.Thread(target=lambda: done.append(client.json("POST", "/api/v1/resync", {"wait": True})[0]))
+    t.start()
+    time.sleep(0.1)
+    begin = time.monotonic()
+    assert client.request("GET", "/healthz")[0] == 200
+    assert time.monotonic() - begin < 0.5
+    t.join(5)
+    assert done == [200]
+
+
+# -- webhook -------------------------------------------------------------------------------------------
+
+
+def github_headers(body: bytes, secret: str = SECRET, event: str = "push") -> dict[str, str]:
+    digest = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return {"X-GitHub-Event": event, "X-Hub-Signature-256": f"sha256={digest}",
+            "Content-Type": "application/json"}
+
+
+PUSH = json.dumps({"ref": "refs/heads/main", "after": "0123456789abcdef0123456789abcdef01234567"}).encode()
+
+
+def test_webhook_good_signature_is_accepted(client: Client, api: FakeAPI) -> None:
+    status, _, raw = client.request("POST", "/hooks/git", PUSH, github_headers(PUSH))
+    assert status == 202
+    assert json.loads(raw) == {"accepted": True, "provider": "github", "ref": "refs/heads/main",
+                               "after": "0123456789abcdef0123456789abcdef01234567"}
+    assert api.events == [PushEvent("github", "refs/heads/main", "0123456789abcdef0123456789abcdef01234567")]
+
+
+def test_webhook_gitlab_token_and_github_ping(client: Client, api: FakeAPI) -> None:
+    status, _, _ = client.request("POST", "/hooks/git", PUSH, {"X-Gitlab-Event": "Push Hook",
+                                                              "X-Gitlab-Token": SECRET})
+    assert status == 202
+    status, _, _ = client.request("POST", "/hooks/git", b"{}", github_headers(b"{}", event="ping"))
+    assert status == 202
+    assert [e.provider for e in api.events] == ["gitlab", "github"]
+
+
+@pytest.mark.parametrize("headers", [
+    github_headers(PUSH, secret="wrong"),
+    github_headers(PUSH + b" "),
+    {"X-GitHub-Event": "push"},
+    {"X-Gitlab-Event": "Push Hook", "X-Gitlab-Token": "wrong"},
+    {},
+])
+def test_webhook_bad_signature_is_401_and_changes_nothing(client: Client, api: FakeAPI,
+                                                          headers: dict[str, str]) -> None:
+    status, _, raw = client.request("POST", "/hooks/git", PUSH, headers)
+    assert status == 401
+    assert json.loads(raw)["error"]
+    assert api.events == []
+
+
+def test_webhook_oversize_is_413_without_reading_the_body(client: Client, api: FakeAPI) -> None:
+    sock = client.raw()
+    try:
+        sock.sendall(b"POST /hooks/git HTTP/1.1\r\nHost: x\r\nX-GitHub-Event: push\r\n"
+                     b"Content-Length: " + str(MAX_BODY_BYTES + 1).encode() + b"\r\n\r\n")
+        reply = sock.recv(65536)  # answered at once, not after a megabyte
+    finally:
+        sock.close()
+    assert reply.startswith(b"HTTP/1.1 413 ")
+    assert b"Connection: close" in reply
+    assert api.events == []
+
+
+def test_webhook_not_configured_is_404(api: FakeAPI, metrics: Metrics) -> None:
+    s = AgentServer(api, metrics, api_token=TOKEN, webhook_secret=None)
+    s.start()
+    try:
+        status, _, raw = Client(s).request("POST", "/hooks/git", PUSH, github_headers(PUSH))
+        assert status == 404
+        assert json.loads(raw) == {"error": "webhook not configured"}
+        assert api.events == []
+    finally:
+        s.stop()
+
+
+def test_chunked_body_is_refused(client: Client) -> None:
+    sock = client.raw()
+    try:
+        sock.sendall(b"POST /hooks/git HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     b"5\r\nhello\r\n0\r\n\r\n")
+        reply = read_all(sock)
+    finally:
+        sock.close()
+    assert reply.startswith(b"HTTP/1.1 411 ")
+
+
+# -- slow and many clients -------------------------------------------------------------------------------
+
+
+def test_slow_client_does_not_block_others_and_times_out(client: Client) -> None:
+    slow_headers = client.raw()
+    slow_headers.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # headers never finished
+    slow_body = client.raw()
+    slow_body.sendall(b"POST /api/v1/resync HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode()
+                      + b"\r\nContent-Length: 100\r\n\r\n{\"un")  # body never finished
+    try:
+        begin = time.monotonic()
+        assert client.request("GET", "/healthz")[0] == 200
+        assert time.monotonic() - begin < 0.5
+        # the body deadline (request_timeout 1 s) answers 408 and closes
+        reply = slow_body.recv(65536)
+        assert reply.startswith(b"HTTP/1.1 408 ")
+        assert time.monotonic() - begin < 3
+        # the header reader is dropped by the socket timeout
+        slow_headers.settimeout(3)
+        assert slow_headers.recv(65536) == b""
+    finally:
+        slow_headers.close()
+        slow_body.close()
+
+
+def test_trickling_body_is_cut_off_at_the_deadline(client: Client, api: FakeAPI) -> None:
+    sock = client.raw()
+    try:
+        sock.sendall(b"POST /api/v1/resync HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode()
+                     + b"\r\nContent-Length: 40\r\n\r\n")
+        begin = time.monotonic()
+        sock.settimeout(0.25)
+        reply = b""
+        for _ in range(12):  # a byte every 0.25 s: each read is quick, the whole is not
+            try:
+                sock.sendall(b" ")
+                reply = sock.recv(65536)
+                if reply:
+                    break
+            except TimeoutError:
+                continue
+            except OSError:
+                break
+        assert reply.startswith(b"HTTP/1.1 408 ")
+        assert time.monotonic() - begin < 2
+        assert api.resyncs == []
+    finally:
+        sock.close()
+
+
+def test_connection_limit(api: FakeAPI, metrics: Metrics) -> None:
+    s = AgentServer(api, metrics, request_timeout=5.0, max_connections=2)
+    s.start()
+    c = Client(s)
+    idle = [c.raw(), c.raw()]
+    try:
+        time.sleep(0.2)  # both accepted and holding a slot
+        with capture_logs():
+            status, _, raw = c.request("GET", "/healthz")
+        assert status == 503
+        assert json.loads(raw) == {"error": "too many connections"}
+        for sock in idle:
+            sock.close()
+        time.sleep(0.3)  # the handlers see EOF and give their slots back
+        assert c.request("GET", "/healthz")[0] == 200
+    finally:
+        for sock in idle:
+            sock.close()
+        s.stop()
+
+
+def test_malformed_request_line_gets_a_json_400(client: Client) -> None:
+    sock = client.raw()
+    try:
+        sock.sendall(b"GARBAGE\r\n\r\n")
+        reply = read_all(sock)
+    finally:
+        sock.close()
+    assert reply.startswith(b"HTTP/1.1 400 ")
+    assert b'{"error":' in reply
+
+
+def test_stop_closes_the_port(api: FakeAPI, metrics: Metrics) -> None:
+    s = AgentServer(api, metrics)
+    s.start()
+    host, port = s.address
+    s.stop()
+    with pytest.raises(OSError):
+        socket.create_connection((host, port), timeout=1).close()
+    s.stop()  # twice is fine
+
+
+# -- logging -------------------------------------------------------------------------------------------------
+
+
+def test_requests_are_logged_at_debug_without_headers_or_bodies(client: Client) -> None:
+    with capture_logs() as logs:
+        client.json("POST", "/api/v1/resync?x=1", {"unit": FED})
+        client.json("POST", "/api/v1/resync", {"unit": FED}, token="not-the-token")
+        client.request("POST", "/hooks/git", PUSH, github_headers(PUSH, secret="nope"))
+        time.sleep(0.05)
+    requests = [e for e in logs if e["event"] == "http request"]
+    assert [(e["log_level"], e["method"], e["path"], e["status"]) for e in requests] == [
+        ("debug", "POST", "/api/v1/resync", 200), ("debug", "POST", "/api/v1/resync", 401),
+        ("debug", "POST", "/hooks/git", 401)]
+    text = repr(logs)
+    for secret in (TOKEN, "not-the-token", SECRET, "refs/heads/main", "Authorization", "x=1"):
+        assert secret not in text
