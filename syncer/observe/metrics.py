@@ -19,7 +19,7 @@ flower_syncer_sync_total                           counter    unit, result      
 flower_syncer_sync_duration_seconds                histogram  unit                  how long a sync took (10ms..60s)
 flower_syncer_last_sync_timestamp_seconds          gauge      unit                  end of the last sync (any result)
 flower_syncer_last_success_timestamp_seconds       gauge      unit                  end of the last successful sync
-flower_syncer_commit_to_applied_seconds            histogram  -                     commit time to applied (10ms..300s)
+flower_syncer_commit_to_applied_seconds            histogram  -                     new revision to applied (10ms..300s)
 flower_syncer_source_revision_info                 gauge      revision              1 for the revision synced now only
 flower_syncer_source_fetch_errors_total            counter    reason                failed fetches of the Git source
 flower_syncer_source_last_fetch_timestamp_seconds  gauge      -                     last good fetch (0: none yet)
@@ -213,8 +213,9 @@ class Metrics:
                                "ended, whatever its result.", ["unit"], registry=r)
         self.last_success = Gauge(PREFIX + "last_success_timestamp_seconds", "Unix time the last successful "
                                   "sync of the unit ended.", ["unit"], registry=r)
-        self.commit_to_applied = Histogram(PREFIX + "commit_to_applied_seconds", "Seconds from a commit's "
-                                           "time to its objects applied.", buckets=COMMIT_BUCKETS, registry=r)
+        self.commit_to_applied = Histogram(PREFIX + "commit_to_applied_seconds", "Seconds from a new revision "
+                                           "reaching the agent to its objects applied.", buckets=COMMIT_BUCKETS,
+                                           registry=r)
         self.revision_info = Gauge(PREFIX + "source_revision_info", "1 for the Git revision currently synced.",
                                    ["revision"], registry=r)
         self.fetch_errors = Counter(PREFIX + "source_fetch_errors_total", "Failed fetches of the Git source, "
@@ -275,6 +276,7 @@ class Metrics:
                 self.drift_corrections.labels(unit, kind).inc(n)
 
     def observe_commit_applied(self, seconds: float) -> None:
+        """A new revision's objects are applied, `seconds` after it reached the agent."""
         self.commit_to_applied.observe(max(seconds, 0.0))
 
     def set_drift(self, unit: str, counts_by_kind: Mapping[str, int]) -> None:
