@@ -403,7 +403,7 @@ class GitSource:
             try:
                 self._remote(s, ["fetch", "--no-tags", "--no-recurse-submodules", "-q", "origin", rev], gitdir)
             except SourceError as exc:  # servers may refuse wants by sha: fall back to fetching everything
-                if exc.kind in ("auth", "unreachable"):
+                if exc.kind == "auth":
                     raise
                 log.debug("fetch by sha refused; fetching all branches and tags", source=self.describe())
             else:

@@ -106,7 +106,10 @@ def normalize(url: str) -> str:
 
 def cache_key(url: str, ref: str | None) -> str:
     """A directory name for the cache clone of ``url`` at ``ref``: readable prefix plus a hash."""
-    norm = normalize(url)
+    try:
+        norm = normalize(url)
+    except UrlError:  # reported when the source is created; any stable name will do here
+        norm = url
     digest = hashlib.sha256(f"{norm}\0{ref or ''}".encode()).hexdigest()[:16]
     tail = re.split(r"[/:]", norm.rstrip("/"))[-1]
     tail = tail.removesuffix(".git")

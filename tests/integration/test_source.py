@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import socket
 import statistics
 import threading
 import time
@@ -88,6 +89,14 @@ def test_follows_the_current_branch_of_a_working_tree(tmp_path: Path, work: Repo
     co = source(work.path, tmp_path).fetch()
     assert (co.revision, co.ref) == (sha, "refs/heads/feature")
     assert files(co)["README.md"] == "feature\n"
+
+
+def test_detached_head_of_a_working_tree(tmp_path: Path, work: Repo) -> None:
+    first = work.head()
+    work.commit("second", {"README.md": "second\n"})
+    work.git("checkout", "-q", "--detach", first)
+    co = source(work.path, tmp_path).fetch()
+    assert (co.revision, co.ref) == (first, "HEAD")
 
 
 def test_no_change_fetch_is_fast_and_leaves_the_checkout_alone(tmp_path: Path, work: Repo) -> None:
@@ -177,6 +186,20 @@ def test_a_pinned_sha_that_is_no_branch_tip_is_fetched_from_a_bare_remote(tmp_pa
     co = source(bare, tmp_path, ref=old).fetch()
     assert co.revision == old
     assert files(co)["README.md"] == "hello\n"
+
+
+def test_a_pinned_sha_is_found_when_the_server_refuses_fetch_by_sha(tmp_path: Path, pusher: Repo, bare: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    old = pusher.head()
+    pusher.commit("second", {"README.md": "2\n"})
+    pusher.git("push", "-q", "origin", "main")
+    gitconfig = tmp_path / "gitconfig"
+    gitconfig.write_text("[protocol]\n\tversion = 0\n")  # protocol v0 refuses wants of unadvertised objects
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(gitconfig))
+    with capture_logs() as logs:
+        co = source(bare, tmp_path, ref=old).fetch()
+    assert co.revision == old
+    assert any("fetch by sha refused" in e["event"] for e in logs), logs
 
 
 def test_unknown_ref_and_unknown_sha(tmp_path: Path, work: Repo) -> None:
@@ -373,6 +396,19 @@ def test_closed_port_is_unreachable(tmp_path: Path, scheme: str) -> None:
     assert time.monotonic() - started < 5
 
 
+def test_a_hanging_server_times_out(tmp_path: Path) -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)  # the kernel accepts connections; nobody ever answers
+        src = source(f"http://127.0.0.1:{server.getsockname()[1]}/repo.git", tmp_path, timeout=1.0)
+        started = time.monotonic()
+        with pytest.raises(SourceError) as err:
+            src.fetch()
+    assert err.value.kind == "unreachable"
+    assert "timed out" in str(err.value)
+    assert time.monotonic() - started < 4
+
+
 # -- HTTPS-style remote with a token -----------------------------------------------------------------------
 
 TOKEN = "tok-3f9a1c77e2d04b5e9d1a"
@@ -449,6 +485,7 @@ def test_http_repository_not_found(tmp_path: Path, http_server: GitHttpServer) -
 def test_credentials_in_the_url_are_not_shown(tmp_path: Path) -> None:
     src = source(f"https://user:{TOKEN}@127.0.0.1:{free_port()}/repo.git", tmp_path)
     assert TOKEN not in src.describe()
+    assert TOKEN not in repr(SourceSpec(url="https://h/r.git", token=TOKEN))
     with pytest.raises(SourceError) as err:
         src.fetch()
     assert TOKEN not in str(err.value)

@@ -72,6 +72,7 @@ def test_local_path_and_cache_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert urls.cache_key("repo", None) == urls.cache_key(str(tmp_path / "repo"), None)
     assert urls.cache_key("https://h/org/my-repo.git", None).startswith("my-repo-")
     assert urls.cache_key("https://h/org/my-repo.git", "v1") != urls.cache_key("https://h/org/my-repo.git", None)
+    assert urls.cache_key("ext::sh", None)  # invalid URLs are refused by GitSource, not by the cache key
 
 
 REFS = {
