@@ -37,6 +37,10 @@ from syncer.render.common import LABEL_MANAGED_BY, MANAGED_BY
 
 log = structlog.get_logger("syncer.lease")
 
+
+class _DeadlinePassed(Exception):
+    """No time left to renew before the renew deadline."""
+
 API_VERSION = "coordination.k8s.io/v1"
 # A Lease first seen with a renewTime this many lease durations old is expired at once.
 STALE_AT_FIRST_SIGHT = 2.0
@@ -188,9 +192,9 @@ class LeaderElector:
             self._stop_leading("could not renew the lease in time")
             return self.retry_period
         try:
-            renewed = self._renew(timeout=left)
+            renewed = self._renew(deadline=self._renewed_at + self.renew_deadline)
             self._failing = False
-        except (ApiError, ClusterUnreachable) as exc:
+        except (ApiError, ClusterUnreachable, _DeadlinePassed) as exc:
             renewed = False
             self._note_error("leader lease renewal failed", exc)
         if not self._leading:  # someone else holds the Lease
@@ -206,38 +210,45 @@ class LeaderElector:
     # -- the protocol ------------------------------------------------------------------------------
 
     def _try_acquire(self, timeout: float) -> None:
-        sent = self._clock()
         lease = self._read(timeout)
         if lease is None:
-            self._create(sent, timeout)
+            self._create(timeout)
             return
-        rec = self._observe(lease, sent)
-        if rec.holder and rec.holder != self.identity and not self._expired(sent):
+        now = self._clock()
+        rec = self._observe(lease, now)
+        if rec.holder and rec.holder != self.identity and not self._expired(now):
             return
-        self._take(lease, rec, sent, timeout)
+        self._take(lease, rec, timeout)
 
-    def _renew(self, timeout: float) -> bool:
-        """Renew from the Lease we last wrote; on a conflict, read it and look again."""
-        sent = self._clock()
+    def _renew(self, deadline: float) -> bool:
+        """Renew from the Lease we last wrote; on a conflict, read it and look again. Every request
+        ends by `deadline` (monotonic), so losing the Lease is noticed in time."""
         lease = self._lease
         if lease is not None:
             try:
-                self._take(lease, Record.of(lease), sent, timeout)
+                self._take(lease, Record.of(lease), self._left(deadline))
                 return True
             except ApiError as exc:
                 if not (exc.conflict or exc.not_found):
                     raise
-        lease = self._read(timeout)
+        lease = self._read(self._left(deadline))
         if lease is None:
-            return self._create(sent, timeout)
-        rec = self._observe(lease, sent)
-        if rec.holder and rec.holder != self.identity and not self._expired(sent):
+            return self._create(self._left(deadline))
+        now = self._clock()
+        rec = self._observe(lease, now)
+        if rec.holder and rec.holder != self.identity and not self._expired(now):
             self._stop_leading(f"the lease is held by {rec.holder}")
             return False
-        self._take(lease, rec, sent, timeout)
+        self._take(lease, rec, self._left(deadline))
         return True
 
-    def _take(self, lease: dict[str, Any], rec: Record, sent: float, timeout: float) -> None:
+    def _left(self, deadline: float) -> float:
+        left = deadline - self._clock()
+        if left <= 0.01:
+            raise _DeadlinePassed("the renew deadline passed")
+        return left
+
+    def _take(self, lease: dict[str, Any], rec: Record, timeout: float) -> None:
         """Write ourselves as holder with the read resourceVersion (409 if it changed meanwhile)."""
         now = micro_time(self._wall())
         ours = rec.holder == self.identity
@@ -247,8 +258,9 @@ class LeaderElector:
             "leaseDurationSeconds": self._duration_seconds(),
             "renewTime": now,
             "acquireTime": rec.acquire_time if ours and rec.acquire_time else now,
-            "leaseTransitions": rec.transitions if ours else rec.transitions + (1 if rec.holder else 0),
+            "leaseTransitions": rec.transitions if ours else rec.transitions + 1,
         }}
+        sent = self._clock()
         try:
             written = self._write(body, timeout)
         except ApiError as exc:
@@ -257,7 +269,7 @@ class LeaderElector:
             raise
         self._succeeded(written, sent)
 
-    def _create(self, sent: float, timeout: float) -> bool:
+    def _create(self, timeout: float) -> bool:
         now = micro_time(self._wall())
         body = {
             "apiVersion": API_VERSION, "kind": "Lease",
@@ -265,6 +277,7 @@ class LeaderElector:
             "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": self._duration_seconds(),
                      "acquireTime": now, "renewTime": now, "leaseTransitions": 0},
         }
+        sent = self._clock()
         try:
             created: dict[str, Any] = self.kube.request("POST", path_for("Lease", self.namespace), body=body,
                                                         timeout=timeout)
@@ -276,6 +289,7 @@ class LeaderElector:
         return True
 
     def _succeeded(self, lease: dict[str, Any], sent: float) -> None:
+        """Our write (sent at monotonic `sent`) landed: we hold the Lease, renewed no earlier than `sent`."""
         self._lease = lease
         self._observed = Record.of(lease)
         self._observed_at = sent
@@ -308,6 +322,7 @@ class LeaderElector:
     # -- observation and expiry ------------------------------------------------------------------
 
     def _observe(self, lease: dict[str, Any], now: float) -> Record:
+        """Note the Lease as read by `now` (monotonic, after the response): when its record changed."""
         rec = Record.of(lease)
         if rec != self._observed:
             renewed = parse_time(rec.renew_time)

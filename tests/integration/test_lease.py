@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from syncer.cluster.client import ClusterUnreachable, Kube
+from syncer.cluster.client import ApiError, ClusterUnreachable, Kube, path_for
 from syncer.cluster.lease import LeaderElector, micro_time
 from tests.conftest import KubeCluster
 
@@ -35,11 +35,14 @@ FAST = Timing(lease_duration=3.0, renew_period=1.0, retry_period=0.5)
 
 
 class FlakyKube(Kube):
-    """A real client whose requests can be cut off, like a network partition."""
+    """A real client whose requests can be cut off, like a network partition: refused at once
+    ("refused") or never answered until the request's timeout ("black-hole")."""
 
-    broken = False
+    broken = ""
 
     def request_status(self, method: str, path: str, **kwargs: Any) -> tuple[Any, int]:
+        if self.broken == "black-hole":
+            time.sleep(kwargs.get("timeout", 30))
         if self.broken:
             raise ClusterUnreachable("test: the API server is unreachable")
         return super().request_status(method, path, **kwargs)
@@ -178,13 +181,18 @@ def test_leader_whose_lease_is_replaced_stops_leading(kube: Kube, namespace: str
     a = start(candidates, kube, namespace, "agent-a", timing=FAST)
     wait_until(lambda: a.leading, 5)
     b = start(candidates, kube, namespace, "agent-b", timing=FAST)
-    # someone deletes the Lease and puts their own in its place, held for a minute
-    kube.delete("Lease", namespace, LEASE)
-    now = micro_time(time.time())
-    kube.create({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                 "metadata": {"name": LEASE, "namespace": namespace},
-                 "spec": {"holderIdentity": "intruder", "leaseDurationSeconds": 60, "acquireTime": now,
-                          "renewTime": now}})
+    # someone replaces the Lease with their own (kubectl replace), held for a minute
+    while True:
+        lease = kube.get("Lease", namespace, LEASE)
+        assert lease is not None
+        now = micro_time(time.time())
+        lease["spec"] = {"holderIdentity": "intruder", "leaseDurationSeconds": 60, "acquireTime": now,
+                         "renewTime": now}
+        try:
+            kube.request("PUT", path_for("Lease", namespace, LEASE), body=lease)
+            break
+        except ApiError as exc:  # a renewed it meanwhile
+            assert exc.conflict
     took = wait_until(lambda: bool(a.stopped), FAST.renew_period + 1.0)
     assert not a.leading
     assert took <= FAST.renew_period + 1.0
@@ -194,16 +202,17 @@ def test_leader_whose_lease_is_replaced_stops_leading(kube: Kube, namespace: str
     assert holder(kube, namespace) == "intruder"
 
 
+@pytest.mark.parametrize("failure", ["refused", "black-hole"])
 def test_leader_cut_off_from_the_api_stops_before_anyone_takes_over(kube_cluster: KubeCluster, kube: Kube,
-                                                                    namespace: str,
-                                                                    candidates: list[Candidate]) -> None:
+                                                                    namespace: str, candidates: list[Candidate],
+                                                                    failure: str) -> None:
     flaky = FlakyKube.from_kubeconfig(kube_cluster.kubeconfig)
     assert isinstance(flaky, FlakyKube)
     a = start(candidates, flaky, namespace, "agent-a", timing=FAST)
     wait_until(lambda: a.leading, 5)
     b = start(candidates, kube, namespace, "agent-b", timing=FAST)
     time.sleep(0.6)
-    flaky.broken = True
+    flaky.broken = failure
     cut = time.monotonic()
     wait_until(lambda: bool(a.stopped), 4)
     # renewals failed for renew_deadline (2 s) at most since the last good one (<= 1 s before the cut)
@@ -211,7 +220,7 @@ def test_leader_cut_off_from_the_api_stops_before_anyone_takes_over(kube_cluster
     wait_until(lambda: b.leading, 6)
     assert b.started[0] > a.stopped[0]  # never two leaders
     # back online, a sees b's lease and stays a follower
-    flaky.broken = False
+    flaky.broken = ""
     time.sleep(1.5)
     assert not a.leading and len(a.started) == 1
     assert holder(kube, namespace) == "agent-b"
