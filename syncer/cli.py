@@ -115,6 +115,46 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--interval", type=_duration, default=2.0, metavar="SECONDS",
                    help="seconds between redraws with --watch (default 2)")
     p.set_defaults(func=cmd_status)
+
+    from syncer.agent.config import AgentConfig, env_name
+
+    p = sub.add_parser("run", help="run the agent: watch a Git repository and keep the cluster in sync",
+                       description="Run the long-running agent. A commit to a local repository or a push to a "
+                                   "local bare repository reaches the cluster at once; remotes are polled (and "
+                                   "a webhook triggers a fetch). Outside changes to managed objects are seen "
+                                   "through watches and corrected. Every option can also be set with an "
+                                   "environment variable (shown) or in a YAML file given with --config.")
+    p.add_argument("--config", default=None, help=f"YAML file with settings (${env_name('config')})")
+    for name, info in AgentConfig.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        help_text = f"{info.description} (${env_name(name)})"
+        if info.annotation is bool:
+            p.add_argument(flag, dest=name, default=None, action=argparse.BooleanOptionalAction, help=help_text)
+        else:
+            p.add_argument(flag, dest=name, default=None, help=help_text,
+                           metavar=name.upper().replace("_FILE", "").replace("_", "-"))
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("resync", help="ask the running agent to fetch and sync now",
+                       description="Ask a running agent to fetch the repository and sync (one unit or all), "
+                                   "like 'flux reconcile --with-source'. With --wait, print the outcome.")
+    _add_unit_arg(p)
+    p.add_argument("--agent", default=None, help="agent URL (default $FLOWER_SYNCER_AGENT or "
+                                                 "http://127.0.0.1:9090)")
+    p.add_argument("--token-file", type=Path, default=None,
+                   help="file with the API bearer token (default: $FLOWER_SYNCER_API_TOKEN)")
+    p.add_argument("--wait", action="store_true", help="wait for the sync to finish and print the outcome")
+    p.add_argument("--timeout", type=_duration, default=120.0, metavar="DURATION", help="how long --wait waits")
+    p.add_argument("-o", "--output", choices=["text", "json"], default="text", help="output format")
+    p.set_defaults(func=cmd_resync)
+
+    for verb, doc in (("suspend", "stop applying and healing a unit (its objects stay as they are)"),
+                      ("resume", "apply and heal a suspended unit again")):
+        p = sub.add_parser(verb, help=doc, description=doc.capitalize() + ". Recorded on the unit's inventory in "
+                                                                         "the cluster, so it survives restarts.")
+        p.add_argument("unit", metavar="UNIT", help="NAME, KIND/NAME or KIND/NAMESPACE/NAME")
+        _add_cluster_args(p)
+        p.set_defaults(func=cmd_suspend, suspend=verb == "suspend")
     return parser
 
 
@@ -386,17 +426,16 @@ def _wait(engine: Any, rendered: Any, timeout: float, text: bool) -> tuple[bool,
     from syncer.observe.status import wait_healthy
 
     progress = _progress(text)
-    result = wait_healthy(engine.kube, sorted(rendered.units), timeout=timeout, progress=progress)
+    result = wait_healthy(engine.kube, rendered.units, timeout=timeout, progress=progress)
     progress("")
-    healthy: bool = result[0]
-    statuses: list[Any] = result[1]
-    if text:
-        for st in statuses:
-            if not st.ready:
-                print(f"not ready: {st.unit}: " + "; ".join(
-                    f"{p.pool} {p.ready}/{p.desired}" + (f" ({p.problem})" if p.problem else "")
-                    for p in st.pools if not p.ready), file=sys.stderr)
-    return healthy, statuses
+    if text and not result.healthy:
+        print(f"not ready: {result.reason}", file=sys.stderr)
+        for st in result.statuses:
+            for pool in st.pools:
+                if not pool.healthy:
+                    print(f"  {st.unit} {pool.pool}: {pool.ready}/{pool.desired}"
+                          + (f" ({pool.summary})" if pool.summary else ""), file=sys.stderr)
+    return result.healthy, list(result.statuses)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -467,3 +506,100 @@ def cmd_status(args: argparse.Namespace) -> int:
             time.sleep(max(args.interval, 0.1))
     except KeyboardInterrupt:
         return code
+
+
+# ---------------------------------------------------------------------------------------------
+# The agent
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from syncer.agent.config import load_config
+    from syncer.agent.runner import run
+
+    cli = {k: v for k, v in vars(args).items() if k not in ("func", "command")}
+    try:
+        config = load_config(cli)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return run(config)
+
+
+def cmd_resync(args: argparse.Namespace) -> int:
+    import json
+    import os
+    import urllib.error
+    import urllib.request
+
+    base = (args.agent or os.environ.get("FLOWER_SYNCER_AGENT") or "http://127.0.0.1:9090").rstrip("/")
+    token = args.token_file.read_text().strip() if args.token_file else os.environ.get("FLOWER_SYNCER_API_TOKEN")
+    if len(args.unit) > 1:
+        print("error: resync takes at most one --unit", file=sys.stderr)
+        return EXIT_USAGE
+    body = json.dumps({"unit": args.unit[0] if args.unit else None, "wait": args.wait,
+                       "timeout": args.timeout}).encode()
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(base + "/api/v1/resync", data=body, method="POST", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=args.timeout + 10) as resp:
+            result = json.loads(resp.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode("utf-8", "replace")[:300]
+        print(f"error: the agent answered {exc.code}: {detail}", file=sys.stderr)
+        return EXIT_USAGE if exc.code in (401, 404) else EXIT_RUNTIME
+    except (urllib.error.URLError, OSError) as exc:
+        print(f"error: cannot reach the agent at {base}: {exc}", file=sys.stderr)
+        return EXIT_RUNTIME
+    if args.output == "json":
+        print(json.dumps(result, indent=2, sort_keys=True))
+    elif not args.wait:
+        print("resync requested")
+    else:
+        _print_resync(result)
+    if not result.get("done", True) or result.get("error"):
+        return EXIT_FAILED
+    return EXIT_OK if all(r.get("ok") for r in result.get("units", {}).values()) else EXIT_FAILED
+
+
+def _print_resync(result: dict[str, Any]) -> None:
+    if result.get("error"):
+        print(f"error: {result['error']}")
+    rev = str(result.get("revision", ""))
+    for unit, res in sorted(result.get("units", {}).items()):
+        changes = res.get("changes", [])
+        changed = [c for c in changes if c["action"] != "unchanged"]
+        state = "ok" if res.get("ok") else "FAILED"
+        if res.get("skipped"):
+            state = f"skipped: {res['skipped']}"
+        print(f"{unit}: {state} at {rev[:12]} ({len(changed)} changed, {len(changes) - len(changed)} unchanged)")
+        for c in changed:
+            print(f"  {c['action']:<11} {c['object']}" + (f"  ({c['message']})" if c.get("message") else ""))
+        for err in res.get("errors", []):
+            print(f"  error: {err}")
+
+
+def cmd_suspend(args: argparse.Namespace) -> int:
+    from syncer.cluster.client import ApiError, ClusterUnreachable, path_for
+    from syncer.engine.inventory import ANN_SUSPENDED, INVENTORY_SELECTOR, decode
+    from syncer.render.repo import unit_matches
+
+    try:
+        kube = _connect(args)
+        cms, _ = kube.list("ConfigMap", None, labels=INVENTORY_SELECTOR)
+        matches = [(cm, inv) for cm in cms if (inv := decode(cm)) is not None and unit_matches(inv.unit, args.unit)]
+        if len(matches) != 1:
+            found = ", ".join(sorted(inv.unit.id for _, inv in matches)) or "none"
+            print(f"error: {args.unit!r} must match exactly one applied unit (matches: {found})", file=sys.stderr)
+            return EXIT_USAGE
+        cm, inv = matches[0]
+        patch = {"metadata": {"annotations": {ANN_SUSPENDED: "true" if args.suspend else None}}}
+        kube.request("PATCH", path_for("ConfigMap", cm["metadata"]["namespace"], cm["metadata"]["name"]),
+                     body=patch, content_type="application/merge-patch+json",
+                     query={"fieldManager": "flower-syncer-cli"})
+    except (ClusterUnreachable, ApiError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_RUNTIME
+    print(f"{inv.unit.id} {'suspended' if args.suspend else 'resumed'}")
+    return EXIT_OK

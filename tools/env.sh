@@ -18,7 +18,11 @@ if [ ! -e "$stamp" ]; then
   touch "$stamp"
 fi
 export PATH="$venv/bin:$PATH"
-if ! command -v openssl >/dev/null 2>&1; then
-  step "installing openssl (the local control plane makes its certificates with it)"
-  apt-get update -qq && apt-get install -y -qq openssl >/dev/null
+missing=()
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)          # the local control plane's certificates
+[ -x /usr/sbin/sshd ] || missing+=(openssh-server)                  # the SSH Git server of the source tests
+command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)     # dashboard and alert tests
+if [ ${#missing[@]} -gt 0 ]; then
+  step "installing Debian packages: ${missing[*]}"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi

@@ -1,0 +1,509 @@
+"""The long-running agent: one event queue drives everything.
+
+Inputs become events on a single queue: a local commit or push (watchdog), a webhook, the poll
+timer, an API resync, and changes to managed objects seen by the watches. The dispatcher (one
+thread) turns them into decisions: fetch the source, load and render a new revision, and put
+the units that need work on the work queue. Worker threads sync one unit at a time each with
+the engine; a failing unit backs off without holding up the others. Only the leader writes.
+
+    source ──events──▶ dispatcher ──units──▶ work queue ──▶ workers ──▶ engine ──▶ cluster
+    watches ─events──▶     │                                   │
+    http/api ─events─▶     └──────────── metrics / status ◀────┘
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from syncer.agent.cache import LiveCache
+from syncer.agent.workqueue import WorkQueue
+from syncer.cluster.client import Kube
+from syncer.diagnostics import Diagnostic
+from syncer.engine.changeset import Action, UnitResult
+from syncer.engine.inventory import DEFAULT_REPOSITORY, Inventory, ObjectRef
+from syncer.engine.normalize import fingerprint
+from syncer.engine.sync import Engine, SyncOptions
+from syncer.models.settings import SyncPolicy
+from syncer.observe.metrics import Metrics
+from syncer.render.common import LABEL_UNIT, LABEL_UNIT_KIND, Manifest, Unit
+from syncer.render.repo import render_repo
+from syncer.repo.loader import RepoState, load_repo
+from syncer.source.git import Checkout, GitSource, SourceError
+
+log = structlog.get_logger("syncer.agent")
+
+
+# -- events ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FetchRequested:
+    reason: str  # "watch", "webhook", "poll", "resync", "start"
+
+
+@dataclass(frozen=True)
+class RevisionFetched:
+    checkout: Checkout
+    seen_at: float
+
+
+@dataclass(frozen=True)
+class FetchFailed:
+    error: SourceError
+
+
+@dataclass(frozen=True)
+class ObjectChanged:
+    unit: Unit
+    ref: ObjectRef
+    deleted: bool
+
+
+@dataclass(frozen=True)
+class InventoryChanged:
+    inventory: Inventory
+
+
+@dataclass(frozen=True)
+class ResyncRequested:
+    unit: str | None
+    waiter: Waiter | None
+
+
+@dataclass(frozen=True)
+class UnitSynced:
+    unit: Unit
+    result: UnitResult
+    seconds: float
+    revision: str
+
+
+@dataclass(frozen=True)
+class Stop:
+    pass
+
+
+Event = (FetchRequested | RevisionFetched | FetchFailed | ObjectChanged | InventoryChanged | ResyncRequested
+         | UnitSynced | Stop)
+
+
+@dataclass
+class Waiter:
+    """Someone (the resync API) waiting for a set of units to be synced after a fetch."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    units: set[Unit] | None = None  # filled in once the fetch is done
+    selector: str | None = None
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    revision: str = ""
+    error: str = ""
+
+
+# -- state ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Desired:
+    manifests: list[Manifest]
+    policy: SyncPolicy
+    source: str
+    digest: str
+
+
+@dataclass
+class UnitState:
+    last_result: UnitResult | None = None
+    last_sync: float = 0.0
+    last_revision: str = ""
+    config_errors: list[Diagnostic] = field(default_factory=list)
+    drift_corrections: int = 0
+
+
+@dataclass
+class AgentOptions:
+    namespaces: list[str] | None = None  # restrict cluster reads/writes (namespaced RBAC)
+    workers: int = 4
+    poll_interval: float = 60.0
+    prune: bool = True
+
+
+class Agent:
+    def __init__(self, kube: Kube, source: GitSource, metrics: Metrics, options: AgentOptions) -> None:
+        self.kube = kube
+        self.source = source
+        self.metrics = metrics
+        self.options = options
+        self.events: queue.Queue[Event] = queue.Queue()
+        self.work: WorkQueue[Unit] = WorkQueue()
+        self.engine = Engine(kube, unit_workers=1)
+        self.cache = LiveCache(kube, namespaces=options.namespaces, on_change=self._on_object,
+                               on_inventory=lambda inv: self.events.put(InventoryChanged(inv)))
+        self.desired: dict[Unit, Desired] = {}
+        self.units: dict[Unit, UnitState] = {}
+        self.repo: RepoState | None = None
+        self.checkout: Checkout | None = None
+        self.fetch_error: str = ""
+        self.leading = threading.Event()
+        self.loaded = threading.Event()
+        self.stop = threading.Event()
+        self._fetch_wanted = threading.Event()
+        self._pending_revision: dict[str, tuple[float, set[Unit]]] = {}
+        self._waiters: list[Waiter] = []
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.cache.start(self.stop)
+        self._spawn(self._dispatch, "dispatcher")
+        self._spawn(self._fetch_loop, "source")
+        for i in range(self.options.workers):
+            self._spawn(self._worker, f"worker-{i}")
+        self.request_fetch("start")
+
+    def _spawn(self, target: Callable[[], None], name: str) -> None:
+        t = threading.Thread(target=target, name=name, daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def shutdown(self, timeout: float = 30.0) -> None:
+        """Stop taking work, let the syncs in flight finish, then stop every thread."""
+        self.stop.set()
+        self.work.shutdown()
+        self.events.put(Stop())
+        self._fetch_wanted.set()
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        self.engine.close()
+
+    def healthy(self) -> bool:
+        return all(t.is_alive() for t in self._threads) and not self.stop.is_set()
+
+    def ready(self) -> tuple[bool, str]:
+        if not self.loaded.is_set():
+            return False, "the first revision has not been loaded yet"
+        if not self.cache.synced.is_set():
+            return False, "the watch caches are not synced yet"
+        return True, "ok"
+
+    def set_leading(self, leading: bool) -> None:
+        if leading:
+            self.leading.set()
+            self.metrics.set_leader(True)
+            for unit in list(self.desired) + list(self.cache.state.inventories):
+                if self._ours(unit):
+                    self.work.add(unit)  # catch up on what happened while we were not leading
+        else:
+            self.leading.clear()
+            self.metrics.set_leader(False)
+
+    # -- inputs (called from other threads; they only post events) -----------------------------
+
+    def request_fetch(self, reason: str) -> None:
+        self.events.put(FetchRequested(reason))
+
+    def request_resync(self, unit: str | None, wait: bool, timeout: float) -> dict[str, Any]:
+        waiter = Waiter(selector=unit) if wait else None
+        self.events.put(ResyncRequested(unit, waiter))
+        if waiter is None:
+            return {"accepted": True}
+        if not waiter.done.wait(timeout):
+            return {"accepted": True, "done": False, "error": f"not finished within {timeout:.0f}s"}
+        return {"accepted": True, "done": True, "revision": waiter.revision, "error": waiter.error,
+                "units": waiter.results}
+
+    def _on_object(self, _event_type: str, ref: ObjectRef, obj: dict[str, Any] | None) -> None:
+        labels = (obj or {}).get("metadata", {}).get("labels", {})
+        unit = self._unit_of(ref, labels)
+        if unit is not None:
+            self.events.put(ObjectChanged(unit, ref, obj is None))
+
+    @property
+    def repository(self) -> str:
+        return self.repo.settings.name if self.repo else DEFAULT_REPOSITORY
+
+    def _ours(self, unit: Unit) -> bool:
+        """A unit in our Git repository, or one our repository applied (another repository's units
+        sharing the cluster are left alone)."""
+        if unit in self.desired:
+            return True
+        inv = self.cache.state.inventories.get(unit)
+        return inv is not None and self.repo is not None and inv.repository == self.repository
+
+    def _unit_of(self, ref: ObjectRef, labels: dict[str, str]) -> Unit | None:
+        name = labels.get(LABEL_UNIT)
+        kind = labels.get(LABEL_UNIT_KIND)
+        if name and kind == "federation":
+            return Unit("federation", ref.namespace, name)
+        if name and kind == "supernode":
+            return Unit("supernode", ref.namespace, name)
+        for unit, inv in list(self.cache.state.inventories.items()):  # deleted objects carry no labels
+            if ref in inv.entries:
+                return unit
+        return None
+
+    # -- the source thread ------------------------------------------------------------------------
+
+    def _fetch_loop(self) -> None:
+        backoff = 1.0
+        while not self.stop.is_set():
+            self._fetch_wanted.wait(self.options.poll_interval)
+            if self.stop.is_set():
+                return
+            self._fetch_wanted.clear()
+            seen = time.monotonic()
+            try:
+                checkout = self.source.fetch()
+            except SourceError as exc:
+                self.events.put(FetchFailed(exc))
+                self.stop.wait(backoff)
+                backoff = min(backoff * 2, 300.0)
+                self._fetch_wanted.set()  # retry with backoff; the last good revision stays applied
+                continue
+            backoff = 1.0
+            self.events.put(RevisionFetched(checkout, seen))
+
+    # -- the dispatcher ---------------------------------------------------------------------------
+
+    def _dispatch(self) -> None:
+        while True:
+            event = self.events.get()
+            if isinstance(event, Stop):
+                return
+            try:
+                self._handle(event)
+            except Exception:  # the agent must survive anything a single event does
+                log.exception("event handling failed", event=type(event).__name__)
+            self.metrics.set_queue_depth(self.work.depth())
+
+    def _handle(self, event: Event) -> None:
+        if isinstance(event, FetchRequested):
+            self._fetch_wanted.set()
+        elif isinstance(event, RevisionFetched):
+            self._on_revision(event.checkout, event.seen_at)
+        elif isinstance(event, FetchFailed):
+            self.fetch_error = str(event.error)
+            self.metrics.fetch_error(event.error.kind)
+            log.warning("source fetch failed; keeping the last good revision", source=self.source.describe(),
+                        error=str(event.error))
+            for waiter in [w for w in self._waiters if w.units is None]:
+                waiter.error = str(event.error)
+                waiter.done.set()
+                self._waiters.remove(waiter)
+        elif isinstance(event, ObjectChanged | InventoryChanged):
+            unit = event.unit if isinstance(event, ObjectChanged) else event.inventory.unit
+            if self._ours(unit):
+                self.work.add(unit)
+        elif isinstance(event, ResyncRequested):
+            if event.waiter is not None:
+                self._waiters.append(event.waiter)
+            self._fetch_wanted.set()
+        elif isinstance(event, UnitSynced):
+            self._on_synced(event)
+
+    def _on_revision(self, checkout: Checkout, seen_at: float) -> None:
+        self.fetch_error = ""
+        self.metrics.fetch_ok()
+        same = self.checkout is not None and self.checkout.revision == checkout.revision
+        if not same or self.repo is None:
+            state = load_repo(checkout.root)
+            rendered = render_repo(state)
+            self.metrics.set_revision(checkout.revision)
+            changed = self._install(state, rendered.units, rendered.failed | state.failed, checkout.revision)
+            self.checkout = checkout
+            log.info("revision loaded", revision=checkout.revision[:12], subject=checkout.subject,
+                     units=len(rendered.units), changed=len(changed),
+                     errors=len([d for d in state.diagnostics + rendered.diagnostics if d.severity == "error"]))
+            if changed:
+                self._pending_revision[checkout.revision] = (seen_at, set(changed))
+            for unit in changed:
+                self.work.add(unit)
+        self.loaded.set()
+        for waiter in [w for w in self._waiters if w.units is None]:
+            units = set(self.desired) | set(self.cache.state.inventories)
+            if waiter.selector:
+                from syncer.render.repo import unit_matches
+
+                units = {u for u in units if unit_matches(u, waiter.selector)}
+                if not units:
+                    waiter.error = f"no unit matches {waiter.selector!r}"
+                    waiter.done.set()
+                    self._waiters.remove(waiter)
+                    continue
+            waiter.units = set(units)
+            waiter.revision = checkout.revision
+            for unit in units:
+                self.work.add(unit)
+
+    def _install(self, state: RepoState, rendered: dict[Unit, list[Manifest]], failed: set[Unit],
+                 revision: str) -> list[Unit]:
+        """Adopt a new revision; returns the units whose desired state changed. A unit that fails to
+        load keeps its last good desired state; a unit gone from Git is pruned only if the whole
+        revision loaded cleanly."""
+        policies = {u.unit: u.policy for u in state.units}
+        sources = {u.unit: u.source for u in state.units}
+        changed: list[Unit] = []
+        errors_by_unit: dict[str, list[Diagnostic]] = {}
+        for d in state.diagnostics:
+            if d.severity == "error":
+                errors_by_unit.setdefault(d.unit, []).append(d)
+        for unit, manifests in rendered.items():
+            digest = fingerprint({"objects": manifests, "policy": policies[unit].model_dump()})
+            old = self.desired.get(unit)
+            if old is None or old.digest != digest:
+                changed.append(unit)
+            self.desired[unit] = Desired(manifests, policies[unit], sources[unit], digest)
+        for unit in failed:
+            self.units.setdefault(unit, UnitState()).config_errors = errors_by_unit.get(unit.id, [])
+        for unit in rendered:
+            self.units.setdefault(unit, UnitState()).config_errors = []
+        for unit, st in self.units.items():
+            self.metrics.set_config_errors(unit.id, len(st.config_errors))
+        self.repo = state
+        if state.clean:
+            for unit in [u for u in self.desired if u not in rendered]:
+                del self.desired[unit]  # gone from Git: the worker prunes it
+                changed.append(unit)
+            # also units that left Git while no agent was running
+            changed += [u for u, inv in list(self.cache.state.inventories.items())
+                        if inv.repository == state.settings.name and u not in rendered and u not in changed]
+        return changed
+
+    def _on_synced(self, event: UnitSynced) -> None:
+        st = self.units.setdefault(event.unit, UnitState())
+        st.last_result = event.result
+        st.last_sync = time.time()
+        if event.result.ok:
+            st.last_revision = event.revision
+        for rev, (seen_at, pending) in list(self._pending_revision.items()):
+            if event.unit in pending and event.result.ok and event.revision == rev:
+                pending.discard(event.unit)
+                if not pending:
+                    self.metrics.observe_commit_applied(time.monotonic() - seen_at)
+                    del self._pending_revision[rev]
+        for waiter in list(self._waiters):
+            if waiter.units is not None and event.unit in waiter.units:
+                waiter.units.discard(event.unit)
+                waiter.results[event.unit.id] = event.result.to_dict()
+                if not waiter.units:
+                    waiter.done.set()
+                    self._waiters.remove(waiter)
+
+    # -- workers ------------------------------------------------------------------------------------
+
+    def _worker(self) -> None:
+        while True:
+            unit = self.work.get()
+            if unit is None:
+                return
+            try:
+                if not self.leading.is_set():
+                    continue  # the leader does the writing; we pick the unit up again when we lead
+                self._sync(unit)
+            except Exception:
+                log.exception("sync crashed", unit=unit.id)
+                self.work.retry(unit)
+            finally:
+                self.work.done(unit)
+
+    def _sync(self, unit: Unit) -> None:
+        if not self.cache.synced.is_set():
+            self.cache.wait_synced(30)
+        desired = self.desired.get(unit)
+        revision = self.checkout.revision if self.checkout else ""
+        opts = SyncOptions(prune=self.options.prune, revision=revision, repository=self.repository)
+        before = self.cache.state.inventories.get(unit)
+        known = set(before.entries) if before else set()
+        start = time.monotonic()
+        if desired is None:
+            result = self._prune_vanished(unit, opts)
+        else:
+            result = self.engine.sync_unit(unit, desired.manifests, desired.policy, self.cache.state, opts)
+        seconds = time.monotonic() - start
+        self.metrics.observe_sync(result, seconds)
+        corrected: dict[str, int] = {}
+        for change in result.changes:
+            # an outside edit reverted, or an object someone deleted recreated
+            recreated = change.action is Action.CREATED and _ref_of(change.ref) in known
+            if change.drift or recreated:
+                kind = change.ref.split("/", 1)[0]
+                corrected[kind] = corrected.get(kind, 0) + 1
+        if corrected:
+            self.metrics.observe_drift_corrections(unit.id, corrected)
+        writes = sum(1 for c in result.changes if c.action not in (Action.UNCHANGED, Action.SKIPPED))
+        if writes or not result.ok:
+            log.info("unit synced", unit=unit.id, revision=revision[:12], ok=result.ok,
+                     seconds=round(seconds, 3), changed=writes,
+                     unchanged=result.count(Action.UNCHANGED), errors=result.errors[:3],
+                     failed=[c.ref for c in result.changes if c.action is Action.FAILED][:5])
+        if result.ok:
+            self.work.forget(unit)
+        else:
+            delay = self.work.retry(unit)
+            log.warning("unit failed; retrying", unit=unit.id, retry_in=delay)
+        self.events.put(UnitSynced(unit, result, seconds, revision))
+
+    def _prune_vanished(self, unit: Unit, opts: SyncOptions) -> UnitResult:
+        """A unit removed from Git (only reached when the revision loaded cleanly)."""
+        from syncer.engine.prune import prune
+
+        res = UnitResult(unit.id)
+        inv = self.cache.state.inventories.get(unit)
+        if inv is None or inv.repository != opts.repository:
+            return res  # not ours to prune
+        if not self.desired and not opts.allow_empty:
+            res.errors.append("refusing to prune: the repository renders nothing at all")
+            return res
+        changes, keep = prune(self.kube, unit, list(inv.entries), self.cache.state.objects, dry_run=False)
+        res.changes.extend(changes)
+        if not keep:
+            self.kube.delete("ConfigMap", unit.namespace, inv.name())
+            self.cache.state.inventories.pop(unit, None)
+            self.units.pop(unit, None)
+            self.metrics.forget_unit(unit.id)
+        return res
+
+    # -- reporting -------------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        units = []
+        for unit in sorted(set(self.desired) | set(self.units)):
+            st = self.units.get(unit, UnitState())
+            result = st.last_result
+            units.append({
+                "unit": unit.id,
+                "inGit": unit in self.desired,
+                "lastSync": st.last_sync or None,
+                "lastAppliedRevision": st.last_revision,
+                "ok": result.ok if result else None,
+                "suspended": bool(result and result.skipped_reason.startswith("suspended")),
+                "errors": (result.errors if result else []) + [d.render() for d in st.config_errors],
+                "failedObjects": [c.to_dict() for c in result.changes if c.action is Action.FAILED] if result else [],
+            })
+        checkout = self.checkout
+        return {
+            "leader": self.leading.is_set(),
+            "ready": self.ready()[0],
+            "source": {
+                "url": self.source.describe(),
+                "revision": checkout.revision if checkout else "",
+                "subject": checkout.subject if checkout else "",
+                "error": self.fetch_error,
+            },
+            "queueDepth": self.work.depth(),
+            "units": units,
+        }
+
+
+def _ref_of(text: str) -> ObjectRef | None:
+    parts = text.split("/")
+    return ObjectRef(parts[0], parts[1], parts[2]) if len(parts) == 3 else None

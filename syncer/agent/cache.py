@@ -1,0 +1,146 @@
+"""The agent's view of the cluster: a `LiveState` kept current by watches.
+
+One LIST per kind to start, then a watch per kind (metadata only, labelled managed-by
+flower-syncer) that keeps the objects and the inventories current and reports every change, so
+an outside edit is seen at once. A watch that expires (410 Gone) or breaks is re-listed and
+resumed with backoff.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from syncer.cluster.client import ApiError, ClusterUnreachable, Kube
+from syncer.engine.inventory import INVENTORY_SELECTOR, Inventory, ObjectRef, decode
+from syncer.engine.live import MANAGED_KINDS, MANAGED_SELECTOR, LiveState
+
+log = structlog.get_logger("syncer.agent.cache")
+
+OnChange = Callable[[str, ObjectRef, dict[str, Any] | None], None]
+"""Called with (event type, object ref, object or None when deleted)."""
+OnInventory = Callable[[Inventory], None]
+
+
+class LiveCache:
+    def __init__(self, kube: Kube, *, namespaces: list[str] | None, on_change: OnChange,
+                 on_inventory: OnInventory, kinds: tuple[str, ...] = MANAGED_KINDS) -> None:
+        self.kube = kube
+        self.namespaces = namespaces
+        self.state = LiveState()
+        self.synced = threading.Event()
+        self._on_change = on_change
+        self._on_inventory = on_inventory
+        self._kinds = kinds
+        self._threads: list[threading.Thread] = []
+        self._pending = 0
+        self._lock = threading.Lock()
+
+    def start(self, stop: threading.Event) -> None:
+        scopes: list[str | None] = list(self.namespaces) if self.namespaces is not None else [None]
+        streams = [(kind, ns, MANAGED_SELECTOR, True) for ns in scopes for kind in self._kinds]
+        streams += [("ConfigMap", ns, INVENTORY_SELECTOR, False) for ns in scopes]
+        self._pending = len(streams)
+        for kind, ns, selector, metadata_only in streams:
+            t = threading.Thread(target=self._run, args=(kind, ns, selector, metadata_only, stop),
+                                 name=f"watch-{kind}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def _listed(self) -> None:
+        with self._lock:
+            self._pending -= 1
+            if self._pending == 0:
+                self.synced.set()
+
+    def _run(self, kind: str, ns: str | None, selector: str, metadata_only: bool, stop: threading.Event) -> None:
+        inventory = selector == INVENTORY_SELECTOR
+        first = True
+        backoff = 0.5
+        while not stop.is_set():
+            try:
+                items, rv = self.kube.list(kind, ns, labels=selector, metadata_only=metadata_only)
+                self._replace(kind, ns, items, inventory)
+                if first:
+                    first = False
+                    self._listed()
+                backoff = 0.5
+                while not stop.is_set():
+                    rv = self._watch(kind, ns, selector, metadata_only, rv, inventory, stop)
+                    if not rv:
+                        break  # expired: list again
+            except (ApiError, ClusterUnreachable, OSError, ValueError) as exc:
+                log.warning("watch failed; retrying", kind=kind, namespace=ns, error=str(exc), retry_in=backoff)
+                stop.wait(backoff)
+                backoff = min(backoff * 2, 30.0)
+
+    def _watch(self, kind: str, ns: str | None, selector: str, metadata_only: bool, rv: str, inventory: bool,
+               stop: threading.Event) -> str:
+        """Follow one watch stream; returns the resourceVersion to resume from ("" = list again)."""
+        for event in self.kube.watch(kind, ns, labels=selector, resource_version=rv, timeout_seconds=240,
+                                     metadata_only=metadata_only):
+            if stop.is_set():
+                return rv
+            kind_of_event = event.get("type")
+            obj = event.get("object") or {}
+            if kind_of_event == "ERROR":
+                if obj.get("code") == 410:
+                    return ""
+                raise ApiError(int(obj.get("code", 500)), str(obj.get("reason", "")), str(obj.get("message", "")))
+            rv = obj.get("metadata", {}).get("resourceVersion", rv)
+            if kind_of_event == "BOOKMARK":
+                continue
+            obj.setdefault("kind", kind)
+            if inventory:
+                self._inventory_event(str(kind_of_event), obj)
+            else:
+                self._object_event(str(kind_of_event), obj)
+        return rv
+
+    def _replace(self, kind: str, ns: str | None, items: list[dict[str, Any]], inventory: bool) -> None:
+        """Install a fresh listing (startup or after a watch expired), reporting what changed meanwhile."""
+        if inventory:
+            for cm in items:
+                self._inventory_event("ADDED", cm)
+            return
+        fresh = {ObjectRef.of(i): i for i in items}
+        stale = [ref for ref in list(self.state.objects) if ref.kind == kind and (ns is None or ref.namespace == ns)
+                 and ref not in fresh]
+        for ref in stale:
+            self.state.objects.pop(ref, None)
+            self._on_change("DELETED", ref, None)
+        for ref, obj in fresh.items():
+            before = self.state.objects.get(ref)
+            self.state.objects[ref] = obj
+            if before is None or before["metadata"].get("resourceVersion") != obj["metadata"].get("resourceVersion"):
+                self._on_change("ADDED" if before is None else "MODIFIED", ref, obj)
+
+    def _object_event(self, kind_of_event: str, obj: dict[str, Any]) -> None:
+        ref = ObjectRef.of(obj)
+        if kind_of_event == "DELETED":
+            self.state.objects.pop(ref, None)
+            self._on_change("DELETED", ref, None)
+        else:
+            self.state.objects[ref] = obj
+            self._on_change(kind_of_event, ref, obj)
+
+    def _inventory_event(self, kind_of_event: str, cm: dict[str, Any]) -> None:
+        inv = decode(cm)
+        if inv is None:
+            return
+        if kind_of_event == "DELETED":
+            self.state.inventories.pop(inv.unit, None)
+            return
+        self.state.inventories[inv.unit] = inv
+        self._on_inventory(inv)
+
+    def wait_synced(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not self.synced.wait(0.1):
+            if time.monotonic() > deadline:
+                return False
+        return True

@@ -1,0 +1,92 @@
+"""The agent's settings, from (highest first) command-line flags, `FLOWER_SYNCER_*` environment
+variables and a YAML config file (`--config` / `FLOWER_SYNCER_CONFIG`)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+
+class AgentConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    repo: str = Field(description="Git URL or local path of the config repository")
+    ref: str | None = Field(None, description="branch, tag or commit to sync (default: the remote's default branch)")
+    path: str = Field("", description="sub-path of the config inside the repository")
+    interval: float = Field(60.0, gt=0, description="seconds between polls of the remote")
+    kubeconfig: str | None = Field(None, description="kubeconfig file (default: in-cluster or ~/.kube/config)")
+    context: str | None = Field(None, description="kubeconfig context")
+    listen: str = Field("127.0.0.1:9090", description="HOST:PORT of the HTTP server (metrics, health, API, webhook)")
+    api_token_file: Path | None = Field(None, description="file with the bearer token for POST /api/v1/resync")
+    webhook_secret_file: Path | None = Field(None, description="file with the webhook secret (GitHub HMAC/GitLab)")
+    git_token_file: Path | None = Field(None, description="file with an HTTPS token for the Git remote")
+    git_username: str = Field("git", description="user name sent with the HTTPS token")
+    ssh_key_file: Path | None = Field(None, description="SSH private key for the Git remote")
+    known_hosts_file: Path | None = Field(None, description="known_hosts for the Git remote (required for SSH)")
+    namespaces: list[str] | None = Field(None, description="only read/write these namespaces (comma-separated)")
+    leader_elect: bool = Field(True, description="elect a leader through a Lease; only the leader writes")
+    lease_namespace: str = Field("default", description="namespace of the leader-election Lease")
+    lease_name: str = Field("flower-syncer", description="name of the leader-election Lease")
+    identity: str = Field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}",
+                          description="this agent's identity in the Lease")
+    workers: int = Field(4, ge=1, le=64, description="units synced in parallel")
+    cache_dir: Path | None = Field(None, description="where the Git clone lives")
+    log_format: Literal["auto", "json", "console"] = Field("auto", description="log format (auto: console on a TTY)")
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="log level")
+
+    @field_validator("namespaces", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [n.strip() for n in value.split(",") if n.strip()] or None
+        return value
+
+    def listen_address(self) -> tuple[str, int]:
+        host, _, port = self.listen.rpartition(":")
+        return host or "0.0.0.0", int(port)  # an explicit ":9090" means all interfaces
+
+
+ENV_PREFIX = "FLOWER_SYNCER_"
+
+
+def env_name(field: str) -> str:
+    return ENV_PREFIX + field.upper()
+
+
+def load_config(cli: dict[str, Any], environ: dict[str, str] | None = None) -> AgentConfig:
+    """Merge flags (None = not given), environment and config file; raises ValueError with a
+    readable message on bad settings."""
+    environ = dict(os.environ) if environ is None else environ
+    merged: dict[str, Any] = {}
+    config_file = cli.get("config") or environ.get(ENV_PREFIX + "CONFIG")
+    if config_file:
+        try:
+            data = yaml.safe_load(Path(config_file).read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ValueError(f"cannot read config file {config_file}: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ValueError(f"config file {config_file} must be a mapping of settings")
+        merged.update({k.replace("-", "_"): v for k, v in data.items()})
+    for name in AgentConfig.model_fields:
+        if env_name(name) in environ:
+            merged[name] = environ[env_name(name)]
+    for name, value in cli.items():
+        if name in AgentConfig.model_fields and value is not None:
+            merged[name] = value
+    try:
+        return AgentConfig.model_validate(merged)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}" for e in exc.errors())
+        raise ValueError(f"invalid agent settings: {problems}") from None
+
+
+def read_secret(path: Path | None) -> str | None:
+    """A token or secret from a file (e.g. a mounted Secret), stripped; None when not configured."""
+    if path is None:
+        return None
+    return path.read_text().strip() or None

@@ -1,0 +1,143 @@
+"""`flower-syncer run`: wire the agent together and run it until SIGTERM/SIGINT.
+
+Order of shutdown on a signal: stop taking work, let the applies in flight finish, release the
+leader lease (so a standby takes over at once), stop the HTTP server, exit 0.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from typing import Any
+
+import structlog
+
+from syncer import __version__
+from syncer.agent.agent import Agent, AgentOptions
+from syncer.agent.config import AgentConfig, read_secret
+from syncer.cluster.client import ClusterUnreachable, Kube
+from syncer.cluster.lease import LeaderElector
+from syncer.http import AgentServer
+from syncer.logs import configure
+from syncer.observe.metrics import Metrics
+from syncer.source.git import GitSource, SourceSpec, default_cache_dir
+from syncer.source.watch import LocalRepoWatcher
+
+log = structlog.get_logger("syncer.agent")
+
+STATUS_INTERVAL = 10.0
+
+
+class _Api:
+    """What the HTTP server exposes, backed by the agent."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+
+    def healthy(self) -> bool:
+        return self.agent.healthy()
+
+    def ready(self) -> tuple[bool, str]:
+        return self.agent.ready()
+
+    def status(self) -> dict[str, Any]:
+        return self.agent.status()
+
+    def resync(self, unit: str | None, wait: bool, timeout: float) -> dict[str, Any]:
+        result = self.agent.request_resync(unit, wait, timeout)
+        if result.get("error", "").startswith("no unit matches"):
+            raise KeyError(unit)
+        return result
+
+    def webhook(self, event: Any) -> None:
+        self.agent.request_fetch("webhook")
+
+
+def run(config: AgentConfig) -> int:
+    configure(config.log_format, config.log_level)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info("signal received; shutting down", signal=signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    try:
+        kube = Kube.from_kubeconfig(config.kubeconfig, config.context)
+    except ClusterUnreachable as exc:
+        log.error("cannot connect to Kubernetes", error=str(exc))
+        return 3
+    spec = SourceSpec(url=config.repo, ref=config.ref, path=config.path,
+                      cache_dir=config.cache_dir or default_cache_dir(config.repo, config.ref),
+                      token_file=config.git_token_file, username=config.git_username,
+                      ssh_key_file=config.ssh_key_file, known_hosts_file=config.known_hosts_file)
+    source = GitSource(spec)
+    metrics = Metrics()
+    agent = Agent(kube, source, metrics, AgentOptions(namespaces=config.namespaces, workers=config.workers,
+                                                      poll_interval=config.interval))
+    host, port = config.listen_address()
+    server = AgentServer(_Api(agent), metrics, host=host, port=port,
+                         api_token=read_secret(config.api_token_file),
+                         webhook_secret=read_secret(config.webhook_secret_file))
+    server.start()
+    log.info("flower-syncer agent starting", version=__version__, source=source.describe(),
+             listen=f"{server.address[0]}:{server.address[1]}", leader_election=config.leader_elect,
+             namespaces=config.namespaces or "all")
+    agent.start()
+    watcher = None
+    local = source.local_paths()
+    if local:
+        watcher = LocalRepoWatcher(local, lambda: agent.request_fetch("watch"))
+        watcher.start()
+
+    elector = None
+    elector_thread = None
+    if config.leader_elect:
+        elector = LeaderElector(kube, config.lease_namespace, config.lease_name, config.identity,
+                                on_started_leading=lambda: _leading(agent, True),
+                                on_stopped_leading=lambda: _leading(agent, False))
+        elector_thread = threading.Thread(target=elector.run, args=(stop,), name="leader-election", daemon=True)
+        elector_thread.start()
+    else:
+        agent.set_leading(True)
+
+    status_thread = threading.Thread(target=_status_loop, args=(agent, kube, metrics, stop), name="status",
+                                     daemon=True)
+    status_thread.start()
+    stop.wait()
+
+    if watcher is not None:
+        watcher.stop()
+    agent.shutdown()
+    if elector is not None:
+        elector.release()
+    if elector_thread is not None:
+        elector_thread.join(5)
+    server.stop()
+    log.info("flower-syncer agent stopped")
+    return 0
+
+
+def _leading(agent: Agent, leading: bool) -> None:
+    log.info("leadership changed", leader=leading)
+    agent.set_leading(leading)
+
+
+def _status_loop(agent: Agent, kube: Kube, metrics: Metrics, stop: threading.Event) -> None:
+    """Pool readiness and GPU figures for the metrics, every few seconds."""
+    from syncer.observe.status import collect
+
+    while not stop.wait(STATUS_INTERVAL if agent.loaded.is_set() else 1.0):
+        if not agent.loaded.is_set():
+            continue
+        try:
+            units = sorted(set(agent.desired) | set(agent.cache.state.inventories))
+            statuses, nodes = collect(kube, units)
+            metrics.observe_status(statuses, nodes)
+        except Exception as exc:  # status is best effort; the next round tries again
+            log.warning("status collection failed", error=str(exc))
+            time.sleep(1)
+

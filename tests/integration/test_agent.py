@@ -1,0 +1,332 @@
+"""The agent as people run it: `flower-syncer run` in a subprocess, a real Git repository, the
+local control plane. Push -> applied; outside edit -> corrected and counted; webhook; unreachable
+remote; resync CLI; leader election; metrics after each step; SIGTERM -> exit 0."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from syncer.cluster.client import Kube
+from tests.conftest import KubeCluster
+from tests.integration.gitservers import GitHttpServer
+
+pytestmark = pytest.mark.cluster
+
+FED = """\
+apiVersion: flwr.exalsius.ai/v1
+kind: Federation
+metadata:
+  name: fed
+spec:
+  mode: StatefulSet
+  isolationMode: subprocess
+  superlink:
+    image: flwr/superlink:1.25.0
+  supernodes:
+    image: {image}
+    pools:
+      - name: a
+        replicas: {replicas}
+        images: {{}}
+"""
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@localhost", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@localhost"}
+
+
+def git(cwd: Path, *args: str) -> str:
+    out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True,
+                         env={**os.environ, **GIT_ENV})
+    return out.stdout.strip()
+
+
+@dataclass
+class Repos:
+    bare: Path
+    work: Path
+
+    def commit(self, files: dict[str, str], message: str = "change") -> str:
+        for rel, text in files.items():
+            path = self.work / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        git(self.work, "add", "-A")
+        git(self.work, "commit", "-qm", message)
+        git(self.work, "push", "-q", "origin", "HEAD:main")
+        return git(self.work, "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def repos(tmp_path: Path, namespace: str) -> Repos:
+    bare = tmp_path / "config.git"
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
+    work = tmp_path / "work"
+    git(tmp_path, "clone", "-q", str(bare), str(work))
+    git(work, "checkout", "-q", "-b", "main")
+    r = Repos(bare, work)
+    r.commit({"flower-syncer.yaml": f"name: {namespace}\ndefaultNamespace: {namespace}\n",
+              "federations/fed.yaml": FED.format(image="flwr/supernode:1.25.0", replicas=2)}, "initial")
+    return r
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class AgentProc:
+    proc: subprocess.Popen[str]
+    url: str
+    token: str
+    log: Path
+    clean_exit: bool = True  # False when a test kills it on purpose
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=10) as resp:
+                return resp.status, resp.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+        except (urllib.error.URLError, OSError):
+            return 0, b""  # not listening (yet)
+
+    def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+        req = urllib.request.Request(self.url + path, data=body, method="POST", headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                return resp.status, resp.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+
+    def metric(self, name: str, **labels: str) -> float | None:
+        _, body = self.get("/metrics")
+        for line in body.decode().splitlines():
+            if not line.startswith(name + "{") and not line.startswith(name + " "):
+                continue
+            if all(f'{k}="{v}"' in line for k, v in labels.items()):
+                return float(line.rsplit(" ", 1)[1])
+        return None
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(30)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 30, log: Path | None = None) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            tail = log.read_text()[-3000:] if log and log.exists() else ""
+            raise AssertionError(f"timed out waiting for {what}\n--- agent log ---\n{tail}")
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def start_agent(tmp_path: Path, kube_cluster: KubeCluster, namespace: str) -> Iterator[Callable[..., AgentProc]]:
+    started: list[AgentProc] = []
+
+    def start(repo: str, *extra: str, name: str = "agent", wait_ready: bool = True) -> AgentProc:
+        port = free_port()
+        token = "test-token-" + name
+        (tmp_path / f"{name}.token").write_text(token)
+        (tmp_path / f"{name}.hook").write_text("hook-secret")
+        log = tmp_path / f"{name}.log"
+        args = [sys.executable, "-m", "syncer", "run", "--repo", repo, "--kubeconfig", kube_cluster.kubeconfig,
+                "--listen", f"127.0.0.1:{port}", "--namespaces", namespace, "--lease-namespace", namespace,
+                "--api-token-file", str(tmp_path / f"{name}.token"),
+                "--webhook-secret-file", str(tmp_path / f"{name}.hook"),
+                "--cache-dir", str(tmp_path / f"{name}-cache"), "--identity", name, "--log-format", "json",
+                "--interval", "3600", *extra]
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log.open("w"), text=True)
+        agent = AgentProc(proc, f"http://127.0.0.1:{port}", token, log)
+        started.append(agent)
+        if wait_ready:
+            wait_for("agent ready", lambda: (agent.proc.poll() is None and agent.get("/readyz")[0] == 200)
+                     or agent.proc.poll() is not None, timeout=60, log=log)
+            assert agent.proc.poll() is None, log.read_text()[-3000:]
+        return agent
+
+    yield start
+    for agent in started:
+        code = agent.stop()
+        if agent.clean_exit:
+            assert code == 0, f"agent exited with {code}\n{agent.log.read_text()[-3000:]}"
+
+
+def sts(kube: Kube, namespace: str, name: str = "fed-supernode-a") -> dict[str, Any]:
+    return kube.get("StatefulSet", namespace, name) or {}
+
+
+def test_push_applies_and_outside_edits_are_corrected(repos: Repos, start_agent: Callable[..., AgentProc],
+                                                      kube_cluster: KubeCluster, namespace: str) -> None:
+    kube = Kube.from_kubeconfig(kube_cluster.kubeconfig)
+    agent = start_agent(str(repos.bare))
+    wait_for("first sync", lambda: sts(kube, namespace).get("spec", {}).get("replicas") == 2, log=agent.log)
+    unit = f"federation/{namespace}/fed"
+    wait_for("sync metric", lambda: (agent.metric("flower_syncer_sync_total", unit=unit, result="success") or 0) >= 1,
+             log=agent.log)
+
+    # a push reaches the cluster without waiting for the (1 h) poll
+    rev = repos.commit({"federations/fed.yaml": FED.format(image="flwr/supernode:1.26.0", replicas=3)})
+    t = time.monotonic()
+    wait_for("pushed change applied", lambda: sts(kube, namespace).get("spec", {}).get("replicas") == 3,
+             timeout=10, log=agent.log)
+    assert time.monotonic() - t < 5
+    wait_for("revision metric", lambda: agent.metric("flower_syncer_source_revision_info", revision=rev) == 1,
+             log=agent.log)
+    assert (agent.metric("flower_syncer_commit_to_applied_seconds_count") or 0) >= 1
+
+    # someone scales the StatefulSet by hand: seen through the watch and corrected
+    kube_cluster.kubectl("-n", namespace, "scale", "statefulset", "fed-supernode-a", "--replicas=7")
+    wait_for("drift corrected", lambda: sts(kube, namespace).get("spec", {}).get("replicas") == 3, timeout=10,
+             log=agent.log)
+    wait_for("correction counted", lambda: (agent.metric("flower_syncer_drift_corrections_total", unit=unit,
+                                                         kind="StatefulSet") or 0) >= 1, log=agent.log)
+
+    # someone deletes a managed Service: recreated
+    kube.delete("Service", namespace, "fed-superlink")
+    wait_for("deleted Service recreated", lambda: kube.get("Service", namespace, "fed-superlink") is not None,
+             timeout=10, log=agent.log)
+
+    status = json.loads(agent.get("/api/v1/status")[1])
+    assert status["leader"] is True
+    assert status["source"]["revision"] == rev
+    assert any(u["unit"] == unit and u["ok"] for u in status["units"])
+
+
+def test_broken_commit_keeps_the_last_good_state(repos: Repos, start_agent: Callable[..., AgentProc],
+                                                 kube_cluster: KubeCluster, namespace: str) -> None:
+    kube = Kube.from_kubeconfig(kube_cluster.kubeconfig)
+    agent = start_agent(str(repos.bare))
+    wait_for("first sync", lambda: sts(kube, namespace).get("spec", {}).get("replicas") == 2, log=agent.log)
+    repos.commit({"federations/fed.yaml": FED.format(image="x", replicas=2).replace("replicas:", "replicaz:")})
+    unit = f"federation/{namespace}/fed"
+    wait_for("config error reported", lambda: (agent.metric("flower_syncer_config_errors", unit=unit) or 0) >= 1,
+             log=agent.log)
+    assert sts(kube, namespace)["spec"]["replicas"] == 2
+    assert kube.get("StatefulSet", namespace, "fed-superlink") is not None
+
+
+@pytest.fixture
+def http_remote(repos: Repos, tmp_path: Path) -> Iterator[tuple[str, Path, GitHttpServer]]:
+    """The config repo served over HTTP with a token: a remote the agent cannot watch locally."""
+    root = tmp_path / "served"
+    root.mkdir()
+    shutil.copytree(repos.bare, root / "config.git")
+    server = GitHttpServer(root, "git-token").start()
+    (tmp_path / "git.token").write_text("git-token")
+    yield f"{server.base_url}/config.git", root / "config.git", server
+    server.stop()
+
+
+def test_webhook_signature_and_resync_cli(repos: Repos, start_agent: Callable[..., AgentProc],
+                                          http_remote: tuple[str, Path, GitHttpServer],
+                                          kube_cluster: KubeCluster, namespace: str, tmp_path: Path) -> None:
+    url, served, _ = http_remote
+    kube = Kube.from_kubeconfig(kube_cluster.kubeconfig)
+    agent = start_agent(url, "--git-token-file", str(tmp_path / "git.token"))
+    wait_for("first sync", lambda: sts(kube, namespace).get("spec", {}).get("replicas") == 2, log=agent.log)
+    repos.commit({"federations/fed.yaml": FED.format(image="flwr/supernode:1.25.0", replicas=4)})
+    git(repos.work, "push", "-q", str(served), "HEAD:main")
+
+    body = json.dumps({"ref": "refs/heads/main"}).encode()
+    bad = agent.post("/hooks/git", body, {"X-Hub-Signature-256": "sha256=" + "0" * 64,
+                                          "X-GitHub-Event": "push", "Content-Type": "application/json"})
+    assert bad[0] == 401
+    missing = agent.post("/hooks/git", body, {"X-GitHub-Event": "push"})
+    assert missing[0] == 401
+    time.sleep(1)
+    assert sts(kube, namespace)["spec"]["replicas"] == 2  # nothing fetched
+
+    sig = "sha256=" + hmac.new(b"hook-secret", body, hashlib.sha256).hexdigest()
+    good = agent.post("/hooks/git", body, {"X-Hub-Signature-256": sig, "X-GitHub-Event": "push",
+                                           "Content-Type": "application/json"})
+    assert good[0] == 202
+    wait_for("webhook fetch applied", lambda: sts(kube, namespace).get("spec", {}).get("replicas") == 4,
+             timeout=10, log=agent.log)
+
+    # `flower-syncer resync --wait` fetches and syncs, and prints the outcome
+    repos.commit({"federations/fed.yaml": FED.format(image="flwr/supernode:1.25.0", replicas=5)})
+    git(repos.work, "push", "-q", str(served), "HEAD:main")
+    out = subprocess.run([sys.executable, "-m", "syncer", "resync", "--agent", agent.url, "--token-file",
+                          str(tmp_path / "agent.token"), "--wait", "--timeout", "30s"],
+                         capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"federation/{namespace}/fed: ok" in out.stdout
+    assert sts(kube, namespace)["spec"]["replicas"] == 5
+    denied = subprocess.run([sys.executable, "-m", "syncer", "resync", "--agent", agent.url], capture_output=True,
+                            text=True, check=False, env={**os.environ, "FLOWER_SYNCER_API_TOKEN": "wrong"})
+    assert denied.returncode == 2 and "401" in denied.stderr
+
+
+def test_unreachable_remote_keeps_state_and_reports(start_agent: Callable[..., AgentProc],
+                                                    http_remote: tuple[str, Path, GitHttpServer],
+                                                    kube_cluster: KubeCluster, namespace: str,
+                                                    tmp_path: Path) -> None:
+    url, _, server = http_remote
+    kube = Kube.from_kubeconfig(kube_cluster.kubeconfig)
+    agent = start_agent(url, "--git-token-file", str(tmp_path / "git.token"))
+    wait_for("first sync", lambda: sts(kube, namespace).get("spec", {}).get("replicas") == 2, log=agent.log)
+    server.stop()
+    status, _ = agent.post("/api/v1/resync", b"{}", {"Authorization": f"Bearer {agent.token}"})
+    assert status == 200
+    wait_for("fetch error counted",
+             lambda: (agent.metric("flower_syncer_source_fetch_errors_total", reason="unreachable") or 0) >= 1,
+             log=agent.log)
+    report = json.loads(agent.get("/api/v1/status")[1])
+    assert "cannot" in report["source"]["error"] or report["source"]["error"]
+    assert report["source"]["revision"]  # the last good revision is still the one applied
+    assert sts(kube, namespace)["spec"]["replicas"] == 2
+    assert agent.get("/healthz")[0] == 200
+    assert agent.get("/readyz")[0] == 200
+
+
+def test_two_agents_one_leader_and_failover(repos: Repos, start_agent: Callable[..., AgentProc],
+                                            kube_cluster: KubeCluster, namespace: str) -> None:
+    kube = Kube.from_kubeconfig(kube_cluster.kubeconfig)
+    first = start_agent(str(repos.bare), name="first")
+    wait_for("first leads", lambda: first.metric("flower_syncer_leader") == 1, log=first.log)
+    second = start_agent(str(repos.bare), name="second")
+    time.sleep(2)
+    assert second.metric("flower_syncer_leader") == 0
+    wait_for("synced by the leader", lambda: sts(kube, namespace).get("spec", {}).get("replicas") == 2,
+             log=first.log)
+    first.clean_exit = False
+    first.proc.kill()  # dies without releasing the lease
+    t = time.monotonic()
+    wait_for("second takes over", lambda: second.metric("flower_syncer_leader") == 1, timeout=25, log=second.log)
+    assert time.monotonic() - t < 20
+    repos.commit({"federations/fed.yaml": FED.format(image="flwr/supernode:1.25.0", replicas=3)})
+    wait_for("new leader applies", lambda: sts(kube, namespace).get("spec", {}).get("replicas") == 3,
+             timeout=15, log=second.log)
+    lease = kube.get("Lease", namespace, "flower-syncer") or {}
+    assert lease.get("spec", {}).get("holderIdentity") == "second"
+    assert re.match(r"\d", str(lease["spec"].get("leaseDurationSeconds", "")))
