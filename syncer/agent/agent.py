@@ -13,9 +13,11 @@ the engine; a failing unit backs off without holding up the others. Only the lea
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,10 +30,11 @@ from syncer.cluster.client import Kube
 from syncer.diagnostics import Diagnostic
 from syncer.engine.changeset import Action, UnitResult
 from syncer.engine.inventory import DEFAULT_REPOSITORY, Inventory, ObjectRef
+from syncer.engine.live import LiveState
 from syncer.engine.normalize import fingerprint
 from syncer.engine.sync import Engine, SyncOptions
 from syncer.models.settings import SyncPolicy
-from syncer.observe.metrics import Metrics
+from syncer.observe.metrics import Metrics, corrections_by_kind, drift_by_kind
 from syncer.render.common import LABEL_UNIT, LABEL_UNIT_KIND, Manifest, Unit
 from syncer.render.repo import render_repo
 from syncer.repo.loader import RepoState, load_repo
@@ -430,15 +433,12 @@ class Agent:
             result = self.engine.sync_unit(unit, desired.manifests, desired.policy, self.cache.state, opts)
         seconds = time.monotonic() - start
         self.metrics.observe_sync(result, seconds)
-        corrected: dict[str, int] = {}
-        for change in result.changes:
-            # an outside edit reverted, or an object someone deleted recreated
-            recreated = change.action is Action.CREATED and _ref_of(change.ref) in known
-            if change.drift or recreated:
-                kind = change.ref.split("/", 1)[0]
-                corrected[kind] = corrected.get(kind, 0) + 1
+        corrected = corrections_by_kind(result, {str(r) for r in known})
         if corrected:
             self.metrics.observe_drift_corrections(unit.id, corrected)
+        if not result.skipped_reason:  # what still differs from Git: the objects that failed
+            failed = Counter(c.ref.split("/", 1)[0] for c in result.changes if c.action is Action.FAILED)
+            self.metrics.set_drift(unit.id, failed)
         writes = sum(1 for c in result.changes if c.action not in (Action.UNCHANGED, Action.SKIPPED))
         if writes or not result.ok:
             log.info("unit synced", unit=unit.id, revision=revision[:12], ok=result.ok,
@@ -472,6 +472,22 @@ class Agent:
             self.metrics.forget_unit(unit.id)
         return res
 
+    def measure_suspended_drift(self) -> None:
+        """Suspended units are not healed, so their drift can last: measure it with a dry-run
+        (no writes; no requests at all for objects known unchanged)."""
+        for unit, desired in list(self.desired.items()):
+            inv = self.cache.state.inventories.get(unit)
+            if not (desired.policy.suspend or (inv is not None and inv.suspended)):
+                continue
+            policy = desired.policy.model_copy(update={"suspend": False})
+            inventories = dict(self.cache.state.inventories)
+            if inv is not None:
+                inventories[unit] = dataclasses.replace(inv, suspended=False)
+            live = LiveState(self.cache.state.objects, inventories)
+            result = self.engine.sync_unit(unit, desired.manifests, policy, live,
+                                           SyncOptions(dry_run=True, repository=self.repository))
+            self.metrics.set_drift(unit.id, drift_by_kind(result))
+
     # -- reporting -------------------------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
@@ -502,8 +518,3 @@ class Agent:
             "queueDepth": self.work.depth(),
             "units": units,
         }
-
-
-def _ref_of(text: str) -> ObjectRef | None:
-    parts = text.split("/")
-    return ObjectRef(parts[0], parts[1], parts[2]) if len(parts) == 3 else None

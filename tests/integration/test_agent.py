@@ -330,3 +330,26 @@ def test_two_agents_one_leader_and_failover(repos: Repos, start_agent: Callable[
     lease = kube.get("Lease", namespace, "flower-syncer") or {}
     assert lease.get("spec", {}).get("holderIdentity") == "second"
     assert re.match(r"\d", str(lease["spec"].get("leaseDurationSeconds", "")))
+
+
+def test_suspend_keeps_drift_until_resume(repos: Repos, start_agent: Callable[..., AgentProc],
+                                          kube_cluster: KubeCluster, namespace: str) -> None:
+    kube = Kube.from_kubeconfig(kube_cluster.kubeconfig)
+    agent = start_agent(str(repos.bare))
+    wait_for("first sync", lambda: sts(kube, namespace).get("spec", {}).get("replicas") == 2, log=agent.log)
+    env = {**os.environ, "KUBECONFIG": kube_cluster.kubeconfig}
+    out = subprocess.run([sys.executable, "-m", "syncer", "suspend", "fed"], capture_output=True, text=True, env=env,
+                         check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"federation/{namespace}/fed suspended"
+    time.sleep(1)
+    kube_cluster.kubectl("-n", namespace, "scale", "statefulset", "fed-supernode-a", "--replicas=6")
+    unit = f"federation/{namespace}/fed"
+    wait_for("drift measured", lambda: (agent.metric("flower_syncer_drift_objects", unit=unit, kind="StatefulSet")
+                                        or 0) >= 1, timeout=30, log=agent.log)
+    assert sts(kube, namespace)["spec"]["replicas"] == 6  # not healed while suspended
+    out = subprocess.run([sys.executable, "-m", "syncer", "resume", f"federation/{namespace}/fed"],
+                         capture_output=True, text=True, env=env, check=False)
+    assert out.returncode == 0, out.stderr
+    wait_for("healed after resume", lambda: sts(kube, namespace).get("spec", {}).get("replicas") == 2, timeout=15,
+             log=agent.log)

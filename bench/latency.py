@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""Agent latency benchmark against the local control plane.
+
+1. commit-to-applied: 50 one-file commits pushed to a local bare repository that the agent
+   (`flower-syncer run`) syncs; time from the start of `git push` until the change is in the
+   cluster (seen through a watch on the object).
+2. drift-to-corrected: 50 outside edits (an imperative `scale` of a managed StatefulSet); time
+   from the edit until the agent has put the replica count back.
+
+Prints p50/p95/max of both. Targets: commit-to-applied p50 < 0.5 s and p95 < 1 s;
+drift-to-corrected p50 < 1 s.
+
+    python3 bench/latency.py                      # starts a dedicated devcluster, stops it after
+    python3 bench/latency.py --kubeconfig FILE    # use a running (loopback) cluster
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import queue
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from syncer.cluster.client import Kube, path_for  # noqa: E402
+
+FED = """\
+apiVersion: flwr.exalsius.ai/v1
+kind: Federation
+metadata:
+  name: bench
+spec:
+  mode: StatefulSet
+  isolationMode: subprocess
+  superlink:
+    image: flwr/superlink:1.25.0
+  supernodes:
+    image: flwr/supernode:1.25.0
+    pools:
+      - name: a
+        replicas: 2
+        images: {{}}
+        env:
+          - name: BENCH_ROUND
+            value: "{round}"
+"""
+GIT_ENV = {**os.environ, "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@localhost",
+           "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@localhost"}
+
+
+def git(cwd: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, env=GIT_ENV)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class Watcher:
+    """Follows one StatefulSet through a watch and reports (time, env value, replicas)."""
+
+    def __init__(self, kube: Kube, namespace: str, name: str) -> None:
+        self.events: queue.Queue[tuple[float, str, int]] = queue.Queue()
+        self.kube, self.namespace, self.name = kube, namespace, name
+        self.stop = threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                for event in self.kube.watch("StatefulSet", self.namespace, timeout_seconds=60):
+                    obj = event.get("object", {})
+                    if obj.get("metadata", {}).get("name") != self.name:
+                        continue
+                    spec = obj.get("spec", {})
+                    env = spec.get("template", {}).get("spec", {}).get("containers", [{}])[0].get("env", [])
+                    value = next((e.get("value", "") for e in env if e.get("name") == "BENCH_ROUND"), "")
+                    self.events.put((time.perf_counter(), value, int(spec.get("replicas", 0))))
+            except Exception:  # a broken stream: watch again
+                time.sleep(0.05)
+
+    def until(self, predicate: Any, timeout: float = 30) -> float:
+        deadline = time.perf_counter() + timeout
+        while True:
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                raise TimeoutError("the change did not show up in time")
+            try:
+                t, value, replicas = self.events.get(timeout=left)
+            except queue.Empty:
+                continue
+            if predicate(value, replicas):
+                return t
+
+
+def percentiles(values: list[float]) -> str:
+    ordered = sorted(values)
+    p50 = statistics.median(ordered)
+    p95 = ordered[max(0, int(round(0.95 * len(ordered))) - 1)]
+    return f"p50 {p50 * 1000:7.0f} ms   p95 {p95 * 1000:7.0f} ms   max {ordered[-1] * 1000:7.0f} ms"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--commits", type=int, default=50)
+    ap.add_argument("--edits", type=int, default=50)
+    ap.add_argument("--kubeconfig", default=None)
+    args = ap.parse_args()
+    env = {**os.environ, "FLOWER_SYNCER_DEVCLUSTER_DIR": str(Path.home() / ".cache/flower-syncer/devcluster/bench")}
+    started = False
+    kubeconfig = args.kubeconfig
+    if kubeconfig is None:
+        print("starting a dedicated local control plane ...", flush=True)
+        subprocess.run([sys.executable, str(ROOT / "tools" / "devcluster.py"), "up"], env=env, check=True,
+                       capture_output=True)
+        kubeconfig = subprocess.run([sys.executable, str(ROOT / "tools" / "devcluster.py"), "kubeconfig"], env=env,
+                                    check=True, capture_output=True, text=True).stdout.strip()
+        started = True
+    kube = Kube.from_kubeconfig(kubeconfig)
+    namespace = f"latency-{uuid.uuid4().hex[:6]}"
+    kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    agent = None
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            bare, work = Path(tmp) / "config.git", Path(tmp) / "work"
+            git(Path(tmp), "init", "-q", "--bare", "-b", "main", str(bare))
+            git(Path(tmp), "clone", "-q", str(bare), str(work))
+            git(work, "checkout", "-q", "-b", "main")
+            (work / "federations").mkdir()
+            (work / "flower-syncer.yaml").write_text(f"name: {namespace}\ndefaultNamespace: {namespace}\n")
+            (work / "federations" / "bench.yaml").write_text(FED.format(round=0))
+            git(work, "add", "-A")
+            git(work, "commit", "-qm", "round 0")
+            git(work, "push", "-q", "origin", "HEAD:main")
+            port = free_port()
+            log = open(Path(tmp) / "agent.log", "w")  # noqa: SIM115 - lives as long as the agent
+            agent = subprocess.Popen([sys.executable, "-m", "syncer", "run", "--repo", str(bare), "--kubeconfig",
+                                      kubeconfig, "--listen", f"127.0.0.1:{port}", "--namespaces", namespace,
+                                      "--lease-namespace", namespace, "--cache-dir", str(Path(tmp) / "cache"),
+                                      "--log-format", "json", "--log-level", "warning"], stderr=log)
+            watcher = Watcher(kube, namespace, "bench-supernode-a")
+            deadline = time.monotonic() + 60
+            while kube.get("StatefulSet", namespace, "bench-supernode-a") is None:
+                if time.monotonic() > deadline or agent.poll() is not None:
+                    raise RuntimeError("the agent did not apply the first revision")
+                time.sleep(0.1)
+            while urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5).status != 200:  # noqa: S310
+                time.sleep(0.1)
+            time.sleep(1)
+
+            commit_lat = []
+            for i in range(1, args.commits + 1):
+                (work / "federations" / "bench.yaml").write_text(FED.format(round=i))
+                git(work, "commit", "-qam", f"round {i}")
+                t0 = time.perf_counter()
+                git(work, "push", "-q", "origin", "HEAD:main")
+                t1 = watcher.until(lambda value, _r, i=i: value == str(i))
+                commit_lat.append(t1 - t0)
+            print(f"commit-to-applied   ({args.commits} pushes)  {percentiles(commit_lat)}")
+
+            drift_lat = []
+            path = path_for("StatefulSet", namespace, "bench-supernode-a") + "/scale"
+            for i in range(args.edits):
+                replicas = 3 + i % 3
+                t0 = time.perf_counter()
+                kube.request("PATCH", path, body={"spec": {"replicas": replicas}},
+                             content_type="application/merge-patch+json", query={"fieldManager": "bench-edit"})
+                t1 = watcher.until(lambda _v, r: r == 2)
+                drift_lat.append(t1 - t0)
+            print(f"drift-to-corrected  ({args.edits} edits)   {percentiles(drift_lat)}")
+            watcher.stop.set()
+            c50, c95 = statistics.median(commit_lat), sorted(commit_lat)[int(0.95 * len(commit_lat)) - 1]
+            d50 = statistics.median(drift_lat)
+            checks = [(f"commit-to-applied p50 < 0.5 s ({c50:.3f} s)", c50 < 0.5),
+                      (f"commit-to-applied p95 < 1 s ({c95:.3f} s)", c95 < 1.0),
+                      (f"drift-to-corrected p50 < 1 s ({d50:.3f} s)", d50 < 1.0)]
+            for label, ok in checks:
+                print(f"  {'PASS' if ok else 'FAIL'}  {label}")
+            return 0 if all(ok for _, ok in checks) else 1
+    finally:
+        if agent is not None and agent.poll() is None:
+            agent.send_signal(signal.SIGTERM)
+            agent.wait(30)
+        kube.delete("Namespace", None, namespace)
+        if started:
+            subprocess.run([sys.executable, str(ROOT / "tools" / "devcluster.py"), "down"], env=env,
+                           capture_output=True, check=False)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
