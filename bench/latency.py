@@ -112,7 +112,7 @@ class Watcher:
 def percentiles(values: list[float]) -> str:
     ordered = sorted(values)
     p50 = statistics.median(ordered)
-    p95 = ordered[max(0, int(round(0.95 * len(ordered))) - 1)]
+    p95 = ordered[max(0, round(0.95 * len(ordered)) - 1)]
     return f"p50 {p50 * 1000:7.0f} ms   p95 {p95 * 1000:7.0f} ms   max {ordered[-1] * 1000:7.0f} ms"
 
 
@@ -149,7 +149,7 @@ def main() -> int:
             git(work, "commit", "-qm", "round 0")
             git(work, "push", "-q", "origin", "HEAD:main")
             port = free_port()
-            log = open(Path(tmp) / "agent.log", "w")  # noqa: SIM115 - lives as long as the agent
+            log = (Path(tmp) / "agent.log").open("w")  # open as long as the agent runs
             agent = subprocess.Popen([sys.executable, "-m", "syncer", "run", "--repo", str(bare), "--kubeconfig",
                                       kubeconfig, "--listen", f"127.0.0.1:{port}", "--namespaces", namespace,
                                       "--lease-namespace", namespace, "--cache-dir", str(Path(tmp) / "cache"),
@@ -160,7 +160,7 @@ def main() -> int:
                 if time.monotonic() > deadline or agent.poll() is not None:
                     raise RuntimeError("the agent did not apply the first revision")
                 time.sleep(0.1)
-            while urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5).status != 200:  # noqa: S310
+            while urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5).status != 200:
                 time.sleep(0.1)
             time.sleep(1)
 
