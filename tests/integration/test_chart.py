@@ -12,11 +12,15 @@ import json
 import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
-import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -517,6 +521,7 @@ def test_api_server_accepts_the_chart(kube_cluster: KubeCluster, helm: str, name
 
 
 def _sa_kubeconfig(kube_cluster: KubeCluster, namespace: str, service_account: str, path: Path) -> Path:
+    """A kubeconfig with a TokenRequest token of the ServiceAccount (server and CA from the admin's)."""
     token = kube_cluster.kubectl("create", "token", service_account, "-n", namespace,
                                  "--duration", "10m").stdout.strip()
     admin = json.loads(kube_cluster.kubectl("config", "view", "--raw", "--minify", "--flatten", "-o", "json").stdout)
@@ -530,71 +535,81 @@ def _sa_kubeconfig(kube_cluster: KubeCluster, namespace: str, service_account: s
     return path
 
 
-@pytest.mark.cluster
-def test_sync_with_the_chart_service_account(kube_cluster: KubeCluster, helm: str, namespace: str,
-                                             second_namespace: str, tmp_path: Path) -> None:
-    """Namespaced mode: the chart's ServiceAccount and RBAC, not admin, sync config/examples into
-    two namespaces, report status, elect a leader; everything else is refused."""
+@dataclass
+class ChartIdentity:
+    """The chart applied in namespaced mode (ServiceAccount + RBAC only) and a config repo for it."""
+
+    namespaces: tuple[str, str]  # release namespace (also a target), second target namespace
+    objects: list[dict[str, Any]]  # the whole rendered chart
+    kubeconfig: Path  # the ServiceAccount's token, nothing else
+    repo: Path  # config/examples, its units in the two namespaces
+    admin: Kube
+
+
+@pytest.fixture
+def chart_identity(kube_cluster: KubeCluster, helm: str, namespace: str, second_namespace: str,
+                   tmp_path: Path) -> Iterator[ChartIdentity]:
     helm = cluster_helm(kube_cluster, helm)
     values = {"rbac": {"namespaces": [namespace, second_namespace]}}
-    rbac = _template_text(helm, namespace, values, "--show-only", "templates/serviceaccount.yaml",
-                          "--show-only", "templates/rbac.yaml")
-    objs = [d for d in yaml.safe_load_all(rbac) if d]
-    sa = one(objs, "ServiceAccount")["metadata"]["name"]
-    lease_name = one(objs, "Role", namespace=namespace, name="fs-flower-syncer-leader-election")["rules"][1][
-        "resourceNames"][0]
-    (tmp_path / "rbac.yaml").write_text(rbac)
-    try:
-        kube_cluster.kubectl("apply", "--server-side", "-f", str(tmp_path / "rbac.yaml"))
-        _sync_as_service_account(kube_cluster, namespace, second_namespace, sa, lease_name, tmp_path)
-    finally:  # the namespaced objects go with the namespaces
-        kube_cluster.kubectl("delete", "clusterrole,clusterrolebinding", "fs-flower-syncer-" + namespace,
-                             "--ignore-not-found", check=False)
-
-
-def _sync_as_service_account(kube_cluster: KubeCluster, ns: str, ns2: str, sa: str, lease_name: str,
-                             tmp_path: Path) -> None:
+    objs = [d for d in yaml.safe_load_all(_template_text(helm, namespace, values)) if d]
+    rbac = [o for o in objs if o["kind"] in ("ServiceAccount", "Role", "RoleBinding", "ClusterRole",
+                                             "ClusterRoleBinding")]
+    kube_cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(rbac))
     repo = tmp_path / "config"
     shutil.copytree(EXAMPLES, repo)
-    (repo / "flower-syncer.yaml").write_text(f"name: {ns}\ndefaultNamespace: {ns}\n")
+    (repo / "flower-syncer.yaml").write_text(f"name: {namespace}\ndefaultNamespace: {namespace}\n")
     release = repo / "supernodes" / "secure-edge" / "release.yaml"
     assert "namespace: flower-edge" in release.read_text()
-    release.write_text(release.read_text().replace("namespace: flower-edge", f"namespace: {ns2}"))
+    release.write_text(release.read_text().replace("namespace: flower-edge", f"namespace: {second_namespace}"))
     admin = Kube.from_kubeconfig(kube_cluster.kubeconfig)
     tls = {"tls.crt": "cert", "tls.key": "key", "ca.crt": "ca"}
-    b64 = {k: base64.b64encode(v.encode()).decode() for k, v in tls.items()}
     admin.apply({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
-                 "metadata": {"name": "superlink-tls", "namespace": ns2}, "data": b64}, manager="cert-manager")
-    kubeconfig = _sa_kubeconfig(kube_cluster, ns, sa, tmp_path / "sa.kubeconfig")
+                 "metadata": {"name": "superlink-tls", "namespace": second_namespace},
+                 "data": {k: base64.b64encode(v.encode()).decode() for k, v in tls.items()}}, manager="cert-manager")
+    kubeconfig = _sa_kubeconfig(kube_cluster, namespace, one(objs, "ServiceAccount")["metadata"]["name"],
+                                tmp_path / "sa.kubeconfig")
+    yield ChartIdentity((namespace, second_namespace), objs, kubeconfig, repo, admin)
+    # the namespaced objects go with the namespaces
+    kube_cluster.kubectl("delete", "clusterrole,clusterrolebinding", "fs-flower-syncer-" + namespace,
+                         "--ignore-not-found", check=False)
+
+
+def _units(ns: str, ns2: str) -> set[str]:
+    return {f"federation/{ns}/federation-gpu", f"federation/{ns}/federation-statefulset", f"supernode/{ns}/pytorch",
+            f"supernode/{ns}/tensorflow", f"supernode/{ns2}/secure-edge"}
+
+
+@pytest.mark.cluster
+def test_sync_with_the_chart_service_account(chart_identity: ChartIdentity, tmp_path: Path) -> None:
+    """Namespaced mode: the chart's ServiceAccount and RBAC, not admin, sync config/examples into
+    two namespaces and report their status; everything else is refused."""
+    ns, ns2 = chart_identity.namespaces
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}  # no KUBECONFIG: only the ServiceAccount's token
 
     def syncer(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "syncer", *args, "--kubeconfig", str(kubeconfig)],
+        return subprocess.run([sys.executable, "-m", "syncer", *args, "--kubeconfig", str(chart_identity.kubeconfig)],
                               capture_output=True, text=True, env=env, timeout=timeout, check=False, cwd=REPO)
 
-    out = syncer("sync", str(repo), "--wait", "--timeout", "90s", "-o", "json", timeout=120)
+    repo = str(chart_identity.repo)
+    out = syncer("sync", repo, "--wait", "--timeout", "90s", "-o", "json", timeout=120)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     report = json.loads(out.stdout)
     assert report["ok"] and report["healthy"] and report["writes"] > 0
-    assert {u["unit"] for u in report["units"]} == {
-        f"federation/{ns}/federation-gpu", f"federation/{ns}/federation-statefulset", f"supernode/{ns}/pytorch",
-        f"supernode/{ns}/tensorflow", f"supernode/{ns2}/secure-edge"}
-    ca = admin.get("Secret", ns2, "secure-edge-superlink-ca")
+    assert {u["unit"] for u in report["units"]} == _units(ns, ns2)
+    ca = chart_identity.admin.get("Secret", ns2, "secure-edge-superlink-ca")
     assert ca is not None and base64.b64decode(ca["data"]["ca.crt"]) == b"ca"
 
-    status = syncer("status", str(repo), "-o", "json")
+    status = syncer("status", repo, "-o", "json")
     assert status.returncode == 0, status.stdout[-3000:] + status.stderr[-3000:]
     st = json.loads(status.stdout)
     assert len(st["units"]) == 5 and all(u["ready"] and u["drift"] == 0 for u in st["units"]), st["units"]
     # the GPU table needs pods cluster-wide, which namespaced RBAC does not grant: reported, not fatal
     assert "forbidden" in st["gpus"].get("error", "")
-    again = syncer("sync", str(repo), "-o", "json")
+    again = syncer("sync", repo, "-o", "json")
     assert again.returncode == 0 and json.loads(again.stdout)["writes"] == 0, again.stdout[-2000:] + again.stderr
 
-    kube = Kube.from_kubeconfig(str(kubeconfig))
-    _leader_election(kube, admin, ns, sa, lease_name)
-
     # everything outside the list is refused
+    kube = Kube.from_kubeconfig(str(chart_identity.kubeconfig))
     for call in (
         lambda: kube.list("Secret", "default"),
         lambda: kube.list("Secret", None),
@@ -607,32 +622,90 @@ def _sync_as_service_account(kube_cluster: KubeCluster, ns: str, ns2: str, sa: s
                                  "metadata": {"labels": {"a": "b"}},
                                  "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}}),
         lambda: kube.list("Lease", ns),
+        lambda: kube.get("Lease", ns, "another-lease"),
     ):
         with pytest.raises(ApiError) as err:
             call()
         assert err.value.status == 403, err.value
 
 
-def _leader_election(kube: Kube, admin: Kube, ns: str, sa: str, lease_name: str) -> None:
-    """The agent's leader election works with the chart's Lease Role (create, get, update)."""
-    from syncer.cluster.lease import LeaderElector
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
-    identity = f"{sa}-pod-0"
-    elector = LeaderElector(kube, ns, lease_name, identity, lease_duration=6, renew_period=1, retry_period=1,
-                            on_started_leading=lambda: None, on_stopped_leading=lambda: None)
-    stop = threading.Event()
-    thread = threading.Thread(target=elector.run, args=(stop,), daemon=True)
-    thread.start()
+
+def _get(url: str) -> tuple[int, bytes]:
     try:
-        deadline = time.monotonic() + 15
-        while not elector.is_leader and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert elector.is_leader
-        lease = admin.get("Lease", ns, lease_name)
-        assert lease is not None and lease["spec"]["holderIdentity"] == identity
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except (urllib.error.URLError, OSError):
+        return 0, b""
+
+
+@pytest.mark.cluster
+def test_agent_runs_with_the_chart_environment(chart_identity: ChartIdentity, tmp_path: Path) -> None:
+    """`flower-syncer run` with the environment the chart's Deployment sets (only the listen
+    address, cache dir, repository and kubeconfig changed for a process outside a pod) and the
+    ServiceAccount's token: it leads through its Lease, syncs every unit, and releases the Lease
+    on SIGTERM."""
+    ns, ns2 = chart_identity.namespaces
+    repo = chart_identity.repo
+    git_env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@localhost", "GIT_COMMITTER_NAME": "t",
+               "GIT_COMMITTER_EMAIL": "t@localhost", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-qm", "config"]):
+        subprocess.run(["git", *args], cwd=repo, env=git_env, check=True, capture_output=True, timeout=30)
+
+    pod = "fs-flower-syncer-5d9c7b-x2x7q"
+    env = {"PATH": "/usr/bin:/bin"}
+    for e in container(chart_identity.objects)["env"]:
+        env[e["name"]] = e.get("value", pod)  # the only fieldRef: metadata.name
+    assert env["FLOWER_SYNCER_IDENTITY"] == pod
+    assert env["FLOWER_SYNCER_NAMESPACES"] == f"{ns},{ns2}"
+    assert env["FLOWER_SYNCER_LEASE_NAMESPACE"] == ns
+    port = _free_port()
+    env.update({"FLOWER_SYNCER_REPO": str(repo), "FLOWER_SYNCER_LISTEN": f"127.0.0.1:{port}",
+                "FLOWER_SYNCER_CACHE_DIR": str(tmp_path / "cache"), "HOME": str(tmp_path),
+                "FLOWER_SYNCER_KUBECONFIG": str(chart_identity.kubeconfig)})
+    log = tmp_path / "agent.log"
+    with log.open("w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "syncer", "run"], env=env, cwd=REPO, stdout=subprocess.DEVNULL,
+                                stderr=err)
+    url = f"http://127.0.0.1:{port}"
+    lease_name = env["FLOWER_SYNCER_LEASE_NAME"]
+    try:
+        deadline = time.monotonic() + 45
+        status: dict[str, Any] = {}
+        while time.monotonic() < deadline and proc.poll() is None:
+            code, body = _get(url + "/api/v1/status")
+            status = json.loads(body) if code == 200 else {}
+            units = {u["unit"]: u for u in status.get("units", [])}
+            if status.get("leader") and set(units) == _units(ns, ns2) and all(u["ok"] for u in units.values()):
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail(f"agent did not sync every unit: {status}\n--- log ---\n{log.read_text()[-4000:]}")
+        assert _get(url + "/readyz")[0] == 200
+        assert _get(url + "/healthz")[0] == 200
+        lease = chart_identity.admin.get("Lease", ns, lease_name)
+        assert lease is not None and lease["spec"]["holderIdentity"] == pod
+        assert chart_identity.admin.get("Deployment", ns2, "secure-edge-flower-client-supernode") is not None
+        metrics = _get(url + "/metrics")
+        assert metrics[0] == 200 and b"flower_syncer_" in metrics[1]
+        lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+        problems = [line for line in lines if line.get("level") in ("warning", "error")]
+        assert not problems, problems  # e.g. a watch refused by RBAC
     finally:
-        assert elector.release()
-        stop.set()
-        thread.join(10)
-    lease = admin.get("Lease", ns, lease_name)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert code == 0, log.read_text()[-4000:]
+    lease = chart_identity.admin.get("Lease", ns, lease_name)
     assert lease is not None and lease["spec"].get("holderIdentity", "") == ""
