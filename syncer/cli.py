@@ -162,6 +162,17 @@ def _add_cluster_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, "
                                                      "or in-cluster credentials)")
     p.add_argument("--context", default=None, help="kubeconfig context to use")
+    p.add_argument("--namespaces", default=None, metavar="NS[,NS...]",
+                   help="only read these namespaces, for credentials limited to them (the chart's namespaced "
+                        "RBAC); default $FLOWER_SYNCER_NAMESPACES, else cluster-wide")
+
+
+def _namespaces(args: argparse.Namespace) -> list[str] | None:
+    import os
+
+    text = getattr(args, "namespaces", None) or os.environ.get("FLOWER_SYNCER_NAMESPACES", "")
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    return names or None
 
 
 def _duration(text: str) -> float:
@@ -357,7 +368,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
     _print_diagnostics([d for d in diags if d.severity == "error"], sys.stderr)
     try:
         engine = Engine(_connect(args))
-        report = engine.sync(state, rendered, SyncOptions(dry_run=True, with_diff=True, selectors=args.unit))
+        report = engine.sync(state, rendered, SyncOptions(dry_run=True, with_diff=True, selectors=args.unit,
+                                                          namespaces=_namespaces(args)))
     except (ClusterUnreachable, ApiError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -393,7 +405,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
     _print_diagnostics(diags, sys.stderr)
     revision = args.revision if args.revision is not None else _git_revision(args.dir)
     opts = SyncOptions(dry_run=args.dry_run, force_conflicts=args.force_conflicts, prune=args.prune,
-                       allow_empty=args.allow_empty, revision=revision, selectors=args.unit)
+                       allow_empty=args.allow_empty, revision=revision, selectors=args.unit,
+                       namespaces=_namespaces(args))
     progress = _progress(args.output == "text")
     try:
         engine = Engine(_connect(args), progress=progress)
@@ -443,12 +456,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     import time
 
     from syncer.cluster.client import ApiError, ClusterUnreachable
-    from syncer.observe.status import StatusReport, drift_counts, format_report, status, unit_from_id
+    from syncer.observe.status import StatusReport, discover_units, drift_counts, format_report, status, unit_from_id
     from syncer.render.common import Manifest, Unit, to_json
 
     def one_round(kube: Any, first: bool) -> tuple[StatusReport | None, int]:
         if args.dir is None:
-            report = status(kube, None, selectors=args.unit)
+            scope = _namespaces(args)
+            report = status(kube, list(discover_units(kube, scope)) if scope else None, selectors=args.unit)
             if args.unit and not report.units:
                 if first:
                     print(f"error: no unit in the cluster matches {', '.join(args.unit)}", file=sys.stderr)
@@ -587,7 +601,9 @@ def cmd_suspend(args: argparse.Namespace) -> int:
 
     try:
         kube = _connect(args)
-        cms, _ = kube.list("ConfigMap", None, labels=INVENTORY_SELECTOR)
+        limited = _namespaces(args)
+        scopes: list[str | None] = list(limited) if limited else [None]
+        cms = [cm for ns in scopes for cm in kube.list("ConfigMap", ns, labels=INVENTORY_SELECTOR)[0]]
         matches = [(cm, inv) for cm in cms if (inv := decode(cm)) is not None and unit_matches(inv.unit, args.unit)]
         if len(matches) != 1:
             found = ", ".join(sorted(inv.unit.id for _, inv in matches)) or "none"

@@ -215,6 +215,12 @@ class Agent:
         self.events.put(FetchRequested(reason))
 
     def request_resync(self, unit: str | None, wait: bool, timeout: float) -> dict[str, Any]:
+        if not self.leading.is_set():
+            # a standby fetches but never syncs: waiting here would only time out
+            self.request_fetch("resync")
+            return {"accepted": False, "done": False,
+                    "error": "this agent is a standby, not the Lease holder: send the request to the leader "
+                             "(the standby only fetched)"}
         waiter = Waiter(selector=unit) if wait else None
         self.events.put(ResyncRequested(unit, waiter))
         if waiter is None:

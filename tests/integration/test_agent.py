@@ -338,8 +338,8 @@ def test_suspend_keeps_drift_until_resume(repos: Repos, start_agent: Callable[..
     agent = start_agent(str(repos.bare))
     wait_for("first sync", lambda: sts(kube, namespace).get("spec", {}).get("replicas") == 2, log=agent.log)
     env = {**os.environ, "KUBECONFIG": kube_cluster.kubeconfig}
-    out = subprocess.run([sys.executable, "-m", "syncer", "suspend", "fed"], capture_output=True, text=True, env=env,
-                         check=False)
+    out = subprocess.run([sys.executable, "-m", "syncer", "suspend", f"federation/{namespace}/fed"],
+                         capture_output=True, text=True, env=env, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"federation/{namespace}/fed suspended"
     time.sleep(1)
