@@ -26,12 +26,12 @@ import structlog
 
 from syncer.agent.cache import LiveCache
 from syncer.agent.workqueue import WorkQueue
-from syncer.cluster.client import Kube
+from syncer.cluster.client import FIELD_MANAGER, Kube
 from syncer.diagnostics import Diagnostic
 from syncer.engine.changeset import Action, UnitResult
 from syncer.engine.inventory import DEFAULT_REPOSITORY, Inventory, ObjectRef
 from syncer.engine.live import LiveState
-from syncer.engine.normalize import fingerprint
+from syncer.engine.normalize import ANN_APPLIED_HASH, fingerprint, managed_fields_hash
 from syncer.engine.sync import Engine, SyncOptions
 from syncer.models.settings import SyncPolicy
 from syncer.observe.metrics import Metrics, corrections_by_kind, drift_by_kind
@@ -66,7 +66,7 @@ class FetchFailed:
 class ObjectChanged:
     unit: Unit
     ref: ObjectRef
-    deleted: bool
+    obj: dict[str, Any] | None  # None: deleted
 
 
 @dataclass(frozen=True)
@@ -234,7 +234,7 @@ class Agent:
         labels = (obj or {}).get("metadata", {}).get("labels", {})
         unit = self._unit_of(ref, labels)
         if unit is not None:
-            self.events.put(ObjectChanged(unit, ref, obj is None))
+            self.events.put(ObjectChanged(unit, ref, obj))
 
     @property
     def repository(self) -> str:
@@ -247,6 +247,20 @@ class Agent:
             return True
         inv = self.cache.state.inventories.get(unit)
         return inv is not None and self.repo is not None and inv.repository == self.repository
+
+    def _touched(self, event: ObjectChanged) -> bool:
+        """Did something change that is ours? Status updates and other managers' own fields are
+        not drift: the object still carries our fingerprint and our field set is the one recorded
+        when we applied it (the check the engine makes before asking the server)."""
+        if event.obj is None:
+            return True
+        inv = self.cache.state.inventories.get(event.unit)
+        entry = inv.entries.get(event.ref) if inv is not None else None
+        if entry is None:
+            return True
+        annotations = event.obj.get("metadata", {}).get("annotations", {})
+        return (annotations.get(ANN_APPLIED_HASH) != entry.applied
+                or managed_fields_hash(event.obj, FIELD_MANAGER) != entry.fields)
 
     def _unit_of(self, ref: ObjectRef, labels: dict[str, str]) -> Unit | None:
         name = labels.get(LABEL_UNIT)
@@ -308,10 +322,12 @@ class Agent:
                 waiter.error = str(event.error)
                 waiter.done.set()
                 self._waiters.remove(waiter)
-        elif isinstance(event, ObjectChanged | InventoryChanged):
-            unit = event.unit if isinstance(event, ObjectChanged) else event.inventory.unit
-            if self._ours(unit):
-                self.work.add(unit)
+        elif isinstance(event, ObjectChanged):
+            if self._ours(event.unit) and self._touched(event):
+                self.work.add(event.unit)
+        elif isinstance(event, InventoryChanged):
+            if self._ours(event.inventory.unit):
+                self.work.add(event.inventory.unit)
         elif isinstance(event, ResyncRequested):
             if event.waiter is not None:
                 self._waiters.append(event.waiter)
