@@ -1,0 +1,220 @@
+"""The Grafana dashboards and alert rules in dashboards/: well-formed, only metrics the agent
+exports, and the Helm chart's copies byte-identical (tools/sync_chart_files.py). The queries and
+rules run against a live agent in tests/integration/test_prometheus.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+from syncer.observe.metrics import Metrics
+
+ROOT = Path(__file__).resolve().parents[2]
+DASHBOARDS = ROOT / "dashboards"
+ALERTS = DASHBOARDS / "alerts.yaml"
+BOARDS = {"flower-federations.json": "flower-federations", "flower-syncer-agent.json": "flower-syncer-agent"}
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+PANEL_TYPES = {"timeseries", "stat", "table", "bargauge"}
+METRIC = re.compile(r"\bflower_syncer_[a-z_]+")
+# The sample names each metric type exposes (prometheus_client; _created unless disabled).
+SUFFIXES = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum", "_count", "_created"),
+            "summary": ("", "_sum", "_count", "_created"), "gauge": ("",), "info": ("_info",)}
+
+
+def _load_sync_tool() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("sync_chart_files", ROOT / "tools" / "sync_chart_files.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+sync_tool = _load_sync_tool()
+
+
+def exposed_names() -> set[str]:
+    """Every sample name a `Metrics` registry can expose: `flower_syncer_sync_total`, not the family
+    name `flower_syncer_sync`; `_bucket`/`_sum`/`_count` of histograms, never their bare name."""
+    names: set[str] = set()
+    for family in Metrics().registry.collect():
+        names.update(family.name + s for s in SUFFIXES[family.type])
+    return names
+
+
+def unknown_metrics(expr: str, known: set[str]) -> list[str]:
+    return sorted({m for m in METRIC.findall(expr) if m not in known})
+
+
+def load_board(name: str) -> dict[str, Any]:
+    board: dict[str, Any] = json.loads((DASHBOARDS / name).read_text())
+    return board
+
+
+def panels(board: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for p in board["panels"]:
+        yield p
+        yield from p.get("panels", [])  # collapsed rows
+
+
+def variables(board: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {v["name"]: v for v in board["templating"]["list"]}
+
+
+def rules() -> list[dict[str, Any]]:
+    doc = yaml.safe_load(ALERTS.read_text())
+    return [r for g in doc["groups"] for r in g["rules"]]
+
+
+# -- metric names -----------------------------------------------------------------------------------
+
+
+def test_metric_name_check_knows_suffixes() -> None:
+    known = exposed_names()
+    ok = ("flower_syncer_sync_total", "flower_syncer_sync_duration_seconds_bucket",
+          "flower_syncer_commit_to_applied_seconds_count", "flower_syncer_source_revision_info",
+          "flower_syncer_build_info", "flower_syncer_pool_gpus_requested", "flower_syncer_node_gpus_used",
+          "flower_syncer_source_fetch_errors_total", "flower_syncer_drift_corrections_created")
+    assert not unknown_metrics(" ".join(ok), known)
+    # a family name without its sample suffix, a doubled suffix, a suffix the type does not have, a typo
+    bad = ("flower_syncer_sync", "flower_syncer_sync_duration_seconds", "flower_syncer_sync_total_total",
+           "flower_syncer_up_total", "flower_syncer_leader_info", "flower_syncer_sync_errors_total")
+    assert unknown_metrics("rate(" + ") + rate(".join(bad) + ")", known) == sorted(bad)
+
+
+# -- dashboards -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(BOARDS))
+def test_dashboard_is_current_grafana_json(name: str) -> None:
+    board = load_board(name)
+    assert board["uid"] == BOARDS[name]
+    assert board["schemaVersion"] >= 39
+    assert board["title"] and board["description"]
+    assert board.get("id") is None  # provisioned boards get their id from Grafana
+    ids = [p["id"] for p in panels(board)]
+    assert len(ids) == len(set(ids)) and all(isinstance(i, int) for i in ids), ids
+    titles = [p["title"] for p in panels(board)]
+    assert len(titles) == len(set(titles)), titles
+    for p in panels(board):
+        where = f"{name} panel {p['id']} {p.get('title')!r}"
+        assert p["type"] in PANEL_TYPES, where
+        assert p["datasource"] == DATASOURCE, where
+        assert p.get("title") and p.get("description"), where
+        assert {"x", "y", "w", "h"} <= set(p["gridPos"]), where
+        assert p["fieldConfig"]["defaults"].get("unit"), f"{where}: no unit"
+        assert p["targets"], where
+        refs = [t["refId"] for t in p["targets"]]
+        assert len(refs) == len(set(refs)), where
+        for t in p["targets"]:
+            assert t["datasource"] == DATASOURCE, where
+            assert t["expr"].strip(), where
+
+
+@pytest.mark.parametrize("name", sorted(BOARDS))
+def test_dashboard_variables(name: str) -> None:
+    board = load_board(name)
+    v = variables(board)
+    assert v["datasource"]["type"] == "datasource" and v["datasource"]["query"] == "prometheus"
+    unit = v["unit"]
+    assert unit["type"] == "query" and unit["datasource"] == DATASOURCE
+    assert unit["definition"] == unit["query"]["query"] == "label_values(flower_syncer_unit_ready, unit)"
+    assert unit["multi"] and unit["includeAll"]
+    used: set[str] = set()
+    for p in panels(board):
+        for t in p["targets"]:
+            used.update(re.findall(r"\$\{?(\w+)", t["expr"]))
+    assert "unit" in used
+    assert used <= set(v) | {"__rate_interval", "__interval", "__range"}, used - set(v)
+    if name == "flower-federations.json":
+        fed = v["federation"]
+        assert fed["type"] == "query" and fed["datasource"] == DATASOURCE and fed["multi"] and fed["includeAll"]
+        assert fed["query"]["query"] == "label_values(flower_syncer_unit_ready, unit)"
+        regex = fed["regex"].strip("/")
+        assert re.fullmatch(regex, "federation/flower/fed") and not re.fullmatch(regex, "supernode/edge/x")
+        # "All" is the allValue, not the filtered list: it must keep SuperNode releases out too
+        assert re.fullmatch(fed["allValue"], "federation/ns/a") and not re.fullmatch(fed["allValue"], "supernode/a/b")
+        assert "federation" in used
+
+
+@pytest.mark.parametrize("name", sorted(BOARDS))
+def test_dashboard_uses_only_exported_metrics(name: str) -> None:
+    known = exposed_names()
+    board = load_board(name)
+    exprs = [t["expr"] for p in panels(board) for t in p["targets"]]
+    exprs += [v["query"]["query"] for v in board["templating"]["list"] if v["type"] == "query"]
+    problems = {e: unknown_metrics(e, known) for e in exprs if unknown_metrics(e, known)}
+    assert not problems, problems
+
+
+# -- alerts ---------------------------------------------------------------------------------------------
+
+
+def test_alert_rules() -> None:
+    known = exposed_names()
+    found = rules()
+    names = {r["alert"] for r in found}
+    assert names == {"FlowerSyncerSyncFailing", "FlowerSyncerDriftPersisting", "FlowerSyncerPoolNotReady",
+                     "FlowerSyncerGPURequestsUnschedulable", "FlowerSyncerSourceStale", "FlowerSyncerConfigErrors",
+                     "FlowerSyncerAgentDown", "FlowerSyncerNoLeader"}
+    for r in found:
+        assert r["labels"]["severity"] in ("critical", "warning", "info"), r["alert"]
+        assert r["annotations"]["summary"] and r["annotations"]["description"], r["alert"]
+        assert re.fullmatch(r"\d+[smh]", r.get("for", "")), f"{r['alert']}: for: {r.get('for')}"
+        assert not unknown_metrics(r["expr"], known), (r["alert"], unknown_metrics(r["expr"], known))
+        assert METRIC.search(r["expr"]), r["alert"]
+    # every alert tells what to run
+    for name in names:
+        text = " ".join(r["annotations"]["description"] for r in found if r["alert"] == name)
+        assert "flower-syncer " in text or "/api/v1/status" in text, name
+
+
+def test_alert_metric_check_catches_unknown_metric() -> None:
+    expr = next(r["expr"] for r in rules() if r["alert"] == "FlowerSyncerSyncFailing")
+    assert unknown_metrics(expr.replace("sync_total", "sync_errors_total"), exposed_names()) == [
+        "flower_syncer_sync_errors_total"]
+
+
+# -- the chart's copies -------------------------------------------------------------------------------
+
+
+def test_chart_copies_are_identical() -> None:
+    assert sync_tool.differences() == [], "run: python3 tools/sync_chart_files.py"
+    chart = ROOT / "charts" / "flower-syncer" / "files"
+    assert (chart / "alerts.yaml").read_bytes() == ALERTS.read_bytes()
+    for name in BOARDS:
+        assert (chart / "dashboards" / name).read_bytes() == (DASHBOARDS / name).read_bytes()
+    # the chart's template puts the `groups` document as it is into the PrometheusRule
+    assert yaml.safe_load((chart / "alerts.yaml").read_text())["groups"]
+
+
+def test_sync_tool_detects_and_fixes_differences(tmp_path: Path) -> None:
+    shutil.copytree(DASHBOARDS, tmp_path / "dashboards")
+    files = tmp_path / "charts" / "flower-syncer" / "files"
+    (files / "dashboards").mkdir(parents=True)
+    (files / "dashboards" / "README.md").write_text("not a dashboard\n")
+    (files / "dashboards" / "old.json").write_text("{}\n")
+    (files / "alerts.yaml").write_text("groups: []\n")
+    diffs = sync_tool.differences(tmp_path)
+    assert any("alerts.yaml: differs" in d for d in diffs)
+    assert any("flower-federations.json: missing" in d for d in diffs)
+    assert any("old.json: stale" in d for d in diffs)
+    assert sync_tool.sync(tmp_path)
+    assert sync_tool.differences(tmp_path) == []
+    assert not (files / "dashboards" / "old.json").exists()
+    assert (files / "dashboards" / "README.md").read_text() == "not a dashboard\n"
+    board = files / "dashboards" / "flower-syncer-agent.json"
+    board.write_bytes(board.read_bytes() + b" ")  # one byte off is a difference
+    assert sync_tool.differences(tmp_path) == [
+        "charts/flower-syncer/files/dashboards/flower-syncer-agent.json: differs from "
+        "dashboards/flower-syncer-agent.json"]
+    assert sync_tool.sync(tmp_path) == ["wrote charts/flower-syncer/files/dashboards/flower-syncer-agent.json"]
+    assert sync_tool.sync(tmp_path) == []
