@@ -36,7 +36,7 @@ from syncer.engine.sync import Engine, SyncOptions
 from syncer.models.settings import SyncPolicy
 from syncer.observe.metrics import Metrics, corrections_by_kind, drift_by_kind
 from syncer.render.common import LABEL_UNIT, LABEL_UNIT_KIND, Manifest, Unit
-from syncer.render.repo import render_repo
+from syncer.render.repo import render_repo, unit_matches
 from syncer.repo.loader import RepoState, load_repo
 from syncer.source.git import Checkout, GitSource, SourceError
 
@@ -107,6 +107,7 @@ class Waiter:
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
     revision: str = ""
     error: str = ""
+    unknown_unit: bool = False
 
 
 # -- state ----------------------------------------------------------------------------------------
@@ -228,7 +229,7 @@ class Agent:
         if not waiter.done.wait(timeout):
             return {"accepted": True, "done": False, "error": f"not finished within {timeout:.0f}s"}
         return {"accepted": True, "done": True, "revision": waiter.revision, "error": waiter.error,
-                "units": waiter.results}
+                "unknownUnit": waiter.unknown_unit, "units": waiter.results}
 
     def _on_object(self, _event_type: str, ref: ObjectRef, obj: dict[str, Any] | None) -> None:
         labels = (obj or {}).get("metadata", {}).get("labels", {})
@@ -356,11 +357,10 @@ class Agent:
         for waiter in [w for w in self._waiters if w.units is None]:
             units = set(self.desired) | set(self.cache.state.inventories)
             if waiter.selector:
-                from syncer.render.repo import unit_matches
-
                 units = {u for u in units if unit_matches(u, waiter.selector)}
                 if not units:
                     waiter.error = f"no unit matches {waiter.selector!r}"
+                    waiter.unknown_unit = True
                     waiter.done.set()
                     self._waiters.remove(waiter)
                     continue

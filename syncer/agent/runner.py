@@ -46,7 +46,7 @@ class _Api:
 
     def resync(self, unit: str | None, wait: bool, timeout: float) -> dict[str, Any]:
         result = self.agent.request_resync(unit, wait, timeout)
-        if result.get("error", "").startswith("no unit matches"):
+        if result.get("unknownUnit"):
             raise KeyError(unit)
         return result
 
