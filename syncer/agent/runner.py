@@ -6,6 +6,7 @@ leader lease (so a standby takes over at once), stop the HTTP server, exit 0.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -16,7 +17,7 @@ import structlog
 from syncer import __version__
 from syncer.agent.agent import Agent, AgentOptions
 from syncer.agent.config import AgentConfig, read_secret
-from syncer.cluster.client import ClusterUnreachable, Kube
+from syncer.cluster.client import ApiError, ClusterUnreachable, Kube, path_for
 from syncer.cluster.lease import LeaderElector
 from syncer.http import AgentServer
 from syncer.logs import configure
@@ -97,12 +98,12 @@ def run(config: AgentConfig) -> int:
     elector_thread = None
     if config.leader_elect:
         elector = LeaderElector(kube, config.lease_namespace, config.lease_name, config.identity,
-                                on_started_leading=lambda: _leading(agent, True),
-                                on_stopped_leading=lambda: _leading(agent, False))
+                                on_started_leading=lambda: _leading(agent, kube, True),
+                                on_stopped_leading=lambda: _leading(agent, kube, False))
         elector_thread = threading.Thread(target=elector.run, args=(stop,), name="leader-election", daemon=True)
         elector_thread.start()
     else:
-        agent.set_leading(True)
+        _leading(agent, kube, True)
 
     status_thread = threading.Thread(target=_status_loop, args=(agent, kube, metrics, stop), name="status",
                                      daemon=True)
@@ -112,6 +113,7 @@ def run(config: AgentConfig) -> int:
     if watcher is not None:
         watcher.stop()
     agent.shutdown()
+    _label_own_pod(kube, leader=False)
     if elector is not None:
         elector.release()
     if elector_thread is not None:
@@ -121,9 +123,27 @@ def run(config: AgentConfig) -> int:
     return 0
 
 
-def _leading(agent: Agent, leading: bool) -> None:
+def _leading(agent: Agent, kube: Kube, leading: bool) -> None:
     log.info("leadership changed", leader=leading)
     agent.set_leading(leading)
+    _label_own_pod(kube, leader=leading)
+
+
+LABEL_LEADER = "flower-syncer.io/leader"
+
+
+def _label_own_pod(kube: Kube, *, leader: bool) -> None:
+    """In a pod (POD_NAME and POD_NAMESPACE from the downward API), mark it as the leader so the
+    chart's API/webhook Service sends requests to the replica that writes."""
+    name, namespace = os.environ.get("POD_NAME"), os.environ.get("POD_NAMESPACE")
+    if not name or not namespace:
+        return
+    patch = {"metadata": {"labels": {LABEL_LEADER: "true" if leader else None}}}
+    try:
+        kube.request("PATCH", path_for("Pod", namespace, name), body=patch,
+                     content_type="application/merge-patch+json", query={"fieldManager": "flower-syncer-leader"})
+    except (ApiError, ClusterUnreachable) as exc:
+        log.warning("cannot label this pod as the leader; webhooks may reach a standby", error=str(exc))
 
 
 def _status_loop(agent: Agent, kube: Kube, metrics: Metrics, stop: threading.Event) -> None:

@@ -189,7 +189,8 @@ def test_lint(helm: str, tmp_path: Path) -> None:
 def test_default_values(helm: str) -> None:
     objs = render(helm)
     dashboards = sorted((CHART / "files" / "dashboards").glob("*.json"))
-    expected = ["ClusterRole", "ClusterRoleBinding", "Deployment", "Role", "RoleBinding", "Service", "ServiceAccount"]
+    expected = ["ClusterRole", "ClusterRoleBinding", "Deployment", "Role", "Role", "RoleBinding", "RoleBinding",
+                "Service", "Service", "ServiceAccount"]
     assert kinds(objs) == sorted(expected + (["ConfigMap"] if dashboards else []))
     labels = one(objs, "Deployment")["metadata"]["labels"]
     assert labels["app.kubernetes.io/name"] == "flower-syncer"
@@ -208,13 +209,18 @@ def test_default_values(helm: str) -> None:
     sa = one(objs, "ServiceAccount")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
                                     "namespace": "flower-system"}]
-    lease_role = one(objs, "Role", namespace="flower-system")
+    lease_role = one(objs, "Role", name="fs-flower-syncer-leader-election", namespace="flower-system")
     assert lease_role["rules"] == [
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["fs-flower-syncer"],
          "verbs": ["get", "update"]},
     ]
-    assert one(objs, "RoleBinding")["roleRef"]["name"] == lease_role["metadata"]["name"]
+    assert one(objs, "RoleBinding", name="fs-flower-syncer-leader-election")["roleRef"]["name"] == \
+        lease_role["metadata"]["name"]
+    label_role = one(objs, "Role", name="fs-flower-syncer-pod-label", namespace="flower-system")
+    assert label_role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}]
+    assert one(objs, "RoleBinding", name="fs-flower-syncer-pod-label")["roleRef"]["name"] == \
+        label_role["metadata"]["name"]
 
     deploy = one(objs, "Deployment")
     pod = deploy["spec"]["template"]["spec"]
@@ -258,10 +264,16 @@ def test_default_values(helm: str) -> None:
     assert set(mounts) == {"/var/cache/flower-syncer", "/tmp"}
     assert all("emptyDir" in v for _, v in mounts.values())
 
-    svc = one(objs, "Service")
+    # the API/webhook Service reaches only the leader; the metrics Service every replica
+    svc = one(objs, "Service", name="fs-flower-syncer")
     assert svc["spec"]["ports"] == [{"name": "http", "port": 9090, "targetPort": "http", "protocol": "TCP"}]
-    assert svc["spec"]["selector"] == deploy["spec"]["selector"]["matchLabels"]
-    assert svc["spec"]["selector"].items() <= deploy["spec"]["template"]["metadata"]["labels"].items()
+    assert svc["spec"]["selector"] == {**deploy["spec"]["selector"]["matchLabels"], "flower-syncer.io/leader": "true"}
+    metrics_svc = one(objs, "Service", name="fs-flower-syncer-metrics")
+    assert metrics_svc["spec"]["clusterIP"] == "None"
+    assert metrics_svc["spec"]["selector"] == deploy["spec"]["selector"]["matchLabels"]
+    assert metrics_svc["spec"]["selector"].items() <= deploy["spec"]["template"]["metadata"]["labels"].items()
+    assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["POD_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
 
 
 CUSTOM: dict[str, Any] = {
@@ -306,10 +318,10 @@ def test_custom_values(helm: str) -> None:
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
     ]
     assert one(objs, "ClusterRoleBinding")["roleRef"]["name"] == cluster_role["metadata"]["name"]
-    lease_role = one(objs, "Role", namespace="flower-system")
+    lease_role = one(objs, "Role", name="fs-flower-syncer-leader-election", namespace="flower-system")
     assert lease_role["rules"][1]["resourceNames"] == ["syncer-leader"]
     roles = [o for o in objs if o["kind"] in ("Role", "ClusterRole")]
-    assert len(roles) == 4
+    assert len(roles) == 5  # a Role per listed namespace, the Lease Role, the pod-label Role, the ClusterRole
     assert not any("create" in r["verbs"] for o in roles for r in o["rules"] if "namespaces" in r["resources"])
 
     deploy = one(objs, "Deployment")
@@ -361,7 +373,10 @@ def test_custom_values(helm: str) -> None:
     monitor = one(objs, "ServiceMonitor")
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
     assert monitor["metadata"]["labels"]["release"] == "prometheus"
-    assert monitor["spec"]["selector"]["matchLabels"] == one(objs, "Service")["spec"]["selector"]
+    services = [o for o in objs if o["kind"] == "Service"]
+    selected = [o for o in services
+                if monitor["spec"]["selector"]["matchLabels"].items() <= o["metadata"]["labels"].items()]
+    assert [o["metadata"]["labels"]["flower-syncer.io/service"] for o in selected] == ["metrics"]  # not both
     assert monitor["spec"]["endpoints"][0]["port"] == "http"
     assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
     alerts = yaml.safe_load((CHART / "files" / "alerts.yaml").read_text()) or {}
@@ -380,10 +395,11 @@ def test_optional_rbac(helm: str) -> None:
                              "agent": {"leaderElection": {"enabled": False}}})
         rules = [r for o in objs if o["kind"] in ("Role", "ClusterRole") for r in o["rules"]]
         assert not [r for r in rules if {"nodes", "leases"} & set(r["resources"])]
-        assert not [o for o in objs if o["kind"] == "Role" and o["metadata"]["namespace"] == "flower-system"]
+        assert not [o for o in objs if o["kind"] == "Role" and o["metadata"]["namespace"] == "flower-system"
+                    and o["metadata"]["name"].endswith("-leader-election")]
         assert agent_settings(container(objs)).leader_elect is False
     objs = render(helm, {"rbac": {"create": False, "namespaces": ["team-a"]}, "serviceAccount": {"create": False}})
-    assert kinds(objs) == ["Deployment", "Service"] or kinds(objs) == ["ConfigMap", "Deployment", "Service"]
+    assert kinds(objs) in (["Deployment", "Service", "Service"], ["ConfigMap", "Deployment", "Service", "Service"])
     assert one(objs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "default"
     assert agent_settings(container(objs)).namespaces == ["team-a"]
 
@@ -660,10 +676,16 @@ def test_agent_runs_with_the_chart_environment(chart_identity: ChartIdentity, tm
         subprocess.run(["git", *args], cwd=repo, env=git_env, check=True, capture_output=True, timeout=30)
 
     pod = "fs-flower-syncer-5d9c7b-x2x7q"
+    # the agent's own pod (the downward API's metadata.name and .namespace): the leader labels it
+    chart_identity.admin.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "namespace": ns},
+                                "spec": {"containers": [{"name": "agent", "image": "flower-syncer"}]}},
+                               manager="kubelet-stand-in")
+    fields = {"metadata.name": pod, "metadata.namespace": ns}
     env = {"PATH": "/usr/bin:/bin"}
     for e in container(chart_identity.objects)["env"]:
-        env[e["name"]] = e.get("value", pod)  # the only fieldRef: metadata.name
-    assert env["FLOWER_SYNCER_IDENTITY"] == pod
+        env[e["name"]] = e["value"] if "value" in e else fields[e["valueFrom"]["fieldRef"]["fieldPath"]]
+    assert env["FLOWER_SYNCER_IDENTITY"] == env["POD_NAME"] == pod
+    assert env["POD_NAMESPACE"] == ns
     assert env["FLOWER_SYNCER_NAMESPACES"] == f"{ns},{ns2}"
     assert env["FLOWER_SYNCER_LEASE_NAMESPACE"] == ns
     port = _free_port()
@@ -692,6 +714,8 @@ def test_agent_runs_with_the_chart_environment(chart_identity: ChartIdentity, tm
         assert _get(url + "/healthz")[0] == 200
         lease = chart_identity.admin.get("Lease", ns, lease_name)
         assert lease is not None and lease["spec"]["holderIdentity"] == pod
+        labels = (chart_identity.admin.get("Pod", ns, pod) or {})["metadata"].get("labels", {})
+        assert labels.get("flower-syncer.io/leader") == "true"  # the API Service now selects it
         assert chart_identity.admin.get("Deployment", ns2, "secure-edge-flower-client-supernode") is not None
         metrics = _get(url + "/metrics")
         assert metrics[0] == 200 and b"flower_syncer_" in metrics[1]
@@ -709,3 +733,5 @@ def test_agent_runs_with_the_chart_environment(chart_identity: ChartIdentity, tm
     assert code == 0, log.read_text()[-4000:]
     lease = chart_identity.admin.get("Lease", ns, lease_name)
     assert lease is not None and lease["spec"].get("holderIdentity", "") == ""
+    labels = (chart_identity.admin.get("Pod", ns, pod) or {})["metadata"].get("labels", {})
+    assert "flower-syncer.io/leader" not in labels
