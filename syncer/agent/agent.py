@@ -384,6 +384,8 @@ class Agent:
         for unit, manifests in rendered.items():
             digest = fingerprint({"objects": manifests, "policy": policies[unit].model_dump()})
             old = self.desired.get(unit)
+            if old is None:
+                self.metrics.init_unit(unit.id, {m["kind"] for m in manifests})
             if old is None or old.digest != digest:
                 changed.append(unit)
             self.desired[unit] = Desired(manifests, policies[unit], sources[unit], digest)

@@ -244,6 +244,23 @@ class Metrics:
 
     # -- syncs -----------------------------------------------------------------------------------
 
+    def init_unit(self, unit: str, kinds: Iterable[str]) -> None:
+        """Create a unit's counter and histogram series at 0 when the agent first loads it:
+        `rate()` and `increase()` cannot count the event that creates a series, so its first sync,
+        first applied object or first drift correction would otherwise go unseen."""
+        kinds = set(kinds)
+        actions = {a.value for a in Action}
+        with self._lock:
+            self._actions.setdefault(unit, set()).update(actions)
+            self._corrected_kinds.setdefault(unit, set()).update(kinds)
+        for r in RESULTS:
+            self.sync_total.labels(unit, r)
+        self.sync_duration.labels(unit)
+        for action in sorted(actions):
+            self.objects_applied.labels(unit, action)
+        for kind in sorted(kinds):
+            self.drift_corrections.labels(unit, kind)
+
     def observe_sync(self, report_unit: UnitResult, seconds: float) -> None:
         """One finished (not dry-run) sync of a unit that took `seconds`. Drift corrections are
         counted separately (`observe_drift_corrections`): only the caller knows whether a created

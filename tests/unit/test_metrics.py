@@ -328,3 +328,15 @@ def test_exposition_is_valid_text_format() -> None:
         "flower_syncer_up", "flower_syncer_build_info",
     }
     assert expected <= names
+
+
+def test_init_unit_creates_series_at_zero_so_rate_counts_the_first_event() -> None:
+    m = Metrics()
+    m.init_unit("federation/ns/fed", {"StatefulSet", "Service"})
+    text = m.exposition().decode()
+    assert 'flower_syncer_sync_total{result="success",unit="federation/ns/fed"} 0.0' in text
+    assert 'flower_syncer_objects_applied_total{action="created",unit="federation/ns/fed"} 0.0' in text
+    assert 'flower_syncer_drift_corrections_total{kind="StatefulSet",unit="federation/ns/fed"} 0.0' in text
+    assert 'flower_syncer_sync_duration_seconds_count{unit="federation/ns/fed"} 0.0' in text
+    m.forget_unit("federation/ns/fed")
+    assert "federation/ns/fed" not in m.exposition().decode()
