@@ -329,7 +329,7 @@ def _progress(enabled: bool) -> Callable[[str], None]:
     return lambda msg: print(f"\r\033[K{msg}", end="", file=sys.stderr, flush=True)
 
 
-def _print_report(report: Any, verbose_diff: bool) -> None:
+def _print_report(report: Any) -> None:
     totals: dict[str, int] = {}
     for unit in report.units:
         shown = [c for c in unit.changes if c.action.value != "unchanged"]
@@ -345,8 +345,6 @@ def _print_report(report: Any, verbose_diff: bool) -> None:
             if c.message:
                 line += f"  ({c.message})"
             print(line)
-            if verbose_diff and c.diff:
-                print("    " + c.diff.rstrip("\n").replace("\n", "\n    "))
         for err in unit.errors:
             print(f"  error: {err}")
         for c in unit.changes:
@@ -430,7 +428,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
             payload["status"] = [s.to_dict() for s in statuses]
         sys.stdout.write(to_json(payload))
     else:
-        _print_report(report, verbose_diff=False)
+        _print_report(report)
     failed = not report.ok or any(d.severity == "error" for d in diags) or not healthy
     return EXIT_FAILED if failed else EXIT_OK
 
