@@ -34,6 +34,7 @@ flower_syncer_pool_ready                           gauge      unit, pool        
 flower_syncer_unit_ready                           gauge      unit                  1: found and every pool ready
 flower_syncer_pool_gpus_requested                  gauge      unit, pool, resource  per-pod GPUs x desired pods
 flower_syncer_pool_gpus_allocated                  gauge      unit, pool, resource  GPUs held by its bound pods
+flower_syncer_pool_problem_pods                    gauge      unit, pool, reason    pods with the pool's main problem
 flower_syncer_node_gpus_allocatable                gauge      node, resource        GPUs the node offers
 flower_syncer_node_gpus_used                       gauge      node, resource        GPUs of pods bound there (any owner)
 flower_syncer_leader                               gauge      -                     1 while holding the leader lease
@@ -136,6 +137,7 @@ class _Pool:
     ready: int
     healthy: bool
     gpus: tuple[tuple[str, int, int], ...]  # (resource, requested, allocated)
+    problem: tuple[str, int] | None = None  # (reason, pods affected): why it is not ready
 
 
 @dataclass(frozen=True)
@@ -165,6 +167,9 @@ class _StatusCollector(Collector):
                                       "request x the desired pods).", labels=upr)
         allocated = GaugeMetricFamily(PREFIX + "pool_gpus_allocated", "GPUs held by the pool's pods bound to a "
                                       "node.", labels=upr)
+        problem = GaugeMetricFamily(PREFIX + "pool_problem_pods", "Pods of the pool with its main problem, by "
+                                    "reason (Unschedulable, ImagePullBackOff, CrashLoopBackOff, OOMKilled, ...); "
+                                    "absent when the pool has none.", labels=[*up, "reason"])
         node_alloc = GaugeMetricFamily(PREFIX + "node_gpus_allocatable", "GPUs the node offers to pods.",
                                        labels=["node", "resource"])
         node_used = GaugeMetricFamily(PREFIX + "node_gpus_used", "GPUs requested by the pods bound to the node "
@@ -178,10 +183,12 @@ class _StatusCollector(Collector):
             for resource, req, alloc in p.gpus:
                 requested.add_metric([unit, pool, resource], req)
                 allocated.add_metric([unit, pool, resource], alloc)
+            if p.problem is not None:
+                problem.add_metric([unit, pool, p.problem[0]], p.problem[1])
         for (node, resource), (alloc_n, used_n) in sorted(snap.nodes.items()):
             node_alloc.add_metric([node, resource], alloc_n)
             node_used.add_metric([node, resource], used_n)
-        return [desired, ready, pool_ready, unit_ready, requested, allocated, node_alloc, node_used]
+        return [desired, ready, pool_ready, unit_ready, requested, allocated, problem, node_alloc, node_used]
 
     def describe(self) -> Iterable[GaugeMetricFamily]:
         return self._families(_EMPTY)
@@ -352,11 +359,13 @@ class Metrics:
                     for res, req, alloc in old.gpus:
                         r0, a0 = gpus.get(res, (0, 0))
                         gpus[res] = (r0 + req, a0 + alloc)
+                problem = (p.problem.reason, p.problem.pods) if p.problem is not None else None
                 pools[key] = _Pool(
                     desired=p.desired + (old.desired if old else 0),
                     ready=p.ready + (old.ready if old else 0),
                     healthy=p.healthy and (old.healthy if old else True),
-                    gpus=tuple((res, req, alloc) for res, (req, alloc) in sorted(gpus.items())))
+                    gpus=tuple((res, req, alloc) for res, (req, alloc) in sorted(gpus.items())),
+                    problem=(old.problem if old and old.problem else problem))
         with self._lock:
             nodes = self._status.snapshot.nodes
             if node_gpus is not None:

@@ -311,10 +311,11 @@ def test_dashboards_and_alerts_on_a_live_agent(kube_cluster: KubeCluster, namesp
     assert shown(fed, "Units ready") == {(): len(units)}  # all but gpu-hungry
     assert shown(fed, "Pools not ready") == {(): 1}
     assert shown(fed, "GPUs waiting for a node") == {(): 2}
-    details = "Pools not ready: pods and GPUs"
+    details = "Pools not ready: why, pods and GPUs"
     assert shown(fed, details, "A", ("unit", "pool")) == {(hungry, "big"): 2}  # ready pods
     assert shown(fed, details, "B", ("unit", "pool")) == {(hungry, "big"): 3}  # desired pods
     assert shown(fed, details, "C", ("unit", "pool")) == {(hungry, "big"): 2}  # GPUs waiting
+    assert shown(fed, details, "D", ("unit", "pool", "reason")) == {(hungry, "big", "Unschedulable"): 1}  # why
     assert shown(fed, "Drifted objects by unit and kind", by=("unit", "kind")) == {(stateful, "StatefulSet"): 1}
     assert shown(fed, "GPUs by resource: cluster vs Flower pools", by=("resource",))[("nvidia.com/gpu",)] == 8
     assert shown(agt, "Leader", by=("instance",)) == {(leader,): 1}

@@ -340,3 +340,19 @@ def test_init_unit_creates_series_at_zero_so_rate_counts_the_first_event() -> No
     assert 'flower_syncer_sync_duration_seconds_count{unit="federation/ns/fed"} 0.0' in text
     m.forget_unit("federation/ns/fed")
     assert "federation/ns/fed" not in m.exposition().decode()
+
+
+def test_pool_problem_reason_is_exported_and_cleared() -> None:
+    from syncer.observe.health import ProblemSummary
+    from syncer.observe.status import PoolStatus, UnitStatus
+
+    m = Metrics()
+    stuck = PoolStatus(pool="gpu", kind="StatefulSet", name="fed-supernode-gpu", desired=3, ready=2,
+                       problem=ProblemSummary("Unschedulable", "0/7 nodes: Insufficient nvidia.com/gpu", 1, 3,
+                                              "fed-supernode-gpu-2"))
+    m.observe_status([UnitStatus(unit="federation/ns/fed", pools=[stuck])])
+    text = m.exposition().decode()
+    assert 'flower_syncer_pool_problem_pods{pool="gpu",reason="Unschedulable",unit="federation/ns/fed"} 1.0' in text
+    fine = PoolStatus(pool="gpu", kind="StatefulSet", name="fed-supernode-gpu", desired=3, ready=3, healthy=True)
+    m.observe_status([UnitStatus(unit="federation/ns/fed", pools=[fine])])
+    assert "flower_syncer_pool_problem_pods{" not in m.exposition().decode()
