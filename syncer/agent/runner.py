@@ -77,6 +77,7 @@ def run(config: AgentConfig) -> int:
                       ssh_key_file=config.ssh_key_file, known_hosts_file=config.known_hosts_file)
     source = GitSource(spec)
     metrics = Metrics()
+    metrics.set_poll_interval(config.interval)
     agent = Agent(kube, source, metrics, AgentOptions(namespaces=config.namespaces, workers=config.workers,
                                                       poll_interval=config.interval))
     host, port = config.listen_address()

@@ -23,6 +23,7 @@ flower_syncer_commit_to_applied_seconds            histogram  -                 
 flower_syncer_source_revision_info                 gauge      revision              1 for the revision synced now only
 flower_syncer_source_fetch_errors_total            counter    reason                failed fetches of the Git source
 flower_syncer_source_last_fetch_timestamp_seconds  gauge      -                     last good fetch (0: none yet)
+flower_syncer_source_poll_interval_seconds         gauge      -                     seconds between polls
 flower_syncer_config_errors                        gauge      unit                  config errors of the unit (0: fine)
 flower_syncer_queue_depth                          gauge      -                     sync requests waiting
 flower_syncer_objects_applied_total                counter    unit, action          objects handled by syncs, by action
@@ -229,6 +230,8 @@ class Metrics:
                                     "by reason.", ["reason"], registry=r)
         self.last_fetch = Gauge(PREFIX + "source_last_fetch_timestamp_seconds", "Unix time of the last "
                                 "successful fetch of the Git source (0: none yet).", registry=r)
+        self.poll_interval = Gauge(PREFIX + "source_poll_interval_seconds", "Seconds between polls of the Git "
+                                   "source (a fetch is due at least this often).", registry=r)
         self.config_errors = Gauge(PREFIX + "config_errors", "Configuration errors of the unit (0 when it loads "
                                    "cleanly).", ["unit"], registry=r)
         self.queue_depth = Gauge(PREFIX + "queue_depth", "Sync requests waiting to be worked on.", registry=r)
@@ -338,6 +341,9 @@ class Metrics:
 
     def fetch_ok(self) -> None:
         self.last_fetch.set(time.time())
+
+    def set_poll_interval(self, seconds: float) -> None:
+        self.poll_interval.set(seconds)
 
     # -- status ----------------------------------------------------------------------------------
 
