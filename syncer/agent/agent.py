@@ -477,21 +477,13 @@ class Agent:
         self.events.put(UnitSynced(unit, result, seconds, revision))
 
     def _prune_vanished(self, unit: Unit, opts: SyncOptions) -> UnitResult:
-        """A unit removed from Git (only reached when the revision loaded cleanly)."""
-        from syncer.engine.prune import prune
-
-        res = UnitResult(unit.id)
-        inv = self.cache.state.inventories.get(unit)
-        if inv is None or inv.repository != opts.repository:
-            return res  # not ours to prune
-        if not self.desired and not opts.allow_empty:
-            res.errors.append("refusing to prune: the repository renders nothing at all")
-            return res
-        changes, keep = prune(self.kube, unit, list(inv.entries), self.cache.state.objects, dry_run=False)
-        res.changes.extend(changes)
-        if not keep:
-            self.kube.delete("ConfigMap", unit.namespace, inv.name())
-            self.cache.state.inventories.pop(unit, None)
+        """A unit removed from Git: the engine's rules and deletion, then forget its figures."""
+        had_inventory = unit in self.cache.state.inventories
+        res = self.engine.prune_vanished(unit, self.cache.state, opts,
+                                         repo_clean=self.repo is not None and self.repo.clean,
+                                         repo_prune=self.repo is not None and self.repo.settings.policy.prune,
+                                         renders_anything=bool(self.desired))
+        if had_inventory and unit not in self.cache.state.inventories:
             self.units.pop(unit, None)
             self.metrics.forget_unit(unit.id)
         return res

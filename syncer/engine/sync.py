@@ -134,30 +134,42 @@ class Engine:
         # only units this repository applied: another repository's units are none of our business
         vanished = [u for u, inv in sorted(live.inventories.items()) if u not in present
                     and inv.repository == (opts.repository or DEFAULT_REPOSITORY) and _selected(u, opts.selectors)]
-        results = []
-        for unit in vanished:
-            inv = live.inventories[unit]
-            res = UnitResult(unit.id)
-            results.append(res)
-            if not state.clean:
-                res.skipped_reason = "removed from Git, but not pruned: the repository has errors"
-                continue
-            if not opts.prune or not state.settings.policy.prune:
-                res.skipped_reason = "removed from Git; pruning is disabled"
-                continue
-            if not rendered.units and not opts.allow_empty:
-                res.errors.append("refusing to prune: the repository renders nothing at all (wrong path or "
-                                  "branch?); pass --allow-empty to delete everything")
-                continue
-            changes, keep = prune(self.kube, unit, list(inv.entries), live.objects, dry_run=opts.dry_run)
-            res.changes.extend(changes)
-            if not opts.dry_run:
-                if keep:
-                    self._write_inventory(Inventory(unit, {r: inv.entries[r] for r in keep}, inv.revision,
-                                                    repository=inv.repository))
-                else:
-                    self.kube.delete("ConfigMap", unit.namespace, inventory_name(unit))
-        return results
+        return [self.prune_vanished(unit, live, opts, repo_clean=state.clean,
+                                    repo_prune=state.settings.policy.prune, renders_anything=bool(rendered.units))
+                for unit in vanished]
+
+    def prune_vanished(self, unit: Unit, live: LiveState, opts: SyncOptions, *, repo_clean: bool,
+                       repo_prune: bool, renders_anything: bool) -> UnitResult:
+        """A unit whose inventory is in the cluster but which left Git: delete its objects (with the
+        safety rules of `prune`) and then its inventory. Only the repository that applied it prunes
+        it, only when the repository loaded cleanly and pruning is enabled, and never when the
+        repository renders nothing at all unless `allow_empty`."""
+        res = UnitResult(unit.id)
+        inv = live.inventories.get(unit)
+        if inv is None or inv.repository != (opts.repository or DEFAULT_REPOSITORY):
+            return res  # not ours to prune
+        if not repo_clean:
+            res.skipped_reason = "removed from Git, but not pruned: the repository has errors"
+            return res
+        if not opts.prune or not repo_prune:
+            res.skipped_reason = "removed from Git; pruning is disabled"
+            return res
+        if not renders_anything and not opts.allow_empty:
+            res.errors.append("refusing to prune: the repository renders nothing at all (wrong path or "
+                              "branch?); pass --allow-empty to delete everything")
+            return res
+        changes, keep = prune(self.kube, unit, list(inv.entries), live.objects, dry_run=opts.dry_run)
+        res.changes.extend(changes)
+        if opts.dry_run:
+            return res
+        if keep:  # deletions that failed are retried next time
+            rest = Inventory(unit, {r: inv.entries[r] for r in keep}, inv.revision, repository=inv.repository)
+            if self._write_inventory(rest, res):
+                live.inventories[unit] = rest
+        else:
+            self.kube.delete("ConfigMap", unit.namespace, inventory_name(unit))
+            live.inventories.pop(unit, None)
+        return res
 
     # -- one unit ------------------------------------------------------------------------------
 

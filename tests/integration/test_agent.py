@@ -353,3 +353,20 @@ def test_suspend_keeps_drift_until_resume(repos: Repos, start_agent: Callable[..
     assert out.returncode == 0, out.stderr
     wait_for("healed after resume", lambda: sts(kube, namespace).get("spec", {}).get("replicas") == 2, timeout=15,
              log=agent.log)
+
+
+def test_repository_prune_policy_keeps_units_removed_from_git(repos: Repos, start_agent: Callable[..., AgentProc],
+                                                              kube_cluster: KubeCluster, namespace: str) -> None:
+    kube = Kube.from_kubeconfig(kube_cluster.kubeconfig)
+    repos.commit({"flower-syncer.yaml": f"name: {namespace}\ndefaultNamespace: {namespace}\npolicy: {{prune: false}}\n",
+                  "federations/other.yaml": FED.format(image="flwr/supernode:1.25.0", replicas=1)
+                  .replace("name: fed\n", "name: other\n", 1)})
+    agent = start_agent(str(repos.bare))
+    wait_for("both synced", lambda: kube.get("StatefulSet", namespace, "other-superlink") is not None
+             and sts(kube, namespace).get("spec", {}).get("replicas") == 2, log=agent.log)
+    git(repos.work, "rm", "-q", "federations/other.yaml")
+    rev = repos.commit({}, "remove other")
+    wait_for("revision loaded", lambda: agent.metric("flower_syncer_source_revision_info", revision=rev) == 1,
+             log=agent.log)
+    time.sleep(2)
+    assert kube.get("StatefulSet", namespace, "other-superlink") is not None  # pruning is disabled in Git
