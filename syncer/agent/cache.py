@@ -16,8 +16,8 @@ from typing import Any
 import structlog
 
 from syncer.cluster.client import ApiError, ClusterUnreachable, Kube
-from syncer.engine.inventory import INVENTORY_SELECTOR, Inventory, ObjectRef, decode
-from syncer.engine.live import MANAGED_KINDS, MANAGED_SELECTOR, LiveState
+from syncer.engine.inventory import Inventory, ObjectRef, decode
+from syncer.engine.live import MANAGED_KINDS, LiveState, Read, managed_reads
 
 log = structlog.get_logger("syncer.agent.cache")
 
@@ -41,13 +41,10 @@ class LiveCache:
         self._lock = threading.Lock()
 
     def start(self, stop: threading.Event) -> None:
-        scopes: list[str | None] = list(self.namespaces) if self.namespaces is not None else [None]
-        streams = [(kind, ns, MANAGED_SELECTOR, True) for ns in scopes for kind in self._kinds]
-        streams += [("ConfigMap", ns, INVENTORY_SELECTOR, False) for ns in scopes]
-        self._pending = len(streams)
-        for kind, ns, selector, metadata_only in streams:
-            t = threading.Thread(target=self._run, args=(kind, ns, selector, metadata_only, stop),
-                                 name=f"watch-{kind}", daemon=True)
+        reads = managed_reads(self.namespaces, self._kinds)
+        self._pending = len(reads)
+        for read in reads:
+            t = threading.Thread(target=self._run, args=(read, stop), name=f"watch-{read.kind}", daemon=True)
             t.start()
             self._threads.append(t)
 
@@ -57,8 +54,9 @@ class LiveCache:
             if self._pending == 0:
                 self.synced.set()
 
-    def _run(self, kind: str, ns: str | None, selector: str, metadata_only: bool, stop: threading.Event) -> None:
-        inventory = selector == INVENTORY_SELECTOR
+    def _run(self, read: Read, stop: threading.Event) -> None:
+        kind, ns, selector, inventory = read
+        metadata_only = not inventory
         first = True
         backoff = 0.5
         while not stop.is_set():

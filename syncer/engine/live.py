@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from syncer.cluster.client import Kube
 from syncer.engine.inventory import INVENTORY_SELECTOR, Inventory, ObjectRef, decode
@@ -13,6 +13,24 @@ from syncer.render.common import APPLY_ORDER, LABEL_MANAGED_BY, MANAGED_BY, Unit
 
 MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 MANAGED_KINDS = tuple(k for k in APPLY_ORDER if k != "Namespace")
+
+
+class Read(NamedTuple):
+    """One LIST (or watch) of what flower-syncer manages."""
+
+    kind: str
+    namespace: str | None  # None: cluster-wide
+    selector: str
+    inventory: bool  # inventories are read whole (their data); everything else as metadata only
+
+
+def managed_reads(namespaces: Iterable[str] | None = None, kinds: Iterable[str] = MANAGED_KINDS) -> list[Read]:
+    """What to read to know what we manage: each managed kind by label, and the inventories;
+    cluster-wide, or per namespace for credentials limited to some."""
+    scopes: list[str | None] = [*sorted(set(namespaces))] if namespaces is not None else [None]
+    kinds = list(kinds)
+    reads = [Read(kind, ns, MANAGED_SELECTOR, False) for ns in scopes for kind in kinds]
+    return reads + [Read("ConfigMap", ns, INVENTORY_SELECTOR, True) for ns in scopes]
 
 
 @dataclass
@@ -29,15 +47,13 @@ class LiveState:
         """Everything labelled managed-by flower-syncer: cluster-wide, or in the given namespaces
         (for an agent whose RBAC is limited to them)."""
         state = cls()
-        scopes: list[str | None] = [*sorted(set(namespaces))] if namespaces is not None else [None]
-        queries = [(kind, ns, MANAGED_SELECTOR) for ns in scopes for kind in kinds]
-        queries += [("ConfigMap", ns, INVENTORY_SELECTOR) for ns in scopes]
-        # the server serialises one list while we parse another; inventories need their data
+        reads = managed_reads(namespaces, kinds)
+        # the server serialises one list while we parse another
         with ThreadPoolExecutor(max_workers=4) as pool:
-            results = list(pool.map(lambda q: kube.list(q[0], q[1], labels=q[2],
-                                                        metadata_only=q[2] != INVENTORY_SELECTOR)[0], queries))
-        for (_, _, selector), items in zip(queries, results, strict=True):
-            if selector == INVENTORY_SELECTOR:
+            results = list(pool.map(lambda r: kube.list(r.kind, r.namespace, labels=r.selector,
+                                                        metadata_only=not r.inventory)[0], reads))
+        for read, items in zip(reads, results, strict=True):
+            if read.inventory:
                 for cm in items:
                     inv = decode(cm)
                     if inv is not None:
