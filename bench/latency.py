@@ -17,6 +17,7 @@ drift-to-corrected p50 < 1 s.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import queue
 import signal
@@ -35,6 +36,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.benchcluster import bench_cluster  # noqa: E402
 from syncer.cluster.client import Kube, path_for  # noqa: E402
 
 FED = """\
@@ -109,11 +111,15 @@ class Watcher:
                 return t
 
 
-def percentiles(values: list[float]) -> str:
+def p95(values: list[float]) -> float:
+    """Nearest-rank 95th percentile."""
     ordered = sorted(values)
-    p50 = statistics.median(ordered)
-    p95 = ordered[max(0, round(0.95 * len(ordered)) - 1)]
-    return f"p50 {p50 * 1000:7.0f} ms   p95 {p95 * 1000:7.0f} ms   max {ordered[-1] * 1000:7.0f} ms"
+    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
+
+
+def percentiles(values: list[float]) -> str:
+    return (f"p50 {statistics.median(values) * 1000:7.0f} ms   p95 {p95(values) * 1000:7.0f} ms   "
+            f"max {max(values) * 1000:7.0f} ms")
 
 
 def main() -> int:
@@ -122,16 +128,11 @@ def main() -> int:
     ap.add_argument("--edits", type=int, default=50)
     ap.add_argument("--kubeconfig", default=None)
     args = ap.parse_args()
-    env = {**os.environ, "FLOWER_SYNCER_DEVCLUSTER_DIR": str(Path.home() / ".cache/flower-syncer/devcluster/bench")}
-    started = False
-    kubeconfig = args.kubeconfig
-    if kubeconfig is None:
-        print("starting a dedicated local control plane ...", flush=True)
-        subprocess.run([sys.executable, str(ROOT / "tools" / "devcluster.py"), "up"], env=env, check=True,
-                       capture_output=True)
-        kubeconfig = subprocess.run([sys.executable, str(ROOT / "tools" / "devcluster.py"), "kubeconfig"], env=env,
-                                    check=True, capture_output=True, text=True).stdout.strip()
-        started = True
+    with bench_cluster(args.kubeconfig) as kubeconfig:
+        return run(args, kubeconfig)
+
+
+def run(args: argparse.Namespace, kubeconfig: str) -> int:
     kube = Kube.from_kubeconfig(kubeconfig)
     namespace = f"latency-{uuid.uuid4().hex[:6]}"
     kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
@@ -185,7 +186,7 @@ def main() -> int:
                 drift_lat.append(t1 - t0)
             print(f"drift-to-corrected  ({args.edits} edits)   {percentiles(drift_lat)}")
             watcher.stop.set()
-            c50, c95 = statistics.median(commit_lat), sorted(commit_lat)[int(0.95 * len(commit_lat)) - 1]
+            c50, c95 = statistics.median(commit_lat), p95(commit_lat)
             d50 = statistics.median(drift_lat)
             checks = [(f"commit-to-applied p50 < 0.5 s ({c50:.3f} s)", c50 < 0.5),
                       (f"commit-to-applied p95 < 1 s ({c95:.3f} s)", c95 < 1.0),
@@ -198,9 +199,6 @@ def main() -> int:
             agent.send_signal(signal.SIGTERM)
             agent.wait(30)
         kube.delete("Namespace", None, namespace)
-        if started:
-            subprocess.run([sys.executable, str(ROOT / "tools" / "devcluster.py"), "down"], env=env,
-                           capture_output=True, check=False)
 
 
 if __name__ == "__main__":

@@ -12,9 +12,7 @@ Targets: >= 100 objects/s; no-op resync of 1,000 pools under 2 s with 0 writes; 
 from __future__ import annotations
 
 import argparse
-import os
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.benchcluster import bench_cluster  # noqa: E402
 from syncer.cluster.client import Kube  # noqa: E402
 from syncer.engine.sync import Engine, SyncOptions  # noqa: E402
 from syncer.render.repo import render_repo  # noqa: E402
@@ -76,12 +75,6 @@ def make_repo(root: Path, namespace: str, feds: int, pools: int, releases: int) 
         (folder / "values.yaml").write_text(RELEASE.format(i=i))
 
 
-def devcluster(*args: str, env: dict[str, str]) -> str:
-    out = subprocess.run([sys.executable, str(ROOT / "tools" / "devcluster.py"), *args], env=env,
-                         capture_output=True, text=True, check=True)
-    return out.stdout
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--federations", type=int, default=100)
@@ -91,68 +84,57 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="leave the objects and the cluster running")
     args = ap.parse_args()
 
-    env = {**os.environ, "FLOWER_SYNCER_DEVCLUSTER_DIR": str(Path.home() / ".cache/flower-syncer/devcluster/bench")}
-    started = False
-    kubeconfig = args.kubeconfig
-    if kubeconfig is None:
-        print("starting a dedicated local control plane (24 CPU nodes) ...", flush=True)
-        devcluster("up", "--cpu-nodes", "24", env=env)
-        kubeconfig = devcluster("kubeconfig", env=env).strip()
-        started = True
     namespace = f"bench-{uuid.uuid4().hex[:6]}"
     pools_total = args.federations * args.pools
     print(f"flower-syncer sync benchmark: {args.federations} federations x {args.pools} pools "
           f"({pools_total} pools), {args.releases} SuperNode releases, namespace {namespace}")
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            repo = Path(tmp) / "repo"
-            make_repo(repo, namespace, args.federations, args.pools, args.releases)
-            t = time.perf_counter()
-            state = load_repo(repo)
-            rendered = render_repo(state)
-            assert not state.errors, [d.render() for d in state.errors[:5]]
-            objects = sum(len(ms) for ms in rendered.units.values())
-            print(f"load + render        {time.perf_counter() - t:8.2f} s   {objects} objects")
+    with bench_cluster(args.kubeconfig, "--cpu-nodes", "24", keep=args.keep) as kubeconfig, \
+            tempfile.TemporaryDirectory() as tmp:
+        repo = Path(tmp) / "repo"
+        make_repo(repo, namespace, args.federations, args.pools, args.releases)
+        t = time.perf_counter()
+        state = load_repo(repo)
+        rendered = render_repo(state)
+        assert not state.errors, [d.render() for d in state.errors[:5]]
+        objects = sum(len(ms) for ms in rendered.units.values())
+        print(f"load + render        {time.perf_counter() - t:8.2f} s   {objects} objects")
 
-            kube = Kube.from_kubeconfig(kubeconfig)
-            engine = Engine(kube)
-            cold = engine.sync(state, rendered, SyncOptions(revision="bench-1"))
-            assert cold.ok, [u.to_dict() for u in cold.units if not u.ok][:3]
-            rate = objects / cold.seconds
-            print(f"cold sync            {cold.seconds:8.2f} s   {cold.writes} writes, {cold.requests} requests, "
-                  f"{rate:.0f} objects/s")
+        kube = Kube.from_kubeconfig(kubeconfig)
+        engine = Engine(kube)
+        cold = engine.sync(state, rendered, SyncOptions(revision="bench-1"))
+        assert cold.ok, [u.to_dict() for u in cold.units if not u.ok][:3]
+        rate = objects / cold.seconds
+        print(f"cold sync            {cold.seconds:8.2f} s   {cold.writes} writes, {cold.requests} requests, "
+              f"{rate:.0f} objects/s")
 
-            # a steady-state resync: let the controllers finish creating the pods first
-            expected = args.federations * (args.pools + 1) + args.releases
-            t = time.perf_counter()
-            while time.perf_counter() - t < 300:
-                pods, _ = kube.list("Pod", namespace, metadata_only=True)
-                if len(pods) >= expected:
-                    break
-                time.sleep(2)
-            print(f"pods created         {time.perf_counter() - t:8.2f} s   {len(pods)} pods (after the sync)")
-            noop = Engine(kube).sync(state, rendered, SyncOptions(revision="bench-1"))
-            print(f"no-op resync         {noop.seconds:8.2f} s   {noop.writes} writes, {noop.requests} requests")
-            t = time.perf_counter()
-            state2 = load_repo(repo)
-            Engine(kube).sync(state2, render_repo(state2), SyncOptions(revision="bench-1"))
-            full = time.perf_counter() - t
-            print(f"no-op incl. load     {full:8.2f} s")
-            print(f"peak RSS             {rss_mib():8.1f} MiB")
-            checks = [
-                (f"apply rate >= 100 objects/s ({rate:.0f})", rate >= 100),
-                (f"no-op resync of {pools_total} pools < 2 s ({noop.seconds:.2f} s)", noop.seconds < 2),
-                (f"no-op resync makes 0 writes ({noop.writes})", noop.writes == 0),
-                (f"peak RSS < 200 MiB ({rss_mib():.0f} MiB)", rss_mib() < 200),
-            ]
-            for label, ok in checks:
-                print(f"  {'PASS' if ok else 'FAIL'}  {label}")
-            if not args.keep:
-                kube.delete("Namespace", None, namespace)
-            return 0 if all(ok for _, ok in checks) else 1
-    finally:
-        if started and not args.keep:
-            devcluster("down", env=env)
+        # a steady-state resync: let the controllers finish creating the pods first
+        expected = args.federations * (args.pools + 1) + args.releases
+        t = time.perf_counter()
+        while time.perf_counter() - t < 300:
+            pods, _ = kube.list("Pod", namespace, metadata_only=True)
+            if len(pods) >= expected:
+                break
+            time.sleep(2)
+        print(f"pods created         {time.perf_counter() - t:8.2f} s   {len(pods)} pods (after the sync)")
+        noop = Engine(kube).sync(state, rendered, SyncOptions(revision="bench-1"))
+        print(f"no-op resync         {noop.seconds:8.2f} s   {noop.writes} writes, {noop.requests} requests")
+        t = time.perf_counter()
+        state2 = load_repo(repo)
+        Engine(kube).sync(state2, render_repo(state2), SyncOptions(revision="bench-1"))
+        full = time.perf_counter() - t
+        print(f"no-op incl. load     {full:8.2f} s")
+        print(f"peak RSS             {rss_mib():8.1f} MiB")
+        checks = [
+            (f"apply rate >= 100 objects/s ({rate:.0f})", rate >= 100),
+            (f"no-op resync of {pools_total} pools < 2 s ({noop.seconds:.2f} s)", noop.seconds < 2),
+            (f"no-op resync makes 0 writes ({noop.writes})", noop.writes == 0),
+            (f"peak RSS < 200 MiB ({rss_mib():.0f} MiB)", rss_mib() < 200),
+        ]
+        for label, ok in checks:
+            print(f"  {'PASS' if ok else 'FAIL'}  {label}")
+        if not args.keep:
+            kube.delete("Namespace", None, namespace)
+        return 0 if all(ok for _, ok in checks) else 1
 
 
 if __name__ == "__main__":
