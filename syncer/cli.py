@@ -170,9 +170,9 @@ def _add_cluster_args(p: argparse.ArgumentParser) -> None:
 def _namespaces(args: argparse.Namespace) -> list[str] | None:
     import os
 
-    text = getattr(args, "namespaces", None) or os.environ.get("FLOWER_SYNCER_NAMESPACES", "")
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    return names or None
+    from syncer.agent.config import env_name, namespace_list
+
+    return namespace_list(getattr(args, "namespaces", None) or os.environ.get(env_name("namespaces"), ""))
 
 
 def _duration(text: str) -> float:

@@ -42,13 +42,16 @@ class AgentConfig(BaseModel):
     @field_validator("namespaces", mode="before")
     @classmethod
     def _split(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return [n.strip() for n in value.split(",") if n.strip()] or None
-        return value
+        return namespace_list(value) if isinstance(value, str) else value
 
     def listen_address(self) -> tuple[str, int]:
         host, _, port = self.listen.rpartition(":")
         return host or "0.0.0.0", int(port)  # an explicit ":9090" means all interfaces
+
+
+def namespace_list(text: str) -> list[str] | None:
+    """`a, b,c` -> ["a", "b", "c"]; an empty text means no limit (None)."""
+    return [n.strip() for n in text.split(",") if n.strip()] or None
 
 
 ENV_PREFIX = "FLOWER_SYNCER_"
