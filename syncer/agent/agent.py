@@ -32,11 +32,12 @@ from syncer.engine.changeset import Action, UnitResult
 from syncer.engine.inventory import DEFAULT_REPOSITORY, Inventory, ObjectRef
 from syncer.engine.live import LiveState
 from syncer.engine.normalize import ANN_APPLIED_HASH, fingerprint, managed_fields_hash
-from syncer.engine.sync import Engine, SyncOptions
+from syncer.engine.ownership import Claims
+from syncer.engine.sync import Engine, SyncOptions, vanished_units
 from syncer.models.settings import SyncPolicy
 from syncer.observe.metrics import Metrics, corrections_by_kind, drift_by_kind
 from syncer.render.common import LABEL_UNIT, LABEL_UNIT_KIND, Manifest, Unit
-from syncer.render.repo import render_repo, unit_matches
+from syncer.render.repo import Rendered, render_repo, unit_matches
 from syncer.repo.loader import RepoState, load_repo
 from syncer.source.git import Checkout, GitSource, SourceError
 
@@ -75,6 +76,11 @@ class InventoryChanged:
 
 
 @dataclass(frozen=True)
+class InventoryDeleted:
+    unit: Unit
+
+
+@dataclass(frozen=True)
 class ResyncRequested:
     unit: str | None
     waiter: Waiter | None
@@ -93,8 +99,8 @@ class Stop:
     pass
 
 
-Event = (FetchRequested | RevisionFetched | FetchFailed | ObjectChanged | InventoryChanged | ResyncRequested
-         | UnitSynced | Stop)
+Event = (FetchRequested | RevisionFetched | FetchFailed | ObjectChanged | InventoryChanged | InventoryDeleted
+         | ResyncRequested | UnitSynced | Stop)
 
 
 @dataclass
@@ -148,8 +154,11 @@ class Agent:
         self.work: WorkQueue[Unit] = WorkQueue()
         self.engine = Engine(kube, unit_workers=1)
         self.cache = LiveCache(kube, namespaces=options.namespaces, on_change=self._on_object,
-                               on_inventory=lambda inv: self.events.put(InventoryChanged(inv)))
+                               on_inventory=lambda inv: self.events.put(InventoryChanged(inv)),
+                               on_inventory_deleted=lambda unit: self.events.put(InventoryDeleted(unit)))
         self.desired: dict[Unit, Desired] = {}
+        self.claims = Claims()  # which unit renders which object, at the revision installed
+        self.prune_allowed = False  # the installed revision loaded and rendered without errors
         self.units: dict[Unit, UnitState] = {}
         self.repo: RepoState | None = None
         self.checkout: Checkout | None = None
@@ -329,6 +338,12 @@ class Agent:
         elif isinstance(event, InventoryChanged):
             if self._ours(event.inventory.unit):
                 self.work.add(event.inventory.unit)
+        elif isinstance(event, InventoryDeleted):
+            # rebuilt from the objects' labels by the next sync, so nothing becomes an orphan
+            if event.unit in self.desired or event.unit in vanished_units(self.cache.state, self.repository):
+                log.warning("inventory deleted out of band; rebuilding it from the labelled objects",
+                            unit=event.unit.id)
+                self.work.add(event.unit)
         elif isinstance(event, ResyncRequested):
             if event.waiter is not None:
                 self._waiters.append(event.waiter)
@@ -344,7 +359,7 @@ class Agent:
             state = load_repo(checkout.root)
             rendered = render_repo(state)
             self.metrics.set_revision(checkout.revision)
-            changed = self._install(state, rendered.units, rendered.failed | state.failed, checkout.revision)
+            changed = self._install(state, rendered)
             self.checkout = checkout
             log.info("revision loaded", revision=checkout.revision[:12], subject=checkout.subject,
                      units=len(rendered.units), changed=len(changed),
@@ -369,19 +384,19 @@ class Agent:
             for unit in units:
                 self.work.add(unit)
 
-    def _install(self, state: RepoState, rendered: dict[Unit, list[Manifest]], failed: set[Unit],
-                 revision: str) -> list[Unit]:
+    def _install(self, state: RepoState, rendered: Rendered) -> list[Unit]:
         """Adopt a new revision; returns the units whose desired state changed. A unit that fails to
-        load keeps its last good desired state; a unit gone from Git is pruned only if the whole
-        revision loaded cleanly."""
+        load or render keeps its last good desired state; a unit gone from Git is pruned only if the
+        whole revision loaded and rendered without errors."""
         policies = {u.unit: u.policy for u in state.units}
         sources = {u.unit: u.source for u in state.units}
+        failed = rendered.failed | state.failed
         changed: list[Unit] = []
         errors_by_unit: dict[str, list[Diagnostic]] = {}
-        for d in state.diagnostics:
+        for d in state.diagnostics + rendered.diagnostics:
             if d.severity == "error":
                 errors_by_unit.setdefault(d.unit, []).append(d)
-        for unit, manifests in rendered.items():
+        for unit, manifests in rendered.units.items():
             digest = fingerprint({"objects": manifests, "policy": policies[unit].model_dump()})
             old = self.desired.get(unit)
             if old is None:
@@ -391,18 +406,21 @@ class Agent:
             self.desired[unit] = Desired(manifests, policies[unit], sources[unit], digest)
         for unit in failed:
             self.units.setdefault(unit, UnitState()).config_errors = errors_by_unit.get(unit.id, [])
-        for unit in rendered:
+        for unit in rendered.units:
             self.units.setdefault(unit, UnitState()).config_errors = []
         for unit, st in self.units.items():
             self.metrics.set_config_errors(unit.id, len(st.config_errors))
         self.repo = state
-        if state.clean:
-            for unit in [u for u in self.desired if u not in rendered]:
+        self.prune_allowed = state.clean and rendered.clean
+        if self.prune_allowed:
+            for unit in [u for u in self.desired if u not in rendered.units and u not in failed]:
                 del self.desired[unit]  # gone from Git: the worker prunes it
                 changed.append(unit)
-            # also units that left Git while no agent was running
-            changed += [u for u, inv in list(self.cache.state.inventories.items())
-                        if inv.repository == state.settings.name and u not in rendered and u not in changed]
+            # also units that left Git while no agent was running (or whose inventory was deleted)
+            changed += [u for u in vanished_units(self.cache.state, state.settings.name)
+                        if u not in rendered.units and u not in failed and u not in changed]
+        # what each unit claims, from the desired state kept (a failed unit keeps its last claims)
+        self.claims = Claims.of(((u, d.manifests) for u, d in self.desired.items()), failed)
         return changed
 
     def _on_synced(self, event: UnitSynced) -> None:
@@ -454,7 +472,8 @@ class Agent:
         if desired is None:
             result = self._prune_vanished(unit, opts)
         else:
-            result = self.engine.sync_unit(unit, desired.manifests, desired.policy, self.cache.state, opts)
+            result = self.engine.sync_unit(unit, desired.manifests, desired.policy, self.cache.state, opts,
+                                           claims=self.claims)
         seconds = time.monotonic() - start
         self.metrics.observe_sync(result, seconds)
         corrected = corrections_by_kind(result, {str(r) for r in known})
@@ -479,10 +498,9 @@ class Agent:
     def _prune_vanished(self, unit: Unit, opts: SyncOptions) -> UnitResult:
         """A unit removed from Git: the engine's rules and deletion, then forget its figures."""
         had_inventory = unit in self.cache.state.inventories
-        res = self.engine.prune_vanished(unit, self.cache.state, opts,
-                                         repo_clean=self.repo is not None and self.repo.clean,
+        res = self.engine.prune_vanished(unit, self.cache.state, opts, repo_clean=self.prune_allowed,
                                          repo_prune=self.repo is not None and self.repo.settings.policy.prune,
-                                         renders_anything=bool(self.desired))
+                                         renders_anything=bool(self.desired), claims=self.claims)
         if had_inventory and unit not in self.cache.state.inventories:
             self.units.pop(unit, None)
             self.metrics.forget_unit(unit.id)
@@ -501,7 +519,7 @@ class Agent:
                 inventories[unit] = dataclasses.replace(inv, suspended=False)
             live = LiveState(self.cache.state.objects, inventories)
             result = self.engine.sync_unit(unit, desired.manifests, policy, live,
-                                           SyncOptions(dry_run=True, repository=self.repository))
+                                           SyncOptions(dry_run=True, repository=self.repository), claims=self.claims)
             self.metrics.set_drift(unit.id, drift_by_kind(result))
 
     # -- reporting -------------------------------------------------------------------------------------

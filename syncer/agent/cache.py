@@ -18,23 +18,27 @@ import structlog
 from syncer.cluster.client import ApiError, ClusterUnreachable, Kube
 from syncer.engine.inventory import Inventory, ObjectRef, decode
 from syncer.engine.live import MANAGED_KINDS, LiveState, Read, managed_reads
+from syncer.render.common import Unit
 
 log = structlog.get_logger("syncer.agent.cache")
 
 OnChange = Callable[[str, ObjectRef, dict[str, Any] | None], None]
 """Called with (event type, object ref, object or None when deleted)."""
 OnInventory = Callable[[Inventory], None]
+OnInventoryDeleted = Callable[[Unit], None]
 
 
 class LiveCache:
     def __init__(self, kube: Kube, *, namespaces: list[str] | None, on_change: OnChange,
-                 on_inventory: OnInventory, kinds: tuple[str, ...] = MANAGED_KINDS) -> None:
+                 on_inventory: OnInventory, on_inventory_deleted: OnInventoryDeleted | None = None,
+                 kinds: tuple[str, ...] = MANAGED_KINDS) -> None:
         self.kube = kube
         self.namespaces = namespaces
         self.state = LiveState()
         self.synced = threading.Event()
         self._on_change = on_change
         self._on_inventory = on_inventory
+        self._on_inventory_deleted = on_inventory_deleted or (lambda _unit: None)
         self._kinds = kinds
         self._threads: list[threading.Thread] = []
         self._pending = 0
@@ -102,8 +106,17 @@ class LiveCache:
     def _replace(self, kind: str, ns: str | None, items: list[dict[str, Any]], inventory: bool) -> None:
         """Install a fresh listing (startup or after a watch expired), reporting what changed meanwhile."""
         if inventory:
+            fresh_units = set()
             for cm in items:
                 self._inventory_event("ADDED", cm)
+                inv = decode(cm)
+                if inv is not None:
+                    fresh_units.add(inv.unit)
+            gone = [u for u in list(self.state.inventories) if (ns is None or u.namespace == ns)
+                    and u not in fresh_units]
+            for unit in gone:  # deleted while the watch was down
+                self.state.inventories.pop(unit, None)
+                self._on_inventory_deleted(unit)
             return
         fresh = {ObjectRef.of(i): i for i in items}
         stale = [ref for ref in list(self.state.objects) if ref.kind == kind and (ns is None or ref.namespace == ns)
@@ -132,6 +145,7 @@ class LiveCache:
             return
         if kind_of_event == "DELETED":
             self.state.inventories.pop(inv.unit, None)
+            self._on_inventory_deleted(inv.unit)
             return
         self.state.inventories[inv.unit] = inv
         self._on_inventory(inv)

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from syncer.render.common import LABEL_MANAGED_BY, LABEL_UNIT, LABEL_UNIT_KIND, MANAGED_BY, Unit
+from syncer.render.common import APPLY_ORDER, LABEL_MANAGED_BY, LABEL_UNIT, LABEL_UNIT_KIND, MANAGED_BY, Unit
 
 LABEL_INVENTORY = "flower-syncer.io/inventory"
 ANN_SUSPENDED = "flower-syncer.io/suspended"  # set by `flower-syncer suspend`, kept across syncs
@@ -50,6 +50,9 @@ class Inventory:
     revision: str = ""
     suspended: bool = False  # from the ConfigMap's annotation; never written by the engine
     repository: str = DEFAULT_REPOSITORY
+    ignored: tuple[str, ...] = ()
+    """Entries that were not understood (e.g. a kind flower-syncer does not manage): left alone in
+    the cluster and dropped from the inventory the next time it is written."""
 
     def name(self) -> str:
         return inventory_name(self.unit)
@@ -92,8 +95,30 @@ def decode(cm: dict[str, Any]) -> Inventory | None:
     repository = labels.get(LABEL_REPOSITORY, DEFAULT_REPOSITORY)
     try:
         payload = json.loads(cm.get("data", {}).get(INVENTORY_KEY, "{}"))
-        entries = {ObjectRef(o["kind"], o["namespace"], o["name"]): Entry(o.get("applied", ""), o.get("fields", ""))
-                   for o in payload.get("objects", [])}
-    except (ValueError, KeyError, TypeError, AttributeError):
+        objects = payload.get("objects", [])
+        if not isinstance(objects, list):
+            raise TypeError("objects is not a list")
+    except (ValueError, TypeError, AttributeError):
         return Inventory(unit, suspended=suspended, repository=repository)
-    return Inventory(unit, entries, str(payload.get("revision", "")), suspended, repository)
+    entries: dict[ObjectRef, Entry] = {}
+    ignored: list[str] = []
+    for o in objects:
+        ref = _entry_ref(o)
+        if ref is None:
+            ignored.append(json.dumps(o, sort_keys=True)[:200])
+            continue
+        entries[ref] = Entry(str(o.get("applied", "")), str(o.get("fields", "")))
+    return Inventory(unit, entries, str(payload.get("revision", "")), suspended, repository, tuple(ignored))
+
+
+def _entry_ref(o: Any) -> ObjectRef | None:
+    """An inventory entry's object, if it names one flower-syncer manages (a namespaced kind of
+    ours, with string names): anything else would be an object we cannot address or must not touch."""
+    if not isinstance(o, dict):
+        return None
+    kind, namespace, name = o.get("kind"), o.get("namespace"), o.get("name")
+    if kind not in APPLY_ORDER or kind == "Namespace":
+        return None
+    if not isinstance(namespace, str) or not isinstance(name, str) or not namespace or not name:
+        return None
+    return ObjectRef(kind, namespace, name)

@@ -12,14 +12,19 @@ from typing import Any
 
 from syncer.cluster.client import FIELD_MANAGER, ApiError, Kube
 from syncer.engine.changeset import Action, Change
-from syncer.engine.inventory import ObjectRef
+from syncer.engine.inventory import LABEL_REPOSITORY, ObjectRef
 from syncer.render.common import ANN_PRUNE, APPLY_ORDER, LABEL_MANAGED_BY, MANAGED_BY, Unit
 
 NEVER_PRUNED = frozenset({"PersistentVolumeClaim", "PersistentVolume", "Namespace"})
 
 
-def prune_blocker(unit: Unit, live: dict[str, Any]) -> str:
-    """Why this live object must not be pruned, or "" if it may be."""
+# A Secret's data can be written as `data` or as write-only `stringData`; managedFields name either.
+_SECRET_DATA_FIELDS = ("f:data", "f:stringData")
+
+
+def prune_blocker(unit: Unit, live: dict[str, Any], repository: str | None = None) -> str:
+    """Why this live object must not be pruned, or "" if it may be. With `repository`, an object
+    labelled as another repository's is kept too."""
     meta = live.get("metadata", {})
     labels = meta.get("labels", {})
     if live.get("kind") in NEVER_PRUNED:
@@ -28,15 +33,19 @@ def prune_blocker(unit: Unit, live: dict[str, Any]) -> str:
         return f"kept: annotated {ANN_PRUNE}: disabled"
     if labels.get(LABEL_MANAGED_BY) != MANAGED_BY or unit.labels().items() - labels.items():
         return "kept: it no longer carries this unit's labels"
+    owner_repo = labels.get(LABEL_REPOSITORY)
+    if repository is not None and owner_repo and owner_repo != repository:
+        return f"kept: it belongs to the repository {owner_repo!r}"
     if live.get("kind") == "Secret":
         for entry in meta.get("managedFields", []):
-            if entry.get("manager") != FIELD_MANAGER and "f:data" in entry.get("fieldsV1", {}):
+            fields = entry.get("fieldsV1", {})
+            if entry.get("manager") != FIELD_MANAGER and any(f in fields for f in _SECRET_DATA_FIELDS):
                 return f"kept: Secret data was written by {entry.get('manager')!r}"
     return ""
 
 
 def prune(kube: Kube, unit: Unit, refs: list[ObjectRef], live: dict[ObjectRef, dict[str, Any]], *,
-          dry_run: bool) -> tuple[list[Change], list[ObjectRef]]:
+          dry_run: bool, repository: str | None = None) -> tuple[list[Change], list[ObjectRef]]:
     """Delete the given inventory entries (workloads first). Returns the changes and the refs that
     must stay in the inventory (deletion failed; they are retried next time)."""
     changes: list[Change] = []
@@ -45,7 +54,7 @@ def prune(kube: Kube, unit: Unit, refs: list[ObjectRef], live: dict[ObjectRef, d
         obj = live.get(ref) or kube.get(ref.kind, ref.namespace, ref.name)
         if obj is None:
             continue  # already gone
-        blocker = prune_blocker(unit, obj)
+        blocker = prune_blocker(unit, obj, repository)
         if blocker:
             changes.append(Change(str(ref), Action.SKIPPED, blocker))
             continue

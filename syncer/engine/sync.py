@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any
 
-from syncer.cluster.client import ApiError, Kube
+from syncer.cluster.client import FIELD_MANAGER, ApiError, ClusterUnreachable, Kube
 from syncer.engine.apply import Applier, Outcome
 from syncer.engine.changeset import Action, Change, UnitResult
 from syncer.engine.inventory import DEFAULT_REPOSITORY, Entry, Inventory, ObjectRef, inventory_name
 from syncer.engine.live import LiveState
 from syncer.engine.normalize import with_fingerprint
+from syncer.engine.ownership import Claims, owner_of, recover_inventory, stamp_repository, write_conflict
 from syncer.engine.prune import prune
 from syncer.models.settings import SyncPolicy
 from syncer.render.common import (
@@ -93,10 +94,15 @@ class Engine:
         report = SyncReport()
         policies = {u.unit: u.policy for u in state.units}
         units = sorted(rendered.units)
+        claims = Claims.of([*rendered.units.items(), *rendered.unselected.items()], rendered.failed | state.failed)
         finished = itertools.count(1)  # next() on it is atomic, unlike `+= 1` across threads
 
         def one(unit: Unit) -> UnitResult:
-            result = self.sync_unit(unit, rendered.units[unit], policies.get(unit, SyncPolicy()), live, opts)
+            try:
+                result = self.sync_unit(unit, rendered.units[unit], policies.get(unit, SyncPolicy()), live, opts,
+                                        claims=claims)
+            except (ApiError, ClusterUnreachable, OSError) as exc:  # one unit's failure never stops the others
+                result = UnitResult(unit.id, errors=[f"sync failed: {exc}"])
             self.progress(f"[{next(finished)}/{len(units)}] {unit.id}")
             return result
 
@@ -107,7 +113,7 @@ class Engine:
             if _selected(unit, opts.selectors):
                 report.units.append(UnitResult(unit.id, errors=["configuration has errors; nothing was changed "
                                                                 "(the last applied state stays)"]))
-        report.units.extend(self._prune_vanished(state, rendered, live, opts))
+        report.units.extend(self._prune_vanished(state, rendered, live, opts, claims))
         report.requests = sum(self.kube.counts.values()) - before_requests
         report.writes = self.kube.writes - before_writes
         report.seconds = time.monotonic() - start
@@ -128,25 +134,42 @@ class Engine:
         self.progress(f"no cluster-wide read access; reading namespaces {', '.join(sorted(scope))}")
         return LiveState.load(self.kube, sorted(scope))
 
-    def _prune_vanished(self, state: RepoState, rendered: Rendered, live: LiveState,
-                        opts: SyncOptions) -> list[UnitResult]:
-        present = set(rendered.units) | rendered.failed | state.failed | {u.unit for u in state.units}
+    def _prune_vanished(self, state: RepoState, rendered: Rendered, live: LiveState, opts: SyncOptions,
+                        claims: Claims) -> list[UnitResult]:
+        present = (set(rendered.units) | set(rendered.unselected) | rendered.failed | state.failed
+                   | {u.unit for u in state.units})
+        repository = opts.repository or DEFAULT_REPOSITORY
         # only units this repository applied: another repository's units are none of our business
-        vanished = [u for u, inv in sorted(live.inventories.items()) if u not in present
-                    and inv.repository == (opts.repository or DEFAULT_REPOSITORY) and _selected(u, opts.selectors)]
-        return [self.prune_vanished(unit, live, opts, repo_clean=state.clean,
-                                    repo_prune=state.settings.policy.prune, renders_anything=bool(rendered.units))
-                for unit in vanished]
+        vanished = [u for u in vanished_units(live, repository) if u not in present and _selected(u, opts.selectors)]
+        results = []
+        for unit in vanished:
+            try:
+                results.append(self.prune_vanished(unit, live, opts, repo_clean=state.clean and rendered.clean,
+                                                   repo_prune=state.settings.policy.prune,
+                                                   renders_anything=bool(rendered.units or rendered.unselected),
+                                                   claims=claims))
+            except (ApiError, ClusterUnreachable, OSError) as exc:  # the next unit is still pruned
+                results.append(UnitResult(unit.id, errors=[f"prune failed: {exc}"]))
+        return results
 
     def prune_vanished(self, unit: Unit, live: LiveState, opts: SyncOptions, *, repo_clean: bool,
-                       repo_prune: bool, renders_anything: bool) -> UnitResult:
+                       repo_prune: bool, renders_anything: bool, claims: Claims | None = None) -> UnitResult:
         """A unit whose inventory is in the cluster but which left Git: delete its objects (with the
         safety rules of `prune`) and then its inventory. Only the repository that applied it prunes
-        it, only when the repository loaded cleanly and pruning is enabled, and never when the
-        repository renders nothing at all unless `allow_empty`."""
+        it, only when the repository loaded and rendered cleanly and pruning is enabled, and never
+        when the repository renders nothing at all unless `allow_empty`. Objects another unit of the
+        repository renders now are handed over, not deleted. A unit whose inventory was deleted is
+        pruned from the objects that still carry its labels."""
         res = UnitResult(unit.id)
+        repository = opts.repository or DEFAULT_REPOSITORY
         inv = live.inventories.get(unit)
-        if inv is None or inv.repository != (opts.repository or DEFAULT_REPOSITORY):
+        if inv is None:
+            inv = recover_inventory(unit, live.objects, repository, FIELD_MANAGER)
+            if inv is None:
+                return res
+            res.changes.append(Change(f"ConfigMap/{unit.namespace}/{inventory_name(unit)}", Action.SKIPPED,
+                                      f"inventory was missing; {len(inv.entries)} objects found by their labels"))
+        if inv.repository != repository:
             return res  # not ours to prune
         if not repo_clean:
             res.skipped_reason = "removed from Git, but not pruned: the repository has errors"
@@ -158,7 +181,9 @@ class Engine:
             res.errors.append("refusing to prune: the repository renders nothing at all (wrong path or "
                               "branch?); pass --allow-empty to delete everything")
             return res
-        changes, keep = prune(self.kube, unit, list(inv.entries), live.objects, dry_run=opts.dry_run)
+        refs, handed = _hand_over(unit, list(inv.entries), claims)
+        res.changes.extend(handed)
+        changes, keep = prune(self.kube, unit, refs, live.objects, dry_run=opts.dry_run, repository=repository)
         res.changes.extend(changes)
         if opts.dry_run:
             return res
@@ -167,17 +192,29 @@ class Engine:
             if self._write_inventory(rest, res):
                 live.inventories[unit] = rest
         else:
-            self.kube.delete("ConfigMap", unit.namespace, inventory_name(unit))
+            try:
+                self.kube.delete("ConfigMap", unit.namespace, inventory_name(unit))
+            except ApiError as exc:
+                if not exc.not_found:  # a recovered inventory has no ConfigMap
+                    raise
             live.inventories.pop(unit, None)
         return res
 
     # -- one unit ------------------------------------------------------------------------------
 
     def sync_unit(self, unit: Unit, manifests: list[Manifest], policy: SyncPolicy, live: LiveState,
-                  opts: SyncOptions) -> UnitResult:
+                  opts: SyncOptions, *, claims: Claims | None = None) -> UnitResult:
+        """Apply one unit. `claims` (which unit of the repository renders which object) lets it take
+        over an object another unit left behind and keeps it from pruning one another unit took."""
         res = UnitResult(unit.id)
         repository = opts.repository or DEFAULT_REPOSITORY
-        inv = live.inventories.get(unit) or Inventory(unit, repository=repository)
+        claims = claims if claims is not None else Claims.of([(unit, manifests)])
+        inv = live.inventories.get(unit)
+        recovered = False
+        if inv is None:  # a new unit, or its inventory was deleted: its objects still carry its labels
+            inv = recover_inventory(unit, live.objects, repository, FIELD_MANAGER)
+            recovered = inv is not None
+            inv = inv or Inventory(unit, repository=repository)
         if inv.repository != repository:
             res.errors.append(f"{unit.id} was applied by the repository {inv.repository!r}, not by this one "
                               f"({repository!r}); rename the unit, or set `name` in flower-syncer.yaml")
@@ -189,7 +226,7 @@ class Engine:
         for m in manifests:
             filled = self._fill_copies(m, res)
             if filled is not None:
-                desired.append(with_fingerprint(filled))
+                desired.append(with_fingerprint(stamp_repository(filled, repository)))
         if not manifests and inv.entries and not opts.allow_empty:
             res.errors.append("refusing to prune this unit down to nothing; pass --allow-empty if that is meant")
             return res
@@ -203,7 +240,7 @@ class Engine:
         entries: dict[ObjectRef, Entry] = {}
         for _, stage_iter in groupby(desired, key=lambda m: APPLY_ORDER.get(m["kind"], 9)):
             stage = list(stage_iter)
-            outcomes = self._apply_stage(applier, stage, live, inv, policy, opts)
+            outcomes = self._apply_stage(applier, stage, live, inv, policy, opts, unit, claims)
             for m, out in zip(stage, outcomes, strict=True):
                 ref = ObjectRef.of(m)
                 res.changes.append(out.change)
@@ -214,9 +251,13 @@ class Engine:
         leftovers = [r for r in inv.entries if r not in wanted]
         # objects we could not build this time (e.g. a missing TLS source) are kept, not pruned
         leftovers = [r for r in leftovers if r not in entries]
+        # objects another unit renders now are handed over to it, never pruned (nor kept: they are its)
+        leftovers, handed = _hand_over(unit, leftovers, claims)
+        res.changes.extend(handed)
         if leftovers:
             if policy.prune and opts.prune:
-                changes, keep = prune(self.kube, unit, leftovers, live.objects, dry_run=opts.dry_run)
+                changes, keep = prune(self.kube, unit, leftovers, live.objects, dry_run=opts.dry_run,
+                                      repository=repository)
                 res.changes.extend(changes)
                 for ref in keep:
                     entries[ref] = inv.entries[ref]
@@ -225,7 +266,13 @@ class Engine:
             else:
                 res.changes.extend(Change(str(r), Action.SKIPPED, "not pruned: pruning is disabled") for r in leftovers)
                 entries.update({r: inv.entries[r] for r in leftovers})
-        if not opts.dry_run and entries != inv.entries:
+        inventory_ref = f"ConfigMap/{unit.namespace}/{inventory_name(unit)}"
+        if recovered:
+            res.changes.append(Change(inventory_ref, Action.SKIPPED if opts.dry_run else Action.CREATED,
+                                      f"inventory was missing; rebuilt from {len(inv.entries)} labelled objects"))
+        res.changes.extend(Change(inventory_ref, Action.SKIPPED, f"inventory entry not understood, left alone in the "
+                                  f"cluster and dropped from the inventory: {entry}") for entry in inv.ignored)
+        if not opts.dry_run and (entries != inv.entries or recovered or inv.ignored):
             changed = any(c.action not in (Action.UNCHANGED, Action.SKIPPED) for c in res.changes)
             new = Inventory(unit, entries, opts.revision if changed else inv.revision, repository=repository)
             if self._write_inventory(new, res):
@@ -233,13 +280,18 @@ class Engine:
         return res
 
     def _apply_stage(self, applier: Applier, stage: list[Manifest], live: LiveState, inv: Inventory,
-                     policy: SyncPolicy, opts: SyncOptions) -> list[Outcome]:
-        """Objects of one apply stage. The no-request check runs inline; only the objects that need
-        the server are sent, in parallel."""
+                     policy: SyncPolicy, opts: SyncOptions, unit: Unit, claims: Claims) -> list[Outcome]:
+        """Objects of one apply stage. Ownership and the no-request check run inline; only the
+        objects that need the server are sent, in parallel."""
         outcomes: list[Outcome | None] = []
         pending = []
+        repository = opts.repository or DEFAULT_REPOSITORY
         for i, m in enumerate(stage):
             ref = ObjectRef.of(m)
+            conflict = write_conflict(unit, repository, live.objects.get(ref), claims, live.inventories)
+            if conflict:
+                outcomes.append(Outcome(Change(str(ref), Action.FAILED, f"not applied: {conflict}"), None))
+                continue
             quick = applier.known_unchanged(m, live.objects.get(ref), inv.entries.get(ref))
             outcomes.append(quick)
             if quick is None:
@@ -304,6 +356,31 @@ class Engine:
                 res.errors.append(f"cannot record the inventory {inv.name()}: {exc.message}")
             return False
         return True
+
+
+def vanished_units(live: LiveState, repository: str) -> list[Unit]:
+    """Units this repository applied, known from their inventories or, where an inventory was
+    deleted, from objects labelled with the unit and this repository."""
+    units = {u for u, inv in live.inventories.items() if inv.repository == repository}
+    for obj in live.objects.values():
+        owner = owner_of(obj)
+        if owner is not None and owner.repository == repository and owner.unit not in live.inventories:
+            units.add(owner.unit)
+    return sorted(units)
+
+
+def _hand_over(unit: Unit, refs: list[ObjectRef], claims: Claims | None) -> tuple[list[ObjectRef], list[Change]]:
+    """Split `refs` into those still to prune and those another unit renders now (never pruned)."""
+    if claims is None:
+        return refs, []
+    keep, handed = [], []
+    for ref in refs:
+        claimant = claims.claimant(ref)
+        if claimant is not None and claimant != unit:
+            handed.append(Change(str(ref), Action.SKIPPED, f"not pruned: {claimant.id} renders it now"))
+        else:
+            keep.append(ref)
+    return keep, handed
 
 
 def _selected(unit: Unit, selectors: Iterable[str]) -> bool:

@@ -22,6 +22,13 @@ class Rendered:
     sources: dict[Unit, str] = field(default_factory=dict)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     failed: set[Unit] = field(default_factory=set)
+    unselected: dict[Unit, list[Manifest]] = field(default_factory=dict)
+    """Units rendered cleanly but left out by the selectors: they still claim their objects."""
+
+    @property
+    def clean(self) -> bool:
+        """No unit failed to render (e.g. two units render the same object)."""
+        return not any(d.severity == "error" for d in self.diagnostics)
 
     def manifests(self) -> list[Manifest]:
         """All objects of all units, in apply order."""
@@ -79,23 +86,44 @@ def render_repo(state: RepoState, selectors: list[str] | None = None) -> Rendere
 
 
 def _render_repo(state: RepoState, selectors: list[str] | None) -> Rendered:
+    """Every unit is rendered, selected or not: a clash with an unselected unit must still fail the
+    selected one, and the engine must know every object some unit claims."""
     result = Rendered(failed=set(state.failed))
-    owners: dict[str, LoadedUnit] = {}
-    units, _ = select_units(state.units, selectors or [])
-    for loaded in units:
+    chosen = {u.unit for u in select_units(state.units, selectors or [])[0]}
+    rendered: dict[Unit, tuple[LoadedUnit, list[Manifest]]] = {}
+    owners: dict[str, list[LoadedUnit]] = {}
+    for loaded in state.units:
         manifests = render_unit(loaded)
-        clash = next((object_ref(m) for m in manifests if object_ref(m) in owners), None)
-        if clash is not None:
-            first = owners[clash]
-            result.diagnostics.append(Diagnostic(
-                loaded.source, loaded.line, 1, "",
-                f"{loaded.unit.kind} {loaded.unit.name!r} renders {clash}, which {first.unit.kind} "
-                f"{first.unit.name!r} ({first.source}) renders too",
-                "rename one of them, or move one to another namespace", unit=loaded.unit.id))
-            result.failed.add(loaded.unit)
+        rendered[loaded.unit] = (loaded, manifests)
+        for ref in dict.fromkeys(object_ref(m) for m in manifests):
+            owners.setdefault(ref, []).append(loaded)
+    # Two units rendering the same object: both fail (neither may take the other's object, and
+    # which one came first is not something Git can tell us). Each names the other.
+    clashes: dict[Unit, tuple[LoadedUnit, list[str], dict[Unit, LoadedUnit]]] = {}
+    for ref, claimants in owners.items():
+        if len(claimants) < 2:
             continue
-        for m in manifests:
-            owners[object_ref(m)] = loaded
-        result.units[loaded.unit] = manifests
-        result.sources[loaded.unit] = loaded.source
+        for loaded in claimants:
+            _, refs, others = clashes.setdefault(loaded.unit, (loaded, [], {}))
+            refs.append(ref)
+            others.update((o.unit, o) for o in claimants if o is not loaded)
+    for unit, (loaded, refs, others) in clashes.items():
+        names = ", ".join(f"{o.unit.kind} {o.unit.name!r} ({o.source})" for _, o in sorted(others.items()))
+        more = f" and {len(refs) - 1} more object{'s' if len(refs) > 2 else ''}" if len(refs) > 1 else ""
+        result.diagnostics.append(Diagnostic(
+            loaded.source, loaded.line, 1, "",
+            f"{unit.kind} {unit.name!r} renders {sorted(refs)[0]}{more} that {names} renders too; "
+            "none of them is applied until only one does",
+            "rename one of them (e.g. fullnameOverride or the federation name), or move one to another namespace",
+            unit=unit.id))
+        result.failed.add(unit)
+    for unit, (loaded, manifests) in rendered.items():
+        if unit in result.failed:
+            continue
+        if unit in chosen:
+            result.units[unit] = manifests
+            result.sources[unit] = loaded.source
+        else:
+            result.unselected[unit] = manifests
+    result.diagnostics.sort()
     return result

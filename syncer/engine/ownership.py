@@ -1,0 +1,108 @@
+"""Who owns a live object, and whether a unit may write it. Pure functions over labels.
+
+Every object flower-syncer applies carries its unit's labels and the repository that applied it
+(`flower-syncer.io/repository`). A unit may apply an object only if the live object is
+- not managed by flower-syncer at all (a new object, or one made by hand: adopted, and said so),
+- already its own (same unit, same repository), or
+- left behind by another unit of the same repository that no longer renders it (moved in Git
+  from one unit to another: a hand-over), while that unit loaded cleanly.
+Anything else (another repository's object, or an object another unit of ours still wants or may
+still want) is a conflict: reported, never adopted, never recreated, never pruned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from syncer.engine.inventory import DEFAULT_REPOSITORY, LABEL_REPOSITORY, Entry, Inventory, ObjectRef
+from syncer.engine.normalize import ANN_APPLIED_HASH, managed_fields_hash
+from syncer.render.common import LABEL_MANAGED_BY, LABEL_UNIT, LABEL_UNIT_KIND, MANAGED_BY, Manifest, Unit
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The unit and repository named by a live object's labels (repository "" when unlabelled:
+    objects applied before repositories were recorded on objects)."""
+
+    unit: Unit
+    repository: str
+
+
+def owner_of(obj: Mapping[str, Any] | None) -> Owner | None:
+    """The flower-syncer unit that owns `obj`, or None when flower-syncer does not manage it."""
+    if not obj:
+        return None
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    if labels.get(LABEL_MANAGED_BY) != MANAGED_BY:
+        return None
+    kind, name = labels.get(LABEL_UNIT_KIND), labels.get(LABEL_UNIT)
+    if kind not in ("federation", "supernode") or not name:
+        return None
+    return Owner(Unit(kind, meta.get("namespace", ""), name), labels.get(LABEL_REPOSITORY, ""))
+
+
+@dataclass(frozen=True)
+class Claims:
+    """Which unit of this repository renders which object now, and the units whose wishes are
+    unknown because they failed to load or render."""
+
+    objects: Mapping[ObjectRef, Unit] = field(default_factory=dict)
+    failed: frozenset[Unit] = frozenset()
+
+    @classmethod
+    def of(cls, units: Iterable[tuple[Unit, Iterable[Manifest]]], failed: Iterable[Unit] = ()) -> Claims:
+        return cls({ObjectRef.of(m): unit for unit, manifests in units for m in manifests}, frozenset(failed))
+
+    def claimant(self, ref: ObjectRef) -> Unit | None:
+        return self.objects.get(ref)
+
+
+def write_conflict(unit: Unit, repository: str, live: Mapping[str, Any] | None, claims: Claims,
+                   inventories: Mapping[Unit, Inventory]) -> str:
+    """Why `unit` of `repository` must not apply over `live`, or "" if it may."""
+    owner = owner_of(live)
+    if owner is None:
+        return ""
+    owner_repo = owner.repository or _recorded_repository(owner.unit, inventories)
+    if owner_repo and owner_repo != repository:
+        return (f"it belongs to {owner.unit.id} of the repository {owner_repo!r}; flower-syncer never takes "
+                "another repository's objects: rename it in one of the repositories")
+    if owner.unit == unit:
+        return ""
+    if owner.unit in claims.failed:
+        return (f"it belongs to {owner.unit.id}, which has configuration errors, so it may still want it; "
+                "fix that unit first")
+    if claims.claimant(ObjectRef.of(live)) == owner.unit:  # type: ignore[arg-type]
+        return f"it belongs to {owner.unit.id}, which renders it too"
+    return ""  # left behind by a unit of ours that no longer renders it: hand-over
+
+
+def _recorded_repository(unit: Unit, inventories: Mapping[Unit, Inventory]) -> str:
+    inv = inventories.get(unit)
+    return inv.repository if inv is not None else ""
+
+
+def recover_inventory(unit: Unit, objects: Mapping[ObjectRef, Mapping[str, Any]], repository: str,
+                      field_manager: str) -> Inventory | None:
+    """An inventory rebuilt from the live objects that carry `unit`'s labels (and this repository,
+    or no repository label at all), for a unit whose inventory ConfigMap is gone. None if no live
+    object names the unit."""
+    entries: dict[ObjectRef, Entry] = {}
+    for ref, obj in objects.items():
+        owner = owner_of(obj)
+        if owner is None or owner.unit != unit or owner.repository not in ("", repository):
+            continue
+        applied = ((obj.get("metadata") or {}).get("annotations") or {}).get(ANN_APPLIED_HASH, "")
+        entries[ref] = Entry(applied, managed_fields_hash(dict(obj), field_manager))
+    if not entries:
+        return None
+    return Inventory(unit, entries, repository=repository or DEFAULT_REPOSITORY)
+
+
+def stamp_repository(m: Manifest, repository: str) -> Manifest:
+    """`m` with the repository label on its metadata (a new dict; `m` is not changed)."""
+    meta = m["metadata"]
+    return {**m, "metadata": {**meta, "labels": {**meta.get("labels", {}), LABEL_REPOSITORY: repository}}}

@@ -1,0 +1,176 @@
+"""Who may write or prune a live object: owner labels, hand-overs between units, other repositories,
+inventories rebuilt from labels, and inventory entries that cannot be trusted."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from syncer.engine.inventory import INVENTORY_KEY, LABEL_REPOSITORY, Inventory, ObjectRef, decode
+from syncer.engine.ownership import Claims, owner_of, recover_inventory, stamp_repository, write_conflict
+from syncer.engine.prune import prune_blocker
+from syncer.render.common import Unit
+from syncer.render.repo import render_repo
+from syncer.repo.loader import load_repo
+
+A = Unit("federation", "ns", "a")
+B = Unit("federation", "ns", "b")
+
+
+def obj(name: str, unit: Unit | None, repository: str | None = "repo", kind: str = "Service",
+        managed_fields: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    labels: dict[str, str] = {}
+    if unit is not None:
+        labels = dict(unit.labels())
+        if repository is not None:
+            labels[LABEL_REPOSITORY] = repository
+    return {"apiVersion": "v1", "kind": kind,
+            "metadata": {"name": name, "namespace": "ns", "labels": labels, "uid": "u1",
+                         "annotations": {"flower-syncer.io/applied-hash": "h-" + name},
+                         "managedFields": managed_fields or []}}
+
+
+def test_owner_of_reads_unit_and_repository_labels() -> None:
+    owner = owner_of(obj("x", A))
+    assert owner is not None
+    assert (owner.unit, owner.repository) == (A, "repo")
+    assert owner_of(obj("x", None)) is None  # not ours at all
+    legacy = owner_of(obj("x", A, repository=None))
+    assert legacy is not None and legacy.repository == ""
+
+
+def test_a_unit_writes_its_own_and_unmanaged_objects() -> None:
+    claims = Claims.of([(A, [obj("x", A)])])
+    assert write_conflict(A, "repo", obj("x", A), claims, {}) == ""
+    assert write_conflict(A, "repo", obj("x", None), claims, {}) == ""
+    assert write_conflict(A, "repo", None, claims, {}) == ""
+
+
+def test_another_repositorys_object_is_a_conflict_even_for_the_same_unit_id() -> None:
+    claims = Claims.of([(A, [obj("x", A)])])
+    reason = write_conflict(A, "repo", obj("x", A, repository="other"), claims, {})
+    assert "repository 'other'" in reason and A.id in reason
+    reason = write_conflict(A, "repo", obj("x", B, repository="other"), claims, {})
+    assert "repository 'other'" in reason and B.id in reason
+
+
+def test_legacy_objects_take_the_repository_from_the_owners_inventory() -> None:
+    claims = Claims.of([(A, [obj("x", A)])])
+    inventories = {B: Inventory(B, repository="other")}
+    assert "repository 'other'" in write_conflict(A, "repo", obj("x", B, repository=None), claims, inventories)
+    assert write_conflict(A, "repo", obj("x", A, repository=None), claims, {A: Inventory(A, repository="repo")}) == ""
+
+
+def test_an_object_another_unit_still_renders_or_may_render_is_refused() -> None:
+    live = obj("x", B)
+    both = Claims({ObjectRef("Service", "ns", "x"): B})
+    assert "renders it too" in write_conflict(A, "repo", live, both, {})
+    failed = Claims({ObjectRef("Service", "ns", "x"): A}, frozenset({B}))
+    assert "configuration errors" in write_conflict(A, "repo", live, failed, {})
+
+
+def test_an_object_left_behind_by_a_unit_of_the_same_repository_is_handed_over() -> None:
+    claims = Claims({ObjectRef("Service", "ns", "x"): A})
+    assert write_conflict(A, "repo", obj("x", B), claims, {}) == ""
+
+
+def test_recover_inventory_from_labelled_objects_only() -> None:
+    live = {ObjectRef("Service", "ns", n): o for n, o in [
+        ("mine", obj("mine", A)), ("legacy", obj("legacy", A, repository=None)),
+        ("theirs", obj("theirs", A, repository="other")), ("b", obj("b", B)), ("plain", obj("plain", None))]}
+    inv = recover_inventory(A, live, "repo", "flower-syncer")
+    assert inv is not None
+    assert sorted(r.name for r in inv.entries) == ["legacy", "mine"]
+    assert inv.entries[ObjectRef("Service", "ns", "mine")].applied == "h-mine"
+    assert inv.repository == "repo"
+    assert recover_inventory(Unit("supernode", "ns", "none"), live, "repo", "flower-syncer") is None
+
+
+def test_stamp_repository_copies() -> None:
+    m = obj("x", A, repository=None)
+    stamped = stamp_repository(m, "repo")
+    assert stamped["metadata"]["labels"][LABEL_REPOSITORY] == "repo"
+    assert LABEL_REPOSITORY not in m["metadata"]["labels"]
+
+
+def test_prune_keeps_secret_data_written_as_string_data_by_another_manager() -> None:
+    for field in ("f:data", "f:stringData"):
+        secret = obj("s", A, kind="Secret", managed_fields=[
+            {"manager": "kubectl-edit", "operation": "Update", "fieldsV1": {field: {"f:token": {}}}}])
+        assert "written by 'kubectl-edit'" in prune_blocker(A, secret), field
+    ours = obj("s", A, kind="Secret", managed_fields=[
+        {"manager": "flower-syncer", "operation": "Apply", "fieldsV1": {"f:data": {"f:token": {}}}}])
+    assert prune_blocker(A, ours) == ""
+
+
+def test_prune_keeps_another_repositorys_object() -> None:
+    assert "repository 'other'" in prune_blocker(A, obj("x", A, repository="other"), "repo")
+    assert prune_blocker(A, obj("x", A), "repo") == ""
+
+
+def test_inventory_entries_of_unknown_kinds_or_shapes_are_ignored_not_fatal() -> None:
+    objects = [
+        {"kind": "Service", "namespace": "ns", "name": "ok", "applied": "a", "fields": "f"},
+        {"kind": "ClusterRoleBinding", "namespace": "", "name": "admin"},
+        {"kind": "Widget", "namespace": "ns", "name": "w"},
+        {"kind": "Namespace", "namespace": "", "name": "kube-system"},
+        {"kind": "Service", "namespace": None, "name": "x"},
+        "not an object",
+    ]
+    cm = {"metadata": {"namespace": "ns", "labels": dict(A.labels())},
+          "data": {INVENTORY_KEY: json.dumps({"unit": A.id, "objects": objects})}}
+    inv = decode(cm)
+    assert inv is not None
+    assert list(inv.entries) == [ObjectRef("Service", "ns", "ok")]
+    assert len(inv.ignored) == 5
+
+
+FED = """\
+apiVersion: flwr.exalsius.ai/v1
+kind: Federation
+metadata:
+  name: {name}
+spec:
+  mode: StatefulSet
+  isolationMode: subprocess
+  superlink:
+    image: flwr/superlink:1.25.0
+  supernodes:
+    image: flwr/supernode:1.25.0
+    pools:
+      - name: p
+        replicas: 1
+        images: {{}}
+"""
+
+
+def _repo(tmp_path: Path) -> Path:
+    (tmp_path / "federations").mkdir()
+    (tmp_path / "supernodes" / "one").mkdir(parents=True)
+    (tmp_path / "supernodes" / "two").mkdir(parents=True)
+    (tmp_path / "federations" / "f.yaml").write_text(FED.format(name="fed"))
+    (tmp_path / "supernodes" / "one" / "values.yaml").write_text("fullnameOverride: shared\n")
+    (tmp_path / "supernodes" / "two" / "values.yaml").write_text("fullnameOverride: shared\n")
+    return tmp_path
+
+
+def test_a_clash_fails_every_unit_involved_and_names_the_others(tmp_path: Path) -> None:
+    state = load_repo(_repo(tmp_path))
+    assert state.clean
+    rendered = render_repo(state)
+    assert {u.id for u in rendered.failed} == {"supernode/default/one", "supernode/default/two"}
+    assert [u.id for u in rendered.units] == ["federation/default/fed"]
+    assert not rendered.clean
+    messages = {d.unit: d.message for d in rendered.diagnostics}
+    assert "supernode 'two'" in messages["supernode/default/one"]
+    assert "supernode 'one'" in messages["supernode/default/two"]
+
+
+def test_a_clash_with_an_unselected_unit_still_fails_the_selected_one(tmp_path: Path) -> None:
+    rendered = render_repo(load_repo(_repo(tmp_path)), ["one"])
+    assert not rendered.units
+    assert Unit("supernode", "default", "one") in rendered.failed
+    only_fed = render_repo(load_repo(tmp_path), ["fed"])
+    assert list(only_fed.units) == [Unit("federation", "default", "fed")]
+    assert not only_fed.unselected  # the clashing units are failed, not merely unselected
