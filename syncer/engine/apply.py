@@ -55,6 +55,17 @@ class ImmutableFieldError(Exception):
 class Outcome:
     change: Change
     entry: Entry | None  # what the inventory should record (None: keep the old entry)
+    error: ApiError | None = None  # the API's answer when the request failed
+
+    @property
+    def namespace_missing(self) -> bool:
+        """The object's namespace does not exist (deleted out of band, or being deleted)."""
+        err = self.error
+        if err is None:
+            return False
+        if err.not_found:
+            return err.details.get("kind") == "namespaces"
+        return err.forbidden and err.reason == "Forbidden" and "because it is being terminated" in err.message
 
 
 def unified_diff(ref: ObjectRef, live: dict[str, Any] | None, desired: dict[str, Any] | None) -> str:
@@ -100,7 +111,7 @@ class Applier:
                                   "; allow recreating it with the unit's allowRecreate policy "
                                   "(flower-syncer.io/allow-recreate: \"true\"), or delete it by hand"), None)
         except ApiError as exc:
-            return Outcome(Change(str(ref), Action.FAILED, f"{exc.reason}: {exc.message}"), None)
+            return Outcome(Change(str(ref), Action.FAILED, f"{exc.reason}: {exc.message}"), None, exc)
 
     def _apply(self, ref: ObjectRef, desired: Manifest, live: dict[str, Any] | None, digest: str, force: bool,
                policy: SyncPolicy) -> Outcome:

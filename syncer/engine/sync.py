@@ -241,6 +241,9 @@ class Engine:
         for _, stage_iter in groupby(desired, key=lambda m: APPLY_ORDER.get(m["kind"], 9)):
             stage = list(stage_iter)
             outcomes = self._apply_stage(applier, stage, live, inv, policy, opts, unit, claims)
+            if any(o.namespace_missing for o in outcomes):
+                # deleted since we last made sure of it: create it again on the next try
+                self._namespaces_seen.discard(unit.namespace)
             for m, out in zip(stage, outcomes, strict=True):
                 ref = ObjectRef.of(m)
                 res.changes.append(out.change)

@@ -350,3 +350,28 @@ def test_repositories_sharing_a_cluster_never_prune_each_other(kube: Kube, tmp_p
     assert any("applied by the repository 'first'" in e for e in errors), errors
     inv = kube.get("ConfigMap", namespace, "flower-syncer.federation.alpha") or {}
     assert inv["metadata"]["labels"]["flower-syncer.io/repository"] == "first"
+
+
+def test_a_namespace_deleted_out_of_band_is_created_again(kube: Kube, kube_cluster: KubeCluster,
+                                                          tmp_path: Path) -> None:
+    """The engine remembers the namespaces it made sure of; one deleted behind its back must not
+    make every later sync into it fail until a restart."""
+    ns = f"t-ns-gone-{tmp_path.name[-6:].lower().replace('_', '-')}"
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "flower-syncer.yaml").write_text(f"name: {ns}\ndefaultNamespace: {ns}\n")
+    write_fed(root)
+    engine = Engine(kube)  # one engine for the whole test, as in the agent
+
+    def once() -> SyncReport:
+        state = load_repo(root)
+        return engine.sync(state, render_repo(state), SyncOptions())
+
+    try:
+        assert once().ok
+        kube_cluster.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=60s")
+        assert kube.get("Namespace", None, ns) is None
+        wait_for("namespace recreated and unit synced", lambda: once().ok, timeout=30)
+        assert kube.get("StatefulSet", ns, "fed-supernode-a") is not None
+    finally:
+        kube_cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)

@@ -70,8 +70,8 @@ def test_a_unit_that_left_git_while_its_inventory_was_gone_is_still_pruned(kube:
     assert kube.get("StatefulSet", namespace, "keep-supernode-a") is not None
 
 
-def test_an_unexpected_inventory_entry_neither_crashes_nor_stops_other_prunes(kube: Kube, kube_cluster: KubeCluster, tmp_path: Path,
-                                                                              namespace: str) -> None:
+def test_an_unexpected_inventory_entry_neither_crashes_nor_stops_other_prunes(
+        kube: Kube, kube_cluster: KubeCluster, tmp_path: Path, namespace: str) -> None:
     repo = make_repo(tmp_path / "r", "team", namespace, {
         "federations/fed.yaml": ONE_POOL,
         "federations/gone.yaml": ONE_POOL.replace("name: fed\n", "name: gone\n", 1)})
