@@ -29,15 +29,16 @@ from syncer.agent.workqueue import WorkQueue
 from syncer.cluster.client import FIELD_MANAGER, Kube
 from syncer.diagnostics import Diagnostic
 from syncer.engine.changeset import Action, UnitResult
-from syncer.engine.inventory import DEFAULT_REPOSITORY, Inventory, ObjectRef
+from syncer.engine.inventory import Inventory
 from syncer.engine.live import LiveState
-from syncer.engine.normalize import ANN_APPLIED_HASH, fingerprint, managed_fields_hash
+from syncer.engine.normalize import fingerprint, managed_fields_hash
 from syncer.engine.ownership import Claims
 from syncer.engine.sync import Engine, SyncOptions, vanished_units
+from syncer.identity import ANN_APPLIED_HASH, DEFAULT_REPOSITORY, ObjectRef, Unit, unit_matches
 from syncer.models.settings import SyncPolicy
 from syncer.observe.metrics import Metrics, corrections_by_kind, drift_by_kind
-from syncer.render.common import LABEL_UNIT, LABEL_UNIT_KIND, Manifest, Unit
-from syncer.render.repo import Rendered, render_repo, unit_matches
+from syncer.render.common import Manifest
+from syncer.render.repo import Rendered, render_repo
 from syncer.repo.loader import RepoState, load_repo
 from syncer.source.git import Checkout, GitSource, SourceError
 
@@ -273,12 +274,9 @@ class Agent:
                 or managed_fields_hash(event.obj, FIELD_MANAGER) != entry.fields)
 
     def _unit_of(self, ref: ObjectRef, labels: dict[str, str]) -> Unit | None:
-        name = labels.get(LABEL_UNIT)
-        kind = labels.get(LABEL_UNIT_KIND)
-        if name and kind == "federation":
-            return Unit("federation", ref.namespace, name)
-        if name and kind == "supernode":
-            return Unit("supernode", ref.namespace, name)
+        unit_of = Unit.from_labels(ref.namespace, labels)
+        if unit_of is not None:
+            return unit_of
         for unit, inv in list(self.cache.state.inventories.items()):  # deleted objects carry no labels
             if ref in inv.entries:
                 return unit

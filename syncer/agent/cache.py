@@ -16,9 +16,9 @@ from typing import Any
 import structlog
 
 from syncer.cluster.client import ApiError, ClusterUnreachable, Kube
-from syncer.engine.inventory import Inventory, ObjectRef, decode
-from syncer.engine.live import MANAGED_KINDS, LiveState, Read, managed_reads
-from syncer.render.common import Unit
+from syncer.engine.inventory import Inventory, decode
+from syncer.engine.live import LiveState, Read, managed_reads
+from syncer.identity import MANAGED_KINDS, ObjectRef, Unit
 
 log = structlog.get_logger("syncer.agent.cache")
 

@@ -20,13 +20,13 @@ from typing import Any
 
 from syncer.cluster.client import FIELD_MANAGER, ApiError, Kube
 from syncer.engine.changeset import Action, Change
-from syncer.engine.inventory import Entry, ObjectRef
+from syncer.engine.inventory import Entry
 from syncer.engine.normalize import (
-    ANN_APPLIED_HASH,
     managed_fields_hash,
     mask_secret_pair,
     strip_server_fields,
 )
+from syncer.identity import ANN_APPLIED_HASH, ObjectRef
 from syncer.models.settings import SyncPolicy
 from syncer.render.common import Manifest, to_yaml
 

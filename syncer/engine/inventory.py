@@ -12,29 +12,24 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from syncer.render.common import APPLY_ORDER, LABEL_MANAGED_BY, LABEL_UNIT, LABEL_UNIT_KIND, MANAGED_BY, Unit
+from syncer.identity import (
+    ANN_SUSPENDED,
+    APPLY_ORDER,
+    DEFAULT_REPOSITORY,
+    INVENTORY_SELECTOR,
+    LABEL_INVENTORY,
+    LABEL_REPOSITORY,
+    ObjectRef,
+    Unit,
+)
 
-LABEL_INVENTORY = "flower-syncer.io/inventory"
-ANN_SUSPENDED = "flower-syncer.io/suspended"  # set by `flower-syncer suspend`, kept across syncs
-LABEL_REPOSITORY = "flower-syncer.io/repository"  # which config repository applied the unit
-DEFAULT_REPOSITORY = "default"
+# Re-exported for modules that still import them from here; syncer.identity defines them.
+__all__ = [
+    "ANN_SUSPENDED", "DEFAULT_REPOSITORY", "INVENTORY_SELECTOR", "LABEL_INVENTORY", "LABEL_REPOSITORY",
+    "ObjectRef",
+]
+
 INVENTORY_KEY = "inventory.json"
-INVENTORY_SELECTOR = f"{LABEL_INVENTORY}=true,{LABEL_MANAGED_BY}={MANAGED_BY}"
-
-
-@dataclass(frozen=True, order=True)
-class ObjectRef:
-    kind: str
-    namespace: str
-    name: str
-
-    def __str__(self) -> str:
-        return f"{self.kind}/{self.namespace}/{self.name}"
-
-    @classmethod
-    def of(cls, obj: dict[str, Any]) -> ObjectRef:
-        meta = obj["metadata"]
-        return cls(obj["kind"], meta.get("namespace", ""), meta["name"])
 
 
 @dataclass(frozen=True)
@@ -87,10 +82,9 @@ def inventory_name(unit: Unit) -> str:
 def decode(cm: dict[str, Any]) -> Inventory | None:
     """An inventory from its ConfigMap, or None if it is not one of ours or is unreadable."""
     labels = cm.get("metadata", {}).get("labels", {})
-    kind, name = labels.get(LABEL_UNIT_KIND), labels.get(LABEL_UNIT)
-    if kind not in ("federation", "supernode") or not name:
+    unit = Unit.from_labels(cm["metadata"].get("namespace", ""), labels)
+    if unit is None:
         return None
-    unit = Unit(kind, cm["metadata"].get("namespace", ""), name)
     suspended = cm["metadata"].get("annotations", {}).get(ANN_SUSPENDED) == "true"
     repository = labels.get(LABEL_REPOSITORY, DEFAULT_REPOSITORY)
     try:

@@ -8,11 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from syncer.cluster.client import Kube
-from syncer.engine.inventory import INVENTORY_SELECTOR, Inventory, ObjectRef, decode
-from syncer.render.common import APPLY_ORDER, LABEL_MANAGED_BY, MANAGED_BY, Unit
-
-MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
-MANAGED_KINDS = tuple(k for k in APPLY_ORDER if k != "Namespace")
+from syncer.engine.inventory import Inventory, decode
+from syncer.identity import INVENTORY_SELECTOR, MANAGED_KINDS, MANAGED_SELECTOR, ObjectRef, Unit
 
 
 class Read(NamedTuple):

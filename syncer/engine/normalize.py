@@ -6,9 +6,9 @@ import hashlib
 import json
 from typing import Any
 
+from syncer.identity import ANN_APPLIED_HASH
 from syncer.render.common import Manifest
 
-ANN_APPLIED_HASH = "flower-syncer.io/applied-hash"
 MASK_BEFORE = "*** (before)"
 MASK_AFTER = "*** (after)"
 MASK = "***"

@@ -16,9 +16,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from syncer.engine.inventory import DEFAULT_REPOSITORY, LABEL_REPOSITORY, Entry, Inventory, ObjectRef
-from syncer.engine.normalize import ANN_APPLIED_HASH, managed_fields_hash
-from syncer.render.common import LABEL_MANAGED_BY, LABEL_UNIT, LABEL_UNIT_KIND, MANAGED_BY, Manifest, Unit
+from syncer.engine.inventory import Entry, Inventory
+from syncer.engine.normalize import managed_fields_hash
+from syncer.identity import (
+    ANN_APPLIED_HASH,
+    DEFAULT_REPOSITORY,
+    LABEL_MANAGED_BY,
+    LABEL_REPOSITORY,
+    MANAGED_BY,
+    ObjectRef,
+    Unit,
+)
+from syncer.render.common import Manifest
 
 
 @dataclass(frozen=True)
@@ -38,10 +47,8 @@ def owner_of(obj: Mapping[str, Any] | None) -> Owner | None:
     labels = meta.get("labels") or {}
     if labels.get(LABEL_MANAGED_BY) != MANAGED_BY:
         return None
-    kind, name = labels.get(LABEL_UNIT_KIND), labels.get(LABEL_UNIT)
-    if kind not in ("federation", "supernode") or not name:
-        return None
-    return Owner(Unit(kind, meta.get("namespace", ""), name), labels.get(LABEL_REPOSITORY, ""))
+    unit = Unit.from_labels(meta.get("namespace", ""), labels)
+    return Owner(unit, labels.get(LABEL_REPOSITORY, "")) if unit is not None else None
 
 
 @dataclass(frozen=True)

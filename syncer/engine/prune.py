@@ -12,8 +12,7 @@ from typing import Any
 
 from syncer.cluster.client import FIELD_MANAGER, ApiError, Kube
 from syncer.engine.changeset import Action, Change
-from syncer.engine.inventory import LABEL_REPOSITORY, ObjectRef
-from syncer.render.common import ANN_PRUNE, APPLY_ORDER, LABEL_MANAGED_BY, MANAGED_BY, Unit
+from syncer.identity import ANN_PRUNE, APPLY_ORDER, LABEL_MANAGED_BY, LABEL_REPOSITORY, MANAGED_BY, ObjectRef, Unit
 
 NEVER_PRUNED = frozenset({"PersistentVolumeClaim", "PersistentVolume", "Namespace"})
 

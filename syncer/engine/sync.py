@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import groupby
@@ -17,22 +17,25 @@ from typing import Any
 from syncer.cluster.client import FIELD_MANAGER, ApiError, ClusterUnreachable, Kube
 from syncer.engine.apply import Applier, Outcome
 from syncer.engine.changeset import Action, Change, UnitResult
-from syncer.engine.inventory import DEFAULT_REPOSITORY, Entry, Inventory, ObjectRef, inventory_name
+from syncer.engine.inventory import Entry, Inventory, inventory_name
 from syncer.engine.live import LiveState
 from syncer.engine.normalize import with_fingerprint
 from syncer.engine.ownership import Claims, owner_of, recover_inventory, stamp_repository, write_conflict
 from syncer.engine.prune import prune
-from syncer.models.settings import SyncPolicy
-from syncer.render.common import (
+from syncer.identity import (
     ANN_COPY_FROM,
     ANN_COPY_KEYS,
     APPLY_ORDER,
+    DEFAULT_REPOSITORY,
     LABEL_MANAGED_BY,
     MANAGED_BY,
-    Manifest,
+    ObjectRef,
     Unit,
+    selected,
 )
-from syncer.render.repo import Rendered, unit_matches
+from syncer.models.settings import SyncPolicy
+from syncer.render.common import Manifest
+from syncer.render.repo import Rendered
 from syncer.repo.loader import RepoState
 
 
@@ -110,7 +113,7 @@ class Engine:
         with ThreadPoolExecutor(max_workers=max(1, min(self.unit_workers, len(units)))) as pool:
             report.units.extend(pool.map(one, units))
         for unit in sorted(rendered.failed):
-            if _selected(unit, opts.selectors):
+            if selected(unit, opts.selectors):
                 report.units.append(UnitResult(unit.id, errors=["configuration has errors; nothing was changed "
                                                                 "(the last applied state stays)"]))
         report.units.extend(self._prune_vanished(state, rendered, live, opts, claims))
@@ -140,7 +143,7 @@ class Engine:
                    | {u.unit for u in state.units})
         repository = opts.repository or DEFAULT_REPOSITORY
         # only units this repository applied: another repository's units are none of our business
-        vanished = [u for u in vanished_units(live, repository) if u not in present and _selected(u, opts.selectors)]
+        vanished = [u for u in vanished_units(live, repository) if u not in present and selected(u, opts.selectors)]
         results = []
         for unit in vanished:
             try:
@@ -384,8 +387,3 @@ def _hand_over(unit: Unit, refs: list[ObjectRef], claims: Claims | None) -> tupl
         else:
             keep.append(ref)
     return keep, handed
-
-
-def _selected(unit: Unit, selectors: Iterable[str]) -> bool:
-    selectors = list(selectors)
-    return not selectors or any(unit_matches(unit, s) for s in selectors)

@@ -17,7 +17,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from syncer.cluster.client import ApiError, ClusterUnreachable, Kube
-from syncer.engine.inventory import INVENTORY_SELECTOR, Inventory, decode
+from syncer.engine.inventory import Inventory, decode
+from syncer.identity import (
+    INVENTORY_SELECTOR,
+    LABEL_COMPONENT,
+    LABEL_POOL,
+    LABEL_UNIT,
+    LABEL_UNIT_KIND,
+    MANAGED_SELECTOR,
+    Unit,
+    unit_matches,
+)
 from syncer.observe.health import (
     GPUCount,
     NodeGPU,
@@ -29,9 +39,7 @@ from syncer.observe.health import (
     summarize_problems,
     workload_health,
 )
-from syncer.render.common import LABEL_MANAGED_BY, LABEL_UNIT, LABEL_UNIT_KIND, MANAGED_BY, Manifest, Unit
-from syncer.render.federation import LABEL_COMPONENT, LABEL_POOL
-from syncer.render.repo import unit_matches
+from syncer.render.common import Manifest
 
 if TYPE_CHECKING:
     from syncer.engine.sync import SyncReport
@@ -41,7 +49,6 @@ UNIT_WORKLOAD_KINDS: dict[str, tuple[str, ...]] = {
     "federation": ("StatefulSet", "DaemonSet"),
     "supernode": ("Deployment",),
 }
-MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 # Pods that hold node resources: bound to a node and not finished.
 BOUND_PODS_FIELDS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 SUPERLINK_POOL = "superlink"
@@ -379,12 +386,7 @@ def _missing_pool(unit: Unit, key: WorkloadKey, manifest: Manifest | None) -> Po
 
 def unit_from_id(unit_id: str) -> Unit:
     """The Unit of an id `kind/namespace/name`. Raises ValueError."""
-    kind, namespace, name = unit_id.split("/", 2)
-    if kind == "federation":
-        return Unit("federation", namespace, name)
-    if kind == "supernode":
-        return Unit("supernode", namespace, name)
-    raise ValueError(f"not a unit id: {unit_id!r}")
+    return Unit.parse(unit_id)
 
 
 def drift_counts(report: SyncReport) -> tuple[dict[str, int], dict[str, list[str]]]:

@@ -6,51 +6,32 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import yaml
 
+from syncer.identity import (
+    ANN_COPY_FROM,
+    ANN_COPY_KEYS,
+    ANN_PRUNE,
+    ANN_SOURCE,
+    APPLY_ORDER,
+    LABEL_MANAGED_BY,
+    LABEL_UNIT,
+    LABEL_UNIT_KIND,
+    MANAGED_BY,
+    Unit,
+    UnitKind,
+)
+
+# Re-exported for modules that still import them from here; syncer.identity defines them.
+__all__ = [
+    "ANN_COPY_FROM", "ANN_COPY_KEYS", "ANN_PRUNE", "ANN_SOURCE", "APPLY_ORDER", "LABEL_MANAGED_BY",
+    "LABEL_UNIT", "LABEL_UNIT_KIND", "MANAGED_BY", "Unit", "UnitKind",
+]
+
 Manifest = dict[str, Any]
 T = TypeVar("T")
-UnitKind = Literal["federation", "supernode"]
-
-MANAGED_BY = "flower-syncer"
-LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
-LABEL_UNIT = "flower-syncer.io/unit"
-LABEL_UNIT_KIND = "flower-syncer.io/unit-kind"
-ANN_SOURCE = "flower-syncer.io/source"
-ANN_PRUNE = "flower-syncer.io/prune"
-ANN_COPY_FROM = "flower-syncer.io/copy-from"
-ANN_COPY_KEYS = "flower-syncer.io/copy-keys"
-
-# Dependencies first: a pod must find its ServiceAccount, Secrets and Services when it starts.
-APPLY_ORDER = {
-    "Namespace": 0,
-    "ServiceAccount": 1,
-    "Secret": 2,
-    "ConfigMap": 3,
-    "Service": 4,
-    "NetworkPolicy": 5,
-    "Deployment": 6,
-    "StatefulSet": 6,
-    "DaemonSet": 6,
-}
-
-
-@dataclass(frozen=True, order=True)
-class Unit:
-    """What flower-syncer applies and prunes as one: a federation or a SuperNode release."""
-
-    kind: UnitKind
-    namespace: str
-    name: str
-
-    @property
-    def id(self) -> str:
-        return f"{self.kind}/{self.namespace}/{self.name}"
-
-    def labels(self) -> dict[str, str]:
-        return {LABEL_MANAGED_BY: MANAGED_BY, LABEL_UNIT: self.name, LABEL_UNIT_KIND: self.kind}
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from syncer.identity import LABEL_COMPONENT, LABEL_INSTANCE, LABEL_NAME, LABEL_POOL
 from syncer.models.federation import GPU, ClaimTemplate, Federation, Pool
 from syncer.models.nodeconfig import INDEX_VAR, NODE_VAR, POD_NAME_VAR, encode_template, join_pairs, shell_word
 from syncer.render.common import Manifest, RenderContext, clone, metadata
@@ -28,10 +29,6 @@ FLEET_PORT = 9092
 CONTROL_PORT = 9093
 CLIENTAPPIO_PORT = 9094
 
-LABEL_NAME = "app.kubernetes.io/name"
-LABEL_INSTANCE = "app.kubernetes.io/instance"
-LABEL_COMPONENT = "app.kubernetes.io/component"
-LABEL_POOL = "flower.flwr.ai/pool"
 
 # podTemplate.spec lists that are added to ours (by name) instead of replacing them.
 _APPENDED = ("volumes", "imagePullSecrets", "initContainers")

@@ -9,11 +9,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from syncer.diagnostics import Diagnostic
+from syncer.identity import Unit, unit_matches
 from syncer.models.federation import Federation
-from syncer.render.common import Manifest, RenderContext, Unit, object_ref, sort_manifests
+from syncer.render.common import Manifest, RenderContext, object_ref, sort_manifests
 from syncer.render.federation import render_federation
 from syncer.render.supernode import render_supernode
 from syncer.repo.loader import LoadedUnit, RepoState
+
+__all__ = ["unit_matches"]  # re-exported for modules that still import it from here
 
 
 @dataclass
@@ -56,15 +59,6 @@ def select_units(units: list[LoadedUnit], selectors: list[str]) -> tuple[list[Lo
             unmatched.append(sel)
         chosen.extend(h for h in hits if h not in chosen)
     return chosen, unmatched
-
-
-def unit_matches(unit: Unit, selector: str) -> bool:
-    parts = selector.split("/")
-    if len(parts) == 1:
-        return unit.name == parts[0]
-    if len(parts) == 2:
-        return (unit.kind, unit.name) == (parts[0], parts[1])
-    return (unit.kind, unit.namespace, unit.name) == tuple(parts)
 
 
 @contextmanager

@@ -37,6 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from syncer.identity import LABEL_COMPONENT, LABEL_INSTANCE, LABEL_NAME
 from syncer.models.nodeconfig import encode_typed, join_pairs
 from syncer.models.supernode import (
     CA_KEY,
@@ -66,9 +67,6 @@ from syncer.render.common import (
     sort_manifests,
 )
 
-LABEL_NAME = "app.kubernetes.io/name"
-LABEL_INSTANCE = "app.kubernetes.io/instance"
-LABEL_COMPONENT = "app.kubernetes.io/component"
 ANN_NODE_AUTH_SHA = "flower-syncer.io/node-auth-sha256"
 COPY_KEYS = "ca.crt,tls.crt"
 HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"

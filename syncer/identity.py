@@ -1,0 +1,134 @@
+"""The shared words of flower-syncer: units, object references, the labels and annotations that
+carry them, apply order and selectors. A leaf: it imports nothing of ours, and every layer may
+import it (models, render, engine, cluster adapters, agent, observe, the CLI).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+# -- labels and annotations ------------------------------------------------------------------------
+
+MANAGED_BY = "flower-syncer"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_POOL = "flower.flwr.ai/pool"  # the flower-operator's pool label, on a federation's pool workloads
+LABEL_UNIT = "flower-syncer.io/unit"
+LABEL_UNIT_KIND = "flower-syncer.io/unit-kind"
+LABEL_REPOSITORY = "flower-syncer.io/repository"  # which config repository applied the unit
+LABEL_INVENTORY = "flower-syncer.io/inventory"
+
+ANN_SOURCE = "flower-syncer.io/source"  # the repo file an object was rendered from
+ANN_PRUNE = "flower-syncer.io/prune"  # "disabled": never pruned
+ANN_COPY_FROM = "flower-syncer.io/copy-from"  # a Secret filled from another Secret at sync time
+ANN_COPY_KEYS = "flower-syncer.io/copy-keys"
+ANN_SUSPENDED = "flower-syncer.io/suspended"  # set by `flower-syncer suspend`, kept across syncs
+ANN_APPLIED_HASH = "flower-syncer.io/applied-hash"  # fingerprint of the desired object last applied
+
+DEFAULT_REPOSITORY = "default"
+
+MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+INVENTORY_SELECTOR = f"{LABEL_INVENTORY}=true,{MANAGED_SELECTOR}"
+
+# Dependencies first: a pod must find its ServiceAccount, Secrets and Services when it starts.
+APPLY_ORDER = {
+    "Namespace": 0,
+    "ServiceAccount": 1,
+    "Secret": 2,
+    "ConfigMap": 3,
+    "Service": 4,
+    "NetworkPolicy": 5,
+    "Deployment": 6,
+    "StatefulSet": 6,
+    "DaemonSet": 6,
+}
+MANAGED_KINDS = tuple(k for k in APPLY_ORDER if k != "Namespace")
+"""The kinds flower-syncer applies into a unit's namespace (and lists, watches and prunes)."""
+
+# -- units -------------------------------------------------------------------------------------------
+
+UnitKind = Literal["federation", "supernode"]
+UNIT_KINDS: tuple[UnitKind, ...] = get_args(UnitKind)
+
+
+@dataclass(frozen=True, order=True)
+class Unit:
+    """What flower-syncer applies and prunes as one: a federation or a SuperNode release."""
+
+    kind: UnitKind
+    namespace: str
+    name: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.kind}/{self.namespace}/{self.name}"
+
+    def labels(self) -> dict[str, str]:
+        return {LABEL_MANAGED_BY: MANAGED_BY, LABEL_UNIT: self.name, LABEL_UNIT_KIND: self.kind}
+
+    @classmethod
+    def parse(cls, unit_id: str) -> Unit:
+        """The Unit of an id `kind/namespace/name`. Raises ValueError."""
+        parts = unit_id.split("/", 2)
+        if len(parts) == 3 and all(parts):
+            kind = unit_kind(parts[0])
+            if kind is not None:
+                return cls(kind, parts[1], parts[2])
+        raise ValueError(f"not a unit id (kind/namespace/name, kind federation or supernode): {unit_id!r}")
+
+    @classmethod
+    def from_labels(cls, namespace: str, labels: Mapping[str, str] | None) -> Unit | None:
+        """The unit an object's labels name, or None when they name none."""
+        labels = labels or {}
+        kind, name = unit_kind(labels.get(LABEL_UNIT_KIND)), labels.get(LABEL_UNIT)
+        if kind is None or not name or not namespace:
+            return None
+        return cls(kind, namespace, name)
+
+
+def unit_kind(value: object) -> UnitKind | None:
+    """`value` as a unit kind, or None when it is not one."""
+    for kind in UNIT_KINDS:
+        if value == kind:
+            return kind
+    return None
+
+
+def unit_matches(unit: Unit, selector: str) -> bool:
+    """A selector is `NAME`, `KIND/NAME` or `KIND/NAMESPACE/NAME`."""
+    parts = selector.split("/")
+    if len(parts) == 1:
+        return unit.name == parts[0]
+    if len(parts) == 2:
+        return (unit.kind, unit.name) == (parts[0], parts[1])
+    return (unit.kind, unit.namespace, unit.name) == tuple(parts)
+
+
+def selected(unit: Unit, selectors: Iterable[str]) -> bool:
+    """Whether `unit` matches any selector (all units when there are none)."""
+    selectors = list(selectors)
+    return not selectors or any(unit_matches(unit, s) for s in selectors)
+
+
+# -- objects -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, order=True)
+class ObjectRef:
+    """A namespaced object flower-syncer manages."""
+
+    kind: str
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}/{self.namespace}/{self.name}"
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any]) -> ObjectRef:
+        meta = obj["metadata"]
+        return cls(obj["kind"], meta.get("namespace", ""), meta["name"])
