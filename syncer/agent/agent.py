@@ -120,12 +120,26 @@ class Waiter:
 # -- state ----------------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class Desired:
     manifests: list[Manifest]
     policy: SyncPolicy
     source: str
     digest: str
+    revision: str  # the revision these manifests were rendered from
+
+
+@dataclass(frozen=True)
+class Installed:
+    """What one revision asks for, swapped in as a whole: a worker reads one snapshot, so the
+    manifests it applies, the revision it records and the claims it checks always agree."""
+
+    revision: str = ""
+    repository: str = DEFAULT_REPOSITORY
+    desired: dict[Unit, Desired] = field(default_factory=dict)
+    claims: Claims = field(default_factory=Claims)
+    prune_allowed: bool = False  # the revision loaded and rendered without errors
+    repo_prune: bool = True  # flower-syncer.yaml's prune policy
 
 
 @dataclass
@@ -157,11 +171,8 @@ class Agent:
         self.cache = LiveCache(kube, namespaces=options.namespaces, on_change=self._on_object,
                                on_inventory=lambda inv: self.events.put(InventoryChanged(inv)),
                                on_inventory_deleted=lambda unit: self.events.put(InventoryDeleted(unit)))
-        self.desired: dict[Unit, Desired] = {}
-        self.claims = Claims()  # which unit renders which object, at the revision installed
-        self.prune_allowed = False  # the installed revision loaded and rendered without errors
+        self.installed = Installed()  # replaced, never changed in place
         self.units: dict[Unit, UnitState] = {}
-        self.repo: RepoState | None = None
         self.checkout: Checkout | None = None
         self.fetch_error: str = ""
         self.leading = threading.Event()
@@ -171,7 +182,6 @@ class Agent:
         self._pending_revision: dict[str, tuple[float, set[Unit]]] = {}
         self._waiters: list[Waiter] = []
         self._threads: list[threading.Thread] = []
-        self._lock = threading.Lock()
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -248,8 +258,12 @@ class Agent:
             self.events.put(ObjectChanged(unit, ref, obj))
 
     @property
+    def desired(self) -> dict[Unit, Desired]:
+        return self.installed.desired
+
+    @property
     def repository(self) -> str:
-        return self.repo.settings.name if self.repo else DEFAULT_REPOSITORY
+        return self.installed.repository
 
     def _ours(self, unit: Unit) -> bool:
         """A unit in our Git repository, or one our repository applied (another repository's units
@@ -257,7 +271,7 @@ class Agent:
         if unit in self.desired:
             return True
         inv = self.cache.state.inventories.get(unit)
-        return inv is not None and self.repo is not None and inv.repository == self.repository
+        return inv is not None and self.loaded.is_set() and inv.repository == self.repository
 
     def _touched(self, event: ObjectChanged) -> bool:
         """Did something change that is ours? Status updates and other managers' own fields are
@@ -353,11 +367,11 @@ class Agent:
         self.fetch_error = ""
         self.metrics.fetch_ok()
         same = self.checkout is not None and self.checkout.revision == checkout.revision
-        if not same or self.repo is None:
+        if not same or not self.loaded.is_set():
             state = load_repo(checkout.root)
             rendered = render_repo(state)
             self.metrics.set_revision(checkout.revision)
-            changed = self._install(state, rendered)
+            changed = self._install(state, rendered, checkout.revision)
             self.checkout = checkout
             log.info("revision loaded", revision=checkout.revision[:12], subject=checkout.subject,
                      units=len(rendered.units), changed=len(changed),
@@ -382,13 +396,15 @@ class Agent:
             for unit in units:
                 self.work.add(unit)
 
-    def _install(self, state: RepoState, rendered: Rendered) -> list[Unit]:
+    def _install(self, state: RepoState, rendered: Rendered, revision: str) -> list[Unit]:
         """Adopt a new revision; returns the units whose desired state changed. A unit that fails to
         load or render keeps its last good desired state; a unit gone from Git is pruned only if the
         whole revision loaded and rendered without errors."""
         policies = {u.unit: u.policy for u in state.units}
         sources = {u.unit: u.source for u in state.units}
         failed = rendered.failed | state.failed
+        old_desired = self.installed.desired
+        desired = dict(old_desired)
         changed: list[Unit] = []
         errors_by_unit: dict[str, list[Diagnostic]] = {}
         for d in state.diagnostics + rendered.diagnostics:
@@ -396,29 +412,31 @@ class Agent:
                 errors_by_unit.setdefault(d.unit, []).append(d)
         for unit, manifests in rendered.units.items():
             digest = fingerprint({"objects": manifests, "policy": policies[unit].model_dump()})
-            old = self.desired.get(unit)
+            old = old_desired.get(unit)
             if old is None:
                 self.metrics.init_unit(unit.id, {m["kind"] for m in manifests})
             if old is None or old.digest != digest:
                 changed.append(unit)
-            self.desired[unit] = Desired(manifests, policies[unit], sources[unit], digest)
+                desired[unit] = Desired(manifests, policies[unit], sources[unit], digest, revision)
         for unit in failed:
             self.units.setdefault(unit, UnitState()).config_errors = errors_by_unit.get(unit.id, [])
         for unit in rendered.units:
             self.units.setdefault(unit, UnitState()).config_errors = []
         for unit, st in self.units.items():
             self.metrics.set_config_errors(unit.id, len(st.config_errors))
-        self.repo = state
-        self.prune_allowed = state.clean and rendered.clean
-        if self.prune_allowed:
-            for unit in [u for u in self.desired if u not in rendered.units and u not in failed]:
-                del self.desired[unit]  # gone from Git: the worker prunes it
+        prune_allowed = state.clean and rendered.clean
+        if prune_allowed:
+            for unit in [u for u in desired if u not in rendered.units and u not in failed]:
+                del desired[unit]  # gone from Git: the worker prunes it
                 changed.append(unit)
             # also units that left Git while no agent was running (or whose inventory was deleted)
             changed += [u for u in vanished_units(self.cache.state, state.settings.name)
                         if u not in rendered.units and u not in failed and u not in changed]
-        # what each unit claims, from the desired state kept (a failed unit keeps its last claims)
-        self.claims = Claims.of(((u, d.manifests) for u, d in self.desired.items()), failed)
+        self.installed = Installed(
+            revision=revision, repository=state.settings.name, desired=desired,
+            # what each unit claims, from the desired state kept (a failed unit keeps its last claims)
+            claims=Claims.of(((u, d.manifests) for u, d in desired.items()), failed),
+            prune_allowed=prune_allowed, repo_prune=state.settings.policy.prune)
         return changed
 
     def _on_synced(self, event: UnitSynced) -> None:
@@ -461,17 +479,18 @@ class Agent:
     def _sync(self, unit: Unit) -> None:
         if not self.cache.synced.is_set():
             self.cache.wait_synced(30)
-        desired = self.desired.get(unit)
-        revision = self.checkout.revision if self.checkout else ""
-        opts = SyncOptions(prune=self.options.prune, revision=revision, repository=self.repository)
+        installed = self.installed  # one snapshot for the whole sync
+        desired = installed.desired.get(unit)
+        revision = desired.revision if desired is not None else installed.revision
+        opts = SyncOptions(prune=self.options.prune, revision=revision, repository=installed.repository)
         before = self.cache.state.inventories.get(unit)
         known = set(before.entries) if before else set()
         start = time.monotonic()
         if desired is None:
-            result = self._prune_vanished(unit, opts)
+            result = self._prune_vanished(unit, opts, installed)
         else:
             result = self.engine.sync_unit(unit, desired.manifests, desired.policy, self.cache.state, opts,
-                                           claims=self.claims)
+                                           claims=installed.claims)
         seconds = time.monotonic() - start
         self.metrics.observe_sync(result, seconds)
         corrected = corrections_by_kind(result, {str(r) for r in known})
@@ -493,12 +512,12 @@ class Agent:
             log.warning("unit failed; retrying", unit=unit.id, retry_in=delay)
         self.events.put(UnitSynced(unit, result, seconds, revision))
 
-    def _prune_vanished(self, unit: Unit, opts: SyncOptions) -> UnitResult:
+    def _prune_vanished(self, unit: Unit, opts: SyncOptions, installed: Installed) -> UnitResult:
         """A unit removed from Git: the engine's rules and deletion, then forget its figures."""
         had_inventory = unit in self.cache.state.inventories
-        res = self.engine.prune_vanished(unit, self.cache.state, opts, repo_clean=self.prune_allowed,
-                                         repo_prune=self.repo is not None and self.repo.settings.policy.prune,
-                                         renders_anything=bool(self.desired), claims=self.claims)
+        res = self.engine.prune_vanished(unit, self.cache.state, opts, repo_clean=installed.prune_allowed,
+                                         repo_prune=installed.repo_prune, renders_anything=bool(installed.desired),
+                                         claims=installed.claims)
         if had_inventory and unit not in self.cache.state.inventories:
             self.units.pop(unit, None)
             self.metrics.forget_unit(unit.id)
@@ -507,7 +526,8 @@ class Agent:
     def measure_suspended_drift(self) -> None:
         """Suspended units are not healed, so their drift can last: measure it with a dry-run
         (no writes; no requests at all for objects known unchanged)."""
-        for unit, desired in list(self.desired.items()):
+        installed = self.installed
+        for unit, desired in installed.desired.items():
             inv = self.cache.state.inventories.get(unit)
             if not (desired.policy.suspend or (inv is not None and inv.suspended)):
                 continue
@@ -517,7 +537,8 @@ class Agent:
                 inventories[unit] = dataclasses.replace(inv, suspended=False)
             live = LiveState(self.cache.state.objects, inventories)
             result = self.engine.sync_unit(unit, desired.manifests, policy, live,
-                                           SyncOptions(dry_run=True, repository=self.repository), claims=self.claims)
+                                           SyncOptions(dry_run=True, repository=installed.repository),
+                                           claims=installed.claims)
             self.metrics.set_drift(unit.id, drift_by_kind(result))
 
     # -- reporting -------------------------------------------------------------------------------------
