@@ -79,7 +79,6 @@ class Engine:
     def __init__(self, kube: Kube, *, workers: int = 8, unit_workers: int = 4,
                  progress: Progress | None = None) -> None:
         self.kube = kube
-        self.workers = workers
         self.unit_workers = unit_workers
         # one pool for object requests, shared by all units (threads start on first use)
         self._requests = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="apply")

@@ -22,7 +22,6 @@ __all__ = ["unit_matches"]  # re-exported for modules that still import it from 
 @dataclass
 class Rendered:
     units: dict[Unit, list[Manifest]] = field(default_factory=dict)
-    sources: dict[Unit, str] = field(default_factory=dict)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     failed: set[Unit] = field(default_factory=set)
     unselected: dict[Unit, list[Manifest]] = field(default_factory=dict)
@@ -111,12 +110,11 @@ def _render_repo(state: RepoState, selectors: list[str] | None) -> Rendered:
             "rename one of them (e.g. fullnameOverride or the federation name), or move one to another namespace",
             unit=unit.id))
         result.failed.add(unit)
-    for unit, (loaded, manifests) in rendered.items():
+    for unit, (_, manifests) in rendered.items():
         if unit in result.failed:
             continue
         if unit in chosen:
             result.units[unit] = manifests
-            result.sources[unit] = loaded.source
         else:
             result.unselected[unit] = manifests
     result.diagnostics.sort()
