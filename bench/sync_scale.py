@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 from bench.benchcluster import bench_cluster  # noqa: E402
 from syncer.cluster.client import Kube  # noqa: E402
 from syncer.engine.sync import Engine, SyncOptions  # noqa: E402
-from syncer.render.repo import render_repo  # noqa: E402
+from syncer.render.repo import plan_repo, render_repo  # noqa: E402
 from syncer.repo.loader import load_repo  # noqa: E402
 
 FEDERATION = """\
@@ -101,7 +101,7 @@ def main() -> int:
 
         kube = Kube.from_kubeconfig(kubeconfig)
         engine = Engine(kube)
-        cold = engine.sync(state, rendered, SyncOptions(revision="bench-1"))
+        cold = engine.sync(plan_repo(state, rendered, revision="bench-1"), SyncOptions())
         assert cold.ok, [u.to_dict() for u in cold.units if not u.ok][:3]
         rate = objects / cold.seconds
         print(f"cold sync            {cold.seconds:8.2f} s   {cold.writes} writes, {cold.requests} requests, "
@@ -116,11 +116,11 @@ def main() -> int:
                 break
             time.sleep(2)
         print(f"pods created         {time.perf_counter() - t:8.2f} s   {len(pods)} pods (after the sync)")
-        noop = Engine(kube).sync(state, rendered, SyncOptions(revision="bench-1"))
+        noop = Engine(kube).sync(plan_repo(state, rendered, revision="bench-1"), SyncOptions())
         print(f"no-op resync         {noop.seconds:8.2f} s   {noop.writes} writes, {noop.requests} requests")
         t = time.perf_counter()
         state2 = load_repo(repo)
-        Engine(kube).sync(state2, render_repo(state2), SyncOptions(revision="bench-1"))
+        Engine(kube).sync(plan_repo(state2, render_repo(state2), revision="bench-1"), SyncOptions())
         full = time.perf_counter() - t
         print(f"no-op incl. load     {full:8.2f} s")
         print(f"peak RSS             {rss_mib():8.1f} MiB")

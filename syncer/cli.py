@@ -357,6 +357,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from syncer.cluster.client import ApiError, ClusterUnreachable
     from syncer.engine.sync import Engine, SyncOptions
     from syncer.render.common import to_json
+    from syncer.render.repo import plan_repo
 
     loaded = _load_and_render(args)
     if loaded is None:
@@ -366,8 +367,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
     _print_diagnostics([d for d in diags if d.severity == "error"], sys.stderr)
     try:
         engine = Engine(_connect(args))
-        report = engine.sync(state, rendered, SyncOptions(dry_run=True, with_diff=True, selectors=args.unit,
-                                                          namespaces=_namespaces(args)))
+        report = engine.sync(plan_repo(state, rendered, selectors=args.unit or ()),
+                             SyncOptions(dry_run=True, with_diff=True, namespaces=_namespaces(args)))
     except (ClusterUnreachable, ApiError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -394,6 +395,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     from syncer.cluster.client import ApiError, ClusterUnreachable
     from syncer.engine.sync import Engine, SyncOptions
     from syncer.render.common import to_json
+    from syncer.render.repo import plan_repo
 
     loaded = _load_and_render(args)
     if loaded is None:
@@ -403,12 +405,12 @@ def cmd_sync(args: argparse.Namespace) -> int:
     _print_diagnostics(diags, sys.stderr)
     revision = args.revision if args.revision is not None else _git_revision(args.dir)
     opts = SyncOptions(dry_run=args.dry_run, force_conflicts=args.force_conflicts, prune=args.prune,
-                       allow_empty=args.allow_empty, revision=revision, selectors=args.unit,
-                       namespaces=_namespaces(args))
+                       allow_empty=args.allow_empty, namespaces=_namespaces(args))
+    plan = plan_repo(state, rendered, selectors=args.unit or (), revision=revision)
     progress = _progress(args.output == "text")
     try:
         engine = Engine(_connect(args), progress=progress)
-        report = engine.sync(state, rendered, opts)
+        report = engine.sync(plan, opts)
     except ClusterUnreachable as exc:
         print(f"\nerror: {exc}", file=sys.stderr)
         return EXIT_RUNTIME
@@ -456,6 +458,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from syncer.cluster.client import ApiError, ClusterUnreachable
     from syncer.observe.status import StatusReport, discover_units, drift_counts, format_report, status, unit_from_id
     from syncer.render.common import Manifest, Unit, to_json
+    from syncer.render.repo import plan_repo
 
     def one_round(kube: Any, first: bool) -> tuple[StatusReport | None, int]:
         if args.dir is None:
@@ -475,7 +478,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         diags = [d for d in sorted(state.diagnostics + rendered.diagnostics) if d.severity == "error"]
         if first:
             _print_diagnostics(diags, sys.stderr)
-        dry = Engine(kube).sync(state, rendered, SyncOptions(dry_run=True, selectors=args.unit))
+        dry = Engine(kube).sync(plan_repo(state, rendered, selectors=args.unit or ()), SyncOptions(dry_run=True))
         counts, errors = drift_counts(dry)
         # rendered units, and those the dry-run reported on too (failed to render, or left Git)
         units: dict[Unit, list[Manifest] | None] = dict.fromkeys(unit_from_id(u.unit) for u in dry.units)

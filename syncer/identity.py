@@ -9,6 +9,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
+Manifest = dict[str, Any]
+"""A Kubernetes object as plain JSON-like data."""
+
 # -- labels and annotations ------------------------------------------------------------------------
 
 MANAGED_BY = "flower-syncer"

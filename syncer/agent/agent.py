@@ -18,7 +18,7 @@ import queue
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,13 +32,11 @@ from syncer.engine.changeset import Action, UnitResult
 from syncer.engine.inventory import Inventory
 from syncer.engine.live import LiveState
 from syncer.engine.normalize import fingerprint, managed_fields_hash
-from syncer.engine.ownership import Claims
 from syncer.engine.sync import Engine, SyncOptions, vanished_units
-from syncer.identity import ANN_APPLIED_HASH, DEFAULT_REPOSITORY, ObjectRef, Unit, unit_matches
-from syncer.models.settings import SyncPolicy
+from syncer.identity import ANN_APPLIED_HASH, ObjectRef, Unit, unit_matches
 from syncer.observe.metrics import Metrics, corrections_by_kind, drift_by_kind
-from syncer.render.common import Manifest
-from syncer.render.repo import Rendered, render_repo
+from syncer.plan import Claims, Plan, UnitPlan
+from syncer.render.repo import Rendered, plan_repo, render_repo
 from syncer.repo.loader import RepoState, load_repo
 from syncer.source.git import Checkout, GitSource, SourceError
 
@@ -121,25 +119,13 @@ class Waiter:
 
 
 @dataclass(frozen=True)
-class Desired:
-    manifests: list[Manifest]
-    policy: SyncPolicy
-    source: str
-    digest: str
-    revision: str  # the revision these manifests were rendered from
-
-
-@dataclass(frozen=True)
 class Installed:
     """What one revision asks for, swapped in as a whole: a worker reads one snapshot, so the
-    manifests it applies, the revision it records and the claims it checks always agree."""
+    manifests it applies, the revision it records and the claims it checks always agree. Each unit
+    keeps the revision its manifests were rendered from."""
 
-    revision: str = ""
-    repository: str = DEFAULT_REPOSITORY
-    desired: dict[Unit, Desired] = field(default_factory=dict)
-    claims: Claims = field(default_factory=Claims)
-    prune_allowed: bool = False  # the revision loaded and rendered without errors
-    repo_prune: bool = True  # flower-syncer.yaml's prune policy
+    plan: Plan = field(default_factory=lambda: Plan(units={}, prune_allowed=False))
+    digests: dict[Unit, str] = field(default_factory=dict)  # manifests + policy, to tell what changed
 
 
 @dataclass
@@ -258,12 +244,12 @@ class Agent:
             self.events.put(ObjectChanged(unit, ref, obj))
 
     @property
-    def desired(self) -> dict[Unit, Desired]:
-        return self.installed.desired
+    def desired(self) -> Mapping[Unit, UnitPlan]:
+        return self.installed.plan.units
 
     @property
     def repository(self) -> str:
-        return self.installed.repository
+        return self.installed.plan.repository
 
     def _ours(self, unit: Unit) -> bool:
         """A unit in our Git repository, or one our repository applied (another repository's units
@@ -400,43 +386,39 @@ class Agent:
         """Adopt a new revision; returns the units whose desired state changed. A unit that fails to
         load or render keeps its last good desired state; a unit gone from Git is pruned only if the
         whole revision loaded and rendered without errors."""
-        policies = {u.unit: u.policy for u in state.units}
-        sources = {u.unit: u.source for u in state.units}
-        failed = rendered.failed | state.failed
-        old_desired = self.installed.desired
-        desired = dict(old_desired)
+        fresh = plan_repo(state, rendered, revision=revision)
+        old = self.installed
+        units = dict(old.plan.units)
+        digests = dict(old.digests)
         changed: list[Unit] = []
         errors_by_unit: dict[str, list[Diagnostic]] = {}
         for d in state.diagnostics + rendered.diagnostics:
             if d.severity == "error":
                 errors_by_unit.setdefault(d.unit, []).append(d)
-        for unit, manifests in rendered.units.items():
-            digest = fingerprint({"objects": manifests, "policy": policies[unit].model_dump()})
-            old = old_desired.get(unit)
-            if old is None:
-                self.metrics.init_unit(unit.id, {m["kind"] for m in manifests})
-            if old is None or old.digest != digest:
+        for unit, planned in fresh.units.items():
+            digest = fingerprint({"objects": planned.manifests, "policy": dataclasses.asdict(planned.policy)})
+            if unit not in units:
+                self.metrics.init_unit(unit.id, {m["kind"] for m in planned.manifests})
+            if digests.get(unit) != digest:
                 changed.append(unit)
-                desired[unit] = Desired(manifests, policies[unit], sources[unit], digest, revision)
-        for unit in failed:
+                units[unit], digests[unit] = planned, digest
+        for unit in fresh.failed:
             self.units.setdefault(unit, UnitState()).config_errors = errors_by_unit.get(unit.id, [])
-        for unit in rendered.units:
+        for unit in fresh.units:
             self.units.setdefault(unit, UnitState()).config_errors = []
         for unit, st in self.units.items():
             self.metrics.set_config_errors(unit.id, len(st.config_errors))
-        prune_allowed = state.clean and rendered.clean
-        if prune_allowed:
-            for unit in [u for u in desired if u not in rendered.units and u not in failed]:
-                del desired[unit]  # gone from Git: the worker prunes it
+        if fresh.prune_allowed:
+            for unit in [u for u in units if not fresh.in_git(u)]:
+                del units[unit]  # gone from Git: the worker prunes it
+                digests.pop(unit, None)
                 changed.append(unit)
             # also units that left Git while no agent was running (or whose inventory was deleted)
-            changed += [u for u in vanished_units(self.cache.state, state.settings.name)
-                        if u not in rendered.units and u not in failed and u not in changed]
-        self.installed = Installed(
-            revision=revision, repository=state.settings.name, desired=desired,
-            # what each unit claims, from the desired state kept (a failed unit keeps its last claims)
-            claims=Claims.of(((u, d.manifests) for u, d in desired.items()), failed),
-            prune_allowed=prune_allowed, repo_prune=state.settings.policy.prune)
+            changed += [u for u in vanished_units(self.cache.state, fresh.repository)
+                        if not fresh.in_git(u) and u not in changed]
+        # what each unit claims, from the desired state kept (a failed unit keeps its last claims)
+        claims = Claims.of(((u, p.manifests) for u, p in units.items()), fresh.failed)
+        self.installed = Installed(dataclasses.replace(fresh, units=units, claims=claims), digests)
         return changed
 
     def _on_synced(self, event: UnitSynced) -> None:
@@ -479,18 +461,17 @@ class Agent:
     def _sync(self, unit: Unit) -> None:
         if not self.cache.synced.is_set():
             self.cache.wait_synced(30)
-        installed = self.installed  # one snapshot for the whole sync
-        desired = installed.desired.get(unit)
-        revision = desired.revision if desired is not None else installed.revision
-        opts = SyncOptions(prune=self.options.prune, revision=revision, repository=installed.repository)
+        plan = self.installed.plan  # one snapshot for the whole sync
+        desired = plan.units.get(unit)
+        revision = desired.revision if desired is not None else plan.revision
+        opts = SyncOptions(prune=self.options.prune)
         before = self.cache.state.inventories.get(unit)
         known = set(before.entries) if before else set()
         start = time.monotonic()
         if desired is None:
-            result = self._prune_vanished(unit, opts, installed)
+            result = self._prune_vanished(unit, opts, plan)
         else:
-            result = self.engine.sync_unit(unit, desired.manifests, desired.policy, self.cache.state, opts,
-                                           claims=installed.claims)
+            result = self.engine.sync_unit(desired, self.cache.state, opts, plan)
         seconds = time.monotonic() - start
         self.metrics.observe_sync(result, seconds)
         corrected = corrections_by_kind(result, {str(r) for r in known})
@@ -512,12 +493,10 @@ class Agent:
             log.warning("unit failed; retrying", unit=unit.id, retry_in=delay)
         self.events.put(UnitSynced(unit, result, seconds, revision))
 
-    def _prune_vanished(self, unit: Unit, opts: SyncOptions, installed: Installed) -> UnitResult:
+    def _prune_vanished(self, unit: Unit, opts: SyncOptions, plan: Plan) -> UnitResult:
         """A unit removed from Git: the engine's rules and deletion, then forget its figures."""
         had_inventory = unit in self.cache.state.inventories
-        res = self.engine.prune_vanished(unit, self.cache.state, opts, repo_clean=installed.prune_allowed,
-                                         repo_prune=installed.repo_prune, renders_anything=bool(installed.desired),
-                                         claims=installed.claims)
+        res = self.engine.prune_vanished(unit, self.cache.state, opts, plan)
         if had_inventory and unit not in self.cache.state.inventories:
             self.units.pop(unit, None)
             self.metrics.forget_unit(unit.id)
@@ -526,19 +505,17 @@ class Agent:
     def measure_suspended_drift(self) -> None:
         """Suspended units are not healed, so their drift can last: measure it with a dry-run
         (no writes; no requests at all for objects known unchanged)."""
-        installed = self.installed
-        for unit, desired in installed.desired.items():
+        plan = self.installed.plan
+        for unit, desired in plan.units.items():
             inv = self.cache.state.inventories.get(unit)
             if not (desired.policy.suspend or (inv is not None and inv.suspended)):
                 continue
-            policy = desired.policy.model_copy(update={"suspend": False})
+            awake = dataclasses.replace(desired, policy=dataclasses.replace(desired.policy, suspend=False))
             inventories = dict(self.cache.state.inventories)
             if inv is not None:
                 inventories[unit] = dataclasses.replace(inv, suspended=False)
             live = LiveState(self.cache.state.objects, inventories)
-            result = self.engine.sync_unit(unit, desired.manifests, policy, live,
-                                           SyncOptions(dry_run=True, repository=installed.repository),
-                                           claims=installed.claims)
+            result = self.engine.sync_unit(awake, live, SyncOptions(dry_run=True), plan)
             self.metrics.set_drift(unit.id, drift_by_kind(result))
 
     # -- reporting -------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from syncer.engine.normalize import (
     strip_server_fields,
 )
 from syncer.identity import ANN_APPLIED_HASH, ObjectRef
-from syncer.models.settings import SyncPolicy
+from syncer.plan import Policy
 from syncer.render.common import Manifest, to_yaml
 
 _CONFLICT_MANAGER = re.compile(r'conflict with "([^"]+)"')
@@ -93,13 +93,13 @@ class Applier:
         return None
 
     def apply(self, desired: Manifest, live: dict[str, Any] | None, recorded: Entry | None,
-              policy: SyncPolicy, force_conflicts: bool) -> Outcome:
+              policy: Policy, force_conflicts: bool) -> Outcome:
         ref = ObjectRef.of(desired)
         digest = desired["metadata"]["annotations"][ANN_APPLIED_HASH]
         quick = self.known_unchanged(desired, live, recorded)
         if quick is not None:
             return quick
-        force = force_conflicts or policy.forceConflicts
+        force = force_conflicts or policy.force_conflicts
         try:
             return self._apply(ref, desired, live, digest, force, policy)
         except ConflictError as exc:
@@ -114,7 +114,7 @@ class Applier:
             return Outcome(Change(str(ref), Action.FAILED, f"{exc.reason}: {exc.message}"), None, exc)
 
     def _apply(self, ref: ObjectRef, desired: Manifest, live: dict[str, Any] | None, digest: str, force: bool,
-               policy: SyncPolicy) -> Outcome:
+               policy: Policy) -> Outcome:
         if live is None:
             # Not in the snapshot of labelled objects: most likely new. Apply straight away (one
             # request); HTTP 201 tells a create from an existing object without our labels.
@@ -141,7 +141,7 @@ class Applier:
         try:
             preview, took_over = self._preview(ref, desired, live, force)
         except ImmutableFieldError:
-            if not policy.allowRecreate:
+            if not policy.allow_recreate:
                 raise
             return self._recreate(ref, desired, live, digest)
         same = strip_server_fields(preview) == strip_server_fields(live)

@@ -12,8 +12,8 @@ still want) is a conflict: reported, never adopted, never recreated, never prune
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from syncer.engine.inventory import Entry, Inventory
@@ -24,10 +24,11 @@ from syncer.identity import (
     LABEL_MANAGED_BY,
     LABEL_REPOSITORY,
     MANAGED_BY,
+    Manifest,
     ObjectRef,
     Unit,
 )
-from syncer.render.common import Manifest
+from syncer.plan import Claims
 
 
 @dataclass(frozen=True)
@@ -51,22 +52,6 @@ def owner_of(obj: Mapping[str, Any] | None) -> Owner | None:
     return Owner(unit, labels.get(LABEL_REPOSITORY, "")) if unit is not None else None
 
 
-@dataclass(frozen=True)
-class Claims:
-    """Which unit of this repository renders which object now, and the units whose wishes are
-    unknown because they failed to load or render."""
-
-    objects: Mapping[ObjectRef, Unit] = field(default_factory=dict)
-    failed: frozenset[Unit] = frozenset()
-
-    @classmethod
-    def of(cls, units: Iterable[tuple[Unit, Iterable[Manifest]]], failed: Iterable[Unit] = ()) -> Claims:
-        return cls({ObjectRef.of(m): unit for unit, manifests in units for m in manifests}, frozenset(failed))
-
-    def claimant(self, ref: ObjectRef) -> Unit | None:
-        return self.objects.get(ref)
-
-
 def write_conflict(unit: Unit, repository: str, live: Mapping[str, Any] | None, claims: Claims,
                    inventories: Mapping[Unit, Inventory]) -> str:
     """Why `unit` of `repository` must not apply over `live`, or "" if it may."""
@@ -82,7 +67,7 @@ def write_conflict(unit: Unit, repository: str, live: Mapping[str, Any] | None, 
     if owner.unit in claims.failed:
         return (f"it belongs to {owner.unit.id}, which has configuration errors, so it may still want it; "
                 "fix that unit first")
-    if claims.claimant(ObjectRef.of(live)) == owner.unit:  # type: ignore[arg-type]
+    if live is not None and claims.claimant(ObjectRef.of(live)) == owner.unit:
         return f"it belongs to {owner.unit.id}, which renders it too"
     return ""  # left behind by a unit of ours that no longer renders it: hand-over
 

@@ -1,11 +1,11 @@
-"""Sync rendered units into the cluster: apply in dependency order, prune safely, record inventories.
+"""Sync a plan into the cluster: apply in dependency order, prune safely, record inventories.
 
-The same engine serves the one-shot CLI (`sync`, `diff`) and the long-running agent.
+The same engine serves the one-shot CLI (`sync`, `diff`) and the long-running agent. It takes a
+`Plan` (plain data), never the loader's state, so importing it imports no models.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import time
 from collections.abc import Callable
@@ -20,35 +20,30 @@ from syncer.engine.changeset import Action, Change, UnitResult
 from syncer.engine.inventory import Entry, Inventory, inventory_name
 from syncer.engine.live import LiveState
 from syncer.engine.normalize import with_fingerprint
-from syncer.engine.ownership import Claims, owner_of, recover_inventory, stamp_repository, write_conflict
+from syncer.engine.ownership import owner_of, recover_inventory, stamp_repository, write_conflict
 from syncer.engine.prune import prune
 from syncer.identity import (
     ANN_COPY_FROM,
     ANN_COPY_KEYS,
     APPLY_ORDER,
-    DEFAULT_REPOSITORY,
     LABEL_MANAGED_BY,
     MANAGED_BY,
+    Manifest,
     ObjectRef,
     Unit,
-    selected,
 )
-from syncer.models.settings import SyncPolicy
-from syncer.render.common import Manifest
-from syncer.render.repo import Rendered
-from syncer.repo.loader import RepoState
+from syncer.plan import Claims, Plan, Policy, UnitPlan
 
 
 @dataclass
 class SyncOptions:
+    """How to run a sync (what to sync is the Plan)."""
+
     dry_run: bool = False
     with_diff: bool = False
     force_conflicts: bool = False
     prune: bool = True
     allow_empty: bool = False
-    revision: str = ""
-    selectors: list[str] = field(default_factory=list)
-    repository: str | None = None  # this repository's name; default: flower-syncer.yaml's `name`
     namespaces: list[str] | None = None  # limit cluster reads to these namespaces (namespaced RBAC)
 
 
@@ -87,22 +82,17 @@ class Engine:
 
     # -- whole repo ------------------------------------------------------------------------------
 
-    def sync(self, state: RepoState, rendered: Rendered, opts: SyncOptions) -> SyncReport:
-        if opts.repository is None:
-            opts = dataclasses.replace(opts, repository=state.settings.name)
+    def sync(self, plan: Plan, opts: SyncOptions) -> SyncReport:
         start = time.monotonic()
         before_requests, before_writes = sum(self.kube.counts.values()), self.kube.writes
-        live = self._snapshot(state, rendered, opts)
+        live = self._snapshot(plan, opts)
         report = SyncReport()
-        policies = {u.unit: u.policy for u in state.units}
-        units = sorted(rendered.units)
-        claims = Claims.of([*rendered.units.items(), *rendered.unselected.items()], rendered.failed | state.failed)
+        units = sorted(plan.units)
         finished = itertools.count(1)  # next() on it is atomic, unlike `+= 1` across threads
 
         def one(unit: Unit) -> UnitResult:
             try:
-                result = self.sync_unit(unit, rendered.units[unit], policies.get(unit, SyncPolicy()), live, opts,
-                                        claims=claims)
+                result = self.sync_unit(plan.units[unit], live, opts, plan)
             except (ApiError, ClusterUnreachable, OSError) as exc:  # one unit's failure never stops the others
                 result = UnitResult(unit.id, errors=[f"sync failed: {exc}"])
             self.progress(f"[{next(finished)}/{len(units)}] {unit.id}")
@@ -111,17 +101,17 @@ class Engine:
         # Units are independent: sync a few at once (each also applies its objects in parallel).
         with ThreadPoolExecutor(max_workers=max(1, min(self.unit_workers, len(units)))) as pool:
             report.units.extend(pool.map(one, units))
-        for unit in sorted(rendered.failed):
-            if selected(unit, opts.selectors):
+        for unit in sorted(plan.failed):
+            if plan.selected(unit):
                 report.units.append(UnitResult(unit.id, errors=["configuration has errors; nothing was changed "
                                                                 "(the last applied state stays)"]))
-        report.units.extend(self._prune_vanished(state, rendered, live, opts, claims))
+        report.units.extend(self._prune_vanished(plan, live, opts))
         report.requests = sum(self.kube.counts.values()) - before_requests
         report.writes = self.kube.writes - before_writes
         report.seconds = time.monotonic() - start
         return report
 
-    def _snapshot(self, state: RepoState, rendered: Rendered, opts: SyncOptions) -> LiveState:
+    def _snapshot(self, plan: Plan, opts: SyncOptions) -> LiveState:
         """What we manage, cluster-wide; or, when RBAC only grants some namespaces (the chart's
         namespaced mode), in the namespaces this repository uses."""
         if opts.namespaces is not None:
@@ -131,31 +121,22 @@ class Engine:
         except ApiError as exc:
             if not exc.forbidden:
                 raise
-        scope = {u.namespace for u in rendered.units} | {u.namespace for u in rendered.failed | state.failed}
-        scope.add(state.settings.defaultNamespace)
-        self.progress(f"no cluster-wide read access; reading namespaces {', '.join(sorted(scope))}")
-        return LiveState.load(self.kube, sorted(scope))
+        scope = sorted(plan.namespaces | {u.namespace for u in plan.units} | {u.namespace for u in plan.failed})
+        self.progress(f"no cluster-wide read access; reading namespaces {', '.join(scope)}")
+        return LiveState.load(self.kube, scope)
 
-    def _prune_vanished(self, state: RepoState, rendered: Rendered, live: LiveState, opts: SyncOptions,
-                        claims: Claims) -> list[UnitResult]:
-        present = (set(rendered.units) | set(rendered.unselected) | rendered.failed | state.failed
-                   | {u.unit for u in state.units})
-        repository = opts.repository or DEFAULT_REPOSITORY
+    def _prune_vanished(self, plan: Plan, live: LiveState, opts: SyncOptions) -> list[UnitResult]:
         # only units this repository applied: another repository's units are none of our business
-        vanished = [u for u in vanished_units(live, repository) if u not in present and selected(u, opts.selectors)]
+        vanished = [u for u in vanished_units(live, plan.repository) if not plan.in_git(u) and plan.selected(u)]
         results = []
         for unit in vanished:
             try:
-                results.append(self.prune_vanished(unit, live, opts, repo_clean=state.clean and rendered.clean,
-                                                   repo_prune=state.settings.policy.prune,
-                                                   renders_anything=bool(rendered.units or rendered.unselected),
-                                                   claims=claims))
+                results.append(self.prune_vanished(unit, live, opts, plan))
             except (ApiError, ClusterUnreachable, OSError) as exc:  # the next unit is still pruned
                 results.append(UnitResult(unit.id, errors=[f"prune failed: {exc}"]))
         return results
 
-    def prune_vanished(self, unit: Unit, live: LiveState, opts: SyncOptions, *, repo_clean: bool,
-                       repo_prune: bool, renders_anything: bool, claims: Claims | None = None) -> UnitResult:
+    def prune_vanished(self, unit: Unit, live: LiveState, opts: SyncOptions, plan: Plan) -> UnitResult:
         """A unit whose inventory is in the cluster but which left Git: delete its objects (with the
         safety rules of `prune`) and then its inventory. Only the repository that applied it prunes
         it, only when the repository loaded and rendered cleanly and pruning is enabled, and never
@@ -163,7 +144,7 @@ class Engine:
         repository renders now are handed over, not deleted. A unit whose inventory was deleted is
         pruned from the objects that still carry its labels."""
         res = UnitResult(unit.id)
-        repository = opts.repository or DEFAULT_REPOSITORY
+        repository = plan.repository
         inv = live.inventories.get(unit)
         if inv is None:
             inv = recover_inventory(unit, live.objects, repository, FIELD_MANAGER)
@@ -173,17 +154,17 @@ class Engine:
                                       f"inventory was missing; {len(inv.entries)} objects found by their labels"))
         if inv.repository != repository:
             return res  # not ours to prune
-        if not repo_clean:
+        if not plan.prune_allowed:
             res.skipped_reason = "removed from Git, but not pruned: the repository has errors"
             return res
-        if not opts.prune or not repo_prune:
+        if not opts.prune or not plan.repo_prune:
             res.skipped_reason = "removed from Git; pruning is disabled"
             return res
-        if not renders_anything and not opts.allow_empty:
+        if not plan.renders_anything and not opts.allow_empty:
             res.errors.append("refusing to prune: the repository renders nothing at all (wrong path or "
                               "branch?); pass --allow-empty to delete everything")
             return res
-        refs, handed = _hand_over(unit, list(inv.entries), claims)
+        refs, handed = _hand_over(unit, list(inv.entries), plan.claims)
         res.changes.extend(handed)
         changes, keep = prune(self.kube, unit, refs, live.objects, dry_run=opts.dry_run, repository=repository)
         res.changes.extend(changes)
@@ -204,13 +185,13 @@ class Engine:
 
     # -- one unit ------------------------------------------------------------------------------
 
-    def sync_unit(self, unit: Unit, manifests: list[Manifest], policy: SyncPolicy, live: LiveState,
-                  opts: SyncOptions, *, claims: Claims | None = None) -> UnitResult:
-        """Apply one unit. `claims` (which unit of the repository renders which object) lets it take
-        over an object another unit left behind and keeps it from pruning one another unit took."""
+    def sync_unit(self, planned: UnitPlan, live: LiveState, opts: SyncOptions, plan: Plan) -> UnitResult:
+        """Apply one unit of `plan`. The plan's claims (which unit renders which object) let it take
+        over an object another unit left behind and keep it from pruning one another unit took."""
+        unit, manifests, policy = planned.unit, planned.manifests, planned.policy
         res = UnitResult(unit.id)
-        repository = opts.repository or DEFAULT_REPOSITORY
-        claims = claims if claims is not None else Claims.of([(unit, manifests)])
+        repository = plan.repository
+        claims = plan.claims
         inv = live.inventories.get(unit)
         recovered = False
         if inv is None:  # a new unit, or its inventory was deleted: its objects still carry its labels
@@ -242,7 +223,7 @@ class Engine:
         entries: dict[ObjectRef, Entry] = {}
         for _, stage_iter in groupby(desired, key=lambda m: APPLY_ORDER.get(m["kind"], 9)):
             stage = list(stage_iter)
-            outcomes = self._apply_stage(applier, stage, live, inv, policy, opts, unit, claims)
+            outcomes = self._apply_stage(applier, stage, live, inv, policy, opts, unit, plan)
             if any(o.namespace_missing for o in outcomes):
                 # deleted since we last made sure of it: create it again on the next try
                 self._namespaces_seen.discard(unit.namespace)
@@ -279,21 +260,20 @@ class Engine:
                                   f"cluster and dropped from the inventory: {entry}") for entry in inv.ignored)
         if not opts.dry_run and (entries != inv.entries or recovered or inv.ignored):
             changed = any(c.action not in (Action.UNCHANGED, Action.SKIPPED) for c in res.changes)
-            new = Inventory(unit, entries, opts.revision if changed else inv.revision, repository=repository)
+            new = Inventory(unit, entries, planned.revision if changed else inv.revision, repository=repository)
             if self._write_inventory(new, res):
                 live.inventories[unit] = new  # a resync right after need not wait for a watch event
         return res
 
     def _apply_stage(self, applier: Applier, stage: list[Manifest], live: LiveState, inv: Inventory,
-                     policy: SyncPolicy, opts: SyncOptions, unit: Unit, claims: Claims) -> list[Outcome]:
+                     policy: Policy, opts: SyncOptions, unit: Unit, plan: Plan) -> list[Outcome]:
         """Objects of one apply stage. Ownership and the no-request check run inline; only the
         objects that need the server are sent, in parallel."""
         outcomes: list[Outcome | None] = []
         pending = []
-        repository = opts.repository or DEFAULT_REPOSITORY
         for i, m in enumerate(stage):
             ref = ObjectRef.of(m)
-            conflict = write_conflict(unit, repository, live.objects.get(ref), claims, live.inventories)
+            conflict = write_conflict(unit, plan.repository, live.objects.get(ref), plan.claims, live.inventories)
             if conflict:
                 outcomes.append(Outcome(Change(str(ref), Action.FAILED, f"not applied: {conflict}"), None))
                 continue

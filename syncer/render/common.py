@@ -20,6 +20,7 @@ from syncer.identity import (
     LABEL_UNIT,
     LABEL_UNIT_KIND,
     MANAGED_BY,
+    Manifest,
     Unit,
     UnitKind,
 )
@@ -27,10 +28,9 @@ from syncer.identity import (
 # Re-exported for modules that still import them from here; syncer.identity defines them.
 __all__ = [
     "ANN_COPY_FROM", "ANN_COPY_KEYS", "ANN_PRUNE", "ANN_SOURCE", "APPLY_ORDER", "LABEL_MANAGED_BY",
-    "LABEL_UNIT", "LABEL_UNIT_KIND", "MANAGED_BY", "Unit", "UnitKind",
+    "LABEL_UNIT", "LABEL_UNIT_KIND", "MANAGED_BY", "Manifest", "Unit", "UnitKind",
 ]
 
-Manifest = dict[str, Any]
 T = TypeVar("T")
 
 

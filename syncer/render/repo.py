@@ -1,16 +1,18 @@
-"""Render every loaded unit of a repo, and check what no single unit can: that two units do not
-render the same object."""
+"""Render every loaded unit of a repo, check what no single unit can (that two units do not render
+the same object), and turn the result into the engine's Plan."""
 
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from syncer.diagnostics import Diagnostic
 from syncer.identity import Unit, unit_matches
 from syncer.models.federation import Federation
+from syncer.models.settings import SyncPolicy
+from syncer.plan import Claims, Plan, Policy, UnitPlan
 from syncer.render.common import Manifest, RenderContext, object_ref, sort_manifests
 from syncer.render.federation import render_federation
 from syncer.render.supernode import render_supernode
@@ -119,3 +121,28 @@ def _render_repo(state: RepoState, selectors: list[str] | None) -> Rendered:
             result.unselected[unit] = manifests
     result.diagnostics.sort()
     return result
+
+
+def policy_of(policy: SyncPolicy) -> Policy:
+    return Policy(suspend=policy.suspend, prune=policy.prune, force_conflicts=policy.forceConflicts,
+                  allow_recreate=policy.allowRecreate)
+
+
+def plan_repo(state: RepoState, rendered: Rendered, *, selectors: Sequence[str] = (), revision: str = "") -> Plan:
+    """The engine's plan for a loaded and rendered repository (`rendered` made with the same selectors)."""
+    loaded = {u.unit: u for u in state.units}
+    failed = frozenset(rendered.failed | state.failed)
+    defined = frozenset(loaded) | failed
+    return Plan(
+        units={unit: UnitPlan(unit, manifests, policy_of(loaded[unit].policy), loaded[unit].source, revision)
+               for unit, manifests in rendered.units.items()},
+        repository=state.settings.name,
+        revision=revision,
+        failed=failed,
+        defined=defined,
+        claims=Claims.of([*rendered.units.items(), *rendered.unselected.items()], failed),
+        prune_allowed=state.clean and rendered.clean,
+        repo_prune=state.settings.policy.prune,
+        selectors=tuple(selectors),
+        namespaces=frozenset({u.namespace for u in defined} | {state.settings.defaultNamespace}),
+    )

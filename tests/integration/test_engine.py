@@ -14,7 +14,7 @@ import pytest
 from syncer.cluster.client import Kube
 from syncer.engine.changeset import Action, Change
 from syncer.engine.sync import Engine, SyncOptions, SyncReport
-from syncer.render.repo import render_repo
+from syncer.render.repo import plan_repo, render_repo
 from syncer.repo.loader import load_repo
 from tests.conftest import KubeCluster
 
@@ -66,8 +66,9 @@ def kube(kube_cluster: KubeCluster) -> Kube:
 
 def sync(kube: Kube, repo: Path, **opts: Any) -> SyncReport:
     state = load_repo(repo)
-    rendered = render_repo(state, opts.get("selectors"))
-    return Engine(kube).sync(state, rendered, SyncOptions(**opts))
+    selectors = opts.pop("selectors", [])
+    rendered = render_repo(state, selectors)
+    return Engine(kube).sync(plan_repo(state, rendered, selectors=selectors), SyncOptions(**opts))
 
 
 def actions(report: SyncReport) -> dict[str, str]:
@@ -365,7 +366,7 @@ def test_a_namespace_deleted_out_of_band_is_created_again(kube: Kube, kube_clust
 
     def once() -> SyncReport:
         state = load_repo(root)
-        return engine.sync(state, render_repo(state), SyncOptions())
+        return engine.sync(plan_repo(state, render_repo(state)), SyncOptions())
 
     try:
         assert once().ok

@@ -18,7 +18,7 @@ from syncer.engine.inventory import LABEL_REPOSITORY
 from syncer.engine.prune import prune_blocker
 from syncer.engine.sync import Engine, SyncOptions, SyncReport
 from syncer.render.common import LABEL_UNIT, Unit
-from syncer.render.repo import render_repo
+from syncer.render.repo import plan_repo, render_repo
 from syncer.repo.loader import load_repo
 from tests.conftest import KubeCluster
 from tests.integration.test_agent import FED, AgentProc, Repos, repos, start_agent, wait_for
@@ -46,8 +46,9 @@ def make_repo(root: Path, name: str, namespace: str, files: dict[str, str]) -> P
 
 def sync(kube: Kube, repo: Path, **opts: Any) -> SyncReport:
     state = load_repo(repo)
-    rendered = render_repo(state, opts.get("selectors"))
-    return Engine(kube).sync(state, rendered, SyncOptions(**opts))
+    selectors = opts.pop("selectors", [])
+    rendered = render_repo(state, selectors)
+    return Engine(kube).sync(plan_repo(state, rendered, selectors=selectors), SyncOptions(**opts))
 
 
 def changes(report: SyncReport) -> dict[str, tuple[str, str]]:

@@ -1,0 +1,82 @@
+"""What one revision of a repository asks the engine to do: plain, frozen data.
+
+The engine takes a `Plan`, not the loader's state: per unit its manifests, sync policy, source
+file and revision; the units that failed to load or render (their last applied state stays);
+which unit renders which object; the repository's name and whether units that left Git may be
+pruned. `render.repo.plan_repo` builds one from a loaded and rendered repository; the agent keeps
+one per installed revision. Importing this module imports no models and no client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from syncer.identity import DEFAULT_REPOSITORY, Manifest, ObjectRef, Unit, selected
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How the engine treats one unit (flower-syncer.yaml, release.yaml or annotations)."""
+
+    suspend: bool = False  # do not apply or heal it
+    prune: bool = True  # delete its objects that left Git
+    force_conflicts: bool = False  # take fields another applier owns
+    allow_recreate: bool = False  # delete and recreate an object whose immutable field changed
+
+
+@dataclass(frozen=True)
+class UnitPlan:
+    unit: Unit
+    manifests: list[Manifest]
+    policy: Policy = Policy()
+    source: str = ""  # the repo file that defines it
+    revision: str = ""  # the revision its manifests were rendered from
+
+
+@dataclass(frozen=True)
+class Claims:
+    """Which unit of the repository renders which object now, and the units whose wishes are
+    unknown because they failed to load or render."""
+
+    objects: Mapping[ObjectRef, Unit] = field(default_factory=dict)
+    failed: frozenset[Unit] = frozenset()
+
+    @classmethod
+    def of(cls, units: Iterable[tuple[Unit, Iterable[Manifest]]], failed: Iterable[Unit] = ()) -> Claims:
+        return cls({ObjectRef.of(m): unit for unit, manifests in units for m in manifests}, frozenset(failed))
+
+    def claimant(self, ref: ObjectRef) -> Unit | None:
+        return self.objects.get(ref)
+
+
+@dataclass(frozen=True)
+class Plan:
+    units: Mapping[Unit, UnitPlan]
+    """The units to sync (those selected, when selectors were given)."""
+    repository: str = DEFAULT_REPOSITORY
+    revision: str = ""
+    failed: frozenset[Unit] = frozenset()
+    """Units in Git that did not load or render: never applied, never pruned."""
+    defined: frozenset[Unit] = frozenset()
+    """Every unit the repository defines, selected or not, loaded or not."""
+    claims: Claims = Claims()
+    """Every unit rendered, selected or not."""
+    prune_allowed: bool = True
+    """The repository loaded and rendered without errors: units that left it may be pruned."""
+    repo_prune: bool = True
+    """The repository's own prune policy (flower-syncer.yaml)."""
+    selectors: tuple[str, ...] = ()
+    namespaces: frozenset[str] = frozenset()
+    """Every namespace the repository's units live in (what to read with namespaced credentials)."""
+
+    @property
+    def renders_anything(self) -> bool:
+        return bool(self.claims.objects) or any(p.manifests for p in self.units.values())
+
+    def in_git(self, unit: Unit) -> bool:
+        """A unit the repository defines, loaded or not (whether or not it was selected)."""
+        return unit in self.defined or unit in self.units or unit in self.failed
+
+    def selected(self, unit: Unit) -> bool:
+        return selected(unit, self.selectors)
