@@ -1,0 +1,180 @@
+"""The sync engine's decisions, in-process on an in-memory API server (tests/fakekube.py): the
+apply ladder (unchanged without a request, dry-run, drift, conflicts, immutable fields), prune
+safety, ownership and inventories. The integration tests prove the same on a real API server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from syncer.engine.changeset import Action
+from syncer.engine.live import managed_reads
+from syncer.engine.sync import Engine, SyncOptions, SyncReport
+from syncer.identity import LABEL_REPOSITORY, Unit
+from syncer.plan import Claims, Plan, Policy, UnitPlan
+from syncer.render.repo import plan_repo, render_repo
+from syncer.repo.loader import load_repo
+from tests.fakekube import FakeApiServer, FakeKube
+
+NS = "flower"
+FED = """\
+apiVersion: flwr.exalsius.ai/v1
+kind: Federation
+metadata:
+  name: {name}
+  annotations: {{{annotations}}}
+spec:
+  mode: StatefulSet
+  isolationMode: subprocess
+  superlink:
+    image: flwr/superlink:1.25.0
+  supernodes:
+    image: flwr/supernode:1.25.0
+    pools:
+{pools}
+"""
+
+
+def pool(name: str, replicas: int = 1) -> str:
+    return f"      - name: {name}\n        replicas: {replicas}\n        images: {{}}\n"
+
+
+@pytest.fixture
+def server() -> FakeApiServer:
+    api = FakeApiServer()
+    api.add_namespace(NS)
+    return api
+
+
+@pytest.fixture
+def kube(server: FakeApiServer) -> FakeKube:
+    return FakeKube(server)
+
+
+def write(repo: Path, name: str = "fed", pools: str = "", annotations: str = "", repo_name: str = "team") -> Path:
+    (repo / "federations").mkdir(parents=True, exist_ok=True)
+    (repo / "flower-syncer.yaml").write_text(f"name: {repo_name}\ndefaultNamespace: {NS}\n")
+    (repo / "federations" / f"{name}.yaml").write_text(
+        FED.format(name=name, pools=pools or pool("a"), annotations=annotations))
+    return repo
+
+
+def sync(kube: FakeKube, repo: Path, **opts: bool) -> SyncReport:
+    state = load_repo(repo)
+    return Engine(kube).sync(plan_repo(state, render_repo(state), revision="r1"), SyncOptions(**opts))
+
+
+def actions(report: SyncReport) -> dict[str, str]:
+    return {str(c.ref): c.action.value for u in report.units for c in u.changes}
+
+
+def test_create_then_resync_makes_no_request_per_object(kube: FakeKube, tmp_path: Path) -> None:
+    repo = write(tmp_path)
+    first = sync(kube, repo)
+    assert first.ok, first.to_dict()
+    assert actions(first)[f"StatefulSet/{NS}/fed-supernode-a"] == "created"
+    before = dict(kube.counts)
+    second = sync(kube, repo)
+    assert second.ok and second.writes == 0
+    assert set(actions(second).values()) == {"unchanged"}
+    # the snapshot's LISTs and one GET of the namespace (a new engine): no request per object, no dry-run
+    assert second.requests == len(managed_reads()) + 1
+    assert kube.counts["PATCH dry-run"] == before.get("PATCH dry-run", 0)
+
+
+def test_an_imperative_edit_is_drift_and_is_reverted(kube: FakeKube, server: FakeApiServer, tmp_path: Path) -> None:
+    repo = write(tmp_path)
+    assert sync(kube, repo).ok
+    server.edit("StatefulSet", NS, "fed-supernode-a", {"spec": {"replicas": 7}}, manager="kubectl-scale")
+    report = sync(kube, repo)
+    change = next(c for u in report.units for c in u.changes if str(c.ref).endswith("/fed-supernode-a")
+                  and str(c.ref).startswith("StatefulSet"))
+    assert (change.action, change.drift) == (Action.CONFIGURED, True)
+    assert "kubectl-scale" in change.message
+    live = server.get("StatefulSet", NS, "fed-supernode-a")
+    assert live is not None and live["spec"]["replicas"] == 1
+    assert sync(kube, repo).writes == 0
+
+
+def test_a_field_another_applier_owns_is_a_conflict_unless_forced(kube: FakeKube, server: FakeApiServer,
+                                                                  tmp_path: Path) -> None:
+    repo = write(tmp_path)
+    assert sync(kube, repo).ok
+    other = FakeKube(server)
+    live = server.get("StatefulSet", NS, "fed-supernode-a")
+    assert live is not None
+    other.apply({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "fed-supernode-a",
+                 "namespace": NS}, "spec": {"replicas": 5}}, manager="other-gitops", force=True)
+    report = sync(kube, repo)
+    failed = [c for u in report.units for c in u.changes if c.action is Action.FAILED]
+    assert len(failed) == 1 and "other-gitops" in failed[0].message and "--force-conflicts" in failed[0].message
+    forced = sync(kube, repo, force_conflicts=True)
+    assert forced.ok
+    taken = server.get("StatefulSet", NS, "fed-supernode-a")
+    assert taken is not None and taken["spec"]["replicas"] == 1
+
+
+def test_an_immutable_change_fails_or_recreates_with_the_policy(kube: FakeKube, server: FakeApiServer,
+                                                                tmp_path: Path) -> None:
+    repo = write(tmp_path)
+    assert sync(kube, repo).ok
+    uid = (server.get("StatefulSet", NS, "fed-superlink") or {})["metadata"]["uid"]
+    server.edit("StatefulSet", NS, "fed-superlink", {"spec": {"selector": {"matchLabels": {"x": "y"}}}},
+                manager="someone")
+    report = sync(kube, repo)
+    change = next(c for u in report.units for c in u.changes if str(c.ref) == f"StatefulSet/{NS}/fed-superlink")
+    assert change.action is Action.FAILED and "allowRecreate" in change.message
+    write(repo, annotations='"flower-syncer.io/allow-recreate": "true"')
+    report = sync(kube, repo)
+    assert actions(report)[f"StatefulSet/{NS}/fed-superlink"] == "recreated"
+    assert (server.get("StatefulSet", NS, "fed-superlink") or {})["metadata"]["uid"] != uid
+
+
+def test_prune_deletes_what_left_git_and_keeps_what_must_stay(kube: FakeKube, server: FakeApiServer,
+                                                              tmp_path: Path) -> None:
+    repo = write(tmp_path, pools=pool("a") + pool("b") + pool("c"))
+    assert sync(kube, repo).ok
+    server.edit("StatefulSet", NS, "fed-supernode-b", {"metadata": {"annotations": {
+        "flower-syncer.io/prune": "disabled"}}}, manager="kubectl-annotate")
+    server.edit("StatefulSet", NS, "fed-supernode-c", {"metadata": {"labels": {LABEL_REPOSITORY: "other"}}},
+                manager="kubectl-label")
+    write(repo, pools=pool("a"))
+    report = sync(kube, repo)
+    got = actions(report)
+    assert got[f"StatefulSet/{NS}/fed-supernode-b"] == "skipped"
+    assert got[f"StatefulSet/{NS}/fed-supernode-c"] == "skipped"
+    assert got[f"Service/{NS}/fed-supernode-b"] == "deleted"
+    assert server.get("StatefulSet", NS, "fed-supernode-b") is not None
+    assert server.get("StatefulSet", NS, "fed-supernode-c") is not None
+
+
+def test_a_missing_namespace_is_created(tmp_path: Path) -> None:
+    server = FakeApiServer()
+    kube = FakeKube(server)
+    assert sync(kube, write(tmp_path)).ok
+    assert server.get("Namespace", "", NS) is not None
+
+
+def test_a_dry_run_writes_nothing(kube: FakeKube, server: FakeApiServer, tmp_path: Path) -> None:
+    report = sync(kube, write(tmp_path), dry_run=True)
+    assert report.writes == 0
+    assert server.get("StatefulSet", NS, "fed-supernode-a") is None
+    assert set(actions(report).values()) == {"created"}
+
+
+def test_plan_units_are_synced_with_their_policy_and_revision(kube: FakeKube, server: FakeApiServer) -> None:
+    unit = Unit("supernode", NS, "x")
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": NS,
+                                                                "labels": unit.labels()}, "data": {"k": "v"}}
+    plan = Plan(units={unit: UnitPlan(unit, [cm], Policy(), "supernodes/x/values.yaml", "abc")},
+                repository="team", revision="abc", claims=Claims.of([(unit, [cm])]))
+    report = Engine(kube).sync(plan, SyncOptions())
+    assert report.ok, report.to_dict()
+    inv = server.get("ConfigMap", NS, "flower-syncer.supernode.x")
+    assert inv is not None and '"revision": "abc"' in inv["data"]["inventory.json"]
+    suspended = Plan(units={unit: UnitPlan(unit, [{**cm, "data": {"k": "w"}}], Policy(suspend=True))},
+                     repository="team")
+    result = Engine(kube).sync(suspended, SyncOptions())
+    assert result.units[0].skipped_reason.startswith("suspended")
+    assert (server.get("ConfigMap", NS, "x") or {})["data"] == {"k": "v"}
