@@ -334,8 +334,8 @@ def _print_report(report: Any) -> None:
     for unit in report.units:
         shown = [c for c in unit.changes if c.action.value != "unchanged"]
         state = "ok" if unit.ok else "FAILED"
-        if unit.skipped_reason:
-            state = f"skipped: {unit.skipped_reason}"
+        if unit.skipped is not None:
+            state = f"skipped: {unit.skipped}"
         unchanged = len(unit.changes) - len(shown)
         print(f"{unit.unit}: {state}" + (f" ({unchanged} unchanged)" if unchanged else ""))
         for c in shown:
@@ -378,7 +378,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     else:
         for unit in report.units:
             for c in unit.changes:
-                if c.action.value in ("unchanged", "skipped"):
+                if not c.action.is_change:
                     continue
                 if c.diff:
                     sys.stdout.write(c.diff if c.diff.endswith("\n") else c.diff + "\n")

@@ -122,14 +122,14 @@ def selected(unit: Unit, selectors: Iterable[str]) -> bool:
 
 @dataclass(frozen=True, order=True)
 class ObjectRef:
-    """A namespaced object flower-syncer manages."""
+    """An object flower-syncer manages (namespace "" for a cluster-scoped one, e.g. a Namespace)."""
 
     kind: str
     namespace: str
     name: str
 
     def __str__(self) -> str:
-        return f"{self.kind}/{self.namespace}/{self.name}"
+        return f"{self.kind}/{self.namespace}/{self.name}" if self.namespace else f"{self.kind}/{self.name}"
 
     @classmethod
     def of(cls, obj: Mapping[str, Any]) -> ObjectRef:

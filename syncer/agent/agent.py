@@ -474,18 +474,18 @@ class Agent:
             result = self.engine.sync_unit(desired, self.cache.state, opts, plan)
         seconds = time.monotonic() - start
         self.metrics.observe_sync(result, seconds)
-        corrected = corrections_by_kind(result, {str(r) for r in known})
+        corrected = corrections_by_kind(result, known)
         if corrected:
             self.metrics.observe_drift_corrections(unit.id, corrected)
-        if not result.skipped_reason:  # what still differs from Git: the objects that failed
-            failed = Counter(c.ref.split("/", 1)[0] for c in result.changes if c.action is Action.FAILED)
+        if result.skipped is None:  # what still differs from Git: the objects that failed
+            failed = Counter(c.ref.kind for c in result.changes if c.action is Action.FAILED)
             self.metrics.set_drift(unit.id, failed)
-        writes = sum(1 for c in result.changes if c.action not in (Action.UNCHANGED, Action.SKIPPED))
+        writes = sum(1 for c in result.changes if c.action.is_change)
         if writes or not result.ok:
             log.info("unit synced", unit=unit.id, revision=revision[:12], ok=result.ok,
                      seconds=round(seconds, 3), changed=writes,
                      unchanged=result.count(Action.UNCHANGED), errors=result.errors[:3],
-                     failed=[c.ref for c in result.changes if c.action is Action.FAILED][:5])
+                     failed=[str(c.ref) for c in result.changes if c.action is Action.FAILED][:5])
         if result.ok:
             self.work.forget(unit)
         else:
@@ -531,7 +531,7 @@ class Agent:
                 "lastSync": st.last_sync or None,
                 "lastAppliedRevision": st.last_revision,
                 "ok": result.ok if result else None,
-                "suspended": bool(result and result.skipped_reason.startswith("suspended")),
+                "suspended": bool(result and result.skipped is not None and result.skipped.suspended),
                 "errors": (result.errors if result else []) + [d.render() for d in st.config_errors],
                 "failedObjects": [c.to_dict() for c in result.changes if c.action is Action.FAILED] if result else [],
             })

@@ -35,20 +35,30 @@ _IMMUTABLE = ("field is immutable", "updates to statefulset spec for fields othe
               "Forbidden: may not be changed", "spec.selector: Invalid value")
 
 
-class ConflictError(Exception):
+class ApplyError(Exception):
+    """Applying one object failed for a reason the engine acts on; `detail` says it without the
+    object's name (the change entry names the object)."""
+
+    def __init__(self, ref: ObjectRef, detail: str) -> None:
+        self.ref = ref
+        self.detail = detail
+        super().__init__(f"{ref}: {detail}")
+
+
+class ConflictError(ApplyError):
     """Fields of the object are owned by another applier."""
 
     def __init__(self, ref: ObjectRef, fields: list[tuple[str, str]]) -> None:
-        self.ref = ref
         self.fields = fields  # (field path, manager)
         listed = ", ".join(f"{f} (owned by {m!r})" for f, m in fields)
-        super().__init__(f"{ref}: conflict: {listed}")
+        super().__init__(ref, f"conflict: {listed}")
 
 
-class ImmutableFieldError(Exception):
+class ImmutableFieldError(ApplyError):
+    """The change touches a field the API server does not let change in place."""
+
     def __init__(self, ref: ObjectRef, message: str) -> None:
-        self.ref = ref
-        super().__init__(f"{ref}: immutable field changed: {message}")
+        super().__init__(ref, f"immutable field changed: {message}")
 
 
 @dataclass
@@ -89,7 +99,7 @@ class Applier:
         if (live is not None and recorded is not None and recorded.applied == digest
                 and live["metadata"].get("annotations", {}).get(ANN_APPLIED_HASH) == digest
                 and managed_fields_hash(live, FIELD_MANAGER) == recorded.fields):
-            return Outcome(Change(str(ObjectRef.of(desired)), Action.UNCHANGED), recorded)
+            return Outcome(Change(ObjectRef.of(desired), Action.UNCHANGED), recorded)
         return None
 
     def apply(self, desired: Manifest, live: dict[str, Any] | None, recorded: Entry | None,
@@ -103,15 +113,15 @@ class Applier:
         try:
             return self._apply(ref, desired, live, digest, force, policy)
         except ConflictError as exc:
-            return Outcome(Change(str(ref), Action.FAILED, str(exc).split(": ", 1)[1] +
+            return Outcome(Change(ref, Action.FAILED, exc.detail +
                                   "; let flower-syncer take these fields with --force-conflicts or the unit's "
                                   "forceConflicts policy"), None)
         except ImmutableFieldError as exc:
-            return Outcome(Change(str(ref), Action.FAILED, str(exc).split(": ", 1)[1] +
+            return Outcome(Change(ref, Action.FAILED, exc.detail +
                                   "; allow recreating it with the unit's allowRecreate policy "
                                   "(flower-syncer.io/allow-recreate: \"true\"), or delete it by hand"), None)
         except ApiError as exc:
-            return Outcome(Change(str(ref), Action.FAILED, f"{exc.reason}: {exc.message}"), None, exc)
+            return Outcome(Change(ref, Action.FAILED, f"{exc.reason}: {exc.message}"), None, exc)
 
     def _apply(self, ref: ObjectRef, desired: Manifest, live: dict[str, Any] | None, digest: str, force: bool,
                policy: Policy) -> Outcome:
@@ -122,16 +132,16 @@ class Applier:
                 preview, created = self._server_apply(ref, desired, force=force, dry_run=True)
                 if created:
                     diff = unified_diff(ref, None, preview) if self.with_diff else ""
-                    return Outcome(Change(str(ref), Action.CREATED, "would create", diff), None)
+                    return Outcome(Change(ref, Action.CREATED, "would create", diff), None)
                 live = self.kube.get(ref.kind, ref.namespace, ref.name)
             else:
                 result, created = self._server_apply(ref, desired, force=force, dry_run=False)
                 diff = unified_diff(ref, None, result) if self.with_diff and created else ""
-                return Outcome(Change(str(ref), Action.CREATED if created else Action.CONFIGURED,
+                return Outcome(Change(ref, Action.CREATED if created else Action.CONFIGURED,
                                       "" if created else "adopted an existing object", diff),
                                Entry(digest, managed_fields_hash(result, FIELD_MANAGER)))
             if live is None:
-                return Outcome(Change(str(ref), Action.CREATED, "would create"), None)
+                return Outcome(Change(ref, Action.CREATED, "would create"), None)
         else:
             # the snapshot holds metadata only; compare against the whole, current object
             live = self.kube.get(ref.kind, ref.namespace, ref.name)
@@ -146,16 +156,16 @@ class Applier:
             return self._recreate(ref, desired, live, digest)
         same = strip_server_fields(preview) == strip_server_fields(live)
         if same:
-            return Outcome(Change(str(ref), Action.UNCHANGED), Entry(digest, managed_fields_hash(live, FIELD_MANAGER)))
+            return Outcome(Change(ref, Action.UNCHANGED), Entry(digest, managed_fields_hash(live, FIELD_MANAGER)))
         drift = live["metadata"].get("annotations", {}).get(ANN_APPLIED_HASH) == digest
         diff = unified_diff(ref, live, preview) if self.with_diff else ""
         message = ""
         if took_over:
             message = "reverted changes by " + ", ".join(sorted(took_over))
         if self.dry_run:
-            return Outcome(Change(str(ref), Action.CONFIGURED, message or "would configure", diff, drift), None)
+            return Outcome(Change(ref, Action.CONFIGURED, message or "would configure", diff, drift), None)
         result, _ = self._server_apply(ref, desired, force=force or bool(took_over), dry_run=False)
-        return Outcome(Change(str(ref), Action.CONFIGURED, message, diff, drift),
+        return Outcome(Change(ref, Action.CONFIGURED, message, diff, drift),
                        Entry(digest, managed_fields_hash(result, FIELD_MANAGER)))
 
     def _preview(self, ref: ObjectRef, desired: Manifest, live: dict[str, Any],
@@ -184,17 +194,17 @@ class Applier:
 
     def _recreate(self, ref: ObjectRef, desired: Manifest, live: dict[str, Any], digest: str) -> Outcome:
         if self.dry_run:
-            return Outcome(Change(str(ref), Action.RECREATED, "would delete and recreate (immutable field)"), None)
+            return Outcome(Change(ref, Action.RECREATED, "would delete and recreate (immutable field)"), None)
         self.kube.delete(ref.kind, ref.namespace, ref.name, propagation="Background",
                          uid=live["metadata"].get("uid"))
         deadline = time.monotonic() + 60
         while self.kube.get(ref.kind, ref.namespace, ref.name) is not None:
             if time.monotonic() > deadline:
-                return Outcome(Change(str(ref), Action.FAILED, "deleted for recreation, but it is still there "
+                return Outcome(Change(ref, Action.FAILED, "deleted for recreation, but it is still there "
                                       "after 60 s (finalizers?)"), None)
             time.sleep(0.2)
         result, _ = self._server_apply(ref, desired, force=True, dry_run=False)
-        return Outcome(Change(str(ref), Action.RECREATED, "recreated: an immutable field changed"),
+        return Outcome(Change(ref, Action.RECREATED, "recreated: an immutable field changed"),
                        Entry(digest, managed_fields_hash(result, FIELD_MANAGER)))
 
 

@@ -1,10 +1,17 @@
-"""What a sync did, object by object: one result type for the CLI, logs, metrics and tests."""
+"""What a sync did, object by object: one result type for the CLI, logs, metrics and tests.
+
+Modelled on fluxcd/pkg/ssa's ChangeSetEntry: each entry names its object (an ObjectRef), the
+action, and an optional message and diff; results answer questions through predicates
+(`Action.is_change`, `UnitResult.ok`, `SkipReason.suspended`) so no caller compares strings.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
+from enum import Enum, StrEnum
 from typing import Any
+
+from syncer.identity import ObjectRef
 
 
 class Action(StrEnum):
@@ -16,17 +23,39 @@ class Action(StrEnum):
     SKIPPED = "skipped"
     FAILED = "failed"
 
+    @property
+    def is_change(self) -> bool:
+        """Anything but unchanged or skipped: the object was (or, in a dry run, would be) written,
+        or the attempt failed, so live and Git differ."""
+        return self not in (Action.UNCHANGED, Action.SKIPPED)
+
+
+class SkipReason(Enum):
+    """Why a whole unit was left as it is."""
+
+    SUSPENDED_BY_CLI = "suspended (flower-syncer suspend)"
+    SUSPENDED_IN_GIT = "suspended (policy in Git)"
+    NOT_PRUNED_REPO_HAS_ERRORS = "removed from Git, but not pruned: the repository has errors"
+    NOT_PRUNED_PRUNING_DISABLED = "removed from Git; pruning is disabled"
+
+    @property
+    def suspended(self) -> bool:
+        return self in (SkipReason.SUSPENDED_BY_CLI, SkipReason.SUSPENDED_IN_GIT)
+
+    def __str__(self) -> str:
+        return self.value
+
 
 @dataclass
 class Change:
-    ref: str  # Kind/namespace/name
+    ref: ObjectRef
     action: Action
     message: str = ""
     diff: str = ""
     drift: bool = False  # the live object differed from what was last applied (someone changed it)
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"object": self.ref, "action": self.action.value}
+        out: dict[str, Any] = {"object": str(self.ref), "action": self.action.value}
         if self.message:
             out["message"] = self.message
         if self.drift:
@@ -41,11 +70,15 @@ class UnitResult:
     unit: str
     changes: list[Change] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
-    skipped_reason: str = ""
+    skipped: SkipReason | None = None
 
     @property
     def ok(self) -> bool:
         return not self.errors and not any(c.action is Action.FAILED for c in self.changes)
+
+    @property
+    def changed(self) -> bool:
+        return any(c.action.is_change for c in self.changes)
 
     def count(self, *actions: Action) -> int:
         return sum(1 for c in self.changes if c.action in actions)
@@ -54,6 +87,6 @@ class UnitResult:
         out: dict[str, Any] = {"unit": self.unit, "ok": self.ok, "changes": [c.to_dict() for c in self.changes]}
         if self.errors:
             out["errors"] = self.errors
-        if self.skipped_reason:
-            out["skipped"] = self.skipped_reason
+        if self.skipped is not None:
+            out["skipped"] = str(self.skipped)
         return out

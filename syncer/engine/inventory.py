@@ -79,6 +79,10 @@ def inventory_name(unit: Unit) -> str:
     return f"flower-syncer.{unit.kind}.{unit.name}"
 
 
+def inventory_ref(unit: Unit) -> ObjectRef:
+    return ObjectRef("ConfigMap", unit.namespace, inventory_name(unit))
+
+
 def decode(cm: dict[str, Any]) -> Inventory | None:
     """An inventory from its ConfigMap, or None if it is not one of ours or is unreadable."""
     labels = cm.get("metadata", {}).get("labels", {})

@@ -55,19 +55,19 @@ def prune(kube: Kube, unit: Unit, refs: list[ObjectRef], live: dict[ObjectRef, d
             continue  # already gone
         blocker = prune_blocker(unit, obj, repository)
         if blocker:
-            changes.append(Change(str(ref), Action.SKIPPED, blocker))
+            changes.append(Change(ref, Action.SKIPPED, blocker))
             continue
         if dry_run:
-            changes.append(Change(str(ref), Action.DELETED, "would delete"))
+            changes.append(Change(ref, Action.DELETED, "would delete"))
             continue
         try:
             kube.delete(ref.kind, ref.namespace, ref.name, uid=obj["metadata"].get("uid"))
         except ApiError as exc:
             if exc.conflict:  # the uid precondition failed: someone recreated it; not ours to delete
-                changes.append(Change(str(ref), Action.SKIPPED, "kept: it was replaced by a new object"))
+                changes.append(Change(ref, Action.SKIPPED, "kept: it was replaced by a new object"))
                 continue
-            changes.append(Change(str(ref), Action.FAILED, f"delete failed: {exc.message}"))
+            changes.append(Change(ref, Action.FAILED, f"delete failed: {exc.message}"))
             keep.append(ref)
             continue
-        changes.append(Change(str(ref), Action.DELETED))
+        changes.append(Change(ref, Action.DELETED))
     return changes, keep

@@ -16,8 +16,8 @@ from typing import Any
 
 from syncer.cluster.client import FIELD_MANAGER, ApiError, ClusterUnreachable, Kube
 from syncer.engine.apply import Applier, Outcome
-from syncer.engine.changeset import Action, Change, UnitResult
-from syncer.engine.inventory import Entry, Inventory, inventory_name
+from syncer.engine.changeset import Action, Change, SkipReason, UnitResult
+from syncer.engine.inventory import Entry, Inventory, inventory_name, inventory_ref
 from syncer.engine.live import LiveState
 from syncer.engine.normalize import with_fingerprint
 from syncer.engine.ownership import owner_of, recover_inventory, stamp_repository, write_conflict
@@ -60,7 +60,7 @@ class SyncReport:
 
     @property
     def changed(self) -> bool:
-        return any(c.action not in (Action.UNCHANGED, Action.SKIPPED) for u in self.units for c in u.changes)
+        return any(u.changed for u in self.units)
 
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "changed": self.changed, "requests": self.requests, "writes": self.writes,
@@ -150,15 +150,15 @@ class Engine:
             inv = recover_inventory(unit, live.objects, repository, FIELD_MANAGER)
             if inv is None:
                 return res
-            res.changes.append(Change(f"ConfigMap/{unit.namespace}/{inventory_name(unit)}", Action.SKIPPED,
+            res.changes.append(Change(inventory_ref(unit), Action.SKIPPED,
                                       f"inventory was missing; {len(inv.entries)} objects found by their labels"))
         if inv.repository != repository:
             return res  # not ours to prune
         if not plan.prune_allowed:
-            res.skipped_reason = "removed from Git, but not pruned: the repository has errors"
+            res.skipped = SkipReason.NOT_PRUNED_REPO_HAS_ERRORS
             return res
         if not opts.prune or not plan.repo_prune:
-            res.skipped_reason = "removed from Git; pruning is disabled"
+            res.skipped = SkipReason.NOT_PRUNED_PRUNING_DISABLED
             return res
         if not plan.renders_anything and not opts.allow_empty:
             res.errors.append("refusing to prune: the repository renders nothing at all (wrong path or "
@@ -203,7 +203,7 @@ class Engine:
                               f"({repository!r}); rename the unit, or set `name` in flower-syncer.yaml")
             return res
         if policy.suspend or inv.suspended:
-            res.skipped_reason = "suspended" + (" (flower-syncer suspend)" if inv.suspended else " (policy in Git)")
+            res.skipped = SkipReason.SUSPENDED_BY_CLI if inv.suspended else SkipReason.SUSPENDED_IN_GIT
             return res
         desired: list[Manifest] = []
         for m in manifests:
@@ -217,7 +217,7 @@ class Engine:
         if ready is None:
             return res
         if not ready:  # dry-run into a namespace that does not exist yet: everything would be created
-            res.changes.extend(Change(str(ObjectRef.of(m)), Action.CREATED, "would create") for m in desired)
+            res.changes.extend(Change(ObjectRef.of(m), Action.CREATED, "would create") for m in desired)
             return res
         applier = Applier(self.kube, dry_run=opts.dry_run, with_diff=opts.with_diff)
         entries: dict[ObjectRef, Entry] = {}
@@ -250,16 +250,16 @@ class Engine:
                 if opts.dry_run:
                     entries.update({r: inv.entries[r] for r in leftovers})
             else:
-                res.changes.extend(Change(str(r), Action.SKIPPED, "not pruned: pruning is disabled") for r in leftovers)
+                res.changes.extend(Change(r, Action.SKIPPED, "not pruned: pruning is disabled") for r in leftovers)
                 entries.update({r: inv.entries[r] for r in leftovers})
-        inventory_ref = f"ConfigMap/{unit.namespace}/{inventory_name(unit)}"
+        inv_ref = inventory_ref(unit)
         if recovered:
-            res.changes.append(Change(inventory_ref, Action.SKIPPED if opts.dry_run else Action.CREATED,
+            res.changes.append(Change(inv_ref, Action.SKIPPED if opts.dry_run else Action.CREATED,
                                       f"inventory was missing; rebuilt from {len(inv.entries)} labelled objects"))
-        res.changes.extend(Change(inventory_ref, Action.SKIPPED, f"inventory entry not understood, left alone in the "
+        res.changes.extend(Change(inv_ref, Action.SKIPPED, f"inventory entry not understood, left alone in the "
                                   f"cluster and dropped from the inventory: {entry}") for entry in inv.ignored)
         if not opts.dry_run and (entries != inv.entries or recovered or inv.ignored):
-            changed = any(c.action not in (Action.UNCHANGED, Action.SKIPPED) for c in res.changes)
+            changed = res.changed
             new = Inventory(unit, entries, planned.revision if changed else inv.revision, repository=repository)
             if self._write_inventory(new, res):
                 live.inventories[unit] = new  # a resync right after need not wait for a watch event
@@ -275,7 +275,7 @@ class Engine:
             ref = ObjectRef.of(m)
             conflict = write_conflict(unit, plan.repository, live.objects.get(ref), plan.claims, live.inventories)
             if conflict:
-                outcomes.append(Outcome(Change(str(ref), Action.FAILED, f"not applied: {conflict}"), None))
+                outcomes.append(Outcome(Change(ref, Action.FAILED, f"not applied: {conflict}"), None))
                 continue
             quick = applier.known_unchanged(m, live.objects.get(ref), inv.entries.get(ref))
             outcomes.append(quick)
@@ -321,11 +321,11 @@ class Engine:
         try:
             if self.kube.get("Namespace", None, namespace) is None:
                 if dry_run:
-                    res.changes.append(Change(f"Namespace/{namespace}", Action.CREATED, "would create"))
+                    res.changes.append(Change(ObjectRef("Namespace", "", namespace), Action.CREATED, "would create"))
                     return False
                 self.kube.create({"apiVersion": "v1", "kind": "Namespace",
                                   "metadata": {"name": namespace, "labels": {LABEL_MANAGED_BY: MANAGED_BY}}})
-                res.changes.append(Change(f"Namespace/{namespace}", Action.CREATED))
+                res.changes.append(Change(ObjectRef("Namespace", "", namespace), Action.CREATED))
         except ApiError as exc:
             if not exc.conflict:  # 409 AlreadyExists: created meanwhile, fine
                 res.errors.append(f"cannot ensure namespace {namespace}: {exc.message}")
@@ -362,7 +362,7 @@ def _hand_over(unit: Unit, refs: list[ObjectRef], claims: Claims | None) -> tupl
     for ref in refs:
         claimant = claims.claimant(ref)
         if claimant is not None and claimant != unit:
-            handed.append(Change(str(ref), Action.SKIPPED, f"not pruned: {claimant.id} renders it now"))
+            handed.append(Change(ref, Action.SKIPPED, f"not pruned: {claimant.id} renders it now"))
         else:
             keep.append(ref)
     return keep, handed

@@ -68,6 +68,7 @@ from prometheus_client.registry import Collector
 
 from syncer import __version__
 from syncer.engine.changeset import Action, UnitResult
+from syncer.identity import ObjectRef
 
 if TYPE_CHECKING:
     from syncer.observe.health import NodeGPU
@@ -87,25 +88,18 @@ SYNC_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30
 COMMIT_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 180.0, 300.0)
 # Actions that put back an object someone changed outside Git (when the change says `drift`).
 CORRECTING = (Action.CONFIGURED, Action.RECREATED)
-# Actions of a dry-run that mean "this object differs from Git" (as `status.drift_counts` counts).
-NOT_DRIFT = (Action.UNCHANGED, Action.SKIPPED)
 
 
 def result_of(unit: UnitResult) -> str:
     """success, failed or skipped (suspended, or removed from Git and not pruned)."""
     if not unit.ok:
         return "failed"
-    if unit.skipped_reason:
+    if unit.skipped is not None:
         return "skipped"
     return "success"
 
 
-def kind_of(ref: str) -> str:
-    """The kind of a change's object reference `Kind/namespace/name`."""
-    return ref.split("/", 1)[0]
-
-
-def corrections_by_kind(unit: UnitResult, known: Collection[str] = ()) -> dict[str, int]:
+def corrections_by_kind(unit: UnitResult, known: Collection[ObjectRef] = ()) -> dict[str, int]:
     """From a real sync of one unit: the objects put back after a change outside Git, by kind (for
     `observe_drift_corrections`): configured or recreated objects whose change says `drift`, and
     created objects whose reference is in `known` (the unit's inventory before the sync: someone
@@ -113,8 +107,7 @@ def corrections_by_kind(unit: UnitResult, known: Collection[str] = ()) -> dict[s
     counts: dict[str, int] = {}
     for c in unit.changes:
         if (c.drift and c.action in CORRECTING) or (c.action is Action.CREATED and c.ref in known):
-            kind = kind_of(c.ref)
-            counts[kind] = counts.get(kind, 0) + 1
+            counts[c.ref.kind] = counts.get(c.ref.kind, 0) + 1
     return counts
 
 
@@ -122,9 +115,8 @@ def drift_by_kind(unit: UnitResult) -> dict[str, int]:
     """From a *dry-run* sync of one unit: the objects that differ from Git, by kind (for `set_drift`)."""
     counts: dict[str, int] = {}
     for c in unit.changes:
-        if c.action not in NOT_DRIFT:
-            kind = kind_of(c.ref)
-            counts[kind] = counts.get(kind, 0) + 1
+        if c.action.is_change:
+            counts[c.ref.kind] = counts.get(c.ref.kind, 0) + 1
     return counts
 
 

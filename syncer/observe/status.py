@@ -394,7 +394,7 @@ def drift_counts(report: SyncReport) -> tuple[dict[str, int], dict[str, list[str
     counts: dict[str, int] = {}
     errors: dict[str, list[str]] = {}
     for u in report.units:
-        counts[u.unit] = sum(1 for c in u.changes if c.action.value not in ("unchanged", "skipped"))
+        counts[u.unit] = sum(1 for c in u.changes if c.action.is_change)
         if u.errors:
             errors[u.unit] = list(u.errors)
     return counts, errors

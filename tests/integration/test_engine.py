@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from syncer.cluster.client import Kube
-from syncer.engine.changeset import Action, Change
+from syncer.engine.changeset import Action, Change, SkipReason
 from syncer.engine.sync import Engine, SyncOptions, SyncReport
 from syncer.render.repo import plan_repo, render_repo
 from syncer.repo.loader import load_repo
@@ -72,12 +72,11 @@ def sync(kube: Kube, repo: Path, **opts: Any) -> SyncReport:
 
 
 def actions(report: SyncReport) -> dict[str, str]:
-    return {c.ref: c.action.value for u in report.units for c in u.changes}
+    return {str(c.ref): c.action.value for u in report.units for c in u.changes}
 
 
 def sts_change(report: SyncReport, name: str = "fed-supernode-a") -> Change:
-    return next(c for u in report.units for c in u.changes if c.ref.startswith("StatefulSet/")
-                and c.ref.endswith(name))
+    return next(c for u in report.units for c in u.changes if c.ref.kind == "StatefulSet" and c.ref.name == name)
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 30) -> Any:
@@ -160,7 +159,7 @@ def test_broken_file_deletes_nothing_of_that_unit(kube: Kube, repo: Path, namesp
     assert not report.ok
     results = {u.unit: u for u in report.units}
     assert results[f"federation/{namespace}/fed"].errors
-    assert "not pruned" in results[f"federation/{namespace}/other"].skipped_reason
+    assert results[f"federation/{namespace}/other"].skipped is SkipReason.NOT_PRUNED_REPO_HAS_ERRORS
     assert kube.get("StatefulSet", namespace, "fed-supernode-b") is not None
     assert kube.get("StatefulSet", namespace, "other-supernode-a") is not None
     assert report.writes == 0

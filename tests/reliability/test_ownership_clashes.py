@@ -52,7 +52,7 @@ def sync(kube: Kube, repo: Path, **opts: Any) -> SyncReport:
 
 
 def changes(report: SyncReport) -> dict[str, tuple[str, str]]:
-    return {c.ref: (c.action.value, c.message) for u in report.units for c in u.changes}
+    return {str(c.ref): (c.action.value, c.message) for u in report.units for c in u.changes}
 
 
 def fed(name: str = "fed") -> str:
@@ -135,8 +135,8 @@ def test_an_object_moved_between_units_is_handed_over_not_deleted(kube: Kube, tm
                  "supernodes/new/release.yaml": "policy:\n  allowRecreate: true\n"})
     report = sync(kube, repo)
     assert report.ok, report.to_dict()
-    new = {c.ref: c.action.value for u in report.units if u.unit.endswith("/new") for c in u.changes}
-    old = {c.ref: (c.action.value, c.message) for u in report.units if u.unit.endswith("/old") for c in u.changes}
+    new = {str(c.ref): c.action.value for u in report.units if u.unit.endswith("/new") for c in u.changes}
+    old = {str(c.ref): (c.action.value, c.message) for u in report.units if u.unit.endswith("/old") for c in u.changes}
     assert new[f"Service/{namespace}/shared-supernode"] == "configured"
     assert new[f"Deployment/{namespace}/shared-supernode"] == "recreated"
     assert old and all(a == "skipped" and "renders it now" in m for a, m in old.values()), old

@@ -176,5 +176,6 @@ def test_plan_units_are_synced_with_their_policy_and_revision(kube: FakeKube, se
     suspended = Plan(units={unit: UnitPlan(unit, [{**cm, "data": {"k": "w"}}], Policy(suspend=True))},
                      repository="team")
     result = Engine(kube).sync(suspended, SyncOptions())
-    assert result.units[0].skipped_reason.startswith("suspended")
+    skipped = result.units[0].skipped
+    assert skipped is not None and skipped.suspended
     assert (server.get("ConfigMap", NS, "x") or {})["data"] == {"k": "v"}

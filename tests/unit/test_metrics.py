@@ -9,7 +9,8 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from syncer import __version__
-from syncer.engine.changeset import Action, Change, UnitResult
+from syncer.engine.changeset import Action, Change, SkipReason, UnitResult
+from syncer.identity import ObjectRef
 from syncer.observe.health import GPUCount, NodeGPU
 from syncer.observe.metrics import CONTENT_TYPE, Metrics, corrections_by_kind, drift_by_kind
 from syncer.observe.status import ClusterGPUs, PoolStatus, UnitStatus
@@ -18,6 +19,11 @@ FED = "federation/flower/fed"
 SN = "supernode/edge/pytorch"
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def ref(text: str) -> ObjectRef:
+    kind, namespace, name = text.split("/")
+    return ObjectRef(kind, namespace, name)
 
 
 def samples(m: Metrics) -> Samples:
@@ -63,12 +69,12 @@ def test_agent_metrics_present_from_the_start() -> None:
 def test_observe_sync_success_counts_actions() -> None:
     m = Metrics()
     result = UnitResult(FED, changes=[
-        Change("StatefulSet/flower/fed-superlink", Action.CONFIGURED, drift=True),
-        Change("StatefulSet/flower/fed-pool-a", Action.CONFIGURED, drift=True),
-        Change("Service/flower/fed", Action.CONFIGURED),  # Git changed it: not a correction
-        Change("ConfigMap/flower/x", Action.UNCHANGED),
-        Change("Secret/flower/y", Action.CREATED),
-        Change("Service/flower/old", Action.DELETED),
+        Change(ref("StatefulSet/flower/fed-superlink"), Action.CONFIGURED, drift=True),
+        Change(ref("StatefulSet/flower/fed-pool-a"), Action.CONFIGURED, drift=True),
+        Change(ref("Service/flower/fed"), Action.CONFIGURED),  # Git changed it: not a correction
+        Change(ref("ConfigMap/flower/x"), Action.UNCHANGED),
+        Change(ref("Secret/flower/y"), Action.CREATED),
+        Change(ref("Service/flower/old"), Action.DELETED),
     ])
     before = time.time()
     m.observe_sync(result, 0.3)
@@ -90,7 +96,7 @@ def test_observe_sync_success_counts_actions() -> None:
     assert value(m, "flower_syncer_objects_applied_total", unit=FED, action="failed") is None
     assert series(m, "flower_syncer_drift_corrections_total") == []  # counted by observe_drift_corrections
 
-    m.observe_sync(UnitResult(FED, changes=[Change("StatefulSet/flower/fed-pool-a", Action.CONFIGURED,
+    m.observe_sync(UnitResult(FED, changes=[Change(ref("StatefulSet/flower/fed-pool-a"), Action.CONFIGURED,
                                                    drift=True)]), 0.02)
     assert value(m, "flower_syncer_sync_total", unit=FED, result="success") == 2
     assert value(m, "flower_syncer_objects_applied_total", unit=FED, action="configured") == 4
@@ -99,14 +105,14 @@ def test_observe_sync_success_counts_actions() -> None:
 def test_drift_corrections() -> None:
     m = Metrics()
     result = UnitResult(FED, changes=[
-        Change("StatefulSet/flower/fed-superlink", Action.CONFIGURED, drift=True),
-        Change("StatefulSet/flower/fed-pool-a", Action.RECREATED, drift=True),
-        Change("Service/flower/fed", Action.CONFIGURED),  # Git changed it: not a correction
-        Change("Service/flower/gone", Action.CREATED),  # someone deleted it (it is in the inventory)
-        Change("Secret/flower/new", Action.CREATED),  # new in Git
-        Change("ConfigMap/flower/a", Action.FAILED, drift=True),  # a failed correction is none
+        Change(ref("StatefulSet/flower/fed-superlink"), Action.CONFIGURED, drift=True),
+        Change(ref("StatefulSet/flower/fed-pool-a"), Action.RECREATED, drift=True),
+        Change(ref("Service/flower/fed"), Action.CONFIGURED),  # Git changed it: not a correction
+        Change(ref("Service/flower/gone"), Action.CREATED),  # someone deleted it (it is in the inventory)
+        Change(ref("Secret/flower/new"), Action.CREATED),  # new in Git
+        Change(ref("ConfigMap/flower/a"), Action.FAILED, drift=True),  # a failed correction is none
     ])
-    counts = corrections_by_kind(result, known={"Service/flower/gone", "Service/flower/fed"})
+    counts = corrections_by_kind(result, known={ref("Service/flower/gone"), ref("Service/flower/fed")})
     assert counts == {"StatefulSet": 2, "Service": 1}
     m.observe_drift_corrections(FED, counts)
     m.observe_drift_corrections(FED, {"StatefulSet": 1, "Secret": 0})
@@ -118,8 +124,8 @@ def test_drift_corrections() -> None:
 def test_observe_sync_failed_and_skipped() -> None:
     m = Metrics()
     m.observe_sync(UnitResult(FED, errors=["configuration has errors"]), 0.01)
-    m.observe_sync(UnitResult(FED, changes=[Change("Service/flower/a", Action.FAILED, "422 Invalid")]), 1.0)
-    m.observe_sync(UnitResult(SN, skipped_reason="suspended"), 0.001)
+    m.observe_sync(UnitResult(FED, changes=[Change(ref("Service/flower/a"), Action.FAILED, "422 Invalid")]), 1.0)
+    m.observe_sync(UnitResult(SN, skipped=SkipReason.SUSPENDED_IN_GIT), 0.001)
     assert value(m, "flower_syncer_sync_total", unit=FED, result="failed") == 2
     assert value(m, "flower_syncer_sync_total", unit=FED, result="success") == 0
     assert value(m, "flower_syncer_sync_total", unit=SN, result="skipped") == 1
@@ -182,11 +188,11 @@ def test_config_errors_queue_depth() -> None:
 def test_drift_objects_by_kind() -> None:
     m = Metrics()
     dry_run = UnitResult(FED, changes=[
-        Change("StatefulSet/flower/a", Action.CONFIGURED, "would configure", drift=True),
-        Change("StatefulSet/flower/b", Action.CONFIGURED, "would configure"),
-        Change("Service/flower/c", Action.CREATED, "would create"),
-        Change("Secret/flower/d", Action.UNCHANGED),
-        Change("Service/flower/e", Action.SKIPPED),
+        Change(ref("StatefulSet/flower/a"), Action.CONFIGURED, "would configure", drift=True),
+        Change(ref("StatefulSet/flower/b"), Action.CONFIGURED, "would configure"),
+        Change(ref("Service/flower/c"), Action.CREATED, "would create"),
+        Change(ref("Secret/flower/d"), Action.UNCHANGED),
+        Change(ref("Service/flower/e"), Action.SKIPPED),
     ])
     assert drift_by_kind(dry_run) == {"StatefulSet": 2, "Service": 1}
     m.set_drift(FED, drift_by_kind(dry_run))
@@ -285,7 +291,7 @@ def test_two_workloads_with_one_pool_name_are_added_up() -> None:
 def test_forget_unit_drops_every_series_of_the_unit() -> None:
     m = Metrics()
     for unit in (FED, SN):
-        m.observe_sync(UnitResult(unit, changes=[Change("StatefulSet/x/a", Action.CONFIGURED, drift=True)]), 0.1)
+        m.observe_sync(UnitResult(unit, changes=[Change(ref("StatefulSet/x/a"), Action.CONFIGURED, drift=True)]), 0.1)
         m.set_config_errors(unit, 1)
         m.set_drift(unit, {"StatefulSet": 1})
         m.observe_drift_corrections(unit, {"StatefulSet": 1})
@@ -306,7 +312,7 @@ def test_forget_unit_drops_every_series_of_the_unit() -> None:
 
 def test_exposition_is_valid_text_format() -> None:
     m = Metrics()
-    m.observe_sync(UnitResult(FED, changes=[Change("Service/flower/a", Action.CREATED)]), 0.2)
+    m.observe_sync(UnitResult(FED, changes=[Change(ref("Service/flower/a"), Action.CREATED)]), 0.2)
     m.observe_status(_statuses(), [NodeGPU("n", "nvidia.com/gpu", 1, 1)])
     m.set_revision("abc")
     m.observe_drift_corrections(FED, {"Service": 1})
