@@ -9,7 +9,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -335,6 +335,51 @@ def test_webhook_bad_signature_is_401_and_changes_nothing(client: Client, api: F
     assert api.events == []
 
 
+def test_webhook_replayed_delivery_is_a_duplicate_and_fetches_nothing(client: Client, api: FakeAPI) -> None:
+    headers = {**github_headers(PUSH), "X-GitHub-Delivery": "delivery-1"}
+    assert client.request("POST", "/hooks/git", PUSH, headers)[0] == 202
+    status, _, raw = client.request("POST", "/hooks/git", PUSH, headers)
+    assert status == 200
+    assert json.loads(raw) == {"accepted": False, "duplicate": True, "provider": "github", "ref": "refs/heads/main",
+                               "after": "0123456789abcdef0123456789abcdef01234567", "delivery": "delivery-1"}
+    assert [e.delivery for e in api.events] == ["delivery-1"]
+    # a bad signature with a seen id is still a 401, and an unseen id is not burnt by a bad signature
+    bad = {**github_headers(PUSH, secret="wrong"), "X-GitHub-Delivery": "delivery-2"}
+    with capture_logs():
+        assert client.request("POST", "/hooks/git", PUSH, bad)[0] == 401
+    assert client.request("POST", "/hooks/git", PUSH, {**github_headers(PUSH), "X-GitHub-Delivery": "delivery-2"})[0] \
+        == 202
+    assert [e.delivery for e in api.events] == ["delivery-1", "delivery-2"]
+
+
+def test_rejections_are_logged_at_a_bounded_rate_with_a_count(api: FakeAPI, metrics: Metrics) -> None:
+    s = AgentServer(api, metrics, api_token=TOKEN, webhook_secret=SECRET, reject_log_interval=1.0)
+    s.start()
+    c = Client(s)
+    try:
+        with capture_logs() as logs:
+            start = time.monotonic()
+            for _ in range(20):
+                assert c.request("POST", "/hooks/git", PUSH, github_headers(PUSH, secret="nope"))[0] == 401
+                assert c.json("POST", "/api/v1/resync", {}, token="guess")[0] == 401
+            quick = time.monotonic() - start < 1.0  # the 40 requests fit in one interval (normally ~0.1 s)
+            first = [e for e in logs if e["event"] == "http: webhook rejected"]
+            wait_for(lambda: time.monotonic() - start >= 1.0)
+            assert c.request("POST", "/hooks/git", PUSH, github_headers(PUSH, secret="nope"))[0] == 401
+    finally:
+        s.stop()
+    hooks = [e for e in logs if e["event"] == "http: webhook rejected"]
+    tokens = [e for e in logs if e["event"] == "http: resync refused: missing or wrong bearer token"]
+    assert first[0]["suppressed"] == 0 and first[0]["log_level"] == "warning"
+    assert hooks[-1]["suppressed"] >= 1
+    assert len(hooks) + sum(e["suppressed"] for e in hooks) == 21  # each of the 21 rejections: a line or a count
+    if quick:
+        assert len(first) == 1 and len(hooks) == 2 and hooks[1]["suppressed"] == 19 and len(tokens) == 1
+    text = repr(logs)
+    for secret in (TOKEN, SECRET, "nope", "guess", "sha256="):
+        assert secret not in text
+
+
 def test_webhook_oversize_is_413_without_reading_the_body(client: Client, api: FakeAPI) -> None:
     sock = client.raw()
     try:
@@ -388,9 +433,9 @@ def test_slow_client_does_not_block_others_and_times_out(client: Client) -> None
         reply = slow_body.recv(65536)
         assert reply.startswith(b"HTTP/1.1 408 ")
         assert time.monotonic() - begin < 3
-        # the header reader is dropped by the socket timeout
+        # the header reader is cut at the head deadline: 408, then closed
         slow_headers.settimeout(3)
-        assert slow_headers.recv(65536) == b""
+        assert read_all(slow_headers).startswith(b"HTTP/1.1 408 ")
     finally:
         slow_headers.close()
         slow_body.close()
@@ -421,21 +466,31 @@ def test_trickling_body_is_cut_off_at_the_deadline(client: Client, api: FakeAPI)
         sock.close()
 
 
+def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
 def test_connection_limit(api: FakeAPI, metrics: Metrics) -> None:
     s = AgentServer(api, metrics, request_timeout=5.0, max_connections=2)
     s.start()
     c = Client(s)
     idle = [c.raw(), c.raw()]
     try:
-        time.sleep(0.2)  # both accepted and holding a slot
+        wait_for(lambda: s.open_connections == 2)  # both accepted and holding a slot
         with capture_logs():
-            status, _, raw = c.request("GET", "/healthz")
+            status, _, raw = c.request("GET", "/api/v1/status")
         assert status == 503
         assert json.loads(raw) == {"error": "too many connections"}
+        # over the limit, the health probes still get their answer
+        assert c.request("GET", "/healthz")[0] == 200
+        assert c.request("HEAD", "/readyz")[0] == 200
         for sock in idle:
             sock.close()
-        time.sleep(0.3)  # the handlers see EOF and give their slots back
-        assert c.request("GET", "/healthz")[0] == 200
+        wait_for(lambda: s.open_connections == 0)  # the server sees EOF and gives the slots back
+        assert c.request("GET", "/api/v1/status")[0] == 200
     finally:
         for sock in idle:
             sock.close()
