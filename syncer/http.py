@@ -6,10 +6,10 @@ Standard library only: an event loop reads request heads, a thread per request s
 =======  ==================  =============================================================================
 method   path                answer
 =======  ==================  =============================================================================
-GET      ``/metrics``        Prometheus text format
+GET      ``/metrics``        Prometheus text format (with `protect_reads`: bearer token, else 401)
 GET      ``/healthz``        200 ``ok`` / 503 (the agent's loops are stuck)
 GET      ``/readyz``         200 ``ok`` / 503 with the reason
-GET      ``/api/v1/status``  the agent's status (JSON)
+GET      ``/api/v1/status``  the agent's status (JSON) (with `protect_reads`: bearer token, else 401)
 POST     ``/api/v1/resync``  ``Authorization: Bearer <token>``; body ``{"unit", "wait", "timeout"}``, all
                              optional; 200 with the result, 401, 400, 404 (unknown unit; or no token is
                              configured), 413
@@ -162,13 +162,14 @@ class AgentServer:
                  api_token: str | None = None, webhook_secret: str | None = None,
                  request_timeout: float = 10.0, max_connections: int = 64, max_connections_per_client: int = 16,
                  max_open: int | None = None, replay_window: float = REPLAY_WINDOW,
-                 reject_log_interval: float = 10.0) -> None:
+                 reject_log_interval: float = 10.0, protect_reads: bool = False) -> None:
         self.api = api
         self.metrics = metrics
         self.host = host
         self.port = port
         self.api_token = api_token or None
         self.webhook_secret = webhook_secret or None
+        self.protect_reads = protect_reads  # /metrics and /api/v1/status need the API token too
         self.request_timeout = request_timeout
         self.max_connections = max_connections
         self.max_connections_per_client = max_connections_per_client
@@ -741,7 +742,18 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- routes --------------------------------------------------------------------------------------
 
+    def _require_token(self, what: str) -> None:
+        """401 unless the request carries the API bearer token (always 401 when none is configured)."""
+        token = self.agent.api_token
+        if token is None or not _bearer_ok(self.headers.get("Authorization", ""), token):
+            self.agent.rate_log("warning", f"http: {what} refused: missing or wrong bearer token",
+                                client=self.client_address[0])
+            raise HttpError(401, "missing or invalid bearer token", close=self._has_body(),
+                            headers={"WWW-Authenticate": 'Bearer realm="flower-syncer"'})
+
     def metrics(self) -> None:
+        if self.agent.protect_reads:
+            self._require_token("metrics")
         self._send(200, self.agent.metrics.exposition(), METRICS_CONTENT_TYPE)
 
     def healthz(self) -> None:
@@ -767,17 +779,15 @@ class _Handler(BaseHTTPRequestHandler):
             self._text(503, f"not ready: {reason or 'unknown'}\n")
 
     def status(self) -> None:
+        if self.agent.protect_reads:
+            self._require_token("status")
         self._json(200, self.agent.api.status())
 
     def resync(self) -> None:
         token = self.agent.api_token
         if token is None:
             raise HttpError(404, "the resync API is not configured (no API token)", close=self._has_body())
-        if not _bearer_ok(self.headers.get("Authorization", ""), token):
-            self.agent.rate_log("warning", "http: resync refused: missing or wrong bearer token",
-                                client=self.client_address[0])
-            raise HttpError(401, "missing or invalid bearer token", close=self._has_body(),
-                            headers={"WWW-Authenticate": 'Bearer realm="flower-syncer"'})
+        self._require_token("resync")
         unit, wait, timeout = _resync_args(self._read_body(MAX_API_BODY_BYTES))
         try:
             result = self.agent.api.resync(unit, wait, timeout)

@@ -29,6 +29,7 @@ import yaml
 
 from syncer import __version__
 from syncer.cluster.client import ApiError, Kube
+from syncer.engine.live import MANAGED_SELECTOR
 from tests.conftest import KubeCluster
 
 if TYPE_CHECKING:
@@ -189,8 +190,8 @@ def test_lint(helm: str, tmp_path: Path) -> None:
 def test_default_values(helm: str) -> None:
     objs = render(helm)
     dashboards = sorted((CHART / "files" / "dashboards").glob("*.json"))
-    expected = ["ClusterRole", "ClusterRoleBinding", "Deployment", "Role", "Role", "RoleBinding", "RoleBinding",
-                "Service", "Service", "ServiceAccount"]
+    expected = ["ClusterRole", "ClusterRoleBinding", "Deployment", "NetworkPolicy", "Role", "Role", "RoleBinding",
+                "RoleBinding", "Service", "Service", "ServiceAccount"]
     assert kinds(objs) == sorted(expected + (["ConfigMap"] if dashboards else []))
     labels = one(objs, "Deployment")["metadata"]["labels"]
     assert labels["app.kubernetes.io/name"] == "flower-syncer"
@@ -274,6 +275,15 @@ def test_default_values(helm: str) -> None:
     assert metrics_svc["spec"]["selector"].items() <= deploy["spec"]["template"]["metadata"]["labels"].items()
     assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert env["POD_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+
+    # the HTTP port only from the release namespace (the kubelet's probes are never subject to it)
+    policy = one(objs, "NetworkPolicy")
+    assert policy["metadata"]["namespace"] == "flower-system"
+    assert policy["spec"] == {"podSelector": {"matchLabels": deploy["spec"]["selector"]["matchLabels"]},
+                              "policyTypes": ["Ingress"],
+                              "ingress": [{"ports": [{"port": "http", "protocol": "TCP"}],
+                                           "from": [{"podSelector": {}}]}]}
+    assert settings.protect_reads is False
 
 
 CUSTOM: dict[str, Any] = {
@@ -399,9 +409,56 @@ def test_optional_rbac(helm: str) -> None:
                     and o["metadata"]["name"].endswith("-leader-election")]
         assert agent_settings(container(objs)).leader_elect is False
     objs = render(helm, {"rbac": {"create": False, "namespaces": ["team-a"]}, "serviceAccount": {"create": False}})
-    assert kinds(objs) in (["Deployment", "Service", "Service"], ["ConfigMap", "Deployment", "Service", "Service"])
+    assert kinds(objs) in (["Deployment", "NetworkPolicy", "Service", "Service"],
+                           ["ConfigMap", "Deployment", "NetworkPolicy", "Service", "Service"])
     assert one(objs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "default"
     assert agent_settings(container(objs)).namespaces == ["team-a"]
+
+
+PROMETHEUS = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+              "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}
+INGRESS = {"ipBlock": {"cidr": "10.0.0.0/8", "except": ["10.1.0.0/16"]}}
+
+
+@pytest.mark.parametrize(("network_policy", "peers"), [
+    ({"from": [PROMETHEUS, INGRESS]}, [{"podSelector": {}}, PROMETHEUS, INGRESS]),
+    ({"allowSameNamespace": False, "from": [PROMETHEUS]}, [PROMETHEUS]),
+    ({"allowSameNamespace": False}, None),  # nothing but the kubelet and port-forward
+    ({"enabled": False}, "none"),
+])
+def test_network_policy(helm: str, network_policy: dict[str, Any], peers: Any) -> None:
+    objs = render(helm, {"networkPolicy": network_policy})
+    policies = [o for o in objs if o["kind"] == "NetworkPolicy"]
+    if peers == "none":
+        assert policies == []
+        return
+    (policy,) = policies
+    assert policy["spec"]["podSelector"]["matchLabels"] == one(objs, "Deployment")["spec"]["selector"]["matchLabels"]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    if peers is None:
+        assert policy["spec"]["ingress"] == []  # isolated
+    else:
+        assert policy["spec"]["ingress"] == [{"ports": [{"port": "http", "protocol": "TCP"}], "from": peers}]
+    # the named port is the container's
+    assert [p["name"] for p in container(objs)["ports"]] == ["http"]
+
+
+@pytest.mark.parametrize("api", [{"token": "t0ken"}, {"existingSecret": "agent-api", "existingSecretKey": "bearer"}])
+def test_protect_reads(helm: str, api: dict[str, Any]) -> None:
+    """api.protectReads: the agent wants the token on /metrics and /api/v1/status, and the
+    ServiceMonitor sends it from the same Secret and key the agent reads."""
+    objs = render(helm, {"api": {**api, "protectReads": True}, "serviceMonitor": {"enabled": True}})
+    settings = agent_settings(container(objs))
+    assert settings.protect_reads is True
+    assert str(settings.api_token_file) == "/etc/flower-syncer/api/token"
+    _, volume = mounts_of(objs)["/etc/flower-syncer/api"]
+    (endpoint,) = one(objs, "ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["authorization"] == {"type": "Bearer", "credentials": {
+        "name": volume["secret"]["secretName"], "key": volume["secret"]["items"][0]["key"]}}
+    assert endpoint["authorization"]["credentials"]["key"] == api.get("existingSecretKey", "token")
+    # off (the default): no token on the scrape
+    (endpoint,) = one(render(helm, {"serviceMonitor": {"enabled": True}}), "ServiceMonitor")["spec"]["endpoints"]
+    assert "authorization" not in endpoint
 
 
 @pytest.mark.parametrize(("git", "url_kind"), [
@@ -480,6 +537,11 @@ def test_alerts_and_dashboards_from_chart_files(helm: str, tmp_path: Path) -> No
     ({"replicaCount": 2, "agent": {"leaderElection": {"enabled": False}}}, "needs agent.leaderElection.enabled"),
     ({"git": {"ssh": {"identity": "key"}}}, "needs git.ssh.knownHosts"),
     ({"git": {"auth": "ssh"}}, "git.auth=ssh needs"),
+    ({"api": {"protectReads": True}}, "api.protectReads=true needs an API token"),
+    ({"networkPolicy": {"from": [{"namespaceSelectr": {}}]}}, "/networkPolicy/from/0"),
+    ({"networkPolicy": {"from": [{}]}}, "/networkPolicy/from/0"),
+    ({"networkPolicy": {"from": [{"ipBlock": {"except": ["10.0.0.0/8"]}}]}}, "/networkPolicy/from/0/ipBlock"),
+    ({"networkPolicy": {"enabled": "yes"}}, "/networkPolicy/enabled"),
 ])
 def test_bad_values_fail(helm: str, values: dict[str, Any], message: str) -> None:
     proc = subprocess.run([helm, "template", "fs", str(CHART), "--values", "-"], input=yaml.safe_dump(values),
@@ -521,7 +583,8 @@ def test_api_server_accepts_the_chart(kube_cluster: KubeCluster, helm: str, name
     full = {**CUSTOM, "rbac": {"namespaces": namespaces}, "serviceMonitor": {"enabled": False},
             "prometheusRule": {"enabled": False},  # no monitoring.coreos.com CRDs on the devcluster
             "git": {"repo": SSH_URL, "ssh": {"identity": "key", "knownHosts": "host ssh-ed25519 AAAA"}},
-            "webhook": {"secret": "hook"}}
+            "webhook": {"secret": "hook"}, "api": {"token": "t", "protectReads": True},
+            "networkPolicy": {"from": [PROMETHEUS, INGRESS]}}
     for values in ({"rbac": {"namespaces": namespaces}}, full):
         manifest = _template_text(helm, namespace, values)
         expected = [d for d in yaml.safe_load_all(manifest) if d]
@@ -629,6 +692,9 @@ def test_sync_with_the_chart_service_account(chart_identity: ChartIdentity, tmp_
     for call in (
         lambda: kube.list("Secret", "default"),
         lambda: kube.list("Secret", None),
+        lambda: kube.list("Secret", None, labels=MANAGED_SELECTOR),
+        lambda: kube.get("Secret", "kube-system", "bootstrap-token-abcdef"),
+        lambda: kube.get("Secret", "default", "superlink-tls"),
         lambda: kube.list("ConfigMap", None),
         lambda: kube.get("Namespace", None, "default"),
         lambda: kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": f"{ns}-c"}}),

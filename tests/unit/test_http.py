@@ -156,6 +156,34 @@ def test_status_json(client: Client, api: FakeAPI) -> None:
     assert json.loads(body) == api.payload
 
 
+def test_protected_reads_need_the_api_token(api: FakeAPI, metrics: Metrics) -> None:
+    s = AgentServer(api, metrics, api_token=TOKEN, protect_reads=True)
+    s.start()
+    c = Client(s)
+    try:
+        with capture_logs() as logs:
+            for path in ("/metrics", "/api/v1/status"):
+                for headers in ({}, {"Authorization": "Bearer guess-token"}, {"Authorization": f"Basic {TOKEN}"}):
+                    status, resp_headers, raw = c.request("GET", path, headers=headers)
+                    assert status == 401 and resp_headers["www-authenticate"].startswith("Bearer"), path
+                    assert b"flower_syncer" not in raw and b"revision" not in raw
+                assert c.request("GET", path, headers={"Authorization": f"Bearer {TOKEN}"})[0] == 200
+            # the probes stay open: the kubelet sends no token
+            assert c.request("GET", "/healthz")[0] == 200
+            assert c.request("GET", "/readyz")[0] == 200
+        assert TOKEN not in repr(logs) and "guess-token" not in repr(logs)
+    finally:
+        s.stop()
+    # protected without a token configured: nobody reads
+    s = AgentServer(api, metrics, api_token=None, protect_reads=True)
+    s.start()
+    try:
+        with capture_logs():
+            assert Client(s).request("GET", "/api/v1/status")[0] == 401
+    finally:
+        s.stop()
+
+
 def test_handler_exception_is_a_500_without_details(client: Client, api: FakeAPI) -> None:
     api.fail_status = True
     with capture_logs():  # the traceback is logged, not printed
