@@ -234,6 +234,8 @@ class AgentServer:
         self._poke()
         if thread is not None:
             thread.join(5)
+        while self._returned:  # handed back by a request thread after the loop's last sweep
+            self._close(self._returned.popleft(), None)
         listener.close()
         if wake is not None:
             for sock in wake:

@@ -311,7 +311,7 @@ def test_a_waiting_resync_does_not_block_other_requests(client: Client, api: Fak
     done: list[int] = []
     t = threading.Thread(target=lambda: done.append(client.json("POST", "/api/v1/resync", {"wait": True})[0]))
     t.start()
-    time.sleep(0.1)
+    wait_for(lambda: len(api.resyncs) == 1)  # the resync is in progress
     begin = time.monotonic()
     assert client.request("GET", "/healthz")[0] == 200
     assert time.monotonic() - begin < 0.5
@@ -554,7 +554,7 @@ def test_requests_are_logged_at_debug_without_headers_or_bodies(client: Client) 
         client.json("POST", "/api/v1/resync?x=1", {"unit": FED})
         client.json("POST", "/api/v1/resync", {"unit": FED}, token="not-the-token")
         client.request("POST", "/hooks/git", PUSH, github_headers(PUSH, secret="nope"))
-        time.sleep(0.05)
+        wait_for(lambda: len([e for e in logs if e["event"] == "http request"]) == 3)  # logged after the answer
     requests = [e for e in logs if e["event"] == "http request"]
     assert [(e["log_level"], e["method"], e["path"], e["status"]) for e in requests] == [
         ("debug", "POST", "/api/v1/resync", 200), ("debug", "POST", "/api/v1/resync", 401),
