@@ -222,6 +222,63 @@ def test_keep_alive_serves_several_requests_on_one_connection(server: AgentServe
         conn.close()
 
 
+def test_pipelined_requests_are_answered_in_order(server: AgentServer, api: FakeAPI) -> None:
+    """Several requests in one write (a body among them): each is answered, in order; the
+    server reads no further than each request's end."""
+    body = json.dumps({"unit": FED}).encode()
+    sock = Client(server).raw()
+    try:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+                     b"POST /api/v1/resync HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode()
+                     + b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+                     + b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        reply = read_all(sock)
+    finally:
+        sock.close()
+    assert reply.count(b"HTTP/1.1 ") == reply.count(b"HTTP/1.1 200 OK\r\n") == 3
+    assert reply.index(b"ok\n") < reply.index(b'"waited"') < reply.rindex(b"ok\n")
+    assert api.resyncs == [(FED, False, 60.0)]
+
+
+def test_expect_100_continue(server: AgentServer, api: FakeAPI) -> None:
+    body = json.dumps({"unit": FED}).encode()
+    sock = Client(server).raw()
+    try:
+        sock.sendall(b"POST /api/v1/resync HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode()
+                     + b"\r\nExpect: 100-continue\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n")
+        assert sock.recv(65536).startswith(b"HTTP/1.1 100 Continue\r\n")  # before the body is sent
+        sock.sendall(body)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+    finally:
+        sock.close()
+    assert api.resyncs == [(FED, False, 60.0)]
+
+
+def test_leading_empty_lines_and_http_1_0(server: AgentServer) -> None:
+    sock = Client(server).raw()
+    try:
+        sock.sendall(b"\r\n\r\nGET /healthz HTTP/1.0\r\n\r\n")
+        reply = read_all(sock)  # HTTP/1.0 without keep-alive: answered, then closed
+    finally:
+        sock.close()
+    assert reply.startswith(b"HTTP/1.1 200 ") and reply.endswith(b"ok\n")
+
+
+def test_ipv6_loopback(api: FakeAPI, metrics: Metrics) -> None:
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6")
+    s = AgentServer(api, metrics, host="::1")
+    try:
+        s.start()
+    except OSError as exc:
+        pytest.skip(f"no IPv6 loopback: {exc}")
+    try:
+        assert s.address[0] == "::1"
+        assert Client(s).request("GET", "/healthz")[0] == 200
+    finally:
+        s.stop()
+
+
 # -- resync --------------------------------------------------------------------------------------------
 
 
