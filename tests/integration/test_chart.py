@@ -461,6 +461,26 @@ def test_protect_reads(helm: str, api: dict[str, Any]) -> None:
     assert "authorization" not in endpoint
 
 
+def notes(helm: str, values: dict[str, Any]) -> str:
+    proc = subprocess.run([helm, "install", "fs", str(CHART), "--namespace", "flower-system", "--dry-run=client",
+                           "--values", "-"], input=yaml.safe_dump(values), capture_output=True, text=True,
+                          timeout=60, check=False, env={k: v for k, v in os.environ.items() if k != "KUBECONFIG"})
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.split("NOTES:", 1)[1]
+
+
+def test_notes_say_who_can_reach_the_agent(helm: str) -> None:
+    text = notes(helm, {})
+    assert "reachable only from pods in flower-system." in text and "WARNING: networkPolicy" not in text
+    text = notes(helm, {"serviceMonitor": {"enabled": True}, "webhook": {"secret": "s"}})
+    assert "allow your Prometheus's namespace" in text and "allow the ingress controller" in text
+    text = notes(helm, {"networkPolicy": {"enabled": False}})
+    assert "WARNING: networkPolicy.enabled=false and api.protectReads=false" in text
+    text = notes(helm, {"networkPolicy": {"enabled": False}, "api": {"token": "t", "protectReads": True}})
+    assert "WARNING" not in text.replace("WARNING: git.repo", "")
+    assert 'curl -s -H "Authorization: Bearer $TOKEN"' in text and "t" not in re.findall(r"Bearer (\S+)", text)
+
+
 @pytest.mark.parametrize(("git", "url_kind"), [
     ({"token": "ghp_x", "username": "bot"}, "token"),
     ({"ssh": {"identity": "-----BEGIN OPENSSH PRIVATE KEY-----\nk\n", "knownHosts": "h ssh-ed25519 AAA"}}, "ssh"),
