@@ -738,9 +738,10 @@ def _free_port() -> int:
         return port
 
 
-def _get(url: str) -> tuple[int, bytes]:
+def _get(url: str, token: str | None = None) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
     try:
-        with urllib.request.urlopen(url, timeout=10) as resp:
+        with urllib.request.urlopen(request, timeout=10) as resp:
             return resp.status, resp.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
@@ -775,6 +776,10 @@ def test_agent_runs_with_the_chart_environment(chart_identity: ChartIdentity, tm
     assert env["FLOWER_SYNCER_NAMESPACES"] == f"{ns},{ns2}"
     assert env["FLOWER_SYNCER_LEASE_NAMESPACE"] == ns
     port = _free_port()
+    token = "agent-api-token"
+    (tmp_path / "api-token").write_text(token + "\n")
+    env.update({"FLOWER_SYNCER_PROTECT_READS": "true",  # as with api.protectReads: /metrics and status need the token
+                "FLOWER_SYNCER_API_TOKEN_FILE": str(tmp_path / "api-token")})
     env.update({"FLOWER_SYNCER_REPO": str(repo), "FLOWER_SYNCER_LISTEN": f"127.0.0.1:{port}",
                 "FLOWER_SYNCER_CACHE_DIR": str(tmp_path / "cache"), "HOME": str(tmp_path),
                 "FLOWER_SYNCER_KUBECONFIG": str(chart_identity.kubeconfig)})
@@ -788,7 +793,7 @@ def test_agent_runs_with_the_chart_environment(chart_identity: ChartIdentity, tm
         deadline = time.monotonic() + 45
         status: dict[str, Any] = {}
         while time.monotonic() < deadline and proc.poll() is None:
-            code, body = _get(url + "/api/v1/status")
+            code, body = _get(url + "/api/v1/status", token)
             status = json.loads(body) if code == 200 else {}
             units = {u["unit"]: u for u in status.get("units", [])}
             if status.get("leader") and set(units) == _units(ns, ns2) and all(u["ok"] for u in units.values()):
@@ -803,11 +808,12 @@ def test_agent_runs_with_the_chart_environment(chart_identity: ChartIdentity, tm
         labels = (chart_identity.admin.get("Pod", ns, pod) or {})["metadata"].get("labels", {})
         assert labels.get("flower-syncer.io/leader") == "true"  # the API Service now selects it
         assert chart_identity.admin.get("Deployment", ns2, "secure-edge-flower-client-supernode") is not None
-        metrics = _get(url + "/metrics")
+        metrics = _get(url + "/metrics", token)
         assert metrics[0] == 200 and b"flower_syncer_" in metrics[1]
         lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
         problems = [line for line in lines if line.get("level") in ("warning", "error")]
         assert not problems, problems  # e.g. a watch refused by RBAC
+        assert _get(url + "/metrics")[0] == _get(url + "/api/v1/status")[0] == 401  # no token: no reads
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -817,6 +823,7 @@ def test_agent_runs_with_the_chart_environment(chart_identity: ChartIdentity, tm
             if proc.poll() is None:
                 proc.kill()
     assert code == 0, log.read_text()[-4000:]
+    assert token not in log.read_text()
     lease = chart_identity.admin.get("Lease", ns, lease_name)
     assert lease is not None and lease["spec"].get("holderIdentity", "") == ""
     labels = (chart_identity.admin.get("Pod", ns, pod) or {})["metadata"].get("labels", {})
