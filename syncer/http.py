@@ -293,8 +293,9 @@ class AgentServer:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             host = str(addr[0])
             now = time.monotonic()
-            refuse = False
-            if self._open >= self.max_open:
+            for _ in range(2):  # at most one lingering refusal and one slow reader make room
+                if self._open < self.max_open:
+                    break
                 victim = next(iter(self._closing), None)
                 if victim is None:
                     slowest = next(iter(self._reading), None)
@@ -303,10 +304,10 @@ class AgentServer:
                         victim = slowest
                         self.rate_log("warning", "http: too many open connections; dropping the slowest one",
                                       limit=self.max_open, client=victim.host)
-                if victim is not None:
-                    self._close(victim, selector)
-                else:
-                    refuse = True
+                if victim is None:
+                    break
+                self._close(victim, selector)
+            refuse = self._open >= self.max_open
             with self._lock:
                 limited = (self._open >= self.max_connections
                            or self._per_host.get(host, 0) >= self.max_connections_per_client)

@@ -284,6 +284,7 @@ def test_per_client_cap(make_server: Callable[..., AgentServer]) -> None:
         extra.close()
         assert reply.startswith(b"HTTP/1.1 503 ")
         assert b'"too many connections"' in reply
+        assert probe_from(server, "127.0.1.1") == 200  # the same address still gets its health answer
         other = connect(server, "127.0.1.2")
         other.sendall(b"GET /api/v1/status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         assert read_reply(other, 3).startswith(b"HTTP/1.1 200 ")
@@ -293,6 +294,37 @@ def test_per_client_cap(make_server: Callable[..., AgentServer]) -> None:
         for sock in idle:
             sock.close()
     wait_for(lambda: server.open_connections == 0, 5, "all closed")
+
+
+def probe_from(server: AgentServer, src: str) -> int:
+    sock = connect(server, src)
+    try:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        reply = read_reply(sock, 2)
+    finally:
+        sock.close()
+    return int(reply[9:12]) if reply.startswith(b"HTTP/1.1 ") else 0
+
+
+def test_flood_over_max_open_is_bounded_and_health_answers(make_server: Callable[..., AgentServer]) -> None:
+    """300 trickling connections from 300 addresses against max_open 128: the server never holds
+    more than max_open + 1 sockets (the oldest trickler is dropped for a newcomer), and once the
+    flood is a second old the health probe answers throughout."""
+    server = make_server(request_timeout=8.0, max_connections=32, max_open=128)
+    socks = [connect(server, source(i)) for i in range(300)]
+    with Trickler(socks, b"GET /api/v1/status HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 1000, every=0.2) as trickle:
+        peak = 0
+
+        def watch() -> bool:
+            nonlocal peak
+            peak = max(peak, server.open_connections)
+            return time.monotonic() - trickle.started > 1.5
+
+        wait_for(watch, 5, "the flood is 1.5 s old")
+        results = probe_throughout(server, lambda: watch() and time.monotonic() - trickle.started > 4.5, limit=5)
+        assert_all_healthy(results)
+        assert peak <= 128 + 1, peak
+        assert len(trickle.cut_at) >= 300 - 128  # the ones that did not fit were refused or dropped
 
 
 def test_burst_of_many_fast_clients(make_server: Callable[..., AgentServer]) -> None:
