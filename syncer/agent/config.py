@@ -23,6 +23,7 @@ class AgentConfig(BaseModel):
     context: str | None = Field(None, description="kubeconfig context")
     listen: str = Field("127.0.0.1:9090", description="HOST:PORT of the HTTP server (metrics, health, API, webhook)")
     api_token_file: Path | None = Field(None, description="file with the bearer token for POST /api/v1/resync")
+    protect_reads: bool = Field(False, description="require the API bearer token on GET /metrics and /api/v1/status")
     webhook_secret_file: Path | None = Field(None, description="file with the webhook secret (GitHub HMAC/GitLab)")
     git_token_file: Path | None = Field(None, description="file with an HTTPS token for the Git remote")
     git_username: str = Field("git", description="user name sent with the HTTPS token")

@@ -83,7 +83,8 @@ def run(config: AgentConfig) -> int:
     host, port = config.listen_address()
     server = AgentServer(_Api(agent), metrics, host=host, port=port,
                          api_token=read_secret(config.api_token_file),
-                         webhook_secret=read_secret(config.webhook_secret_file))
+                         webhook_secret=read_secret(config.webhook_secret_file),
+                         protect_reads=config.protect_reads)
     server.start()
     log.info("flower-syncer agent starting", version=__version__, source=source.describe(),
              listen=f"{server.address[0]}:{server.address[1]}", leader_election=config.leader_elect,

@@ -29,6 +29,7 @@ import yaml
 
 from syncer import __version__
 from syncer.cluster.client import ApiError, Kube
+from syncer.engine.live import MANAGED_SELECTOR
 from tests.conftest import KubeCluster
 
 if TYPE_CHECKING:
@@ -189,8 +190,8 @@ def test_lint(helm: str, tmp_path: Path) -> None:
 def test_default_values(helm: str) -> None:
     objs = render(helm)
     dashboards = sorted((CHART / "files" / "dashboards").glob("*.json"))
-    expected = ["ClusterRole", "ClusterRoleBinding", "Deployment", "Role", "Role", "RoleBinding", "RoleBinding",
-                "Service", "Service", "ServiceAccount"]
+    expected = ["ClusterRole", "ClusterRoleBinding", "Deployment", "NetworkPolicy", "Role", "Role", "RoleBinding",
+                "RoleBinding", "Service", "Service", "ServiceAccount"]
     assert kinds(objs) == sorted(expected + (["ConfigMap"] if dashboards else []))
     labels = one(objs, "Deployment")["metadata"]["labels"]
     assert labels["app.kubernetes.io/name"] == "flower-syncer"
@@ -274,6 +275,15 @@ def test_default_values(helm: str) -> None:
     assert metrics_svc["spec"]["selector"].items() <= deploy["spec"]["template"]["metadata"]["labels"].items()
     assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert env["POD_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+
+    # the HTTP port only from the release namespace (the kubelet's probes are never subject to it)
+    policy = one(objs, "NetworkPolicy")
+    assert policy["metadata"]["namespace"] == "flower-system"
+    assert policy["spec"] == {"podSelector": {"matchLabels": deploy["spec"]["selector"]["matchLabels"]},
+                              "policyTypes": ["Ingress"],
+                              "ingress": [{"ports": [{"port": "http", "protocol": "TCP"}],
+                                           "from": [{"podSelector": {}}]}]}
+    assert settings.protect_reads is False
 
 
 CUSTOM: dict[str, Any] = {
@@ -399,9 +409,76 @@ def test_optional_rbac(helm: str) -> None:
                     and o["metadata"]["name"].endswith("-leader-election")]
         assert agent_settings(container(objs)).leader_elect is False
     objs = render(helm, {"rbac": {"create": False, "namespaces": ["team-a"]}, "serviceAccount": {"create": False}})
-    assert kinds(objs) in (["Deployment", "Service", "Service"], ["ConfigMap", "Deployment", "Service", "Service"])
+    assert kinds(objs) in (["Deployment", "NetworkPolicy", "Service", "Service"],
+                           ["ConfigMap", "Deployment", "NetworkPolicy", "Service", "Service"])
     assert one(objs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "default"
     assert agent_settings(container(objs)).namespaces == ["team-a"]
+
+
+PROMETHEUS = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+              "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}
+INGRESS = {"ipBlock": {"cidr": "10.0.0.0/8", "except": ["10.1.0.0/16"]}}
+
+
+@pytest.mark.parametrize(("network_policy", "peers"), [
+    ({"from": [PROMETHEUS, INGRESS]}, [{"podSelector": {}}, PROMETHEUS, INGRESS]),
+    ({"allowSameNamespace": False, "from": [PROMETHEUS]}, [PROMETHEUS]),
+    ({"allowSameNamespace": False}, None),  # nothing but the kubelet and port-forward
+    ({"enabled": False}, "none"),
+])
+def test_network_policy(helm: str, network_policy: dict[str, Any], peers: Any) -> None:
+    objs = render(helm, {"networkPolicy": network_policy})
+    policies = [o for o in objs if o["kind"] == "NetworkPolicy"]
+    if peers == "none":
+        assert policies == []
+        return
+    (policy,) = policies
+    assert policy["spec"]["podSelector"]["matchLabels"] == one(objs, "Deployment")["spec"]["selector"]["matchLabels"]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    if peers is None:
+        assert policy["spec"]["ingress"] == []  # isolated
+    else:
+        assert policy["spec"]["ingress"] == [{"ports": [{"port": "http", "protocol": "TCP"}], "from": peers}]
+    # the named port is the container's
+    assert [p["name"] for p in container(objs)["ports"]] == ["http"]
+
+
+@pytest.mark.parametrize("api", [{"token": "t0ken"}, {"existingSecret": "agent-api", "existingSecretKey": "bearer"}])
+def test_protect_reads(helm: str, api: dict[str, Any]) -> None:
+    """api.protectReads: the agent wants the token on /metrics and /api/v1/status, and the
+    ServiceMonitor sends it from the same Secret and key the agent reads."""
+    objs = render(helm, {"api": {**api, "protectReads": True}, "serviceMonitor": {"enabled": True}})
+    settings = agent_settings(container(objs))
+    assert settings.protect_reads is True
+    assert str(settings.api_token_file) == "/etc/flower-syncer/api/token"
+    _, volume = mounts_of(objs)["/etc/flower-syncer/api"]
+    (endpoint,) = one(objs, "ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["authorization"] == {"type": "Bearer", "credentials": {
+        "name": volume["secret"]["secretName"], "key": volume["secret"]["items"][0]["key"]}}
+    assert endpoint["authorization"]["credentials"]["key"] == api.get("existingSecretKey", "token")
+    # off (the default): no token on the scrape
+    (endpoint,) = one(render(helm, {"serviceMonitor": {"enabled": True}}), "ServiceMonitor")["spec"]["endpoints"]
+    assert "authorization" not in endpoint
+
+
+def notes(helm: str, values: dict[str, Any]) -> str:
+    proc = subprocess.run([helm, "install", "fs", str(CHART), "--namespace", "flower-system", "--dry-run=client",
+                           "--values", "-"], input=yaml.safe_dump(values), capture_output=True, text=True,
+                          timeout=60, check=False, env={k: v for k, v in os.environ.items() if k != "KUBECONFIG"})
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.split("NOTES:", 1)[1]
+
+
+def test_notes_say_who_can_reach_the_agent(helm: str) -> None:
+    text = notes(helm, {})
+    assert "reachable only from pods in flower-system." in text and "WARNING: networkPolicy" not in text
+    text = notes(helm, {"serviceMonitor": {"enabled": True}, "webhook": {"secret": "s"}})
+    assert "allow your Prometheus's namespace" in text and "allow the ingress controller" in text
+    text = notes(helm, {"networkPolicy": {"enabled": False}})
+    assert "WARNING: networkPolicy.enabled=false and api.protectReads=false" in text
+    text = notes(helm, {"networkPolicy": {"enabled": False}, "api": {"token": "t", "protectReads": True}})
+    assert "WARNING" not in text.replace("WARNING: git.repo", "")
+    assert 'curl -s -H "Authorization: Bearer $TOKEN"' in text and "t" not in re.findall(r"Bearer (\S+)", text)
 
 
 @pytest.mark.parametrize(("git", "url_kind"), [
@@ -480,6 +557,11 @@ def test_alerts_and_dashboards_from_chart_files(helm: str, tmp_path: Path) -> No
     ({"replicaCount": 2, "agent": {"leaderElection": {"enabled": False}}}, "needs agent.leaderElection.enabled"),
     ({"git": {"ssh": {"identity": "key"}}}, "needs git.ssh.knownHosts"),
     ({"git": {"auth": "ssh"}}, "git.auth=ssh needs"),
+    ({"api": {"protectReads": True}}, "api.protectReads=true needs an API token"),
+    ({"networkPolicy": {"from": [{"namespaceSelectr": {}}]}}, "/networkPolicy/from/0"),
+    ({"networkPolicy": {"from": [{}]}}, "/networkPolicy/from/0"),
+    ({"networkPolicy": {"from": [{"ipBlock": {"except": ["10.0.0.0/8"]}}]}}, "/networkPolicy/from/0/ipBlock"),
+    ({"networkPolicy": {"enabled": "yes"}}, "/networkPolicy/enabled"),
 ])
 def test_bad_values_fail(helm: str, values: dict[str, Any], message: str) -> None:
     proc = subprocess.run([helm, "template", "fs", str(CHART), "--values", "-"], input=yaml.safe_dump(values),
@@ -521,7 +603,8 @@ def test_api_server_accepts_the_chart(kube_cluster: KubeCluster, helm: str, name
     full = {**CUSTOM, "rbac": {"namespaces": namespaces}, "serviceMonitor": {"enabled": False},
             "prometheusRule": {"enabled": False},  # no monitoring.coreos.com CRDs on the devcluster
             "git": {"repo": SSH_URL, "ssh": {"identity": "key", "knownHosts": "host ssh-ed25519 AAAA"}},
-            "webhook": {"secret": "hook"}}
+            "webhook": {"secret": "hook"}, "api": {"token": "t", "protectReads": True},
+            "networkPolicy": {"from": [PROMETHEUS, INGRESS]}}
     for values in ({"rbac": {"namespaces": namespaces}}, full):
         manifest = _template_text(helm, namespace, values)
         expected = [d for d in yaml.safe_load_all(manifest) if d]
@@ -629,6 +712,9 @@ def test_sync_with_the_chart_service_account(chart_identity: ChartIdentity, tmp_
     for call in (
         lambda: kube.list("Secret", "default"),
         lambda: kube.list("Secret", None),
+        lambda: kube.list("Secret", None, labels=MANAGED_SELECTOR),
+        lambda: kube.get("Secret", "kube-system", "bootstrap-token-abcdef"),
+        lambda: kube.get("Secret", "default", "superlink-tls"),
         lambda: kube.list("ConfigMap", None),
         lambda: kube.get("Namespace", None, "default"),
         lambda: kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": f"{ns}-c"}}),
@@ -652,9 +738,10 @@ def _free_port() -> int:
         return port
 
 
-def _get(url: str) -> tuple[int, bytes]:
+def _get(url: str, token: str | None = None) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
     try:
-        with urllib.request.urlopen(url, timeout=10) as resp:
+        with urllib.request.urlopen(request, timeout=10) as resp:
             return resp.status, resp.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
@@ -689,6 +776,10 @@ def test_agent_runs_with_the_chart_environment(chart_identity: ChartIdentity, tm
     assert env["FLOWER_SYNCER_NAMESPACES"] == f"{ns},{ns2}"
     assert env["FLOWER_SYNCER_LEASE_NAMESPACE"] == ns
     port = _free_port()
+    token = "agent-api-token"
+    (tmp_path / "api-token").write_text(token + "\n")
+    env.update({"FLOWER_SYNCER_PROTECT_READS": "true",  # as with api.protectReads: /metrics and status need the token
+                "FLOWER_SYNCER_API_TOKEN_FILE": str(tmp_path / "api-token")})
     env.update({"FLOWER_SYNCER_REPO": str(repo), "FLOWER_SYNCER_LISTEN": f"127.0.0.1:{port}",
                 "FLOWER_SYNCER_CACHE_DIR": str(tmp_path / "cache"), "HOME": str(tmp_path),
                 "FLOWER_SYNCER_KUBECONFIG": str(chart_identity.kubeconfig)})
@@ -702,7 +793,7 @@ def test_agent_runs_with_the_chart_environment(chart_identity: ChartIdentity, tm
         deadline = time.monotonic() + 45
         status: dict[str, Any] = {}
         while time.monotonic() < deadline and proc.poll() is None:
-            code, body = _get(url + "/api/v1/status")
+            code, body = _get(url + "/api/v1/status", token)
             status = json.loads(body) if code == 200 else {}
             units = {u["unit"]: u for u in status.get("units", [])}
             if status.get("leader") and set(units) == _units(ns, ns2) and all(u["ok"] for u in units.values()):
@@ -717,11 +808,12 @@ def test_agent_runs_with_the_chart_environment(chart_identity: ChartIdentity, tm
         labels = (chart_identity.admin.get("Pod", ns, pod) or {})["metadata"].get("labels", {})
         assert labels.get("flower-syncer.io/leader") == "true"  # the API Service now selects it
         assert chart_identity.admin.get("Deployment", ns2, "secure-edge-flower-client-supernode") is not None
-        metrics = _get(url + "/metrics")
+        metrics = _get(url + "/metrics", token)
         assert metrics[0] == 200 and b"flower_syncer_" in metrics[1]
         lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
         problems = [line for line in lines if line.get("level") in ("warning", "error")]
         assert not problems, problems  # e.g. a watch refused by RBAC
+        assert _get(url + "/metrics")[0] == _get(url + "/api/v1/status")[0] == 401  # no token: no reads
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -731,6 +823,7 @@ def test_agent_runs_with_the_chart_environment(chart_identity: ChartIdentity, tm
             if proc.poll() is None:
                 proc.kill()
     assert code == 0, log.read_text()[-4000:]
+    assert token not in log.read_text()
     lease = chart_identity.admin.get("Lease", ns, lease_name)
     assert lease is not None and lease["spec"].get("holderIdentity", "") == ""
     labels = (chart_identity.admin.get("Pod", ns, pod) or {})["metadata"].get("labels", {})

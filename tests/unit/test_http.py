@@ -9,7 +9,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -156,6 +156,34 @@ def test_status_json(client: Client, api: FakeAPI) -> None:
     assert json.loads(body) == api.payload
 
 
+def test_protected_reads_need_the_api_token(api: FakeAPI, metrics: Metrics) -> None:
+    s = AgentServer(api, metrics, api_token=TOKEN, protect_reads=True)
+    s.start()
+    c = Client(s)
+    try:
+        with capture_logs() as logs:
+            for path in ("/metrics", "/api/v1/status"):
+                for headers in ({}, {"Authorization": "Bearer guess-token"}, {"Authorization": f"Basic {TOKEN}"}):
+                    status, resp_headers, raw = c.request("GET", path, headers=headers)
+                    assert status == 401 and resp_headers["www-authenticate"].startswith("Bearer"), path
+                    assert b"flower_syncer" not in raw and b"revision" not in raw
+                assert c.request("GET", path, headers={"Authorization": f"Bearer {TOKEN}"})[0] == 200
+            # the probes stay open: the kubelet sends no token
+            assert c.request("GET", "/healthz")[0] == 200
+            assert c.request("GET", "/readyz")[0] == 200
+        assert TOKEN not in repr(logs) and "guess-token" not in repr(logs)
+    finally:
+        s.stop()
+    # protected without a token configured: nobody reads
+    s = AgentServer(api, metrics, api_token=None, protect_reads=True)
+    s.start()
+    try:
+        with capture_logs():
+            assert Client(s).request("GET", "/api/v1/status")[0] == 401
+    finally:
+        s.stop()
+
+
 def test_handler_exception_is_a_500_without_details(client: Client, api: FakeAPI) -> None:
     api.fail_status = True
     with capture_logs():  # the traceback is logged, not printed
@@ -192,6 +220,63 @@ def test_keep_alive_serves_several_requests_on_one_connection(server: AgentServe
             assert resp.status == 200
     finally:
         conn.close()
+
+
+def test_pipelined_requests_are_answered_in_order(server: AgentServer, api: FakeAPI) -> None:
+    """Several requests in one write (a body among them): each is answered, in order; the
+    server reads no further than each request's end."""
+    body = json.dumps({"unit": FED}).encode()
+    sock = Client(server).raw()
+    try:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+                     b"POST /api/v1/resync HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode()
+                     + b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+                     + b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        reply = read_all(sock)
+    finally:
+        sock.close()
+    assert reply.count(b"HTTP/1.1 ") == reply.count(b"HTTP/1.1 200 OK\r\n") == 3
+    assert reply.index(b"ok\n") < reply.index(b'"waited"') < reply.rindex(b"ok\n")
+    assert api.resyncs == [(FED, False, 60.0)]
+
+
+def test_expect_100_continue(server: AgentServer, api: FakeAPI) -> None:
+    body = json.dumps({"unit": FED}).encode()
+    sock = Client(server).raw()
+    try:
+        sock.sendall(b"POST /api/v1/resync HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode()
+                     + b"\r\nExpect: 100-continue\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n")
+        assert sock.recv(65536).startswith(b"HTTP/1.1 100 Continue\r\n")  # before the body is sent
+        sock.sendall(body)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+    finally:
+        sock.close()
+    assert api.resyncs == [(FED, False, 60.0)]
+
+
+def test_leading_empty_lines_and_http_1_0(server: AgentServer) -> None:
+    sock = Client(server).raw()
+    try:
+        sock.sendall(b"\r\n\r\nGET /healthz HTTP/1.0\r\n\r\n")
+        reply = read_all(sock)  # HTTP/1.0 without keep-alive: answered, then closed
+    finally:
+        sock.close()
+    assert reply.startswith(b"HTTP/1.1 200 ") and reply.endswith(b"ok\n")
+
+
+def test_ipv6_loopback(api: FakeAPI, metrics: Metrics) -> None:
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6")
+    s = AgentServer(api, metrics, host="::1")
+    try:
+        s.start()
+    except OSError as exc:
+        pytest.skip(f"no IPv6 loopback: {exc}")
+    try:
+        assert s.address[0] == "::1"
+        assert Client(s).request("GET", "/healthz")[0] == 200
+    finally:
+        s.stop()
 
 
 # -- resync --------------------------------------------------------------------------------------------
@@ -283,7 +368,7 @@ def test_a_waiting_resync_does_not_block_other_requests(client: Client, api: Fak
     done: list[int] = []
     t = threading.Thread(target=lambda: done.append(client.json("POST", "/api/v1/resync", {"wait": True})[0]))
     t.start()
-    time.sleep(0.1)
+    wait_for(lambda: len(api.resyncs) == 1)  # the resync is in progress
     begin = time.monotonic()
     assert client.request("GET", "/healthz")[0] == 200
     assert time.monotonic() - begin < 0.5
@@ -333,6 +418,51 @@ def test_webhook_bad_signature_is_401_and_changes_nothing(client: Client, api: F
     assert status == 401
     assert json.loads(raw)["error"]
     assert api.events == []
+
+
+def test_webhook_replayed_delivery_is_a_duplicate_and_fetches_nothing(client: Client, api: FakeAPI) -> None:
+    headers = {**github_headers(PUSH), "X-GitHub-Delivery": "delivery-1"}
+    assert client.request("POST", "/hooks/git", PUSH, headers)[0] == 202
+    status, _, raw = client.request("POST", "/hooks/git", PUSH, headers)
+    assert status == 200
+    assert json.loads(raw) == {"accepted": False, "duplicate": True, "provider": "github", "ref": "refs/heads/main",
+                               "after": "0123456789abcdef0123456789abcdef01234567", "delivery": "delivery-1"}
+    assert [e.delivery for e in api.events] == ["delivery-1"]
+    # a bad signature with a seen id is still a 401, and an unseen id is not burnt by a bad signature
+    bad = {**github_headers(PUSH, secret="wrong"), "X-GitHub-Delivery": "delivery-2"}
+    with capture_logs():
+        assert client.request("POST", "/hooks/git", PUSH, bad)[0] == 401
+    assert client.request("POST", "/hooks/git", PUSH, {**github_headers(PUSH), "X-GitHub-Delivery": "delivery-2"})[0] \
+        == 202
+    assert [e.delivery for e in api.events] == ["delivery-1", "delivery-2"]
+
+
+def test_rejections_are_logged_at_a_bounded_rate_with_a_count(api: FakeAPI, metrics: Metrics) -> None:
+    s = AgentServer(api, metrics, api_token=TOKEN, webhook_secret=SECRET, reject_log_interval=1.0)
+    s.start()
+    c = Client(s)
+    try:
+        with capture_logs() as logs:
+            start = time.monotonic()
+            for _ in range(20):
+                assert c.request("POST", "/hooks/git", PUSH, github_headers(PUSH, secret="nope"))[0] == 401
+                assert c.json("POST", "/api/v1/resync", {}, token="guess")[0] == 401
+            quick = time.monotonic() - start < 1.0  # the 40 requests fit in one interval (normally ~0.1 s)
+            first = [e for e in logs if e["event"] == "http: webhook rejected"]
+            wait_for(lambda: time.monotonic() - start >= 1.0)
+            assert c.request("POST", "/hooks/git", PUSH, github_headers(PUSH, secret="nope"))[0] == 401
+    finally:
+        s.stop()
+    hooks = [e for e in logs if e["event"] == "http: webhook rejected"]
+    tokens = [e for e in logs if e["event"] == "http: resync refused: missing or wrong bearer token"]
+    assert first[0]["suppressed"] == 0 and first[0]["log_level"] == "warning"
+    assert hooks[-1]["suppressed"] >= 1
+    assert len(hooks) + sum(e["suppressed"] for e in hooks) == 21  # each of the 21 rejections: a line or a count
+    if quick:
+        assert len(first) == 1 and len(hooks) == 2 and hooks[1]["suppressed"] == 19 and len(tokens) == 1
+    text = repr(logs)
+    for secret in (TOKEN, SECRET, "nope", "guess", "sha256="):
+        assert secret not in text
 
 
 def test_webhook_oversize_is_413_without_reading_the_body(client: Client, api: FakeAPI) -> None:
@@ -388,9 +518,9 @@ def test_slow_client_does_not_block_others_and_times_out(client: Client) -> None
         reply = slow_body.recv(65536)
         assert reply.startswith(b"HTTP/1.1 408 ")
         assert time.monotonic() - begin < 3
-        # the header reader is dropped by the socket timeout
+        # the header reader is cut at the head deadline: 408, then closed
         slow_headers.settimeout(3)
-        assert slow_headers.recv(65536) == b""
+        assert read_all(slow_headers).startswith(b"HTTP/1.1 408 ")
     finally:
         slow_headers.close()
         slow_body.close()
@@ -421,21 +551,31 @@ def test_trickling_body_is_cut_off_at_the_deadline(client: Client, api: FakeAPI)
         sock.close()
 
 
+def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
 def test_connection_limit(api: FakeAPI, metrics: Metrics) -> None:
     s = AgentServer(api, metrics, request_timeout=5.0, max_connections=2)
     s.start()
     c = Client(s)
     idle = [c.raw(), c.raw()]
     try:
-        time.sleep(0.2)  # both accepted and holding a slot
+        wait_for(lambda: s.open_connections == 2)  # both accepted and holding a slot
         with capture_logs():
-            status, _, raw = c.request("GET", "/healthz")
+            status, _, raw = c.request("GET", "/api/v1/status")
         assert status == 503
         assert json.loads(raw) == {"error": "too many connections"}
+        # over the limit, the health probes still get their answer
+        assert c.request("GET", "/healthz")[0] == 200
+        assert c.request("HEAD", "/readyz")[0] == 200
         for sock in idle:
             sock.close()
-        time.sleep(0.3)  # the handlers see EOF and give their slots back
-        assert c.request("GET", "/healthz")[0] == 200
+        wait_for(lambda: s.open_connections == 0)  # the server sees EOF and gives the slots back
+        assert c.request("GET", "/api/v1/status")[0] == 200
     finally:
         for sock in idle:
             sock.close()
@@ -471,7 +611,7 @@ def test_requests_are_logged_at_debug_without_headers_or_bodies(client: Client) 
         client.json("POST", "/api/v1/resync?x=1", {"unit": FED})
         client.json("POST", "/api/v1/resync", {"unit": FED}, token="not-the-token")
         client.request("POST", "/hooks/git", PUSH, github_headers(PUSH, secret="nope"))
-        time.sleep(0.05)
+        wait_for(lambda: len([e for e in logs if e["event"] == "http request"]) == 3)  # logged after the answer
     requests = [e for e in logs if e["event"] == "http request"]
     assert [(e["log_level"], e["method"], e["path"], e["status"]) for e in requests] == [
         ("debug", "POST", "/api/v1/resync", 200), ("debug", "POST", "/api/v1/resync", 401),

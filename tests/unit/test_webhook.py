@@ -9,7 +9,15 @@ from urllib.parse import urlencode
 
 import pytest
 
-from syncer.source.webhook import MAX_BODY_BYTES, PushEvent, WebhookRejected, verify
+from syncer.source.webhook import (
+    MAX_BODY_BYTES,
+    MAX_DELIVERY_ID,
+    PushEvent,
+    ReplayGuard,
+    WebhookRejected,
+    delivery_id,
+    verify,
+)
 
 SECRET = "s3cret-webhook"
 SHA = "6113728f27ae82c7b1a177c8d03f9e96e0adf246"
@@ -160,3 +168,73 @@ def test_generic_without_valid_credentials_is_rejected(headers: dict[str, str]) 
 def test_an_empty_secret_rejects_everything() -> None:
     assert "secret" in rejected({"X-Gitlab-Token": ""}, b"{}", secret="")
     assert "secret" in rejected(github(PUSH), PUSH, secret="")
+
+
+# -- delivery ids and replays ----------------------------------------------------------------------------
+
+
+def test_delivery_ids_per_provider() -> None:
+    gh = verify({**github(), "X-GitHub-Delivery": "72d3162e-cc78-11e3-81ab-4c9367dc0958"}, PUSH, SECRET)
+    assert gh.delivery == "72d3162e-cc78-11e3-81ab-4c9367dc0958"
+    ping = verify({**github(b"{}", event="ping"), "X-GitHub-Delivery": "p-1"}, b"{}", SECRET)
+    assert ping.delivery == "p-1"
+    gl = {"X-Gitlab-Event": "Push Hook", "X-Gitlab-Token": SECRET}
+    assert verify({**gl, "X-Gitlab-Event-UUID": "ev-1"}, PUSH, SECRET).delivery == "ev-1"
+    # GitLab's Idempotency-Key stays the same across its retries: preferred
+    assert verify({**gl, "X-Gitlab-Event-UUID": "ev-1", "Idempotency-Key": "ik-1"}, PUSH, SECRET).delivery == "ik-1"
+    generic = {"Authorization": f"Bearer {SECRET}"}
+    assert verify({**generic, "X-Gitea-Delivery": "g-1"}, PUSH, SECRET).delivery == "g-1"
+    assert verify({**generic, "X-Delivery-Id": "d-1"}, PUSH, SECRET).delivery == "d-1"
+    assert verify(generic, PUSH, SECRET).delivery is None
+    assert verify(github(), PUSH, SECRET).delivery is None
+
+
+@pytest.mark.parametrize("value", ["", "   ", "x" * (MAX_DELIVERY_ID + 1), "a\nb", "a\x00b"])
+def test_implausible_delivery_ids_are_not_ids(value: str) -> None:
+    assert delivery_id("github", {"X-GitHub-Delivery": value}) is None
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def event(delivery: str | None, provider: str = "github") -> PushEvent:
+    return PushEvent(provider, "refs/heads/main", SHA, delivery)  # type: ignore[arg-type]
+
+
+def test_replay_within_the_window_is_not_a_first_time() -> None:
+    clock = Clock()
+    guard = ReplayGuard(window=600, clock=clock)
+    assert guard.first_time(event("d-1"))
+    assert not guard.first_time(event("d-1"))
+    clock.now += 599
+    assert not guard.first_time(event("d-1"))
+    assert guard.first_time(event("d-2"))
+    assert guard.first_time(event("d-1", provider="gitlab"))  # ids are per provider
+
+
+def test_replay_after_the_window_is_a_first_time_again() -> None:
+    clock = Clock()
+    guard = ReplayGuard(window=600, clock=clock)
+    assert guard.first_time(event("d-1"))
+    clock.now += 600
+    assert guard.first_time(event("d-1"))
+
+
+def test_events_without_an_id_are_never_duplicates() -> None:
+    guard = ReplayGuard(window=600, clock=Clock())
+    assert all(guard.first_time(event(None)) for _ in range(3))
+    assert all(ReplayGuard(window=0).first_time(event("d")) for _ in range(3))  # window 0: off
+
+
+def test_the_guard_remembers_a_bounded_number_of_ids() -> None:
+    guard = ReplayGuard(window=600, capacity=100, clock=Clock())
+    for n in range(1000):
+        assert guard.first_time(event(f"d-{n}"))
+    assert len(guard._seen) <= 100
+    assert not guard.first_time(event("d-999"))  # the newest are kept
+    assert guard.first_time(event("d-0"))  # the oldest were forgotten

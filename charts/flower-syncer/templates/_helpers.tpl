@@ -105,6 +105,9 @@ app.kubernetes.io/part-of: flower-syncer
 {{- if and (gt (int .Values.replicaCount) 1) (not .Values.agent.leaderElection.enabled) }}
 {{- fail "replicaCount > 1 needs agent.leaderElection.enabled=true (only the elected leader may write)" }}
 {{- end }}
+{{- if and .Values.api.protectReads (not (include "flower-syncer.apiSecretName" .)) }}
+{{- fail "api.protectReads=true needs an API token: set api.token or api.existingSecret" }}
+{{- end }}
 {{- if and .Values.git.token .Values.git.ssh.identity (not .Values.git.existingSecret) }}
 {{- fail "git.token and git.ssh.identity are both set: use one of them" }}
 {{- end }}
