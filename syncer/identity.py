@@ -135,3 +135,15 @@ class ObjectRef:
     def of(cls, obj: Mapping[str, Any]) -> ObjectRef:
         meta = obj["metadata"]
         return cls(obj["kind"], meta.get("namespace", ""), meta["name"])
+
+
+class UnknownUnit(LookupError):
+    """A unit selector that matches no unit (or not exactly one, where one is needed)."""
+
+    def __init__(self, selector: str, matches: Iterable[Unit] = ()) -> None:
+        self.selector = selector
+        self.matches = sorted(matches)
+        found = ", ".join(u.id for u in self.matches)
+        detail = f"matches {found}, not exactly one" if self.matches else "matches no unit"
+        super().__init__(f"{selector!r} {detail}")
+        self.detail = detail

@@ -140,6 +140,15 @@ class _Session:
     secrets: list[str]
 
 
+def head_revision(path: Path) -> str:
+    """The commit checked out in the Git work tree that holds `path`, or "" when it is not in one."""
+    try:
+        repo = gitpython.Repo(path, search_parent_directories=True)
+        return str(repo.head.commit.hexsha)
+    except (gitpython.exc.GitError, ValueError, OSError):
+        return ""
+
+
 def normalize_subpath(path: str) -> str:
     """``path`` as a clean relative POSIX path ('' for the repo root); raises SourceError('invalid') for
     absolute paths, '..' components and control characters."""
