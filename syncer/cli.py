@@ -10,12 +10,29 @@ Exit codes (stable, for CI pipelines):
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 from syncer import __version__
+from syncer.actions import status as status_action
+from syncer.actions import sync as sync_action
+from syncer.actions.load import Loaded, RepoNotFound, ValidateResult, load
+from syncer.actions.resync import AgentRefused, AgentUnreachable, ResyncResult, resync
+from syncer.actions.suspend import set_suspended
+from syncer.agent.config import AgentConfig, env_name, load_config, namespace_list
+from syncer.agent.runner import run
+from syncer.cluster.client import ApiError, ClusterUnreachable, Kube
+from syncer.diagnostics import Diagnostic
+from syncer.engine.sync import SyncOptions, SyncReport
+from syncer.identity import Manifest, UnknownUnit
+from syncer.observe.status import StatusReport, WaitResult, format_report
+from syncer.render.common import to_json, to_yaml
+from syncer.source.git import head_revision
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -69,8 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("diff", help="show how the cluster differs from the config repository",
                        description="Compare every object the repository renders with the live cluster, using "
                                    "a server-side apply dry-run (no noise from defaulted fields), and print a "
-                                   "unified diff per changed object. Secret values are masked. Exit codes "
-                                   "follow 'flux diff': 0 no drift, 1 drift, 2 error.")
+                                   "unified diff per changed object. Secret values are masked. Exit codes: "
+                                   "0 no drift, 1 drift or an invalid config, 2 usage error, 3 cluster "
+                                   "unreachable or another runtime error.")
     _add_repo_arg(p)
     _add_unit_arg(p)
     _add_cluster_args(p)
@@ -116,8 +134,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds between redraws with --watch (default 2)")
     p.set_defaults(func=cmd_status)
 
-    from syncer.agent.config import AgentConfig, env_name
-
     p = sub.add_parser("run", help="run the agent: watch a Git repository and keep the cluster in sync",
                        description="Run the long-running agent. A commit to a local repository or a push to a "
                                    "local bare repository reaches the cluster at once; remotes are polled (and "
@@ -139,10 +155,12 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Ask a running agent to fetch the repository and sync (one unit or all), "
                                    "like 'flux reconcile --with-source'. With --wait, print the outcome.")
     _add_unit_arg(p)
-    p.add_argument("--agent", default=None, help="agent URL (default $FLOWER_SYNCER_AGENT or "
-                                                 "http://127.0.0.1:9090)")
+    p.add_argument("--agent", default=None, metavar="URL",
+                   help=f"agent URL (default: http:// + the agent's listen address, ${env_name('listen')}, "
+                        "else http://127.0.0.1:9090)")
     p.add_argument("--token-file", type=Path, default=None,
-                   help="file with the API bearer token (default: $FLOWER_SYNCER_API_TOKEN)")
+                   help=f"file with the API bearer token (default: ${env_name('api_token_file')}, the agent's "
+                        "own setting)")
     p.add_argument("--wait", action="store_true", help="wait for the sync to finish and print the outcome")
     p.add_argument("--timeout", type=_duration, default=120.0, metavar="DURATION", help="how long --wait waits")
     p.add_argument("-o", "--output", choices=["text", "json"], default="text", help="output format")
@@ -168,10 +186,6 @@ def _add_cluster_args(p: argparse.ArgumentParser) -> None:
 
 
 def _namespaces(args: argparse.Namespace) -> list[str] | None:
-    import os
-
-    from syncer.agent.config import env_name, namespace_list
-
     return namespace_list(getattr(args, "namespaces", None) or os.environ.get(env_name("namespaces"), ""))
 
 
@@ -202,55 +216,44 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+# Repository commands: each maps its arguments to an action and prints the result.
 
 
-def _repo_dir(path: Path) -> Path | None:
-    if not path.is_dir():
-        print(f"error: {path} is not a directory", file=sys.stderr)
-        return None
-    return path
+def _load(args: argparse.Namespace) -> Loaded | int:
+    """The repository of `args.dir` with `args.unit` selected, or the exit code after an error."""
+    try:
+        return load(args.dir, getattr(args, "unit", ()) or ())
+    except RepoNotFound as exc:
+        print(f"error: {exc.detail}", file=sys.stderr)
+        return EXIT_USAGE
+    except UnknownUnit as exc:
+        print(f"error: --unit {exc}; see 'flower-syncer validate' for the units of the repository",
+              file=sys.stderr)
+        return EXIT_USAGE
 
 
-def _print_diagnostics(diags: Sequence[Any], out: TextIO) -> None:
+def _print_diagnostics(diags: Sequence[Diagnostic], out: TextIO) -> None:
     for d in diags:
         print(d.render(), file=out)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from syncer.render.common import to_json
-    from syncer.render.repo import render_repo
-    from syncer.repo.loader import load_repo
-
-    root = _repo_dir(args.dir)
-    if root is None:
-        return EXIT_USAGE
-    state = load_repo(root)
-    rendered = render_repo(state)
-    diags = sorted(state.diagnostics + rendered.diagnostics)
-    errors = [d for d in diags if d.severity == "error"]
-    warnings = [d for d in diags if d.severity == "warning"]
-    failed = bool(errors) or (args.strict and bool(warnings))
-    units = sorted(rendered.units)
+    loaded = _load(args)
+    if isinstance(loaded, int):
+        return loaded
+    result = ValidateResult(loaded, args.strict)
     if args.output == "json":
-        sys.stdout.write(to_json({
-            "valid": not failed,
-            "errors": len(errors),
-            "warnings": len(warnings),
-            "files": state.files,
-            "units": [u.id for u in units],
-            "failedUnits": sorted(u.id for u in rendered.failed),
-            "diagnostics": [d.to_dict() for d in diags],
-        }))
+        sys.stdout.write(to_json(result.to_dict()))
     else:
-        _print_diagnostics(diags, sys.stdout)
-        objects = sum(len(ms) for ms in rendered.units.values())
-        verdict = "invalid" if failed else "valid"
-        print(f"{verdict}: {len(errors)} error(s), {len(warnings)} warning(s) in {state.files} file(s); "
-              f"{len(units)} unit(s) render {objects} object(s)")
-    return EXIT_FAILED if failed else EXIT_OK
+        _print_diagnostics(loaded.diagnostics, sys.stdout)
+        objects = sum(len(ms) for ms in loaded.units.values())
+        print(f"{'valid' if result.valid else 'invalid'}: {len(loaded.errors)} error(s), "
+              f"{len(loaded.warnings)} warning(s) in {loaded.state.files} file(s); "
+              f"{len(loaded.units)} unit(s) render {objects} object(s)")
+    return EXIT_OK if result.valid else EXIT_FAILED
 
 
-def redact_secrets(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def redact_secrets(manifests: list[Manifest]) -> list[Manifest]:
     out = []
     for m in manifests:
         if m.get("kind") == "Secret" and (m.get("data") or m.get("stringData")):
@@ -265,17 +268,12 @@ def redact_secrets(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from syncer.render.common import to_json, to_yaml
-
-    loaded = _load_and_render(args)
-    if loaded is None:
-        return EXIT_USAGE
-    state, rendered = loaded
-    selected = {u.id for u in rendered.units} | {u.id for u in rendered.failed}
-    diags = [d for d in sorted(state.diagnostics + rendered.diagnostics)
-             if not args.unit or not d.unit or d.unit in selected]
+    loaded = _load(args)
+    if isinstance(loaded, int):
+        return loaded
+    diags = loaded.selected_diagnostics()
     _print_diagnostics(diags, sys.stderr)
-    manifests = rendered.manifests()
+    manifests = loaded.manifests()
     if not args.show_secrets:
         manifests = redact_secrets(manifests)
     if args.output == "json":
@@ -289,38 +287,16 @@ def cmd_render(args: argparse.Namespace) -> int:
 # Commands that talk to a cluster
 
 
-def _git_revision(path: Path) -> str:
-    import subprocess
-
-    try:
-        out = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=10, check=False)
-    except OSError:
-        return ""
-    return out.stdout.strip() if out.returncode == 0 else ""
-
-
-def _load_and_render(args: argparse.Namespace) -> tuple[Any, Any] | None:
-    from syncer.render.repo import render_repo, select_units, unit_matches
-    from syncer.repo.loader import load_repo
-
-    root = _repo_dir(args.dir)
-    if root is None:
-        return None
-    state = load_repo(root)
-    _, unmatched = select_units(state.units, args.unit)
-    known = {u.unit for u in state.units} | state.failed
-    missing = [s for s in unmatched if not any(unit_matches(u, s) for u in known)]
-    if missing:
-        print(f"error: no unit matches {', '.join(missing)}", file=sys.stderr)
-        return None
-    return state, render_repo(state, args.unit)
-
-
-def _connect(args: argparse.Namespace) -> Any:
-    from syncer.cluster.client import Kube
-
+def _connect(args: argparse.Namespace) -> Kube:
     return Kube.from_kubeconfig(args.kubeconfig, args.context)
+
+
+def _cluster_error(exc: Exception) -> int:
+    if isinstance(exc, ApiError):
+        print(f"\nerror: the API server refused a request: {exc}", file=sys.stderr)
+    else:
+        print(f"\nerror: {exc}", file=sys.stderr)
+    return EXIT_RUNTIME
 
 
 def _progress(enabled: bool) -> Callable[[str], None]:
@@ -329,10 +305,10 @@ def _progress(enabled: bool) -> Callable[[str], None]:
     return lambda msg: print(f"\r\033[K{msg}", end="", file=sys.stderr, flush=True)
 
 
-def _print_report(report: Any) -> None:
+def _print_report(report: SyncReport) -> None:
     totals: dict[str, int] = {}
     for unit in report.units:
-        shown = [c for c in unit.changes if c.action.value != "unchanged"]
+        shown = [c for c in unit.changes if c.action.is_change]
         state = "ok" if unit.ok else "FAILED"
         if unit.skipped is not None:
             state = f"skipped: {unit.skipped}"
@@ -354,27 +330,16 @@ def _print_report(report: Any) -> None:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from syncer.cluster.client import ApiError, ClusterUnreachable
-    from syncer.engine.sync import Engine, SyncOptions
-    from syncer.render.common import to_json
-    from syncer.render.repo import plan_repo
-
-    loaded = _load_and_render(args)
-    if loaded is None:
-        return 2
-    state, rendered = loaded
-    diags = sorted(state.diagnostics + rendered.diagnostics)
-    _print_diagnostics([d for d in diags if d.severity == "error"], sys.stderr)
+    loaded = _load(args)
+    if isinstance(loaded, int):
+        return loaded
+    _print_diagnostics(loaded.errors, sys.stderr)
     try:
-        engine = Engine(_connect(args))
-        report = engine.sync(plan_repo(state, rendered, selectors=args.unit or ()),
-                             SyncOptions(dry_run=True, with_diff=True, namespaces=_namespaces(args)))
+        report = sync_action.diff(_connect(args), loaded, _namespaces(args))
     except (ClusterUnreachable, ApiError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    drift = report.changed
+        return _cluster_error(exc)
     if args.output == "json":
-        sys.stdout.write(to_json({"drift": drift, **report.to_dict()}))
+        sys.stdout.write(to_json({"drift": report.changed, **report.to_dict()}))
     else:
         for unit in report.units:
             for c in unit.changes:
@@ -386,125 +351,83 @@ def cmd_diff(args: argparse.Namespace) -> int:
                     print(f"{c.action.value}: {c.ref}" + (f" ({c.message})" if c.message else ""))
             for err in unit.errors:
                 print(f"error: {unit.unit}: {err}", file=sys.stderr)
-    if any(d.severity == "error" for d in diags) or not report.ok:
-        return 2
-    return 1 if drift else 0
+    return EXIT_FAILED if loaded.errors or not report.ok or report.changed else EXIT_OK
 
 
 def cmd_sync(args: argparse.Namespace) -> int:
-    from syncer.cluster.client import ApiError, ClusterUnreachable
-    from syncer.engine.sync import Engine, SyncOptions
-    from syncer.render.common import to_json
-    from syncer.render.repo import plan_repo
-
-    loaded = _load_and_render(args)
-    if loaded is None:
-        return EXIT_USAGE
-    state, rendered = loaded
-    diags = sorted(state.diagnostics + rendered.diagnostics)
+    loaded = _load(args)
+    if isinstance(loaded, int):
+        return loaded
+    diags = loaded.diagnostics
     _print_diagnostics(diags, sys.stderr)
-    revision = args.revision if args.revision is not None else _git_revision(args.dir)
+    revision = args.revision if args.revision is not None else head_revision(args.dir)
     opts = SyncOptions(dry_run=args.dry_run, force_conflicts=args.force_conflicts, prune=args.prune,
                        allow_empty=args.allow_empty, namespaces=_namespaces(args))
-    plan = plan_repo(state, rendered, selectors=args.unit or (), revision=revision)
     progress = _progress(args.output == "text")
     try:
-        engine = Engine(_connect(args), progress=progress)
-        report = engine.sync(plan, opts)
-    except ClusterUnreachable as exc:
-        print(f"\nerror: {exc}", file=sys.stderr)
-        return EXIT_RUNTIME
-    except ApiError as exc:
-        print(f"\nerror: the API server refused a request: {exc}", file=sys.stderr)
-        return EXIT_RUNTIME
+        kube = _connect(args)
+        report = sync_action.sync(kube, loaded, opts, revision=revision, progress=progress)
+        progress("")
+        waited = None
+        if args.wait and not args.dry_run:
+            waited = sync_action.wait(kube, loaded, args.timeout, _progress(args.output == "text"))
+    except (ClusterUnreachable, ApiError) as exc:
+        return _cluster_error(exc)
     progress("")
-    healthy = True
-    statuses: list[Any] = []
-    if args.wait and not args.dry_run:
-        healthy, statuses = _wait(engine, rendered, args.timeout, args.output == "text")
     if args.output == "json":
         payload = report.to_dict()
         payload["diagnostics"] = [d.to_dict() for d in diags]
-        if args.wait:
-            payload["healthy"] = healthy
-            payload["status"] = [s.to_dict() for s in statuses]
+        if waited is not None:
+            payload["healthy"] = waited.healthy
+            payload["status"] = [s.to_dict() for s in waited.statuses]
         sys.stdout.write(to_json(payload))
     else:
         _print_report(report)
-    failed = not report.ok or any(d.severity == "error" for d in diags) or not healthy
-    return EXIT_FAILED if failed else EXIT_OK
+        if waited is not None and not waited.healthy:
+            _print_not_ready(waited)
+    healthy = waited is None or waited.healthy
+    return EXIT_FAILED if not report.ok or loaded.errors or not healthy else EXIT_OK
 
 
-def _wait(engine: Any, rendered: Any, timeout: float, text: bool) -> tuple[bool, list[Any]]:
-    from syncer.observe.status import wait_healthy
-
-    progress = _progress(text)
-    result = wait_healthy(engine.kube, rendered.units, timeout=timeout, progress=progress)
-    progress("")
-    if text and not result.healthy:
-        print(f"not ready: {result.reason}", file=sys.stderr)
-        for st in result.statuses:
-            for pool in st.pools:
-                if not pool.healthy:
-                    print(f"  {st.unit} {pool.pool}: {pool.ready}/{pool.desired}"
-                          + (f" ({pool.summary})" if pool.summary else ""), file=sys.stderr)
-    return result.healthy, list(result.statuses)
+def _print_not_ready(result: WaitResult) -> None:
+    print(f"not ready: {result.reason}", file=sys.stderr)
+    for st in result.statuses:
+        for pool in st.pools:
+            if not pool.healthy:
+                print(f"  {st.unit} {pool.pool}: {pool.ready}/{pool.desired}"
+                      + (f" ({pool.summary})" if pool.summary else ""), file=sys.stderr)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    import json
-    import time
-
-    from syncer.cluster.client import ApiError, ClusterUnreachable
-    from syncer.observe.status import StatusReport, discover_units, drift_counts, format_report, status, unit_from_id
-    from syncer.render.common import Manifest, Unit, to_json
-    from syncer.render.repo import plan_repo
-
-    def one_round(kube: Any, first: bool) -> tuple[StatusReport | None, int]:
-        if args.dir is None:
-            scope = _namespaces(args)
-            report = status(kube, list(discover_units(kube, scope)) if scope else None, selectors=args.unit)
-            if args.unit and not report.units:
-                if first:
-                    print(f"error: no unit in the cluster matches {', '.join(args.unit)}", file=sys.stderr)
-                return report, EXIT_FAILED
-            return report, EXIT_OK if report.ready else EXIT_FAILED
-        from syncer.engine.sync import Engine, SyncOptions
-
-        loaded = _load_and_render(args)
-        if loaded is None:
-            return None, EXIT_USAGE
-        state, rendered = loaded
-        diags = [d for d in sorted(state.diagnostics + rendered.diagnostics) if d.severity == "error"]
-        if first:
-            _print_diagnostics(diags, sys.stderr)
-        dry = Engine(kube).sync(plan_repo(state, rendered, selectors=args.unit or ()), SyncOptions(dry_run=True))
-        counts, errors = drift_counts(dry)
-        # rendered units, and those the dry-run reported on too (failed to render, or left Git)
-        units: dict[Unit, list[Manifest] | None] = dict.fromkeys(unit_from_id(u.unit) for u in dry.units)
-        units.update(rendered.units)
-        report = status(kube, units, drift=counts, errors=errors)
-        clean = report.ready and not report.drifted and not diags and not errors
-        return report, EXIT_OK if clean else EXIT_FAILED
-
+    loaded: Loaded | None = None
+    if args.dir is not None:
+        result = _load(args)
+        if isinstance(result, int):
+            return result
+        loaded = result
+        _print_diagnostics(loaded.errors, sys.stderr)
     tty = sys.stdout.isatty()
     code = EXIT_OK
     first = True
-    error = ""
-    kube = None
+    kube: Kube | None = None
     try:
         while True:
+            error = ""
+            report: StatusReport | None = None
             try:
                 kube = kube or _connect(args)
-                report, code = one_round(kube, first)
+                result_ = (status_action.cluster_status(kube, args.unit, _namespaces(args)) if loaded is None
+                           else status_action.repo_status(kube, loaded.plan(), loaded.errors))
+                report = result_.report
+                code = EXIT_OK if result_.clean else EXIT_FAILED
+                if loaded is None and args.unit and not report.units:
+                    if first:
+                        print(f"error: no unit in the cluster matches {', '.join(args.unit)}", file=sys.stderr)
+                    code = EXIT_FAILED
             except (ClusterUnreachable, ApiError) as exc:
                 if not args.watch:
-                    print(f"error: {exc}", file=sys.stderr)
-                    return EXIT_RUNTIME
-                report, code = None, EXIT_RUNTIME
-                error = f"error: {exc}\n"
-            if report is None and code == EXIT_USAGE:
-                return code
+                    return _cluster_error(exc)
+                code, error = EXIT_RUNTIME, f"error: {exc}\n"
             if args.output == "json":
                 payload: dict[str, Any] = report.to_dict() if report is not None else {"error": error.strip()}
                 sys.stdout.write(json.dumps(payload, sort_keys=True) + "\n" if args.watch else to_json(payload))
@@ -528,9 +451,6 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from syncer.agent.config import load_config
-    from syncer.agent.runner import run
-
     cli = {k: v for k, v in vars(args).items() if k not in ("func", "command")}
     try:
         config = load_config(cli)
@@ -540,83 +460,71 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run(config)
 
 
-def cmd_resync(args: argparse.Namespace) -> int:
-    import json
-    import os
-    import urllib.error
-    import urllib.request
+def _agent_url(args: argparse.Namespace) -> str:
+    """--agent, else the address the agent listens on by the agent's own setting ($FLOWER_SYNCER_LISTEN)."""
+    if args.agent:
+        return str(args.agent)
+    listen = os.environ.get(env_name("listen")) or str(AgentConfig.model_fields["listen"].default)
+    host, _, port = listen.rpartition(":")
+    if host in ("", "0.0.0.0", "::", "[::]"):
+        host = "127.0.0.1"
+    return f"http://{host}:{port}"
 
-    base = (args.agent or os.environ.get("FLOWER_SYNCER_AGENT") or "http://127.0.0.1:9090").rstrip("/")
-    token = args.token_file.read_text().strip() if args.token_file else os.environ.get("FLOWER_SYNCER_API_TOKEN")
+
+def _api_token(args: argparse.Namespace) -> str | None:
+    path = args.token_file or os.environ.get(env_name("api_token_file"))
+    return Path(path).read_text().strip() if path else None
+
+
+def cmd_resync(args: argparse.Namespace) -> int:
     if len(args.unit) > 1:
         print("error: resync takes at most one --unit", file=sys.stderr)
         return EXIT_USAGE
-    body = json.dumps({"unit": args.unit[0] if args.unit else None, "wait": args.wait,
-                       "timeout": args.timeout}).encode()
-    headers = {"Content-Type": "application/json"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    request = urllib.request.Request(base + "/api/v1/resync", data=body, method="POST", headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=args.timeout + 10) as resp:
-            result = json.loads(resp.read() or b"{}")
-    except urllib.error.HTTPError as exc:
-        detail = exc.read().decode("utf-8", "replace")[:300]
-        print(f"error: the agent answered {exc.code}: {detail}", file=sys.stderr)
-        return EXIT_USAGE if exc.code in (401, 404) else EXIT_RUNTIME
-    except (urllib.error.URLError, OSError) as exc:
-        print(f"error: cannot reach the agent at {base}: {exc}", file=sys.stderr)
+        result = resync(_agent_url(args), _api_token(args), args.unit[0] if args.unit else None,
+                        wait=args.wait, timeout=args.timeout)
+    except OSError as exc:
+        print(f"error: cannot read the API token: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except AgentRefused as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE if exc.status in (401, 403, 404) else EXIT_RUNTIME
+    except AgentUnreachable as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return EXIT_RUNTIME
     if args.output == "json":
-        print(json.dumps(result, indent=2, sort_keys=True))
+        print(json.dumps(result.raw, indent=2, sort_keys=True))
     elif not args.wait:
         print("resync requested")
     else:
         _print_resync(result)
-    if not result.get("done", True) or result.get("error"):
-        return EXIT_FAILED
-    return EXIT_OK if all(r.get("ok") for r in result.get("units", {}).values()) else EXIT_FAILED
+    return EXIT_OK if result.done and result.ok else EXIT_FAILED
 
 
-def _print_resync(result: dict[str, Any]) -> None:
-    if result.get("error"):
-        print(f"error: {result['error']}")
-    rev = str(result.get("revision", ""))
-    for unit, res in sorted(result.get("units", {}).items()):
-        changes = res.get("changes", [])
-        changed = [c for c in changes if c["action"] != "unchanged"]
-        state = "ok" if res.get("ok") else "FAILED"
-        if res.get("skipped"):
-            state = f"skipped: {res['skipped']}"
-        print(f"{unit}: {state} at {rev[:12]} ({len(changed)} changed, {len(changes) - len(changed)} unchanged)")
+def _print_resync(result: ResyncResult) -> None:
+    if result.error:
+        print(f"error: {result.error}")
+    for unit in result.units:
+        changed = [c for c in unit.changes if c.get("action") != "unchanged"]
+        state = "ok" if unit.ok else "FAILED"
+        if unit.skipped:
+            state = f"skipped: {unit.skipped}"
+        print(f"{unit.unit}: {state} at {result.revision[:12]} ({len(changed)} changed, "
+              f"{len(unit.changes) - len(changed)} unchanged)")
         for c in changed:
             print(f"  {c['action']:<11} {c['object']}" + (f"  ({c['message']})" if c.get("message") else ""))
-        for err in res.get("errors", []):
+        for err in unit.errors:
             print(f"  error: {err}")
 
 
 def cmd_suspend(args: argparse.Namespace) -> int:
-    from syncer.cluster.client import ApiError, ClusterUnreachable, path_for
-    from syncer.engine.inventory import ANN_SUSPENDED, INVENTORY_SELECTOR, decode
-    from syncer.render.repo import unit_matches
-
     try:
-        kube = _connect(args)
-        limited = _namespaces(args)
-        scopes: list[str | None] = list(limited) if limited else [None]
-        cms = [cm for ns in scopes for cm in kube.list("ConfigMap", ns, labels=INVENTORY_SELECTOR)[0]]
-        matches = [(cm, inv) for cm in cms if (inv := decode(cm)) is not None and unit_matches(inv.unit, args.unit)]
-        if len(matches) != 1:
-            found = ", ".join(sorted(inv.unit.id for _, inv in matches)) or "none"
-            print(f"error: {args.unit!r} must match exactly one applied unit (matches: {found})", file=sys.stderr)
-            return EXIT_USAGE
-        cm, inv = matches[0]
-        patch = {"metadata": {"annotations": {ANN_SUSPENDED: "true" if args.suspend else None}}}
-        kube.request("PATCH", path_for("ConfigMap", cm["metadata"]["namespace"], cm["metadata"]["name"]),
-                     body=patch, content_type="application/merge-patch+json",
-                     query={"fieldManager": "flower-syncer-cli"})
+        result = set_suspended(_connect(args), args.unit, args.suspend, _namespaces(args))
+    except UnknownUnit as exc:
+        print(f"error: {exc}: it must match exactly one applied unit", file=sys.stderr)
+        return EXIT_USAGE
     except (ClusterUnreachable, ApiError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_RUNTIME
-    print(f"{inv.unit.id} {'suspended' if args.suspend else 'resumed'}")
+        return _cluster_error(exc)
+    verb = "suspended" if result.suspended else "resumed"
+    print(f"{result.unit.id} {verb}" + ("" if result.changed else f" (it already was {verb})"))
     return EXIT_OK

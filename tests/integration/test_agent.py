@@ -282,8 +282,12 @@ def test_webhook_signature_and_resync_cli(repos: Repos, start_agent: Callable[..
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"federation/{namespace}/fed: ok" in out.stdout
     assert sts(kube, namespace)["spec"]["replicas"] == 5
-    denied = subprocess.run([sys.executable, "-m", "syncer", "resync", "--agent", agent.url], capture_output=True,
-                            text=True, check=False, env={**os.environ, "FLOWER_SYNCER_API_TOKEN": "wrong"})
+    # with the agent's own settings in the environment, no flags are needed; a wrong token is refused
+    (tmp_path / "wrong.token").write_text("wrong\n")
+    env = {**os.environ, "FLOWER_SYNCER_LISTEN": agent.url.removeprefix("http://"),
+           "FLOWER_SYNCER_API_TOKEN_FILE": str(tmp_path / "wrong.token")}
+    denied = subprocess.run([sys.executable, "-m", "syncer", "resync"], capture_output=True, text=True,
+                            check=False, env=env)
     assert denied.returncode == 2 and "401" in denied.stderr
 
 

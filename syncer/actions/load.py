@@ -1,0 +1,104 @@
+"""`load`: read a config repository, render it and select units - what validate, render, diff,
+sync and status all start from."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from syncer.diagnostics import Diagnostic
+from syncer.identity import Manifest, Unit, UnknownUnit, unit_matches
+from syncer.plan import Plan
+from syncer.render.repo import Rendered, plan_repo, render_repo, select_units
+from syncer.repo.loader import RepoState, load_repo
+
+
+class RepoNotFound(FileNotFoundError):
+    """The config repository path is not a directory."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.detail = f"{path} is not a directory"
+        super().__init__(self.detail)
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A loaded and rendered repository, narrowed to the selected units."""
+
+    state: RepoState
+    rendered: Rendered
+    selectors: tuple[str, ...] = ()
+
+    @property
+    def diagnostics(self) -> list[Diagnostic]:
+        return sorted(self.state.diagnostics + self.rendered.diagnostics)
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity == "warning"]
+
+    @property
+    def units(self) -> dict[Unit, list[Manifest]]:
+        return self.rendered.units
+
+    def selected_diagnostics(self) -> list[Diagnostic]:
+        """Diagnostics of the selected units, and those of no unit (repository settings)."""
+        if not self.selectors:
+            return self.diagnostics
+        chosen = {u.id for u in self.rendered.units} | {u.id for u in self.rendered.failed
+                                                         if any(unit_matches(u, s) for s in self.selectors)}
+        return [d for d in self.diagnostics if not d.unit or d.unit in chosen]
+
+    def plan(self, revision: str = "") -> Plan:
+        return plan_repo(self.state, self.rendered, selectors=self.selectors, revision=revision)
+
+    def manifests(self) -> list[Manifest]:
+        return self.rendered.manifests()
+
+
+def load(root: Path, selectors: Sequence[str] = ()) -> Loaded:
+    """Load and render `root`. Raises RepoNotFound, or UnknownUnit for a selector that matches no
+    unit of the repository (loaded or failed to load)."""
+    if not root.is_dir():
+        raise RepoNotFound(root)
+    state = load_repo(root)
+    _, unmatched = select_units(state.units, list(selectors))
+    known = {u.unit for u in state.units} | state.failed
+    for sel in unmatched:
+        if not any(unit_matches(u, sel) for u in known):
+            raise UnknownUnit(sel)
+    return Loaded(state, render_repo(state, list(selectors)), tuple(selectors))
+
+
+@dataclass(frozen=True)
+class ValidateResult:
+    loaded: Loaded
+    strict: bool = False
+
+    @property
+    def valid(self) -> bool:
+        return not self.loaded.errors and not (self.strict and self.loaded.warnings)
+
+    def to_dict(self) -> dict[str, Any]:
+        loaded = self.loaded
+        return {
+            "valid": self.valid,
+            "errors": len(loaded.errors),
+            "warnings": len(loaded.warnings),
+            "files": loaded.state.files,
+            "units": [u.id for u in sorted(loaded.units)],
+            "failedUnits": sorted(u.id for u in loaded.rendered.failed),
+            "diagnostics": [d.to_dict() for d in loaded.diagnostics],
+        }
+
+
+def validate(root: Path, *, strict: bool = False) -> ValidateResult:
+    """Check every file of the repository; `strict` makes warnings count as errors."""
+    return ValidateResult(load(root), strict)

@@ -1,0 +1,86 @@
+"""The CLI's exit codes, as documented in syncer/cli.py and README: 0 ok, 1 invalid config / drift /
+failed, 2 usage error, 3 cluster or runtime error - the same for every command."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+from syncer.cli import EXIT_FAILED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, main
+from tests.unit.test_engine_fake import write
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def nowhere(tmp_path: Path) -> str:
+    """A kubeconfig whose API server does not exist."""
+    path = tmp_path / "kubeconfig"
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "nowhere",
+        "clusters": [{"name": "nowhere", "cluster": {"server": f"https://127.0.0.1:{_closed_port()}",
+                                                     "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": {"token": "x"}}],
+        "contexts": [{"name": "nowhere", "context": {"cluster": "nowhere", "user": "u"}}],
+    }))
+    return str(path)
+
+
+@pytest.mark.parametrize("command", ["diff", "sync", "status"])
+def test_cluster_unreachable_exits_3_for_every_command(command: str, nowhere: str, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    repo = write(tmp_path / "repo")
+    assert main([command, str(repo), "--kubeconfig", nowhere]) == EXIT_RUNTIME
+    assert "error:" in capsys.readouterr().err
+
+
+def test_suspend_cluster_unreachable_exits_3(nowhere: str) -> None:
+    assert main(["suspend", "fed", "--kubeconfig", nowhere]) == EXIT_RUNTIME
+
+
+@pytest.mark.parametrize("command", ["validate", "render", "diff", "sync", "status"])
+def test_missing_repository_is_a_usage_error(command: str, tmp_path: Path, nowhere: str,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    extra = ["--kubeconfig", nowhere] if command in ("diff", "sync", "status") else []
+    assert main([command, str(tmp_path / "missing"), *extra]) == EXIT_USAGE
+    assert "is not a directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["render", "diff", "sync", "status"])
+def test_unknown_unit_is_a_usage_error(command: str, tmp_path: Path, nowhere: str,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    repo = write(tmp_path / "repo")
+    extra = ["--kubeconfig", nowhere] if command != "render" else []
+    assert main([command, str(repo), "--unit", "nope", *extra]) == EXIT_USAGE
+    assert "'nope' matches no unit" in capsys.readouterr().err
+
+
+def test_validate_and_render(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    repo = write(tmp_path / "repo")
+    assert main(["validate", str(repo)]) == EXIT_OK
+    assert main(["render", str(repo), "--unit", "fed", "-o", "json"]) == EXIT_OK
+    capsys.readouterr()
+    (repo / "federations" / "broken.yaml").write_text("apiVersion: flwr.ai/v1alpha1\nkind: Federation\nspec: [\n")
+    assert main(["validate", str(repo), "-o", "json"]) == EXIT_FAILED
+    out = json.loads(capsys.readouterr().out)
+    assert out["valid"] is False and out["errors"] >= 1
+    assert out["diagnostics"][0]["file"] == "federations/broken.yaml"
+
+
+def test_resync_exit_codes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                           capsys: pytest.CaptureFixture[str]) -> None:
+    # the agent is found through the agent's own settings; nothing listens there: runtime error
+    monkeypatch.setenv("FLOWER_SYNCER_LISTEN", f"0.0.0.0:{_closed_port()}")
+    assert main(["resync"]) == EXIT_RUNTIME
+    assert "cannot reach the agent at http://127.0.0.1:" in capsys.readouterr().err
+    # an unreadable token file is the user's mistake
+    monkeypatch.setenv("FLOWER_SYNCER_API_TOKEN_FILE", str(tmp_path / "no-such-token"))
+    assert main(["resync"]) == EXIT_USAGE
+    assert main(["resync", "--unit", "a", "--unit", "b"]) == EXIT_USAGE
