@@ -447,16 +447,17 @@ def test_rejections_are_logged_at_a_bounded_rate_with_a_count(api: FakeAPI, metr
             for _ in range(20):
                 assert c.request("POST", "/hooks/git", PUSH, github_headers(PUSH, secret="nope"))[0] == 401
                 assert c.json("POST", "/api/v1/resync", {}, token="guess")[0] == 401
-            quick = time.monotonic() - start < 1.0  # the 40 requests fit in one interval (normally ~0.1 s)
+            end = time.monotonic()
+            quick = end - start < 1.0  # the 40 requests fit in one interval (normally ~0.1 s)
             first = [e for e in logs if e["event"] == "http: webhook rejected"]
-            wait_for(lambda: time.monotonic() - start >= 1.0)
+            wait_for(lambda: time.monotonic() - end >= 1.0)  # an interval after every line logged so far
             assert c.request("POST", "/hooks/git", PUSH, github_headers(PUSH, secret="nope"))[0] == 401
     finally:
         s.stop()
     hooks = [e for e in logs if e["event"] == "http: webhook rejected"]
     tokens = [e for e in logs if e["event"] == "http: resync refused: missing or wrong bearer token"]
     assert first[0]["suppressed"] == 0 and first[0]["log_level"] == "warning"
-    assert hooks[-1]["suppressed"] >= 1
+    assert any(e["suppressed"] >= 1 for e in hooks)  # which line carries the count depends on the load
     assert len(hooks) + sum(e["suppressed"] for e in hooks) == 21  # each of the 21 rejections: a line or a count
     if quick:
         assert len(first) == 1 and len(hooks) == 2 and hooks[1]["suppressed"] == 19 and len(tokens) == 1

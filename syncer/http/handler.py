@@ -1,0 +1,382 @@
+"""One request of the agent's HTTP server, on a request thread: the routes and their answers."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import socket
+import time
+from collections.abc import Callable
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import orjson
+
+from syncer.http.limits import (
+    DEFAULT_RESYNC_TIMEOUT,
+    JSON,
+    MAX_API_BODY_BYTES,
+    MAX_RESYNC_TIMEOUT,
+    TEXT,
+    HttpError,
+    log,
+)
+from syncer.observe.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from syncer.source.webhook import MAX_BODY_BYTES, WebhookRejected, verify
+
+if TYPE_CHECKING:
+    from syncer.http.server import AgentServer, Conn
+
+class _Reader:
+    """The handler's `rfile`: the request head from the loop's buffer, then the socket (the body
+    only, read by `_read_body` with its deadline). Never reads past what it is asked for, so a
+    pipelined next request stays for the loop (`leftover`)."""
+
+    def __init__(self, data: bytes | bytearray, sock: socket.socket) -> None:
+        self._buf = bytes(data)
+        self._pos = 0
+        self._sock = sock
+
+    def readline(self, limit: int | None = -1) -> bytes:
+        end = self._buf.find(b"\n", self._pos)
+        stop = len(self._buf) if end < 0 else end + 1
+        if limit is not None and limit >= 0:
+            stop = min(stop, self._pos + limit)
+        line = self._buf[self._pos:stop]
+        self._pos = stop
+        return line
+
+    def read1(self, n: int = -1) -> bytes:
+        if self._pos < len(self._buf):
+            stop = len(self._buf) if n < 0 else min(len(self._buf), self._pos + n)
+            chunk = self._buf[self._pos:stop]
+            self._pos = stop
+            return chunk
+        return self._sock.recv(n if n > 0 else 65536)
+
+    def read(self, n: int = -1) -> bytes:
+        chunks: list[bytes] = []
+        while n < 0 or n > 0:
+            chunk = self.read1(n if n > 0 else 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            n -= len(chunk) if n > 0 else 0
+        return b"".join(chunks)
+
+    def leftover(self) -> bytes:
+        return self._buf[self._pos:]
+
+    def close(self) -> None:
+        pass
+
+
+class _Writer:
+    """The handler's `wfile`: buffers the answer; `flush` sends it within the timeout in total."""
+
+    def __init__(self, sock: socket.socket, timeout: float) -> None:
+        self._sock = sock
+        self._timeout = timeout
+        self._parts: list[bytes] = []
+
+    def write(self, data: bytes) -> int:
+        self._parts.append(bytes(data))
+        return len(data)
+
+    def flush(self) -> None:
+        if self._parts:
+            data = b"".join(self._parts)
+            self._parts.clear()
+            self._sock.settimeout(self._timeout)
+            self._sock.sendall(data)  # the timeout bounds the whole call (Python >= 3.5)
+
+    def close(self) -> None:
+        pass
+
+
+Route = Callable[["Handler"], None]
+
+
+class Handler(BaseHTTPRequestHandler):
+    """Serves one request whose head the event loop has read (`Conn.buf`), on a request thread."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = "flower-syncer"
+    sys_version = ""
+    rfile: _Reader  # type: ignore[assignment]
+    wfile: _Writer  # type: ignore[assignment]
+
+    def __init__(self, conn: Conn, agent: AgentServer) -> None:  # not BaseRequestHandler's signature
+        self.conn = conn
+        self.agent = agent
+        self.request = conn.sock
+        self.connection = conn.sock
+        self.client_address = conn.addr
+        self.rfile = _Reader(conn.buf, conn.sock)
+        self.wfile = _Writer(conn.sock, agent.request_timeout)  # headers and body leave together
+        self.close_connection = True
+        try:
+            self.handle_one_request()
+        finally:
+            self.wfile.flush()  # an error the base class sent without flushing
+
+    # -- plumbing ----------------------------------------------------------------------------------
+
+    def handle_expect_100(self) -> bool:
+        ok = super().handle_expect_100()
+        self.wfile.flush()
+        return ok
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """The base class's stderr log (parse errors, timeouts): to structlog, debug level."""
+        log.debug("http: " + (format % args), client=self.client_address[0])
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        pass  # logged by _dispatch, with the time taken
+
+    def do_GET(self) -> None:
+        self._dispatch()
+
+    def do_HEAD(self) -> None:
+        self._dispatch()
+
+    def do_POST(self) -> None:
+        self._dispatch()
+
+    def do_PUT(self) -> None:
+        self._dispatch()
+
+    def do_DELETE(self) -> None:
+        self._dispatch()
+
+    def do_PATCH(self) -> None:
+        self._dispatch()
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """Errors the base class finds (malformed request line, headers too large...), as JSON."""
+        self.close_connection = True
+        if self.request_version == "HTTP/0.9":  # the request line did not parse: answer with headers anyway
+            self.request_version = "HTTP/1.0"
+        log.debug("http: bad request", status=int(code), error=message, client=self.client_address[0])
+        try:
+            text = message or HTTPStatus(code).phrase
+        except ValueError:
+            text = message or "error"
+        self._send(code, orjson.dumps({"error": text}), JSON, close=True)
+
+    def _dispatch(self) -> None:
+        start = time.monotonic()
+        path = urlsplit(self.path).path
+        self._status = 0
+        if self.conn.limited:  # over a connection limit: one answer, then the connection closes
+            self.close_connection = True
+        try:
+            routes = ROUTES.get(path)
+            if routes is None:
+                raise HttpError(404, f"no such path: {path}", close=self._has_body())
+            method = "GET" if self.command == "HEAD" else self.command
+            route = routes.get(method)
+            if route is None:
+                allow = ", ".join(sorted({*routes, *(["HEAD"] if "GET" in routes else [])}))
+                raise HttpError(405, f"method {self.command} not allowed", close=self._has_body(),
+                                headers={"Allow": allow})
+            route(self)
+        except HttpError as exc:
+            self._json(exc.status, {"error": exc.message}, close=exc.close, headers=exc.headers)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        except Exception:
+            log.exception("http: request failed", method=self.command, path=path)
+            if not self._status:
+                self._json(500, {"error": "internal error"}, close=True)
+            else:
+                self.close_connection = True
+        finally:
+            log.debug("http request", method=self.command, path=path, status=self._status,
+                      seconds=round(time.monotonic() - start, 4), client=self.client_address[0])
+
+    def _has_body(self) -> bool:
+        return bool(self.headers.get("Content-Length", "0").strip() not in ("", "0")
+                    or self.headers.get("Transfer-Encoding"))
+
+    def _send(self, status: int, body: bytes, content_type: str, *, close: bool = False,
+              headers: dict[str, str] | None = None) -> None:
+        self._status = status
+        if close:
+            self.close_connection = True
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
+            self.send_header("X-Content-Type-Options", "nosniff")
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            if self.close_connection:
+                self.send_header("Connection", "close")
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+            self.close_connection = True
+
+    def _json(self, status: int, payload: Any, *, close: bool = False, headers: dict[str, str] | None = None) -> None:
+        self._send(status, orjson.dumps(payload, default=str), JSON, close=close, headers=headers)
+
+    def _text(self, status: int, text: str) -> None:
+        self._send(status, text.encode(), TEXT)
+
+    def _read_body(self, limit: int) -> bytes:
+        """The request body, at most `limit` bytes, arriving within the request timeout in total."""
+        if self.headers.get("Transfer-Encoding"):
+            raise HttpError(411, "a Content-Length is required (no chunked bodies)", close=True)
+        raw = self.headers.get("Content-Length", "0").strip() or "0"
+        if not raw.isdigit():
+            raise HttpError(400, "invalid Content-Length", close=True)
+        length = int(raw)
+        if length > limit:
+            raise HttpError(413, f"body larger than {limit} bytes", close=True)
+        deadline = time.monotonic() + self.agent.request_timeout
+        chunks: list[bytes] = []
+        left = length
+        try:
+            while left > 0:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise HttpError(408, "the request body took too long", close=True)
+                self.connection.settimeout(remaining)
+                chunk = self.rfile.read1(min(left, 65536))
+                if not chunk:
+                    raise HttpError(400, "the request body ended early", close=True)
+                chunks.append(chunk)
+                left -= len(chunk)
+        except TimeoutError:
+            raise HttpError(408, "the request body took too long", close=True) from None
+        finally:
+            self.connection.settimeout(self.agent.request_timeout)
+        return b"".join(chunks)
+
+    # -- routes --------------------------------------------------------------------------------------
+
+    def _require_token(self, what: str) -> None:
+        """401 unless the request carries the API bearer token (always 401 when none is configured)."""
+        token = self.agent.api_token
+        if token is None or not _bearer_ok(self.headers.get("Authorization", ""), token):
+            self.agent.rate_log("warning", f"http: {what} refused: missing or wrong bearer token",
+                                client=self.client_address[0])
+            raise HttpError(401, "missing or invalid bearer token", close=self._has_body(),
+                            headers={"WWW-Authenticate": 'Bearer realm="flower-syncer"'})
+
+    def metrics(self) -> None:
+        if self.agent.protect_reads:
+            self._require_token("metrics")
+        self._send(200, self.agent.metrics.exposition(), METRICS_CONTENT_TYPE)
+
+    def healthz(self) -> None:
+        try:
+            healthy = self.agent.api.healthy()
+        except Exception as exc:
+            log.warning("http: health check failed", error=str(exc))
+            healthy = False
+        if healthy:
+            self._text(200, "ok\n")
+        else:
+            self._text(503, "unhealthy\n")
+
+    def readyz(self) -> None:
+        try:
+            ready, reason = self.agent.api.ready()
+        except Exception as exc:
+            log.warning("http: readiness check failed", error=str(exc))
+            ready, reason = False, "readiness check failed"
+        if ready:
+            self._text(200, "ok\n")
+        else:
+            self._text(503, f"not ready: {reason or 'unknown'}\n")
+
+    def status(self) -> None:
+        if self.agent.protect_reads:
+            self._require_token("status")
+        self._json(200, self.agent.api.status())
+
+    def resync(self) -> None:
+        token = self.agent.api_token
+        if token is None:
+            raise HttpError(404, "the resync API is not configured (no API token)", close=self._has_body())
+        self._require_token("resync")
+        unit, wait, timeout = _resync_args(self._read_body(MAX_API_BODY_BYTES))
+        try:
+            result = self.agent.api.resync(unit, wait, timeout)
+        except KeyError:
+            raise HttpError(404, f"unknown unit: {unit}") from None
+        self._json(200, result)
+
+    def webhook(self) -> None:
+        secret = self.agent.webhook_secret
+        if secret is None:
+            raise HttpError(404, "webhook not configured", close=self._has_body())
+        body = self._read_body(MAX_BODY_BYTES)
+        try:
+            event = verify(dict(self.headers.items()), body, secret)
+        except WebhookRejected as exc:
+            self.agent.rate_log("warning", "http: webhook rejected", reason=exc.reason,
+                                client=self.client_address[0])
+            raise HttpError(401, exc.reason) from None
+        answer = {"provider": event.provider, "ref": event.ref, "after": event.after}
+        if not self.agent.replays.first_time(event):
+            log.debug("http: webhook delivery seen before; ignored", provider=event.provider,
+                      delivery=event.delivery)
+            self._json(200, {"accepted": False, "duplicate": True, **answer, "delivery": event.delivery})
+            return
+        log.debug("http: webhook accepted", provider=event.provider, ref=event.ref, after=event.after,
+                  delivery=event.delivery)
+        self.agent.api.webhook(event)
+        self._json(202, {"accepted": True, **answer})
+
+
+ROUTES: dict[str, dict[str, Route]] = {
+    "/metrics": {"GET": Handler.metrics},
+    "/healthz": {"GET": Handler.healthz},
+    "/readyz": {"GET": Handler.readyz},
+    "/api/v1/status": {"GET": Handler.status},
+    "/api/v1/resync": {"POST": Handler.resync},
+    "/hooks/git": {"POST": Handler.webhook},
+}
+
+
+def _bearer_ok(header: str, token: str) -> bool:
+    scheme, _, value = header.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    # constant time, and digests of equal length so not even the token's length shows
+    given = hashlib.sha256(value.strip().encode("utf-8", "surrogateescape")).digest()
+    expected = hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
+    return hmac.compare_digest(given, expected)
+
+
+def _resync_args(body: bytes) -> tuple[str | None, bool, float]:
+    """(unit, wait, timeout) from an optional JSON object; HttpError 400 when it is not one."""
+    if not body.strip():
+        return None, False, DEFAULT_RESYNC_TIMEOUT
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise HttpError(400, f"the body is not valid JSON (at character {exc.pos})") from None
+    if not isinstance(payload, dict):
+        raise HttpError(400, "the body must be a JSON object")
+    unknown = sorted(set(payload) - {"unit", "wait", "timeout"})
+    if unknown:
+        raise HttpError(400, f"unknown field(s): {', '.join(unknown)} (expected unit, wait, timeout)")
+    unit = payload.get("unit")
+    if unit is not None and (not isinstance(unit, str) or not unit.strip()):
+        raise HttpError(400, "unit must be a non-empty string")
+    wait = payload.get("wait", False)
+    if not isinstance(wait, bool):
+        raise HttpError(400, "wait must be true or false")
+    timeout = payload.get("timeout", DEFAULT_RESYNC_TIMEOUT)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= MAX_RESYNC_TIMEOUT:
+        raise HttpError(400, f"timeout must be a number of seconds in (0, {MAX_RESYNC_TIMEOUT:g}]")
+    return (unit.strip() if unit else None), wait, float(timeout)
+
