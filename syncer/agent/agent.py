@@ -38,7 +38,8 @@ from syncer.observe.metrics import Metrics, corrections_by_kind, drift_by_kind
 from syncer.plan import Claims, Plan, UnitPlan
 from syncer.render.repo import Rendered, plan_repo, render_repo
 from syncer.repo.loader import RepoState, load_repo
-from syncer.source.git import Checkout, GitSource, SourceError
+from syncer.source.git import Checkout, GitSource
+from syncer.source.refs import SourceError
 
 log = structlog.get_logger("syncer.agent")
 

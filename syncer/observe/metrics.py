@@ -81,7 +81,7 @@ PREFIX = "flower_syncer_"
 # prometheus_client's CONTENT_TYPE_LATEST says in a given version.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 RESULTS = ("success", "failed", "skipped")
-# Why a fetch of the Git source failed: the kinds of syncer.source.git.SourceError. Anything else
+# Why a fetch of the Git source failed: the kinds of syncer.source.refs.SourceError. Anything else
 # is counted as "other".
 FETCH_ERROR_REASONS = ("unreachable", "auth", "ref-not-found", "path-not-found", "corrupt", "invalid", "other")
 SYNC_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0)

@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from syncer.diagnostics import Diagnostic
+from syncer.identity import Unit
 from syncer.models.base import validate_document
 from syncer.models.federation import API_VERSION, KIND, Federation
 from syncer.models.names import name_problem
 from syncer.models.settings import ReleaseSettings, RepoSettings, SyncPolicy
 from syncer.models.supernode import SuperNodeValues, validate_values
-from syncer.render.common import Unit
 from syncer.repo.yamldoc import YamlDoc, decode_text, load_documents
 
 SETTINGS_FILE = "flower-syncer.yaml"

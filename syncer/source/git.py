@@ -30,19 +30,26 @@ import stat
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import git as gitpython
 import structlog
 
 from syncer.source import urls
+from syncer.source.refs import (
+    SourceError,
+    classify,
+    local_ref_for,
+    normalize_subpath,
+    resolve_ref,
+    summarize,
+    validate_ref,
+)
 
 log = structlog.get_logger("syncer.source")
 
-ErrorKind = Literal["unreachable", "auth", "ref-not-found", "path-not-found", "corrupt", "invalid"]
 
 _AUTO_CACHE_DIR = Path("<auto>")  # sentinel (compared by identity): derive the cache directory from the URL
 _HEX_RE = re.compile(r"^[0-9a-fA-F]{4,64}$")
@@ -106,21 +113,6 @@ class Checkout:
     committed_at: float
 
 
-class SourceError(Exception):
-    """A fetch that did not produce a checkout; ``message`` is plain words and never holds a secret."""
-
-    def __init__(self, kind: ErrorKind, message: str) -> None:
-        super().__init__(message)
-        self.kind: ErrorKind = kind
-        self.message = message
-
-    def __str__(self) -> str:
-        return self.message
-
-    def __repr__(self) -> str:
-        return f"SourceError({self.kind!r}, {self.message!r})"
-
-
 class _LocalFailure(Exception):
     """A git command on the cache clone itself failed: the clone is suspect."""
 
@@ -147,106 +139,6 @@ def head_revision(path: Path) -> str:
         return str(repo.head.commit.hexsha)
     except (gitpython.exc.GitError, ValueError, OSError):
         return ""
-
-
-def normalize_subpath(path: str) -> str:
-    """``path`` as a clean relative POSIX path ('' for the repo root); raises SourceError('invalid') for
-    absolute paths, '..' components and control characters."""
-    if any(c in path for c in "\0\n\r\\"):
-        raise SourceError("invalid", f"the config path {path!r} contains a backslash or control characters")
-    if path.startswith("/"):
-        raise SourceError("invalid", f"the config path {path!r} must be relative to the repository root")
-    parts = [p for p in path.split("/") if p not in ("", ".")]
-    if ".." in parts:
-        raise SourceError("invalid", f"the config path {path!r} must stay inside the repository (no '..')")
-    if any(p == ".git" for p in parts):
-        raise SourceError("invalid", f"the config path {path!r} points into git's own directory")
-    return "/".join(parts)
-
-
-_BAD_REF_RE = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]|\.\.|@\{|//|/\.|\.lock(/|$)")
-
-
-def validate_ref(ref: str | None) -> str | None:
-    """``ref`` if it is a well-formed branch, tag, full ref name or sha ('HEAD' and '' mean None);
-    raises SourceError('invalid') otherwise."""
-    if ref is None or ref in ("", "HEAD"):
-        return None
-    if ref.startswith(("-", "/")) or ref.endswith(("/", ".")) or ref == "@" or _BAD_REF_RE.search(ref):
-        raise SourceError("invalid", f"{ref!r} is not a valid branch, tag or commit name")
-    return ref
-
-
-def resolve_ref(
-    wanted: str | None, refs: Mapping[str, str], symrefs: Mapping[str, str]
-) -> tuple[str, str] | None:
-    """Pick the remote ref ``wanted`` means from ``git ls-remote`` output, with git's precedence (a full name,
-    then ``refs/<x>``, then a tag, then a branch). Returns (ref name, commit sha; annotated tags peeled), or
-    None. ``wanted`` None means the remote's HEAD: its branch when HEAD is symbolic."""
-    if wanted is None:
-        sha = refs.get("HEAD")
-        if sha is None:
-            return None
-        return symrefs.get("HEAD") or "HEAD", sha
-    candidates = [wanted] if wanted.startswith("refs/") else [f"refs/{wanted}", f"refs/tags/{wanted}",
-                                                                f"refs/heads/{wanted}"]
-    for name in candidates:
-        if name in refs:
-            return name, refs.get(f"{name}^{{}}", refs[name])
-    return None
-
-
-def local_ref_for(remote_ref: str) -> str:
-    """Where a fetched remote ref is kept in the cache clone (forced refspec destination)."""
-    if remote_ref.startswith("refs/tags/"):
-        return remote_ref
-    if remote_ref.startswith("refs/heads/"):
-        return "refs/remotes/origin/" + remote_ref.removeprefix("refs/heads/")
-    if remote_ref == "HEAD":
-        return "refs/remotes/origin/HEAD"
-    return "refs/remotes/origin/" + remote_ref.removeprefix("refs/")
-
-
-_HOST_KEY = ("host key verification failed", "remote host identification has changed", "no matching host key",
-             "host key for", "no hostkey alg")
-_AUTH = ("authentication failed", "could not read username", "could not read password", "terminal prompts disabled",
-         "permission denied (publickey", "permission denied, please try again", "returned error: 401",
-         "returned error: 403", "http basic: access denied", "invalid username or password", "access denied",
-         "too many authentication failures", "load key")
-_REF = ("couldn't find remote ref", "no such ref was fetched")
-_UNREACHABLE = ("could not resolve", "connection refused", "failed to connect", "couldn't connect",
-                "timed out", "did not complete in", "network is unreachable", "no route to host",
-                "does not appear to be a git repository", "not found", "could not read from remote repository",
-                "unable to access", "connection reset", "connection closed", "early eof", "hung up unexpectedly",
-                "ssl", "certificate", "unable to connect", "empty reply from server", "proxy")
-
-
-def classify(stderr: str) -> Literal["host-key", "auth", "ref-not-found", "unreachable"] | None:
-    """What a failed remote operation's stderr says went wrong; None when it does not look remote."""
-    text = stderr.lower()
-    if any(p in text for p in _HOST_KEY):
-        return "host-key"
-    if any(p in text for p in _AUTH):
-        return "auth"
-    if any(p in text for p in _REF):
-        return "ref-not-found"
-    if any(p in text for p in _UNREACHABLE):
-        return "unreachable"
-    return None
-
-
-def _summary(stderr: str) -> str:
-    lines = []
-    for raw in stderr.splitlines():
-        line = raw.strip()
-        for prefix in ("fatal: ", "error: ", "remote: ", "warning: "):
-            line = line.removeprefix(prefix)
-        boilerplate = line.startswith(("hint:", "Please make sure you have the correct access rights",
-                                       "and the repository exists"))
-        if line and line not in lines and not boilerplate:
-            lines.append(line)
-    text = "; ".join(lines) or "git exited with an error"
-    return text if len(text) <= 400 else text[:397] + "..."
 
 
 class GitSource:
@@ -436,7 +328,7 @@ class GitSource:
                              "--"], self._gitdir)
         fields = info.out.split("\0", 3)
         if info.status != 0 or len(fields) != 4:
-            raise _LocalFailure(_summary(info.err) if info.err else "unreadable commit")
+            raise _LocalFailure(summarize(info.err) if info.err else "unreadable commit")
         sha, author, committed, subject = fields[0], fields[1], fields[2], fields[3].strip()
         if self._path:
             kind = self._git(s, ["cat-file", "-t", f"{sha}:{self._path}"], self._gitdir)
@@ -449,7 +341,7 @@ class GitSource:
         for args in (["checkout", "-q", "-f", "--detach", sha], ["clean", "-q", "-ffdx"]):
             done = self._git(s, args, self._gitdir)
             if done.status != 0:
-                raise _LocalFailure(_summary(done.err))
+                raise _LocalFailure(summarize(done.err))
         root = self._tree / self._path if self._path else self._tree
         if not root.is_dir():  # cat-file said tree; only a broken work tree gets here
             raise _LocalFailure(f"{root} missing after checkout")
@@ -502,7 +394,7 @@ class GitSource:
             done = self._git(s, args, where)
             if done.status != 0:
                 shutil.rmtree(gitdir, ignore_errors=True)
-                raise SourceError("corrupt", f"cannot create a clone in {self._cache}: {_summary(done.err)}")
+                raise SourceError("corrupt", f"cannot create a clone in {self._cache}: {summarize(done.err)}")
         return gitdir
 
     def _swap_in(self, gitdir: Path) -> None:
@@ -636,7 +528,7 @@ class GitSource:
         if res.status == 0:
             return res
         kind = classify(res.err)
-        detail = _summary(res.err)
+        detail = summarize(res.err)
         if kind == "host-key":
             raise SourceError("auth", f"SSH host key verification failed for {self._display}: the server's host key "
                                       f"is not in known_hosts_file {self.spec.known_hosts_file} or does not match "

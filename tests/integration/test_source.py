@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from syncer.source.git import Checkout, GitSource, SourceError, SourceSpec
+from syncer.source.git import Checkout, GitSource, SourceSpec
+from syncer.source.refs import SourceError
 from syncer.source.watch import LocalRepoWatcher, Poller
 from tests.integration.gitservers import GitHttpServer, Repo, SshServer, free_port, git, keygen, require_sshd
 

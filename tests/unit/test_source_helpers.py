@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from syncer.source import urls
-from syncer.source.git import (
+from syncer.source.refs import (
     SourceError,
     classify,
     local_ref_for,
