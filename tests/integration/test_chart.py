@@ -189,7 +189,7 @@ def test_lint(helm: str, tmp_path: Path) -> None:
 
 def test_default_values(helm: str) -> None:
     objs = render(helm)
-    dashboards = sorted((CHART / "files" / "dashboards").glob("*.json"))
+    dashboards = sorted((CHART / "files").glob("*.json"))
     expected = ["ClusterRole", "ClusterRoleBinding", "Deployment", "NetworkPolicy", "Role", "Role", "RoleBinding",
                 "RoleBinding", "Service", "Service", "ServiceAccount"]
     assert kinds(objs) == sorted(expected + (["ConfigMap"] if dashboards else []))
@@ -515,8 +515,8 @@ def test_git_credentials(helm: str, git: dict[str, Any], url_kind: str) -> None:
 
 def test_alerts_and_dashboards_from_chart_files(helm: str, tmp_path: Path) -> None:
     chart = tmp_path / "flower-syncer"
-    shutil.copytree(CHART, chart)
-    for f in (chart / "files" / "dashboards").glob("*.json"):
+    shutil.copytree(CHART, chart)  # files/, a symlink to dashboards/, becomes a real folder here
+    for f in (chart / "files").glob("*.json"):
         f.unlink()
     (chart / "files" / "alerts.yaml").write_text("# placeholder\ngroups: []\n")
     on = {"prometheusRule": {"enabled": True}, "serviceMonitor": {"enabled": True}}
@@ -531,7 +531,7 @@ def test_alerts_and_dashboards_from_chart_files(helm: str, tmp_path: Path) -> No
     boards = {"flower-syncer.json": {"title": "flower-syncer", "panels": []},
               "flower-gpus.json": {"title": "GPUs", "panels": [{"type": "stat"}]}}
     for name, board in boards.items():
-        (chart / "files" / "dashboards" / name).write_text(json.dumps(board))
+        (chart / "files" / name).write_text(json.dumps(board))
     objs = render(helm, {**on, "grafanaDashboards": {"annotations": {"grafana_folder": "Flower"}}}, chart=chart)
     rule = one(objs, "PrometheusRule")
     assert rule["spec"]["groups"] == groups  # Prometheus templates ({{ $labels }}) untouched

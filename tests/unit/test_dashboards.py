@@ -1,16 +1,13 @@
 """The Grafana dashboards and alert rules in dashboards/: well-formed, only metrics the agent
-exports, and the Helm chart's copies byte-identical (tools/sync_chart_files.py). The queries and
+exports, and the Helm chart reads them from dashboards/ itself (a symlink). The queries and
 rules run against a live agent in tests/integration/test_prometheus.py."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -28,17 +25,6 @@ METRIC = re.compile(r"\bflower_syncer_[a-z_]+")
 # The sample names each metric type exposes (prometheus_client; _created unless disabled).
 SUFFIXES = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum", "_count", "_created"),
             "summary": ("", "_sum", "_count", "_created"), "gauge": ("",), "info": ("_info",)}
-
-
-def _load_sync_tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("sync_chart_files", ROOT / "tools" / "sync_chart_files.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-sync_tool = _load_sync_tool()
 
 
 def exposed_names() -> set[str]:
@@ -183,38 +169,16 @@ def test_alert_metric_check_catches_unknown_metric() -> None:
         "flower_syncer_sync_errors_total"]
 
 
-# -- the chart's copies -------------------------------------------------------------------------------
+# -- the chart reads them from here ------------------------------------------------------------
 
 
-def test_chart_copies_are_identical() -> None:
-    assert sync_tool.differences() == [], "run: python3 tools/sync_chart_files.py"
-    chart = ROOT / "charts" / "flower-syncer" / "files"
-    assert (chart / "alerts.yaml").read_bytes() == ALERTS.read_bytes()
-    for name in BOARDS:
-        assert (chart / "dashboards" / name).read_bytes() == (DASHBOARDS / name).read_bytes()
+def test_the_chart_reads_the_dashboards_from_one_place() -> None:
+    """charts/flower-syncer/files is a symlink to dashboards/ (Helm follows it, and `helm package`
+    stores the content): there are no copies to keep in step."""
+    files = ROOT / "charts" / "flower-syncer" / "files"
+    assert files.is_symlink() and files.resolve() == DASHBOARDS.resolve()
+    templates = ROOT / "charts" / "flower-syncer" / "templates"
+    assert '.Files.Glob "files/*.json"' in (templates / "dashboards.yaml").read_text()
+    assert '.Files.Get "files/alerts.yaml"' in (templates / "prometheusrule.yaml").read_text()
     # the chart's template puts the `groups` document as it is into the PrometheusRule
-    assert yaml.safe_load((chart / "alerts.yaml").read_text())["groups"]
-
-
-def test_sync_tool_detects_and_fixes_differences(tmp_path: Path) -> None:
-    shutil.copytree(DASHBOARDS, tmp_path / "dashboards")
-    files = tmp_path / "charts" / "flower-syncer" / "files"
-    (files / "dashboards").mkdir(parents=True)
-    (files / "dashboards" / "README.md").write_text("not a dashboard\n")
-    (files / "dashboards" / "old.json").write_text("{}\n")
-    (files / "alerts.yaml").write_text("groups: []\n")
-    diffs = sync_tool.differences(tmp_path)
-    assert any("alerts.yaml: differs" in d for d in diffs)
-    assert any("flower-federations.json: missing" in d for d in diffs)
-    assert any("old.json: stale" in d for d in diffs)
-    assert sync_tool.sync(tmp_path)
-    assert sync_tool.differences(tmp_path) == []
-    assert not (files / "dashboards" / "old.json").exists()
-    assert (files / "dashboards" / "README.md").read_text() == "not a dashboard\n"
-    board = files / "dashboards" / "flower-syncer-agent.json"
-    board.write_bytes(board.read_bytes() + b" ")  # one byte off is a difference
-    assert sync_tool.differences(tmp_path) == [
-        "charts/flower-syncer/files/dashboards/flower-syncer-agent.json: differs from "
-        "dashboards/flower-syncer-agent.json"]
-    assert sync_tool.sync(tmp_path) == ["wrote charts/flower-syncer/files/dashboards/flower-syncer-agent.json"]
-    assert sync_tool.sync(tmp_path) == []
+    assert yaml.safe_load((files / "alerts.yaml").read_text())["groups"]
