@@ -21,11 +21,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from syncer.identity import Unit
 from syncer.models.base import validate_document
 from syncer.models.federation import Federation
 from syncer.models.settings import RepoSettings, SyncPolicy
 from syncer.models.supernode import SuperNodeValues
-from syncer.render.common import Unit, to_yaml
+from syncer.render.common import to_yaml
 from syncer.render.repo import render_repo
 from syncer.repo.loader import LoadedUnit, RepoState
 from syncer.repo.yamldoc import load_documents

@@ -33,7 +33,7 @@ from typing import Any
 import structlog
 
 from syncer.cluster.client import ApiError, ClusterUnreachable, Kube, path_for
-from syncer.render.common import LABEL_MANAGED_BY, MANAGED_BY
+from syncer.identity import LABEL_MANAGED_BY, MANAGED_BY
 
 log = structlog.get_logger("syncer.lease")
 

@@ -26,9 +26,9 @@ from syncer.engine.normalize import (
     mask_secret_pair,
     strip_server_fields,
 )
-from syncer.identity import ANN_APPLIED_HASH, ObjectRef
+from syncer.identity import ANN_APPLIED_HASH, Manifest, ObjectRef
 from syncer.plan import Policy
-from syncer.render.common import Manifest, to_yaml
+from syncer.render.common import to_yaml
 
 _CONFLICT_MANAGER = re.compile(r'conflict with "([^"]+)"')
 _IMMUTABLE = ("field is immutable", "updates to statefulset spec for fields other than",

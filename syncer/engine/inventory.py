@@ -16,7 +16,6 @@ from syncer.identity import (
     ANN_SUSPENDED,
     APPLY_ORDER,
     DEFAULT_REPOSITORY,
-    INVENTORY_SELECTOR,
     LABEL_INVENTORY,
     LABEL_REPOSITORY,
     ObjectRef,
@@ -24,10 +23,6 @@ from syncer.identity import (
 )
 
 # Re-exported for modules that still import them from here; syncer.identity defines them.
-__all__ = [
-    "ANN_SUSPENDED", "DEFAULT_REPOSITORY", "INVENTORY_SELECTOR", "LABEL_INVENTORY", "LABEL_REPOSITORY",
-    "ObjectRef",
-]
 
 INVENTORY_KEY = "inventory.json"
 

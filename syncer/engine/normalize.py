@@ -6,8 +6,7 @@ import hashlib
 import json
 from typing import Any
 
-from syncer.identity import ANN_APPLIED_HASH
-from syncer.render.common import Manifest
+from syncer.identity import ANN_APPLIED_HASH, Manifest
 
 MASK_BEFORE = "*** (before)"
 MASK_AFTER = "*** (after)"

@@ -25,6 +25,7 @@ from syncer.identity import (
     LABEL_UNIT,
     LABEL_UNIT_KIND,
     MANAGED_SELECTOR,
+    Manifest,
     Unit,
     unit_matches,
 )
@@ -39,7 +40,6 @@ from syncer.observe.health import (
     summarize_problems,
     workload_health,
 )
-from syncer.render.common import Manifest
 
 if TYPE_CHECKING:
     from syncer.engine.sync import SyncReport

@@ -11,25 +11,13 @@ from typing import Any, TypeVar
 import yaml
 
 from syncer.identity import (
-    ANN_COPY_FROM,
-    ANN_COPY_KEYS,
-    ANN_PRUNE,
     ANN_SOURCE,
     APPLY_ORDER,
-    LABEL_MANAGED_BY,
-    LABEL_UNIT,
-    LABEL_UNIT_KIND,
-    MANAGED_BY,
     Manifest,
     Unit,
-    UnitKind,
 )
 
 # Re-exported for modules that still import them from here; syncer.identity defines them.
-__all__ = [
-    "ANN_COPY_FROM", "ANN_COPY_KEYS", "ANN_PRUNE", "ANN_SOURCE", "APPLY_ORDER", "LABEL_MANAGED_BY",
-    "LABEL_UNIT", "LABEL_UNIT_KIND", "MANAGED_BY", "Manifest", "Unit", "UnitKind",
-]
 
 T = TypeVar("T")
 

@@ -9,16 +9,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from syncer.diagnostics import Diagnostic
-from syncer.identity import Unit, unit_matches
+from syncer.identity import Manifest, Unit, unit_matches
 from syncer.models.federation import Federation
 from syncer.models.settings import SyncPolicy
 from syncer.plan import Claims, Plan, Policy, UnitPlan
-from syncer.render.common import Manifest, RenderContext, object_ref, sort_manifests
+from syncer.render.common import RenderContext, object_ref, sort_manifests
 from syncer.render.federation import render_federation
 from syncer.render.supernode import render_supernode
 from syncer.repo.loader import LoadedUnit, RepoState
-
-__all__ = ["unit_matches"]  # re-exported for modules that still import it from here
 
 
 @dataclass

@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from syncer.identity import LABEL_COMPONENT, LABEL_INSTANCE, LABEL_NAME
+from syncer.identity import ANN_COPY_FROM, ANN_COPY_KEYS, LABEL_COMPONENT, LABEL_INSTANCE, LABEL_NAME, Manifest
 from syncer.models.nodeconfig import encode_typed, join_pairs
 from syncer.models.supernode import (
     CA_KEY,
@@ -58,14 +58,7 @@ from syncer.models.supernode import (
     security_contexts,
     supports,
 )
-from syncer.render.common import (
-    ANN_COPY_FROM,
-    ANN_COPY_KEYS,
-    Manifest,
-    RenderContext,
-    metadata,
-    sort_manifests,
-)
+from syncer.render.common import RenderContext, metadata, sort_manifests
 
 ANN_NODE_AUTH_SHA = "flower-syncer.io/node-auth-sha256"
 COPY_KEYS = "ca.crt,tls.crt"

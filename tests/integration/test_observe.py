@@ -19,11 +19,12 @@ import pytest
 
 from syncer.cli import main
 from syncer.cluster.client import Kube
+from syncer.identity import Manifest, Unit
 from syncer.models.base import validate_document
 from syncer.models.federation import Federation
 from syncer.observe.health import NO_NODE_REASON, node_gpus
 from syncer.observe.status import PoolStatus, StatusReport, UnitStatus, status, wait_healthy
-from syncer.render.common import Manifest, RenderContext, Unit, sort_manifests
+from syncer.render.common import RenderContext, sort_manifests
 from syncer.render.federation import render_federation
 from syncer.repo.yamldoc import load_documents
 from tests.conftest import KubeCluster

@@ -14,10 +14,9 @@ from typing import Any
 import pytest
 
 from syncer.cluster.client import Kube
-from syncer.engine.inventory import LABEL_REPOSITORY
 from syncer.engine.prune import prune_blocker
 from syncer.engine.sync import Engine, SyncOptions, SyncReport
-from syncer.render.common import LABEL_UNIT, Unit
+from syncer.identity import LABEL_REPOSITORY, LABEL_UNIT, Unit
 from syncer.render.repo import plan_repo, render_repo
 from syncer.repo.loader import load_repo
 from tests.conftest import KubeCluster

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from syncer.identity import Manifest, Unit
 from syncer.models.base import validate_document
 from syncer.models.federation import Federation
-from syncer.render.common import Manifest, RenderContext, Unit
+from syncer.render.common import RenderContext
 from syncer.render.federation import render_federation
 from syncer.repo.yamldoc import load_documents
 

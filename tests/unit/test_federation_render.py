@@ -323,7 +323,8 @@ def test_rendered_manifests_share_no_mutable_state_with_the_model() -> None:
 
     model, _ = load_federation(ENV_DOC)
     assert model is not None
-    from syncer.render.common import RenderContext, Unit
+    from syncer.identity import Unit
+    from syncer.render.common import RenderContext
     from syncer.render.federation import render_federation
 
     ctx = RenderContext(Unit("federation", "ns", "envs"), "f.yaml")

@@ -11,7 +11,8 @@ import pytest
 
 from syncer.cli import main
 from syncer.cluster.client import ApiError, ClusterUnreachable, Kube
-from syncer.engine.inventory import Entry, Inventory, ObjectRef
+from syncer.engine.inventory import Entry, Inventory
+from syncer.identity import ObjectRef, Unit
 from syncer.observe.status import (
     ClusterGPUs,
     StatusReport,
@@ -23,7 +24,6 @@ from syncer.observe.status import (
     unit_status,
     wait_healthy,
 )
-from syncer.render.common import Unit
 from tests.unit.helpers import render_federation_text
 
 FED = Unit("federation", "flower", "fed")

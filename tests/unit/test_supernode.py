@@ -16,13 +16,14 @@ import pytest
 import yaml
 
 from syncer.diagnostics import Diagnostic
+from syncer.identity import ANN_COPY_FROM, ANN_COPY_KEYS, Manifest, Unit
 from syncer.models.supernode import (
     SuperNodeValues,
     helm_fullname,
     parse_openssh_private_key,
     validate_values,
 )
-from syncer.render.common import ANN_COPY_FROM, ANN_COPY_KEYS, Manifest, RenderContext, Unit, to_yaml
+from syncer.render.common import RenderContext, to_yaml
 from syncer.render.supernode import render_supernode
 from syncer.repo.yamldoc import load_documents
 from tests.flower_parse import parse_node_config
