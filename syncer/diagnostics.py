@@ -83,10 +83,3 @@ class Diagnostic:
             "unit": self.unit,
         }
 
-
-class DiagnosticsError(Exception):
-    """Raised by adapters that cannot return diagnostics alongside a value."""
-
-    def __init__(self, diagnostics: Sequence[Diagnostic]) -> None:
-        self.diagnostics = list(diagnostics)
-        super().__init__("\n".join(d.render() for d in self.diagnostics))
