@@ -9,7 +9,9 @@
 4. otherwise it starts one with tools/devcluster.py and stops it at the end of the session.
 
 If no cluster can be had, tests that need one are skipped with the reason, or fail when
-``CI=true``.  ``namespace`` (function) creates a fresh namespace per test and deletes it after.
+``CI=true``.  ``namespace`` (function) creates a fresh namespace per test and deletes it after;
+``kube`` is flower-syncer's own client on that cluster. ``wait_until`` is the one way tests wait:
+on an observable condition, never a fixed sleep.
 """
 
 from __future__ import annotations
@@ -23,14 +25,18 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 from urllib.parse import urlsplit
 
 import pytest
 
+if TYPE_CHECKING:
+    from syncer.cluster.client import Kube
+
+T = TypeVar("T")
 REPO = Path(__file__).resolve().parent.parent
 DEVCLUSTER = REPO / "tools" / "devcluster.py"
 UP_TIMEOUT_S = 240
@@ -183,6 +189,29 @@ def kube_cluster() -> Iterator[KubeCluster]:
         proc = _devcluster("down")
         if proc.returncode != 0:
             sys.stderr.write(f"devcluster down failed:\n{proc.stdout}{proc.stderr}")
+
+
+def wait_until(what: str, check: Callable[[], T | None], *, timeout: float = 30, interval: float = 0.05,
+               log: Path | None = None) -> T:
+    """Poll `check` until it returns something truthy and return that; at the timeout fail with
+    `what`, the last value and, when given, the tail of `log` (an agent's log file)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        last = check()
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            tail = log.read_text(errors="replace")[-3000:] if log is not None and log.exists() else ""
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}; last value: {last!r}"
+                                 + (f"\n--- {log} ---\n{tail}" if tail else ""))
+        time.sleep(interval)
+
+
+@pytest.fixture
+def kube(kube_cluster: KubeCluster) -> Kube:
+    from syncer.cluster.client import Kube
+
+    return Kube.from_kubeconfig(kube_cluster.kubeconfig)
 
 
 @pytest.fixture

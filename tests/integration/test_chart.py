@@ -29,7 +29,7 @@ import yaml
 
 from syncer import __version__
 from syncer.cluster.client import ApiError, Kube
-from syncer.engine.live import MANAGED_SELECTOR
+from syncer.identity import MANAGED_SELECTOR
 from tests.conftest import KubeCluster
 
 if TYPE_CHECKING:

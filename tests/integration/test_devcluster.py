@@ -6,13 +6,13 @@ Pods have no containers behind them; kwok plays the kubelet and marks them Runni
 from __future__ import annotations
 
 import functools
-import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
+from tests.conftest import wait_until
 
 if TYPE_CHECKING:
     from tests.conftest import KubeCluster
@@ -22,18 +22,6 @@ pytestmark = pytest.mark.cluster
 T = TypeVar("T")
 IMAGE = "registry.k8s.io/pause:3.10"  # never pulled: there is no container runtime
 
-
-def wait_until(check: Callable[[], T | None], *, timeout: float = 30, what: str = "condition") -> T:
-    """Poll `check` until it returns something truthy; fail with the last value at the timeout."""
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while True:
-        last = check()
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}; last value: {last!r}")
-        time.sleep(0.2)
 
 
 def pod_template(
@@ -102,7 +90,7 @@ def test_namespace_gets_default_serviceaccount_and_root_ca(kube_cluster: KubeClu
             raise
         return data.get("ca.crt")
 
-    assert "BEGIN CERTIFICATE" in wait_until(root_ca, what="kube-root-ca.crt configmap")
+    assert "BEGIN CERTIFICATE" in wait_until("kube-root-ca.crt configmap", root_ca)
 
 
 def test_statefulset_becomes_ready_and_scales_down(kube_cluster: KubeCluster, namespace: str) -> None:
@@ -132,20 +120,20 @@ def test_statefulset_becomes_ready_and_scales_down(kube_cluster: KubeCluster, na
     def ready_replicas() -> int:
         return apps.read_namespaced_stateful_set_status("web", namespace).status.ready_replicas or 0
 
-    wait_until(lambda: ready_replicas() == 3, timeout=45, what="3 ready replicas")
+    wait_until("3 ready replicas", lambda: ready_replicas() == 3, timeout=45)
     pods = core.list_namespaced_pod(namespace, label_selector="app=web").items
     assert sorted(p.metadata.name for p in pods) == ["web-0", "web-1", "web-2"]
     assert all(p.spec.node_name and p.status.phase == "Running" for p in pods)
 
     apps.patch_namespaced_stateful_set_scale("web", namespace, {"spec": {"replicas": 1}})
     wait_until(
+        "scale down to web-0 only",
         lambda: (
             [p.metadata.name for p in core.list_namespaced_pod(namespace, label_selector="app=web").items] == ["web-0"]
         ),
         timeout=45,
-        what="scale down to web-0 only",
     )
-    wait_until(lambda: ready_replicas() == 1, what="1 ready replica")
+    wait_until("1 ready replica", lambda: ready_replicas() == 1)
 
 
 def test_daemonset_runs_one_pod_per_matching_node(kube_cluster: KubeCluster, namespace: str) -> None:
@@ -168,7 +156,7 @@ def test_daemonset_runs_one_pod_per_matching_node(kube_cluster: KubeCluster, nam
         st = apps.read_namespaced_daemon_set_status("gpu-agent", namespace).status
         return bool(st.desired_number_scheduled == len(matching) and st.number_ready == len(matching))
 
-    wait_until(settled, timeout=45, what="DaemonSet ready on every GPU node")
+    wait_until("DaemonSet ready on every GPU node", settled, timeout=45)
     pods = core.list_namespaced_pod(namespace, label_selector="app=gpu-agent").items
     assert sorted(p.spec.node_name for p in pods) == sorted(matching)
 
@@ -183,7 +171,7 @@ def test_gpu_pods_land_only_on_nodes_with_that_gpu(kube_cluster: KubeCluster, na
         return pod if pod.status.phase == "Running" else None
 
     for pod_name, resource in (("nvidia-1", "nvidia.com/gpu"), ("amd-1", "amd.com/gpu")):
-        pod = wait_until(functools.partial(running, pod_name), what=f"{pod_name} Running")
+        pod = wait_until(f"{pod_name} Running", functools.partial(running, pod_name))
         node = core.read_node(pod.spec.node_name)
         assert gpu_capacity(node, resource) >= 1, f"{pod_name} landed on {node.metadata.name} without {resource}"
 
@@ -200,7 +188,7 @@ def test_gpu_request_beyond_any_node_stays_pending(kube_cluster: KubeCluster, na
                 return pod, cond
         return None
 
-    pod, cond = wait_until(unschedulable, what="PodScheduled=False/Unschedulable")
+    pod, cond = wait_until("PodScheduled=False/Unschedulable", unschedulable)
     assert pod.status.phase == "Pending" and not pod.spec.node_name
     assert "Insufficient nvidia.com/gpu" in cond.message
 
@@ -281,7 +269,7 @@ def test_serviceaccount_rbac_is_namespaced(kube_cluster: KubeCluster, namespace:
             raise
         return True
 
-    wait_until(allowed_in_own_namespace, what="the RoleBinding to take effect")
+    wait_until("the RoleBinding to take effect", allowed_in_own_namespace)
     limited.create_namespaced_config_map(
         namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="mine"), data={"k": "v"})
     )

@@ -4,8 +4,6 @@ safety, immutable fields, mode switches and the TLS CA copy."""
 from __future__ import annotations
 
 import base64
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +14,7 @@ from syncer.engine.changeset import Action, Change, SkipReason
 from syncer.engine.sync import Engine, SyncOptions, SyncReport
 from syncer.render.repo import plan_repo, render_repo
 from syncer.repo.loader import load_repo
-from tests.conftest import KubeCluster
+from tests.conftest import KubeCluster, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -59,10 +57,6 @@ def repo(tmp_path: Path, namespace: str) -> Path:
     return root
 
 
-@pytest.fixture
-def kube(kube_cluster: KubeCluster) -> Kube:
-    return Kube.from_kubeconfig(kube_cluster.kubeconfig)
-
 
 def sync(kube: Kube, repo: Path, **opts: Any) -> SyncReport:
     state = load_repo(repo)
@@ -79,16 +73,6 @@ def sts_change(report: SyncReport, name: str = "fed-supernode-a") -> Change:
     return next(c for u in report.units for c in u.changes if c.ref.kind == "StatefulSet" and c.ref.name == name)
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 30) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
-
 
 def test_create_then_resync_makes_zero_writes(kube: Kube, repo: Path, namespace: str) -> None:
     write_fed(repo, pools=pool("a") + pool("b", 1))
@@ -102,7 +86,7 @@ def test_create_then_resync_makes_zero_writes(kube: Kube, repo: Path, namespace:
     assert set(actions(second).values()) == {"unchanged"}
     sts = kube.get("StatefulSet", namespace, "fed-supernode-a")
     assert sts is not None
-    wait_for("pool a ready", lambda: (kube.get("StatefulSet", namespace, "fed-supernode-a") or {})
+    wait_until("pool a ready", lambda: (kube.get("StatefulSet", namespace, "fed-supernode-a") or {})
              .get("status", {}).get("readyReplicas") == 2)
 
 
@@ -118,7 +102,7 @@ def test_image_bump_rolls_the_pods_and_scale_changes_replicas(kube: Kube, repo: 
         images = [p["spec"]["containers"][0]["image"] for p in pods]
         return len(images) == 3 and set(images) == {"flwr/supernode:1.26.0"}
 
-    wait_for("pods rolled to the new image", rolled, timeout=60)
+    wait_until("pods rolled to the new image", rolled, timeout=60)
 
 
 def test_pool_removed_is_pruned_and_inventory_follows(kube: Kube, repo: Path, namespace: str) -> None:
@@ -371,7 +355,7 @@ def test_a_namespace_deleted_out_of_band_is_created_again(kube: Kube, kube_clust
         assert once().ok
         kube_cluster.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=60s")
         assert kube.get("Namespace", None, ns) is None
-        wait_for("namespace recreated and unit synced", lambda: once().ok, timeout=30)
+        wait_until("namespace recreated and unit synced", lambda: once().ok, timeout=30)
         assert kube.get("StatefulSet", ns, "fed-supernode-a") is not None
     finally:
         kube_cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -27,7 +26,7 @@ from syncer.observe.status import PoolStatus, StatusReport, UnitStatus, status, 
 from syncer.render.common import RenderContext, sort_manifests
 from syncer.render.federation import render_federation
 from syncer.repo.yamldoc import load_documents
-from tests.conftest import KubeCluster
+from tests.conftest import KubeCluster, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -81,26 +80,11 @@ def apply_all(kube: Kube, manifests: list[Manifest]) -> None:
         kube.apply(m)
 
 
-def wait_for(what: str, check: Callable[[], T | None], timeout: float = 60) -> T:
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while True:
-        last = check()
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}; last value: {last!r}")
-        time.sleep(0.25)
-
 
 def pool_of(report: StatusReport, pool: str) -> PoolStatus:
     assert len(report.units) == 1, report.to_dict()
     return next(p for p in report.units[0].pools if p.pool == pool)
 
-
-@pytest.fixture
-def kube(kube_cluster: KubeCluster) -> Kube:
-    return Kube.from_kubeconfig(kube_cluster.kubeconfig)
 
 
 def test_gpu_pool_lands_on_nvidia_nodes_and_is_accounted(kube: Kube, namespace: str) -> None:
@@ -163,7 +147,7 @@ def test_pool_asking_for_more_gpus_than_exist_is_unschedulable(kube: Kube, names
             return p if p.problem is not None and p.problem.reason == "Unschedulable" else None
 
         start = time.monotonic()
-        big = wait_for("the Unschedulable problem", unschedulable, timeout=60)
+        big = wait_until("the Unschedulable problem", unschedulable, timeout=60)
         seen_after = time.monotonic() - start
         assert big.problem is not None
         assert "Insufficient nvidia.com/gpu" in big.problem.message
@@ -195,7 +179,7 @@ def test_daemonset_matching_no_node_is_not_ready(kube: Kube, namespace: str) -> 
         p = pool_of(status(kube, {unit: manifests}, nodes=False), "nowhere")
         return p if p.reason == NO_NODE_REASON else None
 
-    pool = wait_for("the DaemonSet to be observed", observed, timeout=30)
+    pool = wait_until("the DaemonSet to be observed", observed, timeout=30)
     assert (pool.kind, pool.desired, pool.ready, pool.healthy) == ("DaemonSet", 0, 0, False)
     report = status(kube, {unit: manifests}, nodes=False)
     assert pool_of(report, "superlink").kind == "StatefulSet"

@@ -25,10 +25,6 @@ ONE_POOL = FED.format(image="flwr/supernode:1.25.0", replicas=1)
 INVENTORY = "flower-syncer.federation.fed"
 
 
-@pytest.fixture
-def kube(kube_cluster: KubeCluster) -> Kube:
-    return Kube.from_kubeconfig(kube_cluster.kubeconfig)
-
 
 def entries(kube: Kube, namespace: str, name: str = INVENTORY) -> list[str]:
     cm = kube.get("ConfigMap", namespace, name)

@@ -58,10 +58,6 @@ def fed(name: str = "fed") -> str:
     return FED.format(image="flwr/supernode:1.25.0", replicas=1).replace("name: fed\n", f"name: {name}\n", 1)
 
 
-@pytest.fixture
-def kube(kube_cluster: KubeCluster) -> Kube:
-    return Kube.from_kubeconfig(kube_cluster.kubeconfig)
-
 
 def identity(kube: Kube, kind: str, namespace: str, name: str) -> tuple[str, str, str]:
     obj = kube.get(kind, namespace, name) or {}

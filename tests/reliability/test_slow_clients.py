@@ -25,6 +25,7 @@ from structlog.testing import capture_logs
 from syncer.http import MAX_HEAD_BYTES, AgentServer
 from syncer.observe.metrics import Metrics
 from syncer.source.webhook import PushEvent
+from tests.conftest import wait_until
 
 TOKEN = "api-token-never-logged"
 SECRET = "webhook-secret-never-logged"
@@ -80,12 +81,6 @@ def source(i: int, block: int = 1) -> str:
 def connect(server: AgentServer, src: str = "127.0.0.1", timeout: float = 5.0) -> socket.socket:
     return socket.create_connection(server.address, timeout=timeout, source_address=(src, 0))
 
-
-def wait_for(condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"{what}: not met within {timeout} s"
-        time.sleep(0.01)
 
 
 def probe(server: AgentServer, path: str = "/healthz", timeout: float = 1.0) -> tuple[int, float]:
@@ -207,13 +202,13 @@ def test_header_slowloris_64_connections_health_answers_throughout(make_server: 
     socks = [connect(server, source(i)) for i in range(64)]
     head = b"GET /api/v1/status HTTP/1.1\r\nHost: x\r\n" + b"X-Pad: " + b"a" * 1000
     with Trickler(socks, head, every=0.2) as trickle:
-        wait_for(lambda: server.open_connections >= 64, 5, "64 connections accepted")
+        wait_until("64 connections accepted", lambda: server.open_connections >= 64, timeout=5)
         results = probe_throughout(server, lambda: len(trickle.cut_at) == 64, limit=8)
         assert_all_healthy(results)
         assert len(trickle.cut_at) == 64, f"only {len(trickle.cut_at)} of 64 trickling connections were cut"
         assert max(trickle.cut_at.values()) < 2.0 + 1.5
         assert all(reply.startswith(b"HTTP/1.1 408 ") for reply in trickle.replies.values())
-    wait_for(lambda: server.open_connections == 0, 5, "all connections closed")
+    wait_until("all connections closed", lambda: server.open_connections == 0, timeout=5)
 
 
 def test_one_byte_per_second_is_cut_at_the_head_deadline(make_server: Callable[..., AgentServer]) -> None:
@@ -222,7 +217,7 @@ def test_one_byte_per_second_is_cut_at_the_head_deadline(make_server: Callable[.
     server = make_server(request_timeout=2.0)
     sock = connect(server, source(0))
     with Trickler([sock], b"GET /healthz HTTP/1.1\r\n" + b"X" * 100, every=0.5) as trickle:
-        wait_for(lambda: 0 in trickle.cut_at, 6, "the trickler cut")
+        wait_until("the trickler cut", lambda: 0 in trickle.cut_at, timeout=6)
         assert trickle.cut_at[0] < 2.0 + 1.0
         assert trickle.replies[0].startswith(b"HTTP/1.1 408 ")
 
@@ -259,7 +254,7 @@ def test_body_slowloris_health_answers_and_bodies_are_cut(make_server: Callable[
     for sock in socks:
         sock.sendall(head)
     with Trickler(socks, b" " * 4000, every=0.2) as trickle:
-        wait_for(lambda: server.open_connections >= 64, 5, "64 connections accepted")
+        wait_until("64 connections accepted", lambda: server.open_connections >= 64, timeout=5)
         results = probe_throughout(server, lambda: len(trickle.cut_at) == 64, limit=8)
         assert_all_healthy(results)
         assert len(trickle.cut_at) == 64
@@ -276,7 +271,7 @@ def test_per_client_cap(make_server: Callable[..., AgentServer]) -> None:
     server = make_server(request_timeout=5.0, max_connections=64, max_connections_per_client=8)
     idle = [connect(server, "127.0.1.1") for _ in range(8)]
     try:
-        wait_for(lambda: server.open_connections == 8, 5, "8 idle connections")
+        wait_until("8 idle connections", lambda: server.open_connections == 8, timeout=5)
         extra = connect(server, "127.0.1.1")
         with capture_logs():
             extra.sendall(b"GET /api/v1/status HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -293,7 +288,7 @@ def test_per_client_cap(make_server: Callable[..., AgentServer]) -> None:
     finally:
         for sock in idle:
             sock.close()
-    wait_for(lambda: server.open_connections == 0, 5, "all closed")
+    wait_until("all closed", lambda: server.open_connections == 0, timeout=5)
 
 
 def probe_from(server: AgentServer, src: str) -> int:
@@ -320,7 +315,7 @@ def test_flood_over_max_open_is_bounded_and_health_answers(make_server: Callable
             peak = max(peak, server.open_connections)
             return time.monotonic() - trickle.started > 1.5
 
-        wait_for(watch, 5, "the flood is 1.5 s old")
+        wait_until("the flood is 1.5 s old", watch, timeout=5)
         results = probe_throughout(server, lambda: watch() and time.monotonic() - trickle.started > 4.5, limit=5)
         assert_all_healthy(results)
         assert peak <= 128 + 1, peak
@@ -397,7 +392,7 @@ def test_many_idle_keep_alive_connections(make_server: Callable[..., AgentServer
         assert_all_healthy([probe(server) for _ in range(5)])
         with capture_logs():
             assert probe(server, "/api/v1/status")[0] == 503
-        wait_for(lambda: server.open_connections == 0, 6, "idle connections closed at the deadline")
+        wait_until("idle connections closed at the deadline", lambda: server.open_connections == 0, timeout=6)
         assert probe(server, "/api/v1/status")[0] == 200
     finally:
         for conn in conns:

@@ -9,7 +9,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,6 +18,7 @@ from structlog.testing import capture_logs
 from syncer.http import MAX_API_BODY_BYTES, AgentServer
 from syncer.observe.metrics import Metrics
 from syncer.source.webhook import MAX_BODY_BYTES, PushEvent
+from tests.conftest import wait_until
 
 TOKEN = "s3cret-api-token"
 SECRET = "hook-secret"
@@ -368,7 +369,7 @@ def test_a_waiting_resync_does_not_block_other_requests(client: Client, api: Fak
     done: list[int] = []
     t = threading.Thread(target=lambda: done.append(client.json("POST", "/api/v1/resync", {"wait": True})[0]))
     t.start()
-    wait_for(lambda: len(api.resyncs) == 1)  # the resync is in progress
+    wait_until("the resync is in progress", lambda: len(api.resyncs) == 1, timeout=5)
     begin = time.monotonic()
     assert client.request("GET", "/healthz")[0] == 200
     assert time.monotonic() - begin < 0.5
@@ -450,7 +451,7 @@ def test_rejections_are_logged_at_a_bounded_rate_with_a_count(api: FakeAPI, metr
             end = time.monotonic()
             quick = end - start < 1.0  # the 40 requests fit in one interval (normally ~0.1 s)
             first = [e for e in logs if e["event"] == "http: webhook rejected"]
-            wait_for(lambda: time.monotonic() - end >= 1.0)  # an interval after every line logged so far
+            wait_until("an interval after every line logged so far", lambda: time.monotonic() - end >= 1.0, timeout=5)
             assert c.request("POST", "/hooks/git", PUSH, github_headers(PUSH, secret="nope"))[0] == 401
     finally:
         s.stop()
@@ -552,12 +553,6 @@ def test_trickling_body_is_cut_off_at_the_deadline(client: Client, api: FakeAPI)
         sock.close()
 
 
-def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
-
 
 def test_connection_limit(api: FakeAPI, metrics: Metrics) -> None:
     s = AgentServer(api, metrics, request_timeout=5.0, max_connections=2)
@@ -565,7 +560,7 @@ def test_connection_limit(api: FakeAPI, metrics: Metrics) -> None:
     c = Client(s)
     idle = [c.raw(), c.raw()]
     try:
-        wait_for(lambda: s.open_connections == 2)  # both accepted and holding a slot
+        wait_until("both accepted and holding a slot", lambda: s.open_connections == 2, timeout=5)
         with capture_logs():
             status, _, raw = c.request("GET", "/api/v1/status")
         assert status == 503
@@ -575,7 +570,7 @@ def test_connection_limit(api: FakeAPI, metrics: Metrics) -> None:
         assert c.request("HEAD", "/readyz")[0] == 200
         for sock in idle:
             sock.close()
-        wait_for(lambda: s.open_connections == 0)  # the server sees EOF and gives the slots back
+        wait_until("the server sees EOF and gives the slots back", lambda: s.open_connections == 0, timeout=5)
         assert c.request("GET", "/api/v1/status")[0] == 200
     finally:
         for sock in idle:
@@ -612,7 +607,8 @@ def test_requests_are_logged_at_debug_without_headers_or_bodies(client: Client) 
         client.json("POST", "/api/v1/resync?x=1", {"unit": FED})
         client.json("POST", "/api/v1/resync", {"unit": FED}, token="not-the-token")
         client.request("POST", "/hooks/git", PUSH, github_headers(PUSH, secret="nope"))
-        wait_for(lambda: len([e for e in logs if e["event"] == "http request"]) == 3)  # logged after the answer
+        wait_until("logged after the answer",
+                   lambda: len([e for e in logs if e["event"] == "http request"]) == 3, timeout=5)
     requests = [e for e in logs if e["event"] == "http request"]
     assert [(e["log_level"], e["method"], e["path"], e["status"]) for e in requests] == [
         ("debug", "POST", "/api/v1/resync", 200), ("debug", "POST", "/api/v1/resync", 401),

@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from syncer.engine.inventory import INVENTORY_KEY, Inventory, decode
-from syncer.engine.ownership import Claims, owner_of, recover_inventory, stamp_repository, write_conflict
+from syncer.engine.ownership import owner_of, recover_inventory, stamp_repository, write_conflict
 from syncer.engine.prune import prune_blocker
 from syncer.identity import LABEL_REPOSITORY, ObjectRef, Unit
+from syncer.plan import Claims
 from syncer.render.repo import render_repo
 from syncer.repo.loader import load_repo
 
