@@ -5,6 +5,8 @@ import it (models, render, engine, cluster adapters, agent, observe, the CLI).
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
@@ -32,7 +34,19 @@ ANN_COPY_KEYS = "flower-syncer.io/copy-keys"
 ANN_SUSPENDED = "flower-syncer.io/suspended"  # set by `flower-syncer suspend`, kept across syncs
 ANN_APPLIED_HASH = "flower-syncer.io/applied-hash"  # fingerprint of the desired object last applied
 
-DEFAULT_REPOSITORY = "default"
+DEFAULT_REPOSITORY = "default"  # only for callers that name no source (tests, benchmarks)
+
+
+def derived_repository_name(source: str, subpath: str = "") -> str:
+    """The identity of a repository that sets no `name`: readable, label-safe and unique per source
+    (`source`: its remote URL without credentials, or its absolute local path; `subpath`: the
+    folder of the config inside it), e.g. `flower-config-3fa9c2d1e0`. Two repositories without a
+    name never share one by accident (see syncer.source.git.source_location)."""
+    digest = hashlib.sha256(f"{source}\0{subpath.strip('/')}".encode()).hexdigest()[:10]
+    parts = [p for p in re.split(r"[/:@]", source.rstrip("/")) if p and p not in (".", "..")]
+    base = parts[-1].removesuffix(".git") if parts else ""
+    base = re.sub(r"[^a-z0-9]+", "-", base.lower()).strip("-")[:40].strip("-")
+    return f"{base}-{digest}" if base else digest
 
 MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 INVENTORY_SELECTOR = f"{LABEL_INVENTORY}=true,{MANAGED_SELECTOR}"

@@ -55,6 +55,8 @@ class Plan:
     units: Mapping[Unit, UnitPlan]
     """The units to sync (those selected, when selectors were given)."""
     repository: str = DEFAULT_REPOSITORY
+    former_names: frozenset[str] = frozenset()
+    """Earlier names of the repository (`renamedFrom`): what they recorded is ours."""
     revision: str = ""
     failed: frozenset[Unit] = frozenset()
     """Units in Git that did not load or render: never applied, never pruned."""
@@ -73,6 +75,10 @@ class Plan:
     @property
     def renders_anything(self) -> bool:
         return bool(self.claims.objects) or any(p.manifests for p in self.units.values())
+
+    def owns(self, repository: str) -> bool:
+        """Whether what `repository` recorded (on an inventory or an object label) is ours."""
+        return repository == self.repository or repository in self.former_names
 
     def in_git(self, unit: Unit) -> bool:
         """A unit the repository defines, loaded or not (whether or not it was selected)."""

@@ -9,10 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from syncer.diagnostics import Diagnostic
-from syncer.identity import Manifest, Unit, UnknownUnit, unit_matches
+from syncer.identity import DEFAULT_REPOSITORY, Manifest, Unit, UnknownUnit, derived_repository_name, unit_matches
 from syncer.plan import Plan
 from syncer.render.repo import Rendered, plan_repo, render_repo, select_units
 from syncer.repo.loader import RepoState, load_repo
+from syncer.source.git import source_location
+from syncer.source.refs import SourceError
 
 
 class RepoNotFound(FileNotFoundError):
@@ -31,6 +33,12 @@ class Loaded:
     state: RepoState
     rendered: Rendered
     selectors: tuple[str, ...] = ()
+    default_repository: str = DEFAULT_REPOSITORY
+    """The repository's name when flower-syncer.yaml sets none (derived from where it comes from)."""
+
+    @property
+    def repository(self) -> str:
+        return self.state.settings.name or self.default_repository
 
     @property
     def diagnostics(self) -> list[Diagnostic]:
@@ -57,7 +65,8 @@ class Loaded:
         return [d for d in self.diagnostics if not d.unit or d.unit in chosen]
 
     def plan(self, revision: str = "") -> Plan:
-        return plan_repo(self.state, self.rendered, selectors=self.selectors, revision=revision)
+        return plan_repo(self.state, self.rendered, selectors=self.selectors, revision=revision,
+                         default_repository=self.default_repository)
 
     def manifests(self) -> list[Manifest]:
         return self.rendered.manifests()
@@ -74,7 +83,11 @@ def load(root: Path, selectors: Sequence[str] = ()) -> Loaded:
     for sel in unmatched:
         if not any(unit_matches(u, sel) for u in known):
             raise UnknownUnit(sel)
-    return Loaded(state, render_repo(state, list(selectors)), tuple(selectors))
+    try:
+        default = derived_repository_name(*source_location(str(root.resolve())))
+    except SourceError:
+        default = DEFAULT_REPOSITORY
+    return Loaded(state, render_repo(state, list(selectors)), tuple(selectors), default)
 
 
 @dataclass(frozen=True)

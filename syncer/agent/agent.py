@@ -33,7 +33,7 @@ from syncer.engine.inventory import Inventory
 from syncer.engine.live import LiveState
 from syncer.engine.normalize import fingerprint, managed_fields_hash
 from syncer.engine.sync import Engine, SyncOptions, vanished_units
-from syncer.identity import ANN_APPLIED_HASH, ObjectRef, Unit, unit_matches
+from syncer.identity import ANN_APPLIED_HASH, DEFAULT_REPOSITORY, ObjectRef, Unit, unit_matches
 from syncer.observe.metrics import Metrics, corrections_by_kind, drift_by_kind
 from syncer.plan import Claims, Plan, UnitPlan
 from syncer.render.repo import Rendered, plan_repo, render_repo
@@ -144,6 +144,7 @@ class AgentOptions:
     workers: int = 4
     poll_interval: float = 60.0
     prune: bool = True
+    repository: str = DEFAULT_REPOSITORY  # the name when flower-syncer.yaml sets none (derived from the source)
 
 
 class Agent:
@@ -258,7 +259,7 @@ class Agent:
         if unit in self.desired:
             return True
         inv = self.cache.state.inventories.get(unit)
-        return inv is not None and self.loaded.is_set() and inv.repository == self.repository
+        return inv is not None and self.loaded.is_set() and self.installed.plan.owns(inv.repository)
 
     def _touched(self, event: ObjectChanged) -> bool:
         """Did something change that is ours? Status updates and other managers' own fields are
@@ -339,7 +340,9 @@ class Agent:
                 self.work.add(event.inventory.unit)
         elif isinstance(event, InventoryDeleted):
             # rebuilt from the objects' labels by the next sync, so nothing becomes an orphan
-            if event.unit in self.desired or event.unit in vanished_units(self.cache.state, self.repository):
+            plan = self.installed.plan
+            if event.unit in self.desired or event.unit in vanished_units(self.cache.state, plan.repository,
+                                                                          plan.former_names):
                 log.warning("inventory deleted out of band; rebuilding it from the labelled objects",
                             unit=event.unit.id)
                 self.work.add(event.unit)
@@ -387,7 +390,7 @@ class Agent:
         """Adopt a new revision; returns the units whose desired state changed. A unit that fails to
         load or render keeps its last good desired state; a unit gone from Git is pruned only if the
         whole revision loaded and rendered without errors."""
-        fresh = plan_repo(state, rendered, revision=revision)
+        fresh = plan_repo(state, rendered, revision=revision, default_repository=self.options.repository)
         old = self.installed
         units = dict(old.plan.units)
         digests = dict(old.digests)
@@ -415,7 +418,7 @@ class Agent:
                 digests.pop(unit, None)
                 changed.append(unit)
             # also units that left Git while no agent was running (or whose inventory was deleted)
-            changed += [u for u in vanished_units(self.cache.state, fresh.repository)
+            changed += [u for u in vanished_units(self.cache.state, fresh.repository, fresh.former_names)
                         if not fresh.in_git(u) and u not in changed]
         # what each unit claims, from the desired state kept (a failed unit keeps its last claims)
         claims = Claims.of(((u, p.manifests) for u, p in units.items()), fresh.failed)

@@ -20,9 +20,11 @@ from syncer.agent.config import AgentConfig, read_secret
 from syncer.cluster.client import ApiError, ClusterUnreachable, Kube, path_for
 from syncer.cluster.lease import LeaderElector
 from syncer.http import AgentServer
+from syncer.identity import derived_repository_name
 from syncer.logs import configure
 from syncer.observe.metrics import Metrics
-from syncer.source.git import GitSource, SourceSpec, default_cache_dir
+from syncer.source.git import GitSource, SourceSpec, default_cache_dir, source_location
+from syncer.source.refs import SourceError
 from syncer.source.watch import LocalRepoWatcher
 
 log = structlog.get_logger("syncer.agent")
@@ -78,8 +80,13 @@ def run(config: AgentConfig) -> int:
     source = GitSource(spec)
     metrics = Metrics()
     metrics.set_poll_interval(config.interval)
+    try:
+        repository = derived_repository_name(*source_location(config.repo, config.path))
+    except SourceError as exc:
+        log.error("invalid source", error=str(exc))
+        return 2
     agent = Agent(kube, source, metrics, AgentOptions(namespaces=config.namespaces, workers=config.workers,
-                                                      poll_interval=config.interval))
+                                                      poll_interval=config.interval, repository=repository))
     host, port = config.listen_address()
     server = AgentServer(_Api(agent), metrics, host=host, port=port,
                          api_token=read_secret(config.api_token_file),

@@ -12,7 +12,7 @@ still want) is a conflict: reported, never adopted, never recreated, never prune
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,14 +52,15 @@ def owner_of(obj: Mapping[str, Any] | None) -> Owner | None:
     return Owner(unit, labels.get(LABEL_REPOSITORY, "")) if unit is not None else None
 
 
-def write_conflict(unit: Unit, repository: str, live: Mapping[str, Any] | None, claims: Claims,
+def write_conflict(unit: Unit, ours: Collection[str], live: Mapping[str, Any] | None, claims: Claims,
                    inventories: Mapping[Unit, Inventory]) -> str:
-    """Why `unit` of `repository` must not apply over `live`, or "" if it may."""
+    """Why `unit` of the repository named `ours` (its name and former names) must not apply over
+    `live`, or "" if it may."""
     owner = owner_of(live)
     if owner is None:
         return ""
     owner_repo = owner.repository or _recorded_repository(owner.unit, inventories)
-    if owner_repo and owner_repo != repository:
+    if owner_repo and owner_repo not in ours:
         return (f"it belongs to {owner.unit.id} of the repository {owner_repo!r}; flower-syncer never takes "
                 "another repository's objects: rename it in one of the repositories")
     if owner.unit == unit:
@@ -78,14 +79,14 @@ def _recorded_repository(unit: Unit, inventories: Mapping[Unit, Inventory]) -> s
 
 
 def recover_inventory(unit: Unit, objects: Mapping[ObjectRef, Mapping[str, Any]], repository: str,
-                      field_manager: str) -> Inventory | None:
+                      field_manager: str, former: Collection[str] = ()) -> Inventory | None:
     """An inventory rebuilt from the live objects that carry `unit`'s labels (and this repository,
-    or no repository label at all), for a unit whose inventory ConfigMap is gone. None if no live
-    object names the unit."""
+    one of its `former` names, or no repository label at all), for a unit whose inventory ConfigMap
+    is gone. None if no live object names the unit."""
     entries: dict[ObjectRef, Entry] = {}
     for ref, obj in objects.items():
         owner = owner_of(obj)
-        if owner is None or owner.unit != unit or owner.repository not in ("", repository):
+        if owner is None or owner.unit != unit or owner.repository not in ("", repository, *former):
             continue
         applied = ((obj.get("metadata") or {}).get("annotations") or {}).get(ANN_APPLIED_HASH, "")
         entries[ref] = Entry(applied, managed_fields_hash(dict(obj), field_manager))

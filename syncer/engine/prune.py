@@ -8,6 +8,7 @@ manager wrote.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from syncer.cluster.client import FIELD_MANAGER, ApiError, Kube
@@ -21,9 +22,9 @@ NEVER_PRUNED = frozenset({"PersistentVolumeClaim", "PersistentVolume", "Namespac
 _SECRET_DATA_FIELDS = ("f:data", "f:stringData")
 
 
-def prune_blocker(unit: Unit, live: dict[str, Any], repository: str | None = None) -> str:
-    """Why this live object must not be pruned, or "" if it may be. With `repository`, an object
-    labelled as another repository's is kept too."""
+def prune_blocker(unit: Unit, live: dict[str, Any], ours: Collection[str] | None = None) -> str:
+    """Why this live object must not be pruned, or "" if it may be. With `ours` (the repository's
+    name and former names), an object labelled as another repository's is kept too."""
     meta = live.get("metadata", {})
     labels = meta.get("labels", {})
     if live.get("kind") in NEVER_PRUNED:
@@ -33,7 +34,7 @@ def prune_blocker(unit: Unit, live: dict[str, Any], repository: str | None = Non
     if labels.get(LABEL_MANAGED_BY) != MANAGED_BY or unit.labels().items() - labels.items():
         return "kept: it no longer carries this unit's labels"
     owner_repo = labels.get(LABEL_REPOSITORY)
-    if repository is not None and owner_repo and owner_repo != repository:
+    if ours is not None and owner_repo and owner_repo not in ours:
         return f"kept: it belongs to the repository {owner_repo!r}"
     if live.get("kind") == "Secret":
         for entry in meta.get("managedFields", []):
@@ -44,7 +45,7 @@ def prune_blocker(unit: Unit, live: dict[str, Any], repository: str | None = Non
 
 
 def prune(kube: Kube, unit: Unit, refs: list[ObjectRef], live: dict[ObjectRef, dict[str, Any]], *,
-          dry_run: bool, repository: str | None = None) -> tuple[list[Change], list[ObjectRef]]:
+          dry_run: bool, ours: Collection[str] | None = None) -> tuple[list[Change], list[ObjectRef]]:
     """Delete the given inventory entries (workloads first). Returns the changes and the refs that
     must stay in the inventory (deletion failed; they are retried next time)."""
     changes: list[Change] = []
@@ -53,7 +54,7 @@ def prune(kube: Kube, unit: Unit, refs: list[ObjectRef], live: dict[ObjectRef, d
         obj = live.get(ref) or kube.get(ref.kind, ref.namespace, ref.name)
         if obj is None:
             continue  # already gone
-        blocker = prune_blocker(unit, obj, repository)
+        blocker = prune_blocker(unit, obj, ours)
         if blocker:
             changes.append(Change(ref, Action.SKIPPED, blocker))
             continue

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import groupby
@@ -127,7 +127,8 @@ class Engine:
 
     def _prune_vanished(self, plan: Plan, live: LiveState, opts: SyncOptions) -> list[UnitResult]:
         # only units this repository applied: another repository's units are none of our business
-        vanished = [u for u in vanished_units(live, plan.repository) if not plan.in_git(u) and plan.selected(u)]
+        vanished = [u for u in vanished_units(live, plan.repository, plan.former_names)
+                    if not plan.in_git(u) and plan.selected(u)]
         results = []
         for unit in vanished:
             try:
@@ -147,12 +148,12 @@ class Engine:
         repository = plan.repository
         inv = live.inventories.get(unit)
         if inv is None:
-            inv = recover_inventory(unit, live.objects, repository, FIELD_MANAGER)
+            inv = recover_inventory(unit, live.objects, repository, FIELD_MANAGER, plan.former_names)
             if inv is None:
                 return res
             res.changes.append(Change(inventory_ref(unit), Action.SKIPPED,
                                       f"inventory was missing; {len(inv.entries)} objects found by their labels"))
-        if inv.repository != repository:
+        if not plan.owns(inv.repository):
             return res  # not ours to prune
         if not plan.prune_allowed:
             res.skipped = SkipReason.NOT_PRUNED_REPO_HAS_ERRORS
@@ -166,7 +167,8 @@ class Engine:
             return res
         refs, handed = _hand_over(unit, list(inv.entries), plan.claims)
         res.changes.extend(handed)
-        changes, keep = prune(self.kube, unit, refs, live.objects, dry_run=opts.dry_run, repository=repository)
+        changes, keep = prune(self.kube, unit, refs, live.objects, dry_run=opts.dry_run,
+                              ours={repository, *plan.former_names})
         res.changes.extend(changes)
         if opts.dry_run:
             return res
@@ -195,12 +197,14 @@ class Engine:
         inv = live.inventories.get(unit)
         recovered = False
         if inv is None:  # a new unit, or its inventory was deleted: its objects still carry its labels
-            inv = recover_inventory(unit, live.objects, repository, FIELD_MANAGER)
+            inv = recover_inventory(unit, live.objects, repository, FIELD_MANAGER, plan.former_names)
             recovered = inv is not None
             inv = inv or Inventory(unit, repository=repository)
-        if inv.repository != repository:
+        if not plan.owns(inv.repository):
             res.errors.append(f"{unit.id} was applied by the repository {inv.repository!r}, not by this one "
-                              f"({repository!r}); rename the unit, or set `name` in flower-syncer.yaml")
+                              f"({repository!r}): flower-syncer never takes another repository's units. Rename "
+                              f"the unit; or, if {inv.repository!r} was this repository's earlier name, add "
+                              f"`renamedFrom: [{inv.repository}]` to its flower-syncer.yaml")
             return res
         if policy.suspend or inv.suspended:
             res.skipped = SkipReason.SUSPENDED_BY_CLI if inv.suspended else SkipReason.SUSPENDED_IN_GIT
@@ -243,7 +247,7 @@ class Engine:
         if leftovers:
             if policy.prune and opts.prune:
                 changes, keep = prune(self.kube, unit, leftovers, live.objects, dry_run=opts.dry_run,
-                                      repository=repository)
+                                      ours={repository, *plan.former_names})
                 res.changes.extend(changes)
                 for ref in keep:
                     entries[ref] = inv.entries[ref]
@@ -273,7 +277,8 @@ class Engine:
         pending = []
         for i, m in enumerate(stage):
             ref = ObjectRef.of(m)
-            conflict = write_conflict(unit, plan.repository, live.objects.get(ref), plan.claims, live.inventories)
+            conflict = write_conflict(unit, {plan.repository, *plan.former_names}, live.objects.get(ref), plan.claims,
+                                      live.inventories)
             if conflict:
                 outcomes.append(Outcome(Change(ref, Action.FAILED, f"not applied: {conflict}"), None))
                 continue
@@ -343,13 +348,14 @@ class Engine:
         return True
 
 
-def vanished_units(live: LiveState, repository: str) -> list[Unit]:
-    """Units this repository applied, known from their inventories or, where an inventory was
-    deleted, from objects labelled with the unit and this repository."""
-    units = {u for u, inv in live.inventories.items() if inv.repository == repository}
+def vanished_units(live: LiveState, repository: str, former: Collection[str] = ()) -> list[Unit]:
+    """Units this repository (under its name or a `former` one) applied, known from their
+    inventories or, where an inventory was deleted, from objects labelled with the unit and it."""
+    ours = {repository, *former}
+    units = {u for u, inv in live.inventories.items() if inv.repository in ours}
     for obj in live.objects.values():
         owner = owner_of(obj)
-        if owner is not None and owner.repository == repository and owner.unit not in live.inventories:
+        if owner is not None and owner.repository in ours and owner.unit not in live.inventories:
             units.add(owner.unit)
     return sorted(units)
 

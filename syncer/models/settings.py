@@ -62,23 +62,36 @@ class RepoSettings(StrictModel):
 
     apiVersion: Literal["flower-syncer.io/v1"] = "flower-syncer.io/v1"
     kind: Literal["Settings"] = "Settings"
-    name: str = "default"
-    """Identifies this repository in the cluster: a unit is pruned (when it leaves Git) only by the
-    repository that applied it, so several repositories can share a cluster."""
+    name: str | None = None
+    """Identifies this repository in the cluster: a unit is applied and pruned only by the
+    repository that applied it first, so several repositories can share a cluster. Without a
+    name, one is derived from where the repository comes from (its remote URL, or its local path,
+    plus the sub-path): two repositories never share one by accident."""
+    renamedFrom: list[str] = []
+    """Earlier names of this repository: units recorded under them are taken over (and relabelled)
+    instead of refused. The explicit step for renaming a repository, or for giving a name to one
+    that had none (its units were recorded under the derived name, or under `default` before
+    flower-syncer derived names)."""
     defaultNamespace: str = "default"
     policy: SyncPolicy = SyncPolicy()
 
     field_hints: ClassVar[dict[str, str]] = {"defaultNamespace": "a namespace name such as flower",
-                                             "name": "a short name for this repository, e.g. platform-flower"}
+                                             "name": "a short name for this repository, e.g. platform-flower",
+                                             "renamedFrom": "a list of earlier repository names"}
 
     def semantic_issues(self) -> list[Issue]:
         issues = []
         problem = name_problem(self.defaultNamespace, "namespace")
         if problem:
             issues.append(Issue(("defaultNamespace",), problem, "use a valid namespace name"))
-        problem = name_problem(self.name, "repository name")
-        if problem:
-            issues.append(Issue(("name",), problem, "use a short DNS-style name"))
+        if self.name is not None:
+            problem = name_problem(self.name, "repository name")
+            if problem:
+                issues.append(Issue(("name",), problem, "use a short DNS-style name"))
+        for i, old in enumerate(self.renamedFrom):
+            problem = name_problem(old, "repository name")
+            if problem:
+                issues.append(Issue(("renamedFrom", i), problem, "list the names exactly as the cluster records them"))
         return issues
 
 

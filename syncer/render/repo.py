@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from syncer.diagnostics import Diagnostic
-from syncer.identity import Manifest, Unit, unit_matches
+from syncer.identity import DEFAULT_REPOSITORY, Manifest, Unit, unit_matches
 from syncer.models.federation import Federation
 from syncer.models.settings import SyncPolicy
 from syncer.plan import Claims, Plan, Policy, UnitPlan
@@ -126,15 +126,19 @@ def policy_of(policy: SyncPolicy) -> Policy:
                   allow_recreate=policy.allowRecreate)
 
 
-def plan_repo(state: RepoState, rendered: Rendered, *, selectors: Sequence[str] = (), revision: str = "") -> Plan:
-    """The engine's plan for a loaded and rendered repository (`rendered` made with the same selectors)."""
+def plan_repo(state: RepoState, rendered: Rendered, *, selectors: Sequence[str] = (), revision: str = "",
+              default_repository: str = DEFAULT_REPOSITORY) -> Plan:
+    """The engine's plan for a loaded and rendered repository (`rendered` made with the same
+    selectors). `default_repository` names it when flower-syncer.yaml does not (see
+    identity.derived_repository_name)."""
     loaded = {u.unit: u for u in state.units}
     failed = frozenset(rendered.failed | state.failed)
     defined = frozenset(loaded) | failed
     return Plan(
         units={unit: UnitPlan(unit, manifests, policy_of(loaded[unit].policy), loaded[unit].source, revision)
                for unit, manifests in rendered.units.items()},
-        repository=state.settings.name,
+        repository=state.settings.name or default_repository,
+        former_names=frozenset(state.settings.renamedFrom) - {state.settings.name or default_repository},
         revision=revision,
         failed=failed,
         defined=defined,

@@ -43,37 +43,37 @@ def test_owner_of_reads_unit_and_repository_labels() -> None:
 
 def test_a_unit_writes_its_own_and_unmanaged_objects() -> None:
     claims = Claims.of([(A, [obj("x", A)])])
-    assert write_conflict(A, "repo", obj("x", A), claims, {}) == ""
-    assert write_conflict(A, "repo", obj("x", None), claims, {}) == ""
-    assert write_conflict(A, "repo", None, claims, {}) == ""
+    assert write_conflict(A, {"repo"}, obj("x", A), claims, {}) == ""
+    assert write_conflict(A, {"repo"}, obj("x", None), claims, {}) == ""
+    assert write_conflict(A, {"repo"}, None, claims, {}) == ""
 
 
 def test_another_repositorys_object_is_a_conflict_even_for_the_same_unit_id() -> None:
     claims = Claims.of([(A, [obj("x", A)])])
-    reason = write_conflict(A, "repo", obj("x", A, repository="other"), claims, {})
+    reason = write_conflict(A, {"repo"}, obj("x", A, repository="other"), claims, {})
     assert "repository 'other'" in reason and A.id in reason
-    reason = write_conflict(A, "repo", obj("x", B, repository="other"), claims, {})
+    reason = write_conflict(A, {"repo"}, obj("x", B, repository="other"), claims, {})
     assert "repository 'other'" in reason and B.id in reason
 
 
 def test_legacy_objects_take_the_repository_from_the_owners_inventory() -> None:
     claims = Claims.of([(A, [obj("x", A)])])
     inventories = {B: Inventory(B, repository="other")}
-    assert "repository 'other'" in write_conflict(A, "repo", obj("x", B, repository=None), claims, inventories)
-    assert write_conflict(A, "repo", obj("x", A, repository=None), claims, {A: Inventory(A, repository="repo")}) == ""
+    assert "repository 'other'" in write_conflict(A, {"repo"}, obj("x", B, repository=None), claims, inventories)
+    assert write_conflict(A, {"repo"}, obj("x", A, repository=None), claims, {A: Inventory(A, repository="repo")}) == ""
 
 
 def test_an_object_another_unit_still_renders_or_may_render_is_refused() -> None:
     live = obj("x", B)
     both = Claims({ObjectRef("Service", "ns", "x"): B})
-    assert "renders it too" in write_conflict(A, "repo", live, both, {})
+    assert "renders it too" in write_conflict(A, {"repo"}, live, both, {})
     failed = Claims({ObjectRef("Service", "ns", "x"): A}, frozenset({B}))
-    assert "configuration errors" in write_conflict(A, "repo", live, failed, {})
+    assert "configuration errors" in write_conflict(A, {"repo"}, live, failed, {})
 
 
 def test_an_object_left_behind_by_a_unit_of_the_same_repository_is_handed_over() -> None:
     claims = Claims({ObjectRef("Service", "ns", "x"): A})
-    assert write_conflict(A, "repo", obj("x", B), claims, {}) == ""
+    assert write_conflict(A, {"repo"}, obj("x", B), claims, {}) == ""
 
 
 def test_recover_inventory_from_labelled_objects_only() -> None:
