@@ -12,11 +12,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
+
+import yaml
 
 from syncer import __version__
 from syncer.actions import status as status_action
@@ -24,6 +27,7 @@ from syncer.actions import sync as sync_action
 from syncer.actions.load import Loaded, RepoNotFound, ValidateResult, load
 from syncer.actions.resync import AgentRefused, AgentUnreachable, ResyncResult, resync
 from syncer.actions.suspend import set_suspended
+from syncer.actions.version import versions
 from syncer.agent.config import AgentConfig, env_name, load_config, namespace_list
 from syncer.agent.runner import run
 from syncer.cluster.client import ApiError, ClusterUnreachable, Kube
@@ -69,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "flower-operator's rules, names, node config, keys. Reports all problems "
                                    "with file, line and field. Needs no cluster.")
     _add_repo_arg(p)
-    p.add_argument("-o", "--output", choices=["text", "json"], default="text", help="output format")
+    p.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text", help="output format")
     p.add_argument("--strict", action="store_true", help="treat warnings as errors")
     p.set_defaults(func=cmd_validate)
 
@@ -92,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_repo_arg(p)
     _add_unit_arg(p)
     _add_cluster_args(p)
-    p.add_argument("-o", "--output", choices=["text", "json"], default="text", help="output format")
+    p.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text", help="output format")
     p.set_defaults(func=cmd_diff)
 
     p = sub.add_parser("sync", help="apply a config repository to the cluster once",
@@ -113,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wait", action="store_true", help="wait until every synced pool is ready")
     p.add_argument("--timeout", type=_duration, default=300.0, metavar="DURATION",
                    help="how long --wait waits, e.g. 90s, 5m (default 5m)")
-    p.add_argument("-o", "--output", choices=["text", "json"], default="text", help="output format")
+    p.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text", help="output format")
     p.set_defaults(func=cmd_sync)
 
     p = sub.add_parser("status", help="show readiness, pod problems and GPUs of the synced units",
@@ -128,7 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="config repository to compare with (default: report the units found in the cluster)")
     _add_unit_arg(p)
     _add_cluster_args(p)
-    p.add_argument("-o", "--output", choices=["table", "json"], default="table", help="output format")
+    p.add_argument("-o", "--output", choices=["table", "json", "yaml"], default="table", help="output format")
+    p.add_argument("--no-headers", action="store_true", help="print the table without its header line")
     p.add_argument("-w", "--watch", action="store_true", help="redraw every --interval until Ctrl-C")
     p.add_argument("--interval", type=_duration, default=2.0, metavar="SECONDS",
                    help="seconds between redraws with --watch (default 2)")
@@ -163,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "own setting)")
     p.add_argument("--wait", action="store_true", help="wait for the sync to finish and print the outcome")
     p.add_argument("--timeout", type=_duration, default=120.0, metavar="DURATION", help="how long --wait waits")
-    p.add_argument("-o", "--output", choices=["text", "json"], default="text", help="output format")
+    p.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text", help="output format")
     p.set_defaults(func=cmd_resync)
 
     for verb, doc in (("suspend", "stop applying and healing a unit (its objects stay as they are)"),
@@ -173,6 +178,17 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("unit", metavar="UNIT", help="NAME, KIND/NAME or KIND/NAMESPACE/NAME")
         _add_cluster_args(p)
         p.set_defaults(func=cmd_suspend, suspend=verb == "suspend")
+    p = sub.add_parser("version", help="print the versions of flower-syncer, the cluster and the agent",
+                       description="Print flower-syncer's version and, when they can be reached, the "
+                                   "Kubernetes API server's and the running agent's (found like 'resync' "
+                                   "finds it). With --client only flower-syncer's own. Exit code 0 when "
+                                   "every part asked for answered, 3 otherwise.")
+    p.add_argument("--client", action="store_true", help="only flower-syncer's own version (no connections)")
+    _add_cluster_args(p)
+    p.add_argument("--agent", default=None, metavar="URL", help="agent URL (default: as for 'resync')")
+    p.add_argument("--token-file", type=Path, default=None, help="API token file, if the agent protects reads")
+    p.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text", help="output format")
+    p.set_defaults(func=cmd_version)
     return parser
 
 
@@ -189,14 +205,29 @@ def _namespaces(args: argparse.Namespace) -> list[str] | None:
     return namespace_list(getattr(args, "namespaces", None) or os.environ.get(env_name("namespaces"), ""))
 
 
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|h|m|s)")
+
+
 def _duration(text: str) -> float:
-    units = {"s": 1, "m": 60, "h": 3600}
+    """Seconds from a Go-style duration (`90s`, `5m`, `1m30s`, `1h`, `250ms`) or a bare number of seconds."""
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    value = text.strip()
     try:
-        if text[-1:] in units:
-            return float(text[:-1]) * units[text[-1]]
-        return float(text)
+        return float(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 30s, 5m)") from None
+        pass
+    parts = _DURATION_PART.findall(value)
+    if not parts or "".join(n + u for n, u in parts) != value:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 30s, 5m, 1m30s)")
+    return sum(float(n) * units[u] for n, u in parts)
+
+
+def _emit(payload: Any, fmt: str) -> None:
+    """`payload` as JSON or YAML on stdout (keys sorted: stable for scripts and diffs)."""
+    if fmt == "yaml":
+        sys.stdout.write(yaml.safe_dump(payload, sort_keys=True, default_flow_style=False, allow_unicode=True))
+    else:
+        sys.stdout.write(to_json(payload))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -242,8 +273,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if isinstance(loaded, int):
         return loaded
     result = ValidateResult(loaded, args.strict)
-    if args.output == "json":
-        sys.stdout.write(to_json(result.to_dict()))
+    if args.output != "text":
+        _emit(result.to_dict(), args.output)
     else:
         _print_diagnostics(loaded.diagnostics, sys.stdout)
         objects = sum(len(ms) for ms in loaded.units.values())
@@ -338,8 +369,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
         report = sync_action.diff(_connect(args), loaded, _namespaces(args))
     except (ClusterUnreachable, ApiError) as exc:
         return _cluster_error(exc)
-    if args.output == "json":
-        sys.stdout.write(to_json({"drift": report.changed, **report.to_dict()}))
+    if args.output != "text":
+        _emit({"drift": report.changed, **report.to_dict()}, args.output)
     else:
         for unit in report.units:
             for c in unit.changes:
@@ -374,13 +405,13 @@ def cmd_sync(args: argparse.Namespace) -> int:
     except (ClusterUnreachable, ApiError) as exc:
         return _cluster_error(exc)
     progress("")
-    if args.output == "json":
+    if args.output != "text":
         payload = report.to_dict()
         payload["diagnostics"] = [d.to_dict() for d in diags]
         if waited is not None:
             payload["healthy"] = waited.healthy
             payload["status"] = [s.to_dict() for s in waited.statuses]
-        sys.stdout.write(to_json(payload))
+        _emit(payload, args.output)
     else:
         _print_report(report)
         if waited is not None and not waited.healthy:
@@ -428,11 +459,16 @@ def cmd_status(args: argparse.Namespace) -> int:
                 if not args.watch:
                     return _cluster_error(exc)
                 code, error = EXIT_RUNTIME, f"error: {exc}\n"
-            if args.output == "json":
+            if args.output != "table":
                 payload: dict[str, Any] = report.to_dict() if report is not None else {"error": error.strip()}
-                sys.stdout.write(json.dumps(payload, sort_keys=True) + "\n" if args.watch else to_json(payload))
+                if args.watch and args.output == "json":  # one object per line, for `jq` on a stream
+                    sys.stdout.write(json.dumps(payload, sort_keys=True) + "\n")
+                else:
+                    _emit(payload, args.output)
+                    if args.watch:
+                        sys.stdout.write("---\n")
             else:
-                text = format_report(report) if report is not None else error
+                text = format_report(report, headers=not args.no_headers) if report is not None else error
                 if args.watch:
                     header = f"every {args.interval:g}s: flower-syncer status    {time.strftime('%H:%M:%S')}\n\n"
                     text = ("\033[H\033[2J" if tty else "\n") + header + text
@@ -492,8 +528,8 @@ def cmd_resync(args: argparse.Namespace) -> int:
     except AgentUnreachable as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_RUNTIME
-    if args.output == "json":
-        print(json.dumps(result.raw, indent=2, sort_keys=True))
+    if args.output != "text":
+        _emit(result.raw, args.output)
     elif not args.wait:
         print("resync requested")
     else:
@@ -515,6 +551,32 @@ def _print_resync(result: ResyncResult) -> None:
             print(f"  {c['action']:<11} {c['object']}" + (f"  ({c['message']})" if c.get("message") else ""))
         for err in unit.errors:
             print(f"  error: {err}")
+
+
+def cmd_version(args: argparse.Namespace) -> int:
+    if args.client:
+        result = versions(None, None, None)
+    else:
+        kube: Kube | None = None
+        errors: dict[str, str] = {}
+        try:
+            kube = _connect(args)
+        except (ClusterUnreachable, ApiError) as exc:
+            errors["cluster"] = str(exc)
+        try:
+            token = _api_token(args)
+        except OSError:
+            token = None
+        result = versions(kube, _agent_url(args), token)
+        result.errors.update(errors)
+    if args.output != "text":
+        _emit(result.to_dict(), args.output)
+    else:
+        print(f"flower-syncer: {result.client}")
+        if not args.client:
+            print(f"cluster:       {result.cluster or 'unknown (' + result.errors.get('cluster', '') + ')'}")
+            print(f"agent:         {result.agent or 'unknown (' + result.errors.get('agent', '') + ')'}")
+    return EXIT_RUNTIME if result.errors else EXIT_OK
 
 
 def cmd_suspend(args: argparse.Namespace) -> int:

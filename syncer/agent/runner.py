@@ -45,7 +45,7 @@ class _Api:
         return self.agent.ready()
 
     def status(self) -> dict[str, Any]:
-        return self.agent.status()
+        return {**self.agent.status(), "version": __version__}
 
     def resync(self, unit: str | None, wait: bool, timeout: float) -> dict[str, Any]:
         result = self.agent.request_resync(unit, wait, timeout)

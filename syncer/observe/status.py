@@ -11,6 +11,7 @@ itself persists, or the time is up (`flower-syncer sync --wait`).
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -499,7 +500,16 @@ def wait_healthy(kube: Kube, units: UnitsArg, timeout: float, progress: Callable
 # Tables
 
 
-def _table(rows: Sequence[Sequence[str]]) -> str:
+def natural_key(text: str) -> list[Any]:
+    """Sort key that puts `fed-2` before `fed-11`."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
+
+
+def _table(rows: Sequence[Sequence[str]], headers: bool = True) -> str:
+    if not headers:
+        rows = rows[1:]
+        if not rows:
+            return ""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = []
     for r in rows:
@@ -512,10 +522,10 @@ def _gpu_cell(gpus: Mapping[str, GPUCount]) -> str:
     return ", ".join(f"{n} {c.allocated}/{c.requested}" for n, c in gpus.items()) or "-"
 
 
-def format_units(report: StatusReport, *, revision_width: int = 12) -> str:
-    """UNIT POOL KIND READY GPUS DRIFT REVISION PROBLEM, one row per pool."""
+def format_units(report: StatusReport, *, revision_width: int = 12, headers: bool = True) -> str:
+    """UNIT POOL KIND READY GPUS DRIFT REVISION PROBLEM, one row per pool, units in natural order."""
     rows: list[list[str]] = [["UNIT", "POOL", "KIND", "READY", "GPUS", "DRIFT", "REVISION", "PROBLEM"]]
-    for u in report.units:
+    for u in sorted(report.units, key=lambda u: natural_key(u.unit)):
         drift = "-" if u.drift is None else str(u.drift)
         if u.errors:
             drift += "!"
@@ -526,10 +536,10 @@ def format_units(report: StatusReport, *, revision_width: int = 12) -> str:
         for p in u.pools:
             rows.append([u.unit, p.pool, p.kind, f"{p.ready}/{p.desired}", _gpu_cell(p.gpus), drift, revision,
                          p.summary or "-"])
-    return _table(rows)
+    return _table(rows, headers)
 
 
-def format_gpus(gpus: ClusterGPUs) -> str:
+def format_gpus(gpus: ClusterGPUs, *, headers: bool = True) -> str:
     """NODE RESOURCE ALLOCATABLE USED FREE, one row per node and GPU resource."""
     if gpus.error:
         return f"GPUs: {gpus.error}\n"
@@ -537,14 +547,14 @@ def format_gpus(gpus: ClusterGPUs) -> str:
         return "no node has GPUs\n"
     rows = [["NODE", "RESOURCE", "ALLOCATABLE", "USED", "FREE"]]
     rows.extend([n.node, n.resource, str(n.allocatable), str(n.used), str(n.free)] for n in gpus.nodes)
-    return _table(rows)
+    return _table(rows, headers)
 
 
-def format_report(report: StatusReport) -> str:
-    out = format_units(report) if report.units else "no units\n"
+def format_report(report: StatusReport, *, headers: bool = True) -> str:
+    out = format_units(report, headers=headers) if report.units else ("no units\n" if headers else "")
     errors = [f"{u.unit}: {e}" for u in report.units for e in u.errors]
     if errors:
         out += "".join(f"error: {e}\n" for e in errors)
     if report.gpus is not None:
-        out += "\n" + format_gpus(report.gpus)
+        out += "\n" + format_gpus(report.gpus, headers=headers)
     return out

@@ -84,3 +84,51 @@ def test_resync_exit_codes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv("FLOWER_SYNCER_API_TOKEN_FILE", str(tmp_path / "no-such-token"))
     assert main(["resync"]) == EXIT_USAGE
     assert main(["resync", "--unit", "a", "--unit", "b"]) == EXIT_USAGE
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("90", 90.0), ("90s", 90.0), ("5m", 300.0), ("1m30s", 90.0),
+                                               ("1h", 3600.0), ("250ms", 0.25), ("1.5m", 90.0), ("2h0m1s", 7201.0)])
+def test_go_style_durations(text: str, seconds: float) -> None:
+    from syncer.cli import _duration
+
+    assert _duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "m", "5x", "1m30", "s5", "-5m", "1m 30s"])
+def test_bad_durations_are_usage_errors(text: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["sync", ".", "--wait", f"--timeout={text}"])
+    assert exc.value.code == EXIT_USAGE
+    assert "is not a duration" in capsys.readouterr().err
+
+
+def test_yaml_output_is_the_json_payload(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    repo = write(tmp_path / "repo")
+    assert main(["validate", str(repo), "-o", "json"]) == EXIT_OK
+    as_json = json.loads(capsys.readouterr().out)
+    assert main(["validate", str(repo), "-o", "yaml"]) == EXIT_OK
+    assert yaml.safe_load(capsys.readouterr().out) == as_json
+
+
+def test_version(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from syncer import __version__
+
+    assert main(["version", "--client"]) == EXIT_OK
+    assert capsys.readouterr().out == f"flower-syncer: {__version__}\n"
+    monkeypatch.setenv("FLOWER_SYNCER_LISTEN", f"127.0.0.1:{_closed_port()}")
+    assert main(["version", "--kubeconfig", "/nonexistent", "-o", "json"]) == EXIT_RUNTIME
+    out = json.loads(capsys.readouterr().out)
+    assert out["client"] == __version__ and set(out["errors"]) == {"cluster", "agent"}
+
+
+def test_status_table_natural_order_and_no_headers() -> None:
+    from syncer.observe.status import StatusReport, UnitStatus, format_report
+
+    units = [UnitStatus(unit=f"federation/ns/fed-{i}", found=True) for i in (11, 2, 1)]
+    report = StatusReport(units=units)
+    lines = format_report(report).splitlines()
+    assert lines[0].startswith("UNIT") and [line.split()[0] for line in lines[1:4]] == [
+        "federation/ns/fed-1", "federation/ns/fed-2", "federation/ns/fed-11"]
+    assert not format_report(report, headers=False).startswith("UNIT")
