@@ -26,7 +26,7 @@ from syncer.engine.normalize import (
     mask_secret_pair,
     strip_server_fields,
 )
-from syncer.identity import ANN_APPLIED_HASH, Manifest, ObjectRef
+from syncer.identity import ANN_APPLIED_HASH, ANN_SOURCE, Manifest, ObjectRef
 from syncer.plan import Policy
 from syncer.render.common import to_yaml
 
@@ -78,9 +78,25 @@ class Outcome:
         return err.forbidden and err.reason == "Forbidden" and "because it is being terminated" in err.message
 
 
+BOOKKEEPING_ANNOTATIONS = (ANN_APPLIED_HASH, ANN_SOURCE)  # flower-syncer's own; never what a user changed
+
+
+def _for_people(obj: dict[str, Any] | None) -> dict[str, Any] | None:
+    """`obj` without server-set fields and flower-syncer's bookkeeping annotations."""
+    if not obj:
+        return None
+    out = strip_server_fields(obj)
+    meta = out.get("metadata") or {}
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k not in BOOKKEEPING_ANNOTATIONS}
+    if "annotations" in meta:
+        meta = {**meta, "annotations": annotations} if annotations else {
+            k: v for k, v in meta.items() if k != "annotations"}
+        out = {**out, "metadata": meta}
+    return out
+
+
 def unified_diff(ref: ObjectRef, live: dict[str, Any] | None, desired: dict[str, Any] | None) -> str:
-    before, after = mask_secret_pair(strip_server_fields(live) if live else None,
-                                     strip_server_fields(desired) if desired else None)
+    before, after = mask_secret_pair(_for_people(live), _for_people(desired))
     a = to_yaml([before]).splitlines(keepends=True)[1:] if before else []
     b = to_yaml([after]).splitlines(keepends=True)[1:] if after else []
     return "".join(difflib.unified_diff(a, b, f"live/{ref}", f"desired/{ref}", n=3))

@@ -179,3 +179,15 @@ def test_plan_units_are_synced_with_their_policy_and_revision(kube: FakeKube, se
     skipped = result.units[0].skipped
     assert skipped is not None and skipped.suspended
     assert (server.get("ConfigMap", NS, "x") or {})["data"] == {"k": "v"}
+
+
+def test_diff_hides_flower_syncers_bookkeeping(kube: FakeKube, tmp_path: Path) -> None:
+    """`diff` shows what a person changed, not the applied-hash or source annotations."""
+    repo = write(tmp_path)
+    assert sync(kube, repo).ok
+    write(tmp_path, pools=pool("a", replicas=3))
+    state = load_repo(repo)
+    report = Engine(kube).sync(plan_repo(state, render_repo(state)), SyncOptions(dry_run=True, with_diff=True))
+    diffs = [c.diff for u in report.units for c in u.changes if c.diff]
+    assert diffs and any("replicas: 3" in d for d in diffs)
+    assert not [d for d in diffs if "flower-syncer.io/applied-hash" in d or "flower-syncer.io/source" in d]
