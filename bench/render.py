@@ -29,7 +29,7 @@ from syncer.models.supernode import SuperNodeValues
 from syncer.render.common import to_yaml
 from syncer.render.repo import render_repo
 from syncer.repo.loader import LoadedUnit, RepoState
-from syncer.repo.yamldoc import load_documents
+from syncer.yamldoc import load_documents
 
 FEDERATION = """\
 apiVersion: flwr.exalsius.ai/v1

@@ -31,6 +31,26 @@ def format_path(path: Sequence[PathElem]) -> str:
     return out
 
 
+def printable(text: str) -> str:
+    """`text` safe to print on one line and to encode as UTF-8: control characters (a newline in a
+    file name must not forge a second diagnostic line) and undecodable bytes of file names (kept
+    by Python as lone surrogates) become escapes such as `\\n` and `\\xff`."""
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if 0xDC80 <= code <= 0xDCFF:  # os.fsdecode's surrogateescape of an undecodable byte
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif 0xD800 <= code <= 0xDFFF:
+            out.append(f"\\u{code:04x}")
+        elif ch.isprintable() or ch == " ":
+            out.append(ch)
+        else:
+            out.append(ch.encode("unicode_escape").decode("ascii"))
+    return "".join(out)
+
+
 def _plain_key(key: str) -> bool:
     return key != "" and all(c.isalnum() or c in "_-" for c in key)
 
@@ -56,6 +76,12 @@ class Diagnostic:
     hint: str = ""
     severity: Severity = "error"
     unit: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        for name in ("file", "path", "message", "hint", "unit"):
+            value = getattr(self, name)
+            if not value.isprintable():
+                object.__setattr__(self, name, printable(value))
 
     def render(self) -> str:
         where = self.file

@@ -8,8 +8,9 @@ import socket
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from syncer.yamldoc import MAX_FILE_BYTES, decode_text, load_documents
 
 
 class AgentConfig(BaseModel):
@@ -70,10 +71,17 @@ def load_config(cli: dict[str, Any], environ: dict[str, str] | None = None) -> A
     config_file = cli.get("config") or environ.get(ENV_PREFIX + "CONFIG")
     if config_file:
         try:
-            data = yaml.safe_load(Path(config_file).read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise ValueError(f"cannot read config file {config_file}: {exc}") from exc
-        if not isinstance(data, dict):
+            with Path(config_file).open("rb") as fh:
+                raw = fh.read(MAX_FILE_BYTES + 1)
+        except OSError as exc:
+            raise ValueError(f"cannot read config file {config_file}: {exc.strerror}") from None
+        text, problems = decode_text(raw, str(config_file))
+        docs, more = load_documents(text, str(config_file)) if text is not None else ([], [])
+        problems += [d for d in more if d.severity == "error"]
+        if problems:
+            raise ValueError(f"cannot read config file: {problems[0].render()}")
+        data = docs[0].data if docs else {}
+        if not isinstance(data, dict) or len(docs) > 1:
             raise ValueError(f"config file {config_file} must be a mapping of settings")
         merged.update({k.replace("-", "_"): v for k, v in data.items()})
     for name in AgentConfig.model_fields:
@@ -85,8 +93,8 @@ def load_config(cli: dict[str, Any], environ: dict[str, str] | None = None) -> A
     try:
         return AgentConfig.model_validate(merged)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}" for e in exc.errors())
-        raise ValueError(f"invalid agent settings: {problems}") from None
+        detail = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}" for e in exc.errors())
+        raise ValueError(f"invalid agent settings: {detail}") from None
 
 
 def read_secret(path: Path | None) -> str | None:

@@ -12,7 +12,7 @@ from pydantic_core import ErrorDetails
 
 from syncer.diagnostics import Diagnostic, FieldPath, did_you_mean, format_path
 from syncer.models.k8s import Issue, K8sType, check_field
-from syncer.repo.yamldoc import YamlDoc
+from syncer.yamldoc import YamlDoc
 
 M = TypeVar("M", bound="StrictModel")
 

@@ -32,7 +32,7 @@ from syncer.models.names import (
     name_problem,
 )
 from syncer.models.nodeconfig import NodeConfigError, check_key, encode_typed
-from syncer.repo.yamldoc import YamlDoc
+from syncer.yamldoc import YamlDoc
 
 CHART_NAME = "flower-client"
 DEFAULT_CA_SECRET = "flower-client-tls"

@@ -12,7 +12,9 @@ listed in `failed` (by identity, where it can be told) so the engine keeps their
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +27,7 @@ from syncer.models.federation import API_VERSION, KIND, Federation
 from syncer.models.names import name_problem
 from syncer.models.settings import ReleaseSettings, RepoSettings, SyncPolicy
 from syncer.models.supernode import SuperNodeValues, validate_values
-from syncer.repo.yamldoc import YamlDoc, decode_text, load_documents
+from syncer.yamldoc import MAX_FILE_BYTES, YamlDoc, decode_text, load_documents
 
 SETTINGS_FILE = "flower-syncer.yaml"
 FEDERATIONS_DIR = "federations"
@@ -77,22 +79,50 @@ class _Reader:
 
     def inside(self, path: Path) -> bool:
         try:
-            path.resolve().relative_to(self.root)
-        except (ValueError, OSError, RuntimeError):
-            self.diags.append(Diagnostic(self.rel(path), 0, 0, "", "symlink points outside the config repository",
-                                         "replace the symlink with the file itself"))
+            path.resolve(strict=False).relative_to(self.root)
+        except RuntimeError:  # a symlink loop (Python < 3.13)
+            self._problem(path, "symlink loop", "replace the symlink with the file itself")
+            return False
+        except (ValueError, OSError):
+            self._problem(path, "symlink points outside the config repository",
+                          "replace the symlink with the file itself")
             return False
         return True
 
+    def _problem(self, path: Path, message: str, hint: str) -> None:
+        self.diags.append(Diagnostic(self.rel(path), 0, 0, "", message, hint))
+
     def read(self, path: Path) -> str | None:
+        """The text of a regular file of at most MAX_FILE_BYTES; anything else is a diagnostic. Opened
+        without blocking, so a FIFO named *.yaml cannot hang the loader."""
         rel = self.rel(path)
         if not self.inside(path):
             return None
         try:
-            raw = path.read_bytes()
+            kind = _special_kind(path.stat().st_mode)  # a socket cannot even be opened
+            if kind:
+                self._problem(path, f"not a regular file: it is {kind}", "config files must be plain files; remove it")
+                return None
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as exc:
-            self.diags.append(Diagnostic(rel, 0, 0, "", f"cannot read file: {exc.strerror}", "check permissions"))
+            if exc.errno == errno.ELOOP:
+                self._problem(path, "symlink loop", "replace the symlink with the file itself")
+            else:
+                self._problem(path, f"cannot read file: {exc.strerror}", "check that it exists and is readable")
             return None
+        try:
+            kind = _special_kind(os.fstat(fd).st_mode)  # again: it may have been swapped since
+            if kind:
+                self._problem(path, f"not a regular file: it is {kind}", "config files must be plain files; remove it")
+                return None
+            os.set_blocking(fd, True)
+            with os.fdopen(fd, "rb", closefd=False) as fh:
+                raw = fh.read(MAX_FILE_BYTES + 1)
+        except OSError as exc:
+            self._problem(path, f"cannot read file: {exc.strerror}", "check permissions")
+            return None
+        finally:
+            os.close(fd)
         text, problems = decode_text(raw, rel)
         self.diags.extend(problems)
         return text
@@ -112,6 +142,17 @@ class _Reader:
             dirnames[:] = kept
             out.extend(here / f for f in sorted(filenames) if f.endswith(YAML_SUFFIXES) and not f.startswith("."))
         return sorted(out)
+
+
+def _special_kind(mode: int) -> str:
+    """What a file that is not a regular file is ("" for a regular file)."""
+    if stat.S_ISREG(mode):
+        return ""
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device")):
+        if test(mode):
+            return kind
+    return "not a regular file"
 
 
 def load_repo(root: Path) -> RepoState:

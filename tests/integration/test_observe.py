@@ -25,7 +25,7 @@ from syncer.observe.health import NO_NODE_REASON, node_gpus
 from syncer.observe.status import PoolStatus, StatusReport, UnitStatus, status, wait_healthy
 from syncer.render.common import RenderContext, sort_manifests
 from syncer.render.federation import render_federation
-from syncer.repo.yamldoc import load_documents
+from syncer.yamldoc import load_documents
 from tests.conftest import KubeCluster, wait_until
 
 pytestmark = pytest.mark.cluster

@@ -10,7 +10,7 @@ from syncer.models.base import validate_document
 from syncer.models.federation import Federation
 from syncer.render.common import RenderContext
 from syncer.render.federation import render_federation
-from syncer.repo.yamldoc import load_documents
+from syncer.yamldoc import load_documents
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 

@@ -25,7 +25,7 @@ from syncer.models.supernode import (
 )
 from syncer.render.common import RenderContext, to_yaml
 from syncer.render.supernode import render_supernode
-from syncer.repo.yamldoc import load_documents
+from syncer.yamldoc import load_documents
 from tests.flower_parse import parse_node_config
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,5 +1,12 @@
 """Safe YAML loading that remembers where every key and item came from.
 
+Before any parser sees a file, `prescan` bounds what could crash or stall it: libyaml's composer
+recurses once per nesting level in C, so `[` x 50,000 overflows the C stack and kills the whole
+process (no Python exception to catch). The pre-scan is one linear pass that over-estimates
+nesting (flow brackets and block indentation), and counts documents and aliases; a file over a
+limit becomes a diagnostic and is never parsed. The exact limits are enforced again while
+building values (`MAX_DEPTH`, `MAX_NODES`).
+
 PyYAML's composer builds a node graph in which an alias is a shared node, so composing is cheap
 even for a "billion laughs" document. We then construct plain Python values ourselves, counting
 every node we visit: expansion past `max_nodes` (or a recursive alias) stops with a diagnostic
@@ -9,6 +16,7 @@ and sequence item, so schema errors can point at the exact line.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,9 +29,12 @@ try:  # libyaml is much faster; fall back to the pure-Python loader where it is 
 except AttributeError:  # pragma: no cover - depends on how PyYAML was built
     _Loader = yaml.SafeLoader
 
-MAX_FILE_BYTES = 1 << 20
-MAX_NODES = 100_000
-MAX_DEPTH = 64
+MAX_FILE_BYTES = 1 << 20  # a config file; the API server stores no object over 1.5 MiB either
+MAX_NODES = 100_000  # values a document may expand to (aliases included)
+MAX_DEPTH = 64  # nesting of a document's values
+MAX_DOCUMENTS = 500  # documents per file
+MAX_ALIASES = 1_000  # alias uses (`*name`) per file
+MAX_SCAN_DEPTH = 200  # the pre-scan's (over-)estimate of nesting; libyaml itself fails in the thousands
 
 _TIMESTAMP = "tag:yaml.org,2002:timestamp"
 _MERGE = "tag:yaml.org,2002:merge"
@@ -144,7 +155,7 @@ def _mark(node: yaml.Node) -> tuple[int, int]:
 def decode_text(raw: bytes, file: str) -> tuple[str | None, list[Diagnostic]]:
     """Bytes to text, refusing binary and oversized files with a diagnostic."""
     if len(raw) > MAX_FILE_BYTES:
-        return None, [Diagnostic(file, 0, 0, "", f"file is {len(raw)} bytes, over the {MAX_FILE_BYTES}-byte limit",
+        return None, [Diagnostic(file, 0, 0, "", f"file is larger than the {MAX_FILE_BYTES}-byte limit",
                                  "config files are small; is this the right file?")]
     if b"\x00" in raw:
         return None, [Diagnostic(file, 0, 0, "", "file is binary, not YAML text",
@@ -157,10 +168,119 @@ def decode_text(raw: bytes, file: str) -> tuple[str | None, list[Diagnostic]]:
                                  "save the file as UTF-8")]
 
 
+_SCALAR_START = frozenset(" \t[{,:-?")  # after these (or at a line start) a quote opens a quoted scalar
+_ALIAS_START = frozenset(" \t[{,:-")
+
+
+def prescan(text: str, file: str) -> list[Diagnostic]:
+    """Check, in one pass without recursion, that `text` stays within what the YAML parser can
+    take: nesting (over-estimated: flow brackets plus block indentation levels plus compact `- `
+    items), documents and aliases. Returns diagnostics; empty means the file may be parsed."""
+    documents = 1
+    aliases = 0
+    indents: list[int] = []  # open block indentation levels
+    flow = 0  # open `[` / `{`
+    block_scalar_indent = -1  # inside a `|` / `>` scalar: its parent's indentation
+    for lineno, line in enumerate(text.split("\n"), 1):
+        stripped = line.lstrip(" ")
+        indent = len(line) - len(stripped)
+        if block_scalar_indent >= 0:
+            if not stripped.strip() or indent > block_scalar_indent:
+                continue
+            block_scalar_indent = -1
+        if line.startswith(("---", "...")) and (len(line) == 3 or line[3] in " \t\r"):
+            if line.startswith("---"):
+                documents += 1
+                if documents > MAX_DOCUMENTS:
+                    return [_limit(file, lineno, f"more than {MAX_DOCUMENTS} YAML documents in one file",
+                                   "split the file; a config file holds a few documents")]
+            indents.clear()
+            flow = 0
+            stripped = line[3:].lstrip()
+            indent = 3
+        if not stripped or stripped.startswith("#"):
+            continue
+        if flow == 0:
+            while indents and indents[-1] >= indent:
+                indents.pop()
+            indents.append(indent)
+        depth, aliases, flow, opens_block = _scan_line(stripped, flow, aliases)
+        nesting = len(indents) + depth + flow
+        if nesting > MAX_SCAN_DEPTH:
+            return [_limit(file, lineno, f"nested deeper than {MAX_SCAN_DEPTH} levels",
+                           f"config documents nest a few levels; values may nest at most {MAX_DEPTH}")]
+        if aliases > MAX_ALIASES:
+            return [_limit(file, lineno, f"more than {MAX_ALIASES} YAML aliases (*name) in one file",
+                           "write the values out instead of repeating aliases")]
+        if opens_block:
+            block_scalar_indent = indent
+    return []
+
+
+def _scan_line(text: str, flow: int, aliases: int) -> tuple[int, int, int, bool]:
+    """(compact `- ` items opened, aliases so far, open flow brackets after the line, whether the
+    line ends by opening a block scalar) for one line without its indentation."""
+    compact = 0
+    i, n = 0, len(text)
+    while text.startswith(("- ", "? "), i) or text[i:] in ("-", "?"):  # `- - - x`: each dash nests
+        compact += 1
+        i += 2
+        while i < n and text[i] == " ":
+            i += 1
+    prev = " "  # the previous character
+    last = ":"  # the previous non-blank character (the line start counts as a value start)
+    peak = flow
+    while i < n:
+        ch = text[i]
+        if ch == "#" and prev in " \t":
+            break
+        if ch in "'\"" and prev in _SCALAR_START and (flow or last in ":-?,[{"):
+            i = _skip_quoted(text, i)
+            prev = last = ch
+            continue
+        if ch in "[{" and (flow or last in ":-?,[{"):  # a flow collection starts only where a value does
+            flow += 1
+            peak = max(peak, flow)
+        elif ch in "]}" and flow:
+            flow -= 1
+        elif ch == "*" and prev in _ALIAS_START:
+            aliases += 1
+        prev = ch
+        if ch not in " \t":
+            last = ch
+        i += 1
+    tail = text[:i].rstrip()
+    opens_block = flow == 0 and bool(re.search(r"(^|[\s:-])[|>][+-]?\d?$", tail))
+    return compact + (peak - flow if peak > flow else 0), aliases, flow, opens_block
+
+
+def _skip_quoted(text: str, start: int) -> int:
+    """The index just past the quoted scalar starting at `start` (or the line's end: it continues)."""
+    quote = text[start]
+    i = start + 1
+    while i < len(text):
+        if quote == '"' and text[i] == "\\":
+            i += 2
+            continue
+        if text[i] == quote:
+            if quote == "'" and text.startswith("''", i):
+                i += 2
+                continue
+            return i + 1
+        i += 1
+    return i
+
+
+def _limit(file: str, line: int, message: str, hint: str) -> Diagnostic:
+    return Diagnostic(file, line, 1, "", f"file not parsed: {message}", hint)
+
+
 def load_documents(text: str, file: str, max_nodes: int = MAX_NODES) -> tuple[list[YamlDoc], list[Diagnostic]]:
-    """Parse every document of a YAML stream. Empty documents are skipped."""
+    """Parse every document of a YAML stream (after `prescan`). Empty documents are skipped."""
     docs: list[YamlDoc] = []
-    diags: list[Diagnostic] = []
+    diags: list[Diagnostic] = prescan(text, file)
+    if diags:
+        return [], diags
     try:
         nodes = list(yaml.compose_all(text, Loader=_Loader))
     except yaml.MarkedYAMLError as exc:
