@@ -21,7 +21,7 @@ from syncer.diagnostics import FieldPath, did_you_mean
 # Pod templates in our documents set pod-level options only; flower-syncer writes the containers.
 _NOT_REQUIRED = {"api.core.v1.PodSpec": frozenset({"containers"})}
 
-_QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?\d+)?$")
+_QUANTITY = re.compile(r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?\Z")
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,10 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+KEY = re.compile(r"^[A-Za-z0-9_-]+\Z")
 PLACEHOLDER = re.compile(r"\{(index|replicas|pool|node)\}")
 ANY_BRACE_WORD = re.compile(r"\{([A-Za-z_]+)\}")
-_TOML_INT = re.compile(r"^[+-]?(0|[1-9][0-9]*)$")
+_TOML_INT = re.compile(r"^[+-]?(0|[1-9][0-9]*)\Z")
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 # Shell variables the wrapper script defines for the dynamic placeholders.

@@ -88,10 +88,10 @@ PRIVATE_KEY_KEY = "private-key"
 PUBLIC_KEY_KEY = "public-key"
 
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)")
-_DIGEST = re.compile(r"^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[a-zA-Z0-9=_-]{32,}$")
-_TAG = re.compile(r"^\w[\w.-]{0,127}$")
-_IANA_SVC_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?$")
-_PUBLIC_KEY = re.compile(r"^(ecdsa-sha2-nistp(?:256|384|521)) ([A-Za-z0-9+/]+={0,2})(?: \S.*)?$")
+_DIGEST = re.compile(r"^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[a-zA-Z0-9=_-]{32,}\Z")
+_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
+_IANA_SVC_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?\Z")
+_PUBLIC_KEY = re.compile(r"^(ecdsa-sha2-nistp(?:256|384|521)) ([A-Za-z0-9+/]+={0,2})(?: \S.*)?\Z")
 
 
 # ---------------------------------------------------------------------------------------------

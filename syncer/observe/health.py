@@ -352,7 +352,7 @@ _SUFFIXES = {
     "P": Decimal("1e15"), "E": Decimal("1e18"),
 }
 _QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))"
-                       r"(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E))?$")
+                       r"(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E))?\Z")
 
 
 def is_gpu_resource(name: str) -> bool:

@@ -52,7 +52,7 @@ log = structlog.get_logger("syncer.source")
 
 
 _AUTO_CACHE_DIR = Path("<auto>")  # sentinel (compared by identity): derive the cache directory from the URL
-_HEX_RE = re.compile(r"^[0-9a-fA-F]{4,64}$")
+_HEX_RE = re.compile(r"^[0-9a-fA-F]{4,64}\Z")
 _FULL_SHA_LENGTHS = (40, 64)
 _ASKPASS = """#!/bin/sh
 # flower-syncer: answers git's HTTPS credential prompts from the environment; stores nothing.
