@@ -41,7 +41,7 @@ def derived_repository_name(source: str, subpath: str = "") -> str:
     """The identity of a repository that sets no `name`: readable, label-safe and unique per source
     (`source`: its remote URL without credentials, or its absolute local path; `subpath`: the
     folder of the config inside it), e.g. `flower-config-3fa9c2d1e0`. Two repositories without a
-    name never share one by accident (see syncer.source.git.source_location)."""
+    name never share one by accident (see syncer.source.location.source_location)."""
     digest = hashlib.sha256(f"{source}\0{subpath.strip('/')}".encode()).hexdigest()[:10]
     parts = [p for p in re.split(r"[/:@]", source.rstrip("/")) if p and p not in (".", "..")]
     base = parts[-1].removesuffix(".git") if parts else ""

@@ -13,7 +13,7 @@ from syncer.identity import DEFAULT_REPOSITORY, Manifest, Unit, UnknownUnit, der
 from syncer.plan import Plan
 from syncer.render.repo import Rendered, plan_repo, render_repo, select_units
 from syncer.repo.loader import RepoState, load_repo
-from syncer.source.git import source_location
+from syncer.source.location import source_location
 from syncer.source.refs import SourceError
 
 

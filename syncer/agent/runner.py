@@ -23,7 +23,8 @@ from syncer.http import AgentServer
 from syncer.identity import derived_repository_name
 from syncer.logs import configure
 from syncer.observe.metrics import Metrics
-from syncer.source.git import GitSource, SourceSpec, default_cache_dir, source_location
+from syncer.source.git import GitSource, SourceSpec, default_cache_dir
+from syncer.source.location import source_location
 from syncer.source.refs import SourceError
 from syncer.source.watch import LocalRepoWatcher
 

@@ -40,6 +40,15 @@ from typing import Any
 from syncer.identity import ANN_COPY_FROM, ANN_COPY_KEYS, LABEL_COMPONENT, LABEL_INSTANCE, LABEL_NAME, Manifest
 from syncer.models.nodeconfig import encode_typed, join_pairs
 from syncer.models.supernode import (
+    ReleaseNames,
+    SuperNodeValues,
+    chart_name,
+    merge_maps,
+    release_names,
+    security_contexts,
+    supports,
+)
+from syncer.models.supernode.schema import (
     CA_KEY,
     CA_MOUNT_DIR,
     CA_VOLUME,
@@ -50,13 +59,6 @@ from syncer.models.supernode import (
     PUBLIC_KEY_KEY,
     WRITABLE_DIRS,
     Component,
-    ReleaseNames,
-    SuperNodeValues,
-    chart_name,
-    merge_maps,
-    release_names,
-    security_contexts,
-    supports,
 )
 from syncer.render.common import RenderContext, metadata, sort_manifests
 

@@ -13,7 +13,7 @@ from syncer.actions.load import load
 from syncer.actions.sync import sync
 from syncer.engine.sync import SyncOptions
 from syncer.identity import DEFAULT_REPOSITORY, LABEL_REPOSITORY, derived_repository_name
-from syncer.source.git import source_location
+from syncer.source.location import source_location
 from tests.fakekube import FakeApiServer, FakeKube
 from tests.unit.test_engine_fake import FED, NS, pool
 
