@@ -26,7 +26,8 @@ import structlog
 
 from syncer.agent.cache import LiveCache
 from syncer.agent.workqueue import WorkQueue
-from syncer.cluster.client import FIELD_MANAGER, Kube
+from syncer.cluster.client import FIELD_MANAGER, ClusterUnreachable, Kube
+from syncer.cluster.fence import Fenced
 from syncer.diagnostics import Diagnostic
 from syncer.engine.changeset import Action, UnitResult
 from syncer.engine.inventory import Inventory
@@ -456,9 +457,22 @@ class Agent:
                 if not self.leading.is_set():
                     continue  # the leader does the writing; we pick the unit up again when we lead
                 self._sync(unit)
-            except Exception:
-                log.exception("sync crashed", unit=unit.id)
+            except Fenced as exc:
+                # the Lease may be someone else's by now: stop here, write nothing more; whoever
+                # leads next syncs the unit (and so do we, should we lead again)
+                log.warning("sync stopped: this replica no longer holds the Lease", unit=unit.id,
+                            refused=f"{exc.method} {exc.path}")
+            except Exception as exc:  # a failed sync is counted and reported like any other
+                if isinstance(exc, ClusterUnreachable):
+                    log.warning("sync failed: the API server is unreachable", unit=unit.id, error=str(exc))
+                else:
+                    log.exception("sync crashed", unit=unit.id)
+                crashed = UnitResult(unit.id)
+                crashed.errors.append(f"sync failed: {exc}" if isinstance(exc, ClusterUnreachable)
+                                      else f"sync crashed: {type(exc).__name__}: {exc}")
+                self.metrics.observe_sync(crashed, 0.0)
                 self.work.retry(unit)
+                self.events.put(UnitSynced(unit, crashed, 0.0, self.installed.plan.revision))
             finally:
                 self.work.done(unit)
 

@@ -6,6 +6,7 @@ leader lease (so a standby takes over at once), stop the HTTP server, exit 0.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import threading
@@ -18,6 +19,7 @@ from syncer import __version__
 from syncer.agent.agent import Agent, AgentOptions
 from syncer.agent.config import AgentConfig, read_secret
 from syncer.cluster.client import ApiError, ClusterUnreachable, Kube, path_for
+from syncer.cluster.fence import WriteFence
 from syncer.cluster.lease import LeaderElector
 from syncer.http import AgentServer
 from syncer.identity import derived_repository_name
@@ -86,8 +88,10 @@ def run(config: AgentConfig) -> int:
     except SourceError as exc:
         log.error("invalid source", error=str(exc))
         return 2
-    agent = Agent(kube, source, metrics, AgentOptions(namespaces=config.namespaces, workers=config.workers,
-                                                      poll_interval=config.interval, repository=repository))
+    fence = WriteFence()  # every write of the agent checks it: nothing is written until we lead
+    options = AgentOptions(namespaces=config.namespaces, workers=config.workers, poll_interval=config.interval,
+                           repository=repository)
+    agent = Agent(kube.fenced(fence), source, metrics, options)
     host, port = config.listen_address()
     server = AgentServer(_Api(agent), metrics, host=host, port=port,
                          api_token=read_secret(config.api_token_file),
@@ -110,9 +114,12 @@ def run(config: AgentConfig) -> int:
         elector = LeaderElector(kube, config.lease_namespace, config.lease_name, config.identity,
                                 on_started_leading=lambda: _leading(agent, kube, True),
                                 on_stopped_leading=lambda: _leading(agent, kube, False))
+        # false from the renew deadline on, even when the election thread is stuck or paused
+        fence.holds = functools.partial(getattr, elector, "is_leader")
         elector_thread = threading.Thread(target=elector.run, args=(stop,), name="leader-election", daemon=True)
         elector_thread.start()
     else:
+        fence.holds = lambda: True
         _leading(agent, kube, True)
 
     status_thread = threading.Thread(target=_status_loop, args=(agent, kube, metrics, stop), name="status",

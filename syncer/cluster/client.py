@@ -7,6 +7,7 @@ verb so callers (and tests) can tell how many writes a sync made.
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -15,6 +16,8 @@ from typing import Any
 from urllib.parse import quote
 
 import orjson
+
+from syncer.cluster.fence import WriteFence
 
 FIELD_MANAGER = "flower-syncer"
 METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
@@ -99,6 +102,14 @@ class Kube:
         self.api = api_client
         self.counts: Counter[str] = Counter()
         self._lock = threading.Lock()
+        self.fence: WriteFence | None = None
+
+    def fenced(self, fence: WriteFence) -> Kube:
+        """This client (same connections and counters) with every write checked by `fence` just
+        before it is sent; dry-runs and reads pass."""
+        clone = copy.copy(self)
+        clone.fence = fence
+        return clone
 
     @classmethod
     def from_kubeconfig(cls, kubeconfig: str | None = None, context: str | None = None) -> Kube:
@@ -155,6 +166,8 @@ class Kube:
         """Like `request`, also returning the HTTP status (201 tells a create from an update)."""
         params = [(k, v) for k, v in (query or {}).items() if v is not None]
         dry = any(k == "dryRun" for k, _ in params)
+        if self.fence is not None and not dry:
+            self.fence.check(method, path)
         with self._lock:
             self.counts[method + (" dry-run" if dry else "")] += 1
         headers = {"Accept": accept, "Content-Type": content_type}

@@ -1,0 +1,140 @@
+"""Fenced writes (issue 9, item 4): once the Lease may be lost, nothing more is written - checked
+before every write, so a paused ex-leader that resumes mid-sync stops at its next request.
+Also: a failed sync of any kind is counted (issue 9, "Also")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from syncer.agent.agent import Agent, AgentOptions
+from syncer.cluster.client import ClusterUnreachable
+from syncer.cluster.fence import Fenced, WriteFence
+from syncer.cluster.lease import LeaderElector
+from syncer.engine.sync import Engine, SyncOptions
+from syncer.identity import Unit
+from syncer.observe.metrics import Metrics
+from syncer.render.repo import plan_repo, render_repo
+from syncer.repo.loader import load_repo
+from syncer.source.git import GitSource
+from tests.fakekube import FakeApiServer, FakeKube
+from tests.unit.test_engine_fake import NS, pool, write
+
+WRITES = ("POST", "PUT", "PATCH", "DELETE")
+
+
+class Lease:
+    """A Lease we hold until `lose()`; then the fence says no."""
+
+    def __init__(self) -> None:
+        self.held = True
+
+    def lose(self) -> None:
+        self.held = False
+
+
+class CountingKube(FakeKube):
+    """Counts the writes that reached the server; calls `after_write(n)` after each one."""
+
+    def __init__(self, server: FakeApiServer) -> None:
+        super().__init__(server)
+        self.sent: list[str] = []
+        self.after_write: Any = None
+
+    def _send(self, method: str, path: str, params: list[tuple[str, Any]], headers: dict[str, str],
+              body: Any, timeout: Any) -> Any:
+        resp = super()._send(method, path, params, headers, body, timeout)
+        if method in WRITES and not any(k == "dryRun" for k, _ in params):
+            self.sent.append(f"{method} {path}")
+            if self.after_write is not None:
+                self.after_write(len(self.sent))
+        return resp
+
+
+@pytest.fixture
+def server() -> FakeApiServer:
+    s = FakeApiServer()
+    s.add_namespace(NS)
+    return s
+
+
+def test_the_fence_passes_reads_and_dry_runs_and_refuses_writes(server: FakeApiServer) -> None:
+    lease = Lease()
+    fence = WriteFence(lambda: lease.held)
+    raw = FakeKube(server)
+    kube = raw.fenced(fence)
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": NS}}
+    kube.apply(cm)
+    lease.lose()
+    assert kube.get("ConfigMap", NS, "x") is not None  # reads pass
+    kube.apply(cm, dry_run=True)  # dry-runs write nothing: they pass
+    with pytest.raises(Fenced, match=r"PATCH .* not sent"):
+        kube.apply(cm)
+    with pytest.raises(Fenced):
+        kube.delete("ConfigMap", NS, "x")
+    assert fence.refused == 2
+    raw.delete("ConfigMap", NS, "x")  # the unfenced client (the elector's) still writes
+    assert raw.counts is kube.counts  # one client, one set of counters
+
+
+def test_a_fence_without_a_holder_refuses_everything(server: FakeApiServer) -> None:
+    kube = FakeKube(server).fenced(WriteFence())
+    with pytest.raises(Fenced):
+        kube.request("POST", f"/api/v1/namespaces/{NS}/configmaps", body={})
+
+
+def test_losing_the_lease_mid_sync_stops_every_write(server: FakeApiServer, tmp_path: Path) -> None:
+    """Pause-the-leader in-process: the Lease is lost after the third write of a sync; not one
+    write follows, from this unit or any other."""
+    raw = CountingKube(server)
+    lease = Lease()
+    raw.after_write = lambda n: lease.lose() if n == 3 else None
+    kube = raw.fenced(WriteFence(lambda: lease.held))
+    repo = write(tmp_path / "repo", pools=pool("a") + pool("b") + pool("c"))
+    state = load_repo(repo)
+    plan = plan_repo(state, render_repo(state))
+    engine = Engine(kube, workers=1)
+    with pytest.raises(Fenced):
+        engine.sync(plan, SyncOptions())
+    engine.close()  # every request in flight has ended: none of them wrote
+    assert len(raw.sent) == 3, raw.sent
+
+
+def test_an_ex_leader_resuming_after_its_renew_deadline_writes_nothing() -> None:
+    """`is_leader` is computed from the last renewal on the monotonic clock: a process paused past
+    the renew deadline comes back fenced, before its election thread has noticed anything."""
+    now = [1000.0]
+    elector = LeaderElector(cast(Any, None), "ns", "lease", "me", lease_duration=15, renew_period=2,
+                            retry_period=2, on_started_leading=lambda: None, on_stopped_leading=lambda: None,
+                            clock=lambda: now[0])
+    elector._leading, elector._renewed_at = True, now[0]  # as right after a successful renewal
+    fence = WriteFence(lambda: elector.is_leader)
+    fence.check("PATCH", "/x")
+    now[0] += elector.renew_deadline + 0.001  # SIGSTOP for longer than the renew deadline
+    with pytest.raises(Fenced):
+        fence.check("PATCH", "/x")
+    assert elector.renew_deadline < 15  # well before a follower may take the Lease over
+
+
+class Unreachable(FakeKube):
+    def _send(self, *args: Any, **kwargs: Any) -> Any:
+        raise ClusterUnreachable("cannot reach the API server at https://127.0.0.1:1")
+
+
+def test_a_sync_that_cannot_reach_the_cluster_is_counted_as_failed(tmp_path: Path) -> None:
+    metrics = Metrics()
+    agent = Agent(Unreachable(), cast(GitSource, object()), metrics, AgentOptions())
+    state = load_repo(write(tmp_path / "repo"))
+    agent._install(state, render_repo(state), "r1")
+    agent.loaded.set()
+    agent.cache.synced.set()
+    agent.leading.set()
+    unit = Unit("federation", NS, "fed")
+    agent.work.add(unit)
+    agent.work.shutdown()  # the worker takes the unit, then stops
+    agent._worker()
+    assert metrics.sync_total.labels(unit.id, "failed")._value.get() >= 1
+    event = agent.events.get_nowait()
+    assert event.result.errors and "sync failed" in event.result.errors[0]
