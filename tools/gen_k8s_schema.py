@@ -61,6 +61,8 @@ def type_of(prop: dict[str, Any], todo: list[str]) -> Any:
         if isinstance(extra, dict):
             return {"map": type_of(extra, todo)}
         return "any"
+    if kinds == "integer" and prop.get("format") == "int32":
+        return "int32"  # the API server rejects (or wraps) what does not fit
     return kinds
 
 

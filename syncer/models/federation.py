@@ -12,7 +12,7 @@ from pydantic import Field
 
 from syncer.diagnostics import FieldPath
 from syncer.models.base import StrictModel
-from syncer.models.k8s import Issue, K8sType
+from syncer.models.k8s import Issue, K8sType, env_issues
 from syncer.models.names import (
     MAX_NAME,
     MAX_WORKLOAD_NAME,
@@ -20,7 +20,7 @@ from syncer.models.names import (
     label_value_problem,
     name_problem,
 )
-from syncer.models.nodeconfig import NodeConfigError, check_key, encode_template
+from syncer.models.nodeconfig import NODE_VAR, PLACEHOLDER, POD_NAME_VAR, NodeConfigError, check_key, encode_template
 
 API_VERSION = "flwr.exalsius.ai/v1"
 KIND = "Federation"
@@ -86,11 +86,14 @@ class PoolImages(StrictModel):
     superexecClientApp: str = ""
 
 
+GPU_ENV = {"nvidia": "NVIDIA_VISIBLE_DEVICES", "amd": "ROCR_VISIBLE_DEVICES"}  # what gpu.mountAll sets
+
+
 class GPU(StrictModel):
     enabled: bool = False
     vendor: Literal["nvidia", "amd"] | None = None
     resourceName: str = ""
-    count: Annotated[int, Field(ge=1)] = 1
+    count: Annotated[int, Field(ge=1, le=2**63 - 1)] = 1  # a resource quantity: int64
     mountAll: bool = False
 
     def resource(self) -> str:
@@ -101,7 +104,7 @@ class GPU(StrictModel):
 
 class Pool(StrictModel):
     name: Annotated[str, Field(min_length=1, max_length=63)]
-    replicas: Annotated[int, Field(ge=1)] | None = None
+    replicas: Annotated[int, Field(ge=1, le=2**31 - 1)] | None = None  # int32 in the API
     images: PoolImages = PoolImages()  # required by the CRD, yet the operator's quick start omits it
     gpu: GPU | None = None
     supernodeResources: Resources = {}
@@ -197,6 +200,26 @@ class Federation(StrictModel):
         issues.extend(self._name_issues())
         issues.extend(self._pool_issues())
         issues.extend(self._label_issues())
+        issues.extend(self._env_issues())
+        return issues
+
+    def _env_issues(self) -> list[Issue]:
+        """User env that collides with what the renderer sets in the SuperNode container: the
+        node-config wrapper's variables (when node config has placeholders) and the GPU
+        visibility variable of `gpu.mountAll`."""
+        issues: list[Issue] = []
+        spec = self.spec
+        for i, pool in enumerate(spec.supernodes.pools):
+            reserved: dict[str, str] = {}
+            if any(PLACEHOLDER.search(v) for v in pool.nodeConfig.values()):
+                reserved |= dict.fromkeys((POD_NAME_VAR, NODE_VAR), "the node-config wrapper of this pool")
+            if pool.gpu is not None and pool.gpu.mountAll:
+                reserved[GPU_ENV.get(pool.gpu.vendor or "", "")] = "gpu.mountAll of this pool"
+            if not reserved:
+                continue
+            for path, env in ((("spec", "supernodes", "env"), spec.supernodes.env),
+                              (("spec", "supernodes", "pools", i, "env"), pool.env)):
+                issues.extend(e for e in env_issues(env, path, reserved) if "is set by" in e.message)
         return issues
 
     def _name_issues(self) -> list[Issue]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -55,6 +56,20 @@ def kubernetes_schema_version() -> str:
     return str(json.loads(raw)["kubernetesVersion"])
 
 
+INT32 = (-(2**31), 2**31 - 1)
+_ID_FIELDS = frozenset({"runAsUser", "runAsGroup", "fsGroup"})  # the API server's IsValidUserID/GroupID
+INT64 = (-(2**63), 2**63 - 1)
+
+
+def int_range_problem(value: int, bits: int) -> str | None:
+    """Why `value` does not fit the API server's int32/int64 (it would refuse it, or keep only the
+    low bits: replicas 4294967299 would become 3), or None."""
+    low, high = INT32 if bits == 32 else INT64
+    if low <= value <= high:
+        return None
+    return f"{value} does not fit in {bits} bits (at most {high}); the API server would refuse or wrap it"
+
+
 def check_field(value: Any, marker: K8sType, path: FieldPath) -> list[Issue]:
     """Check a field value marked with `K8sType` (list, map or single value)."""
     spec: Any = {"ref": marker.name}
@@ -64,6 +79,42 @@ def check_field(value: Any, marker: K8sType, path: FieldPath) -> list[Issue]:
         spec = {"map": spec}
     issues: list[Issue] = []
     _check(value, spec, path, issues)
+    if marker.name == "api.core.v1.EnvVar" and marker.list_of and isinstance(value, list):
+        issues.extend(env_issues(value, path))
+    return issues
+
+
+def env_name_problem(name: str) -> str | None:
+    """Why the API server refuses `name` as an environment variable name (printable ASCII
+    without '=', since Kubernetes 1.34), or None."""
+    if not name:
+        return "an environment variable needs a non-empty name"
+    if "=" in name:
+        return f"environment variable name {name!r} contains '='"
+    if not all(32 <= ord(c) < 127 for c in name):
+        return f"environment variable name {name!r} has characters outside printable ASCII"
+    return None
+
+
+def env_issues(env: list[Any], path: FieldPath, reserved: Mapping[str, str] | None = None) -> list[Issue]:
+    """Names the API server refuses, names given twice (server-side apply keys env by name: it
+    answers 500), and names the renderer sets itself (`reserved`: name -> what sets it)."""
+    issues: list[Issue] = []
+    seen: dict[str, int] = {}
+    for i, item in enumerate(env):
+        name = item.get("name") if isinstance(item, dict) else None
+        if not isinstance(name, str):
+            continue
+        problem = env_name_problem(name)
+        if problem:
+            issues.append(Issue((*path, i, "name"), problem, "use a name such as MY_SETTING"))
+        elif name in seen:
+            issues.append(Issue((*path, i, "name"), f"environment variable {name!r} is set twice (also at "
+                                f"[{seen[name]}])", "keep one of them"))
+        elif reserved and name in reserved:
+            issues.append(Issue((*path, i, "name"), f"environment variable {name!r} is set by {reserved[name]}",
+                                "rename yours"))
+        seen.setdefault(name, i)
     return issues
 
 
@@ -117,8 +168,12 @@ def _check_scalar(value: Any, kind: str, path: FieldPath, issues: list[Issue]) -
     if kind == "string" and got != "string":
         hint = f'quote the value: "{value}"' if got in ("integer", "number", "boolean") else "use a string"
         issues.append(Issue(path, f"expected a string, got {_article(got)}", hint))
-    elif kind == "integer" and got != "integer":
+    elif kind in ("integer", "int32") and got != "integer":
         issues.append(Issue(path, f"expected an integer, got {_article(got)}", "write a whole number without quotes"))
+    elif kind in ("integer", "int32"):
+        problem = int_range_problem(value, 32 if kind == "int32" else 64)
+        if problem:
+            issues.append(Issue(path, problem, "use a smaller number"))
     elif kind == "number" and got not in ("integer", "number"):
         issues.append(Issue(path, f"expected a number, got {_article(got)}", "write a number without quotes"))
     elif kind == "boolean" and got != "boolean":
@@ -146,6 +201,9 @@ def _check_object(value: Any, type_name: str, path: FieldPath, issues: list[Issu
             issues.append(Issue((*path, key), f"unknown field {key!r} in {kind}", hint))
             continue
         _check(item, props[key], (*path, key), issues)
+        if key in _ID_FIELDS and isinstance(item, int) and not isinstance(item, bool) and not 0 <= item < 2**31:
+            issues.append(Issue((*path, key), f"{key} {item} is not a valid user or group id (0 to 2147483647)",
+                                "use an id below 2147483648"))
     for req in spec.get("r", ()):
         if req not in value and req not in _NOT_REQUIRED.get(type_name, ()):
             kind = type_name.rsplit(".", 1)[-1]

@@ -223,8 +223,8 @@ def _gpu_mount_all(gpu: GPU | None) -> tuple[list[dict[str, Any]], list[dict[str
     if gpu is None or not gpu.mountAll:
         return [], [], []
     if gpu.vendor == "nvidia":
-        return [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}], [], []
-    env = [{"name": "ROCR_VISIBLE_DEVICES", "value": "all"}]
+        return [{"name": GPU_ENV["nvidia"], "value": "all"}], [], []
+    env = [{"name": GPU_ENV["amd"], "value": "all"}]
     mounts = [{"name": "dev-kfd", "mountPath": "/dev/kfd"}, {"name": "dev-dri", "mountPath": "/dev/dri"}]
     volumes = [
         {"name": "dev-kfd", "hostPath": {"path": "/dev/kfd", "type": "CharDevice"}},

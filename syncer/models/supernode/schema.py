@@ -37,8 +37,8 @@ IngressRules = Annotated[list[dict[str, Any]],
 EgressRules = Annotated[list[dict[str, Any]],
                         K8sType("api.networking.v1.NetworkPolicyEgressRule", list_of=True)]
 Port = Annotated[int, Field(ge=1, le=65535)]
-NonNegative = Annotated[int, Field(ge=0)]
-Positive = Annotated[int, Field(ge=1)]
+NonNegative = Annotated[int, Field(ge=0, le=2**31 - 1)]  # int32 in the API (user ids too)
+Positive = Annotated[int, Field(ge=1, le=2**31 - 1)]
 PullPolicy = Literal["Always", "IfNotPresent", "Never"]
 Preset = Literal["none", "soft", "hard"]
 
