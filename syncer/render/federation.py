@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from syncer.identity import LABEL_COMPONENT, LABEL_INSTANCE, LABEL_NAME, LABEL_POOL, Manifest
-from syncer.models.federation import GPU, ClaimTemplate, Federation, Pool
+from syncer.models.federation import GPU, GPU_ENV, ClaimTemplate, Federation, Pool
 from syncer.models.nodeconfig import INDEX_VAR, NODE_VAR, POD_NAME_VAR, encode_template, join_pairs, shell_word
 from syncer.render.common import RenderContext, clone, metadata
 
