@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
@@ -57,6 +58,29 @@ class SyncPolicy(StrictModel):
         return self.model_copy(update=values), problems
 
 
+PodFeature = Literal["privileged", "hostPath", "hostNetwork", "hostPID", "hostIPC", "hostPort", "capabilities"]
+PROTECTED_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
+
+
+class Guardrails(StrictModel):
+    """What a commit to this repository may ask of the cluster. The defaults keep a Git writer out
+    of the cluster's own namespaces and away from the node: no privileged containers, host
+    namespaces, host paths or ports, or added capabilities unless listed here."""
+
+    allowedNamespaces: list[str] | None = None
+    """Namespaces the repository's units may live in (shell patterns such as `flower-*`). Unset:
+    any namespace but kube-system, kube-public and kube-node-lease."""
+    allowPodFeatures: list[PodFeature] = []
+    """Pod features the repository may use: privileged, hostPath, hostNetwork, hostPID, hostIPC,
+    hostPort, capabilities (added beyond NET_BIND_SERVICE). The GPU device paths of
+    `gpu.mountAll` (/dev/kfd, /dev/dri) are not counted as hostPath."""
+
+    def namespace_allowed(self, namespace: str) -> bool:
+        if self.allowedNamespaces is None:
+            return namespace not in PROTECTED_NAMESPACES
+        return any(fnmatch.fnmatchcase(namespace, pattern) for pattern in self.allowedNamespaces)
+
+
 class RepoSettings(StrictModel):
     """`flower-syncer.yaml`."""
 
@@ -74,6 +98,7 @@ class RepoSettings(StrictModel):
     flower-syncer derived names)."""
     defaultNamespace: str = "default"
     policy: SyncPolicy = SyncPolicy()
+    guardrails: Guardrails = Guardrails()
 
     field_hints: ClassVar[dict[str, str]] = {"defaultNamespace": "a namespace name such as flower",
                                              "name": "a short name for this repository, e.g. platform-flower",

@@ -15,6 +15,7 @@ from syncer.models.settings import SyncPolicy
 from syncer.plan import Claims, Plan, Policy, UnitPlan
 from syncer.render.common import RenderContext, object_ref, sort_manifests
 from syncer.render.federation import render_federation
+from syncer.render.guardrails import check_guardrails
 from syncer.render.supernode import render_supernode
 from syncer.repo.loader import LoadedUnit, RepoState
 
@@ -85,8 +86,14 @@ def _render_repo(state: RepoState, selectors: list[str] | None) -> Rendered:
     chosen = {u.unit for u in select_units(state.units, selectors or [])[0]}
     rendered: dict[Unit, tuple[LoadedUnit, list[Manifest]]] = {}
     owners: dict[str, list[LoadedUnit]] = {}
+    rails = state.settings.guardrails
     for loaded in state.units:
         manifests = render_unit(loaded)
+        crossed = check_guardrails(loaded.unit, manifests, rails, loaded.source, loaded.line)
+        if crossed:  # nothing of it is applied, and it claims nothing
+            result.diagnostics.extend(crossed)
+            result.failed.add(loaded.unit)
+            continue
         rendered[loaded.unit] = (loaded, manifests)
         for ref in dict.fromkeys(object_ref(m) for m in manifests):
             owners.setdefault(ref, []).append(loaded)
