@@ -206,6 +206,8 @@ class Agent:
             return False, "the first revision has not been loaded yet"
         if not self.cache.synced.is_set():
             return False, "the watch caches are not synced yet"
+        if self.kube.unreachable:  # the last request (a watch, a sync, the status loop) did not get through
+            return False, f"the API server is unreachable: {self.kube.unreachable}"
         return True, "ok"
 
     def set_leading(self, leading: bool) -> None:

@@ -138,3 +138,55 @@ def test_a_sync_that_cannot_reach_the_cluster_is_counted_as_failed(tmp_path: Pat
     assert metrics.sync_total.labels(unit.id, "failed")._value.get() >= 1
     event = agent.events.get_nowait()
     assert event.result.errors and "sync failed" in event.result.errors[0]
+
+
+def test_readyz_fails_while_the_api_server_is_unreachable(tmp_path: Path) -> None:
+    server = FakeApiServer()
+    kube = FakeKube(server)
+    agent = Agent(kube, cast(GitSource, object()), Metrics(), AgentOptions())
+    agent.loaded.set()
+    agent.cache.synced.set()
+    assert agent.ready() == (True, "ok")
+    down = Unreachable(server)
+    down._conn = kube._conn  # the same connection state, as the agent's fenced copy shares it
+    with pytest.raises(ClusterUnreachable):
+        down.get("ConfigMap", NS, "x")
+    ready, why = agent.ready()
+    assert not ready and "the API server is unreachable" in why
+    kube.get("ConfigMap", NS, "x")  # a request gets through again: ready again
+    assert agent.ready() == (True, "ok")
+
+
+def test_a_changed_kubeconfig_is_read_again(tmp_path: Path) -> None:
+    """Token rotation or a new API server port: on a failed request the client reads the file
+    again if it changed, and retries once with what it says."""
+    import json
+    import os
+    import socket
+
+    def kubeconfig(port: int, token: str) -> str:
+        return json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "c",
+            "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{port}",
+                                                   "insecure-skip-tls-verify": True}}],
+            "users": [{"name": "u", "user": {"token": token}}],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]})
+
+    def closed_port() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+
+    from syncer.cluster.client import Kube
+
+    path = tmp_path / "kubeconfig"
+    path.write_text(kubeconfig(closed_port(), "old"))
+    kube = Kube.from_kubeconfig(str(path))
+    assert not kube.reload_if_changed()  # unchanged: nothing to do
+    new_port = closed_port()
+    path.write_text(kubeconfig(new_port, "rotated-token"))
+    os.utime(path, ns=(1, 1))  # a different stamp even within one clock tick
+    with pytest.raises(ClusterUnreachable, match=f"127.0.0.1:{new_port}"):
+        kube.get("ConfigMap", NS, "x")  # retried against the new address
+    assert kube.api.configuration.api_key["BearerToken"] == "Bearer rotated-token"
+    assert f"127.0.0.1:{new_port}" in kube.unreachable
