@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import queue
+import random
 import threading
 import time
 from collections import Counter
@@ -139,6 +140,9 @@ class UnitState:
     drift_corrections: int = 0
 
 
+POLL_JITTER = 0.1  # each poll waits the interval +/- 10 %
+
+
 @dataclass
 class AgentOptions:
     namespaces: list[str] | None = None  # restrict cluster reads/writes (namespaced RBAC)
@@ -146,6 +150,8 @@ class AgentOptions:
     poll_interval: float = 60.0
     prune: bool = True
     repository: str = DEFAULT_REPOSITORY  # the name when flower-syncer.yaml sets none (derived from the source)
+    fetch_backoff: float = 1.0  # first wait after a failed fetch; doubles up to fetch_backoff_max
+    fetch_backoff_max: float = 300.0
 
 
 class Agent:
@@ -290,9 +296,14 @@ class Agent:
     # -- the source thread ------------------------------------------------------------------------
 
     def _fetch_loop(self) -> None:
-        backoff = 1.0
+        """Fetch when asked (a commit seen, a push webhook, a resync) or at the poll interval, with
+        +/-10 % jitter so that many agents do not poll a server in step. After a failed fetch the
+        next one waits with exponential backoff, unless something asks for a fetch first: a push
+        after a Git outage is applied at once."""
+        backoff = self.options.fetch_backoff
+        wait = self._poll_delay()
         while not self.stop.is_set():
-            self._fetch_wanted.wait(self.options.poll_interval)
+            self._fetch_wanted.wait(wait)
             if self.stop.is_set():
                 return
             self._fetch_wanted.clear()
@@ -300,13 +311,15 @@ class Agent:
             try:
                 checkout = self.source.fetch()
             except SourceError as exc:
-                self.events.put(FetchFailed(exc))
-                self.stop.wait(backoff)
-                backoff = min(backoff * 2, 300.0)
-                self._fetch_wanted.set()  # retry with backoff; the last good revision stays applied
+                self.events.put(FetchFailed(exc))  # the last good revision stays applied
+                wait, backoff = backoff, min(backoff * 2, self.options.fetch_backoff_max)
                 continue
-            backoff = 1.0
+            backoff = self.options.fetch_backoff
+            wait = self._poll_delay()
             self.events.put(RevisionFetched(checkout, seen))
+
+    def _poll_delay(self) -> float:
+        return self.options.poll_interval * random.uniform(1 - POLL_JITTER, 1 + POLL_JITTER)
 
     # -- the dispatcher ---------------------------------------------------------------------------
 

@@ -78,9 +78,6 @@ class WorkQueue(Generic[K]):
         with self._cond:
             self._failures.pop(key, None)
 
-    def failures(self, key: K) -> int:
-        with self._cond:
-            return self._failures.get(key, 0)
 
     def get(self, timeout: float | None = None) -> K | None:
         """The next key to process (blocking); None on timeout or when the queue is shut down."""

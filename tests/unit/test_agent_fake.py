@@ -87,3 +87,51 @@ def test_only_changes_to_what_we_own_mean_work(agent: Agent, tmp_path: Path) -> 
     assert agent._touched(ObjectChanged(FED_UNIT, ref, obj))  # not in an inventory yet: work
     assert agent._unit_of(ref, FED_UNIT.labels()) == FED_UNIT
     assert agent._unit_of(ref, {}) is None
+
+
+class FlakySource:
+    """A Git source that is down for the first `failures` fetches."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.calls: list[float] = []
+
+    def fetch(self) -> object:
+        import time
+
+        from syncer.source.refs import SourceError
+
+        self.calls.append(time.monotonic())
+        if len(self.calls) <= self.failures:
+            raise SourceError("unreachable", "cannot reach the remote")
+        return object()
+
+    def describe(self) -> str:
+        return "flaky"
+
+
+def test_a_push_after_a_git_outage_cuts_the_backoff_short() -> None:
+    import threading
+
+    from tests.conftest import wait_until
+
+    source = FlakySource(failures=1)
+    agent = Agent(FakeKube(), cast(GitSource, source), Metrics(),
+                  AgentOptions(poll_interval=3600, fetch_backoff=3600))  # neither would come in this test
+    thread = threading.Thread(target=agent._fetch_loop, daemon=True)
+    thread.start()
+    try:
+        agent._fetch_wanted.set()  # the first fetch: the remote is down; the next waits an hour
+        wait_until("the failed fetch", lambda: len(source.calls) == 1, timeout=5)
+        agent._fetch_wanted.set()  # what a push webhook or a commit event does (FetchRequested)
+        wait_until("a fetch right after the push", lambda: len(source.calls) == 2, timeout=5)
+    finally:
+        agent.stop.set()
+        agent._fetch_wanted.set()
+        thread.join(5)
+
+
+def test_polls_are_jittered() -> None:
+    agent = Agent(FakeKube(), cast(GitSource, object()), Metrics(), AgentOptions(poll_interval=60))
+    delays = [agent._poll_delay() for _ in range(500)]
+    assert min(delays) >= 54 and max(delays) <= 66 and max(delays) - min(delays) > 6
