@@ -50,6 +50,11 @@ log = structlog.get_logger("syncer.agent")
 
 
 @dataclass(frozen=True)
+class DriftCheckDue:
+    """Time to measure the drift of suspended units (they are not healed, so it can last)."""
+
+
+@dataclass(frozen=True)
 class FetchRequested:
     reason: str  # "watch", "webhook", "poll", "resync", "start"
 
@@ -101,8 +106,8 @@ class Stop:
     pass
 
 
-Event = (FetchRequested | RevisionFetched | FetchFailed | ObjectChanged | InventoryChanged | InventoryDeleted
-         | ResyncRequested | UnitSynced | Stop)
+Event = (DriftCheckDue | FetchRequested | RevisionFetched | FetchFailed | ObjectChanged | InventoryChanged
+         | InventoryDeleted | ResyncRequested | UnitSynced | Stop)
 
 
 @dataclass
@@ -354,6 +359,13 @@ class Agent:
         elif isinstance(event, InventoryChanged):
             if self._ours(event.inventory.unit):
                 self.work.add(event.inventory.unit)
+        elif isinstance(event, DriftCheckDue):
+            # suspended units go through the work queue like any other: the worker measures them
+            plan = self.installed.plan
+            for unit, desired in plan.units.items():
+                inv = self.cache.state.inventories.get(unit)
+                if desired.policy.suspend or (inv is not None and inv.suspended):
+                    self.work.add(unit)
         elif isinstance(event, InventoryDeleted):
             # rebuilt from the objects' labels by the next sync, so nothing becomes an orphan
             plan = self.installed.plan
@@ -513,6 +525,8 @@ class Agent:
         if result.skipped is None:  # what still differs from Git: the objects that failed
             failed = Counter(c.ref.kind for c in result.changes if c.action is Action.FAILED)
             self.metrics.set_drift(unit.id, failed)
+        elif result.skipped.suspended and desired is not None:
+            self.metrics.set_drift(unit.id, drift_by_kind(self._suspended_drift(desired, plan)))
         writes = sum(1 for c in result.changes if c.action.is_change)
         if writes or not result.ok:
             log.info("unit synced", unit=unit.id, revision=revision[:12], ok=result.ok,
@@ -535,21 +549,20 @@ class Agent:
             self.metrics.forget_unit(unit.id)
         return res
 
-    def measure_suspended_drift(self) -> None:
-        """Suspended units are not healed, so their drift can last: measure it with a dry-run
-        (no writes; no requests at all for objects known unchanged)."""
-        plan = self.installed.plan
-        for unit, desired in plan.units.items():
-            inv = self.cache.state.inventories.get(unit)
-            if not (desired.policy.suspend or (inv is not None and inv.suspended)):
-                continue
-            awake = dataclasses.replace(desired, policy=dataclasses.replace(desired.policy, suspend=False))
-            inventories = dict(self.cache.state.inventories)
-            if inv is not None:
-                inventories[unit] = dataclasses.replace(inv, suspended=False)
-            live = LiveState(self.cache.state.objects, inventories)
-            result = self.engine.sync_unit(awake, live, SyncOptions(dry_run=True), plan)
-            self.metrics.set_drift(unit.id, drift_by_kind(result))
+    def request_drift_check(self) -> None:
+        self.events.put(DriftCheckDue())
+
+    def _suspended_drift(self, desired: UnitPlan, plan: Plan) -> UnitResult:
+        """What differs from Git for a suspended unit: a dry-run as if it were not suspended (no
+        writes; no requests at all for objects known unchanged)."""
+        unit = desired.unit
+        awake = dataclasses.replace(desired, policy=dataclasses.replace(desired.policy, suspend=False))
+        inventories = dict(self.cache.state.inventories)
+        inv = inventories.get(unit)
+        if inv is not None:
+            inventories[unit] = dataclasses.replace(inv, suspended=False)
+        live = LiveState(self.cache.state.objects, inventories)
+        return self.engine.sync_unit(awake, live, SyncOptions(dry_run=True), plan)
 
     # -- reporting -------------------------------------------------------------------------------------
 

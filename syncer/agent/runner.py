@@ -174,7 +174,7 @@ def _status_loop(agent: Agent, kube: Kube, metrics: Metrics, stop: threading.Eve
             units = sorted(set(agent.desired) | set(agent.cache.state.inventories))
             statuses, nodes = collect(kube, units)
             metrics.observe_status(statuses, nodes)
-            agent.measure_suspended_drift()
+            agent.request_drift_check()  # measured by a worker, like every sync
         except Exception as exc:  # status is best effort; the next round tries again
             log.warning("status collection failed", error=str(exc))
             time.sleep(1)

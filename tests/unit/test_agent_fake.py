@@ -135,3 +135,36 @@ def test_polls_are_jittered() -> None:
     agent = Agent(FakeKube(), cast(GitSource, object()), Metrics(), AgentOptions(poll_interval=60))
     delays = [agent._poll_delay() for _ in range(500)]
     assert min(delays) >= 54 and max(delays) <= 66 and max(delays) - min(delays) > 6
+
+
+def test_suspended_drift_is_measured_by_a_worker_through_the_queue(tmp_path: Path) -> None:
+    """The drift of a suspended unit is a dry-run run by a worker from the one work queue (no
+    second thread runs the engine); it never writes."""
+    from syncer.agent.agent import DriftCheckDue
+    from syncer.engine.live import LiveState
+    from syncer.engine.sync import Engine, SyncOptions
+    from syncer.render.repo import plan_repo
+    from tests.fakekube import FakeApiServer
+
+    server = FakeApiServer()
+    server.add_namespace(NS)
+    kube = FakeKube(server)
+    root = repo_at(tmp_path / "r", {"federations/fed.yaml": fed()})
+    state = load_repo(root)
+    assert Engine(kube).sync(plan_repo(state, render_repo(state)), SyncOptions()).ok
+    suspended = FED.format(name="fed", pools=pool("a", replicas=3),
+                           annotations='"flower-syncer.io/suspend": "true"')
+    repo_at(root, {"federations/fed.yaml": suspended})  # Git moved on while the unit is suspended
+    metrics = Metrics()
+    agent = Agent(kube, cast(GitSource, object()), metrics, AgentOptions())
+    agent.cache.state = LiveState.load(kube, None)
+    install(agent, root, "r2")
+    agent.cache.synced.set()
+    agent.leading.set()
+    writes = kube.writes
+    agent._handle(DriftCheckDue())
+    assert agent.work.depth() == 1
+    agent.work.shutdown()
+    agent._worker()
+    assert metrics.drift_objects.labels(FED_UNIT.id, "StatefulSet")._value.get() == 1
+    assert kube.writes == writes  # measured, not healed
