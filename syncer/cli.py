@@ -244,6 +244,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return EXIT_OK
+    except Exception as exc:  # a bug: one line, and the traceback on request
+        if os.environ.get("FLOWER_SYNCER_DEBUG"):
+            raise
+        print(f"error: internal error: {type(exc).__name__}: {exc} (set FLOWER_SYNCER_DEBUG=1 for the traceback, "
+              "and please report it)", file=sys.stderr)
+        return EXIT_RUNTIME
 
 
 # ---------------------------------------------------------------------------------------------
@@ -325,6 +331,9 @@ def _connect(args: argparse.Namespace) -> Kube:
 def _cluster_error(exc: Exception) -> int:
     if isinstance(exc, ApiError):
         print(f"\nerror: the API server refused a request: {exc}", file=sys.stderr)
+        if exc.forbidden:
+            print("hint: if your credentials only reach some namespaces, pass --namespaces NS[,NS...] "
+                  "(or set FLOWER_SYNCER_NAMESPACES)", file=sys.stderr)
     else:
         print(f"\nerror: {exc}", file=sys.stderr)
     return EXIT_RUNTIME
@@ -524,6 +533,9 @@ def cmd_resync(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     except AgentRefused as exc:
         print(f"error: {exc}", file=sys.stderr)
+        if exc.status == 401:
+            print(f"hint: pass the agent's API token with --token-file, or set ${env_name('api_token_file')} to "
+                  "the file the agent reads (its --api-token-file)", file=sys.stderr)
         return EXIT_USAGE if exc.status in (401, 403, 404) else EXIT_RUNTIME
     except AgentUnreachable as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -97,7 +97,12 @@ def run(config: AgentConfig) -> int:
                          api_token=read_secret(config.api_token_file),
                          webhook_secret=read_secret(config.webhook_secret_file),
                          protect_reads=config.protect_reads)
-    server.start()
+    try:
+        server.start()
+    except OSError as exc:
+        log.error("cannot listen for HTTP", listen=config.listen, error=exc.strerror,
+                  hint="another process uses the port: choose another --listen")
+        return 3
     log.info("flower-syncer agent starting", version=__version__, source=source.describe(),
              listen=f"{server.address[0]}:{server.address[1]}", leader_election=config.leader_elect,
              namespaces=config.namespaces or "all")

@@ -341,6 +341,10 @@ class Kube:
             raw.release_conn()
 
 
+KUBECONFIG_ENV = "KUBECONFIG"
+DEFAULT_KUBECONFIG = "~/.kube/config"
+
+
 def _kubeconfig_path(kubeconfig: str | None) -> Path | None:
     """The kubeconfig file the official client will read (its first, for a $KUBECONFIG list), or None
     for in-cluster credentials."""
@@ -373,8 +377,10 @@ def _api_client(kubeconfig: str | None, context: str | None, *, in_cluster: bool
         else:
             config.load_kube_config(  # type: ignore[no-untyped-call]
                 config_file=kubeconfig, context=context, client_configuration=configuration)
-    except (config.ConfigException, OSError, TypeError, ValueError) as exc:
-        raise ClusterUnreachable(f"cannot load Kubernetes credentials: {exc}") from exc
+    except Exception as exc:  # a missing, malformed or incomplete kubeconfig: never a traceback
+        detail = " ".join(str(exc).split())
+        source = "" if in_cluster else f" from {kubeconfig or os.environ.get(KUBECONFIG_ENV) or DEFAULT_KUBECONFIG}"
+        raise ClusterUnreachable(f"cannot load Kubernetes credentials{source}: {detail}") from exc
     configuration.connection_pool_maxsize = 16
     configuration.retries = 0
     return client.ApiClient(configuration)
