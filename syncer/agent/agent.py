@@ -436,6 +436,8 @@ class Agent:
                 units[unit], digests[unit] = planned, digest
         for unit in fresh.failed:
             self.units.setdefault(unit, UnitState()).config_errors = errors_by_unit.get(unit.id, [])
+            if unit not in old.plan.failed and unit in units:
+                changed.append(unit)  # its last good state is synced again, and its inventory says why not newer
         for unit in fresh.units:
             self.units.setdefault(unit, UnitState()).config_errors = []
         for unit, st in self.units.items():
