@@ -125,9 +125,6 @@ CASES = [
     Case("node-config-both-quotes", {F: tweak("        images: {}", "        images: {}\n        nodeConfig:\n"
                                               "          name: \"it's \\\"x\\\"\" #<")},
          F, "spec.supernodes.pools[0].nodeConfig.name", "both kinds of quote"),
-    Case("node-config-unknown-placeholder", {F: tweak("        images: {}", "        images: {}\n        nodeConfig:\n"
-                                                      "          name: \"c_{rank}\" #<")},
-         F, "spec.supernodes.pools[0].nodeConfig.name", "unknown placeholder {rank}"),
     Case("node-config-number-not-string", {F: tweak("        images: {}", "        images: {}\n        nodeConfig:\n"
                                                     "          batch-size: 32 #<")},
          F, "spec.supernodes.pools[0].nodeConfig.batch-size", "string", "quote"),
@@ -274,3 +271,19 @@ def test_all_problems_are_reported_in_one_run(tmp_path: Path) -> None:
     assert (F, "spec.supernodes.pools[0].replica") in paths
     assert (F, "spec.superlink.superexecImage") in paths  # a cross-field rule, despite the typos
     assert (V, "supernode.replica") in paths
+
+
+def test_what_the_operator_accepts_loads_with_a_warning(tmp_path: Path) -> None:
+    """Operator files load unchanged (issue 11): a literal `{word}` in a node-config value and
+    superexecResources in subprocess mode are warnings; `validate --strict` makes them errors."""
+    from syncer.cli import EXIT_FAILED, EXIT_OK, main
+
+    extra = "        images: {}\n        superexecResources: {limits: {cpu: 1}}\n        nodeConfig:\n"
+    _write(tmp_path, {F: tweak("        images: {}", extra + "          name: \"c_{rank}\"")})
+    state = load_repo(tmp_path)
+    assert state.units and not state.failed
+    warnings = sorted(d.message for d in state.diagnostics if d.severity == "warning")
+    assert any("{rank} is not a placeholder" in w for w in warnings), warnings
+    assert any("superexecResources has no effect in subprocess mode" in w for w in warnings), warnings
+    assert main(["validate", str(tmp_path)]) == EXIT_OK
+    assert main(["validate", str(tmp_path), "--strict"]) == EXIT_FAILED
