@@ -128,8 +128,14 @@ def _describe(cls: type[StrictModel], err: ErrorDetails, raw: Any) -> tuple[Fiel
     hints = owner.field_hints if owner else {}
     if kind == "extra_forbidden" and isinstance(field, str):
         known = sorted(_aliases(owner)) if owner else []
+        moved = MISPLACED_KEYS.get(field)
         guess = did_you_mean(field, known)
-        hint = f"did you mean {guess!r}?" if guess else (f"valid fields here: {', '.join(known)}" if known else "")
+        if moved and moved[0] == cls.__name__:
+            hint = f"it belongs at {moved[1]}"
+        elif guess:
+            hint = f"did you mean {guess!r}?"
+        else:
+            hint = f"valid fields here: {', '.join(known)}" if known else ""
         return loc, f"unknown field {field!r}", hint
     if kind == "missing":
         return loc, f"required field {field!r} is missing", hints.get(str(field), f"add {field}")
@@ -138,11 +144,43 @@ def _describe(cls: type[StrictModel], err: ErrorDetails, raw: Any) -> tuple[Fiel
         got = err.get("input")
         msg = f"{msg}, got {type(got).__name__} {_short(got)}"
     hint = hints.get(str(field), "")
+    got = err.get("input")
+    if kind == "literal_error" and isinstance(got, str):
+        expected = typing.get_args(_field_annotation(owner, field)) if owner is not None else ()
+        right = next((e for e in expected if isinstance(e, str) and e.lower() == got.lower()), None)
+        if right is not None:
+            hint = f"write {right!r} (the spelling is case-sensitive)"
+    if kind == "string_type" and isinstance(got, dict) and len(got) == 1 and next(iter(got.values())) is None:
+        word = next(iter(got))
+        hint = f'YAML read {{{word}}} as a mapping: quote it, "{{{word}}}"'
     if not hint and kind in ("int_type", "bool_type") and isinstance(err.get("input"), str):
         hint = "remove the quotes around the value"
     if not hint and kind == "string_type" and isinstance(err.get("input"), (int, float, bool)):
         hint = f'quote the value: "{err.get("input")}"'
     return loc, msg, hint
+
+
+# Keys people put one level off, by the document class they appear in: where they belong.
+MISPLACED_KEYS: dict[str, tuple[str, str]] = {
+    "nodeConfig": ("SuperNodeValues", "supernode.node.config"),
+    "config": ("SuperNodeValues", "supernode.node.config"),
+    "isolation": ("SuperNodeValues", "supernode.isolationMode"),
+    "replicaCount": ("SuperNodeValues", "supernode.replicas"),
+}
+
+
+def _field_annotation(owner: type[StrictModel], field: str | int) -> Any:
+    """The annotation of `field` on `owner`, unwrapped from Optional and Annotated."""
+    name = _aliases(owner).get(str(field))
+    if name is None:
+        return None
+    annotation = owner.model_fields[name].annotation
+    for arg in (typing.get_args(annotation) if typing.get_origin(annotation) in (Union, types.UnionType)
+                else (annotation,)):
+        inner = typing.get_args(arg)[0] if typing.get_origin(arg) is typing.Annotated else arg
+        if typing.get_origin(inner) is typing.Literal:
+            return inner
+    return annotation
 
 
 def _short(value: Any) -> str:
