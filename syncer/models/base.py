@@ -145,7 +145,7 @@ def _describe(cls: type[StrictModel], err: ErrorDetails, raw: Any) -> tuple[Fiel
         msg = f"{msg}, got {type(got).__name__} {_short(got)}"
     hint = hints.get(str(field), "")
     got = err.get("input")
-    if kind == "literal_error" and isinstance(got, str):
+    if not hint and kind == "literal_error" and isinstance(got, str):
         expected = typing.get_args(_field_annotation(owner, field)) if owner is not None else ()
         right = next((e for e in expected if isinstance(e, str) and e.lower() == got.lower()), None)
         if right is not None:
