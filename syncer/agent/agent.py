@@ -26,12 +26,28 @@ from typing import Any
 import structlog
 
 from syncer.agent.cache import LiveCache
+from syncer.agent.messages import (
+    DriftCheckDue,
+    Event,
+    FetchFailed,
+    FetchRequested,
+    InventoryChanged,
+    InventoryDeleted,
+    ObjectChanged,
+    ResyncRequested,
+    RevisionFetched,
+    Stop,
+    UnitSynced,
+    Waiter,
+)
+from syncer.agent.reporting import config_error_event, suspension_event, sync_events
 from syncer.agent.workqueue import WorkQueue
 from syncer.cluster.client import FIELD_MANAGER, ClusterUnreachable, Kube
+from syncer.cluster.events import Event as ReportedEvent
+from syncer.cluster.events import EventRecorder
 from syncer.cluster.fence import Fenced
 from syncer.diagnostics import Diagnostic
 from syncer.engine.changeset import Action, UnitResult
-from syncer.engine.inventory import Inventory
 from syncer.engine.live import LiveState
 from syncer.engine.normalize import fingerprint, managed_fields_hash
 from syncer.engine.sync import Engine, SyncOptions, vanished_units
@@ -44,83 +60,6 @@ from syncer.source.git import Checkout, GitSource
 from syncer.source.refs import SourceError
 
 log = structlog.get_logger("syncer.agent")
-
-
-# -- events ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DriftCheckDue:
-    """Time to measure the drift of suspended units (they are not healed, so it can last)."""
-
-
-@dataclass(frozen=True)
-class FetchRequested:
-    reason: str  # "watch", "webhook", "poll", "resync", "start"
-
-
-@dataclass(frozen=True)
-class RevisionFetched:
-    checkout: Checkout
-    seen_at: float
-
-
-@dataclass(frozen=True)
-class FetchFailed:
-    error: SourceError
-
-
-@dataclass(frozen=True)
-class ObjectChanged:
-    unit: Unit
-    ref: ObjectRef
-    obj: dict[str, Any] | None  # None: deleted
-
-
-@dataclass(frozen=True)
-class InventoryChanged:
-    inventory: Inventory
-
-
-@dataclass(frozen=True)
-class InventoryDeleted:
-    unit: Unit
-
-
-@dataclass(frozen=True)
-class ResyncRequested:
-    unit: str | None
-    waiter: Waiter | None
-
-
-@dataclass(frozen=True)
-class UnitSynced:
-    unit: Unit
-    result: UnitResult
-    seconds: float
-    revision: str
-
-
-@dataclass(frozen=True)
-class Stop:
-    pass
-
-
-Event = (DriftCheckDue | FetchRequested | RevisionFetched | FetchFailed | ObjectChanged | InventoryChanged
-         | InventoryDeleted | ResyncRequested | UnitSynced | Stop)
-
-
-@dataclass
-class Waiter:
-    """Someone (the resync API) waiting for a set of units to be synced after a fetch."""
-
-    done: threading.Event = field(default_factory=threading.Event)
-    units: set[Unit] | None = None  # filled in once the fetch is done
-    selector: str | None = None
-    results: dict[str, dict[str, Any]] = field(default_factory=dict)
-    revision: str = ""
-    error: str = ""
-    unknown_unit: bool = False
 
 
 # -- state ----------------------------------------------------------------------------------------
@@ -160,12 +99,15 @@ class AgentOptions:
 
 
 class Agent:
-    def __init__(self, kube: Kube, source: GitSource, metrics: Metrics, options: AgentOptions) -> None:
+    def __init__(self, kube: Kube, source: GitSource, metrics: Metrics, options: AgentOptions,
+                 recorder: EventRecorder | None = None) -> None:
         self.kube = kube
+        self.recorder = recorder  # Kubernetes Events for operators; None: none are posted
         self.source = source
         self.metrics = metrics
         self.options = options
         self.events: queue.Queue[Event] = queue.Queue()
+        self._suspended: dict[Unit, bool] = {}  # as last seen on each inventory, to report a change
         self.work: WorkQueue[Unit] = WorkQueue()
         self.engine = Engine(kube, unit_workers=1)
         self.cache = LiveCache(kube, namespaces=options.namespaces, on_change=self._on_object,
@@ -357,8 +299,13 @@ class Agent:
             if self._ours(event.unit) and self._touched(event):
                 self.work.add(event.unit)
         elif isinstance(event, InventoryChanged):
-            if self._ours(event.inventory.unit):
-                self.work.add(event.inventory.unit)
+            unit = event.inventory.unit
+            if self._ours(unit):
+                before = self._suspended.get(unit)
+                if before is not None and before != event.inventory.suspended:
+                    self._report(suspension_event(unit, event.inventory.suspended))
+                self._suspended[unit] = event.inventory.suspended
+                self.work.add(unit)
         elif isinstance(event, DriftCheckDue):
             # suspended units go through the work queue like any other: the worker measures them
             plan = self.installed.plan
@@ -438,6 +385,8 @@ class Agent:
             self.units.setdefault(unit, UnitState()).config_errors = errors_by_unit.get(unit.id, [])
             if unit not in old.plan.failed and unit in units:
                 changed.append(unit)  # its last good state is synced again, and its inventory says why not newer
+            if unit in fresh.errors and unit in self.cache.state.inventories:
+                self._report(config_error_event(unit, fresh.errors[unit]))
         for unit in fresh.units:
             self.units.setdefault(unit, UnitState()).config_errors = []
         for unit, st in self.units.items():
@@ -540,7 +489,14 @@ class Agent:
         else:
             delay = self.work.retry(unit)
             log.warning("unit failed; retrying", unit=unit.id, retry_in=delay)
+        if not opts.dry_run:
+            for ev in sync_events(unit, result, known, revision):
+                self._report(ev)
         self.events.put(UnitSynced(unit, result, seconds, revision))
+
+    def _report(self, event: ReportedEvent) -> None:
+        if self.recorder is not None and self.leading.is_set():
+            self.recorder.record(event)
 
     def _prune_vanished(self, unit: Unit, opts: SyncOptions, plan: Plan) -> UnitResult:
         """A unit removed from Git: the engine's rules and deletion, then forget its figures."""

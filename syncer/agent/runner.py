@@ -19,6 +19,7 @@ from syncer import __version__
 from syncer.agent.agent import Agent, AgentOptions
 from syncer.agent.config import AgentConfig, read_secret
 from syncer.cluster.client import ApiError, ClusterUnreachable, Kube, path_for
+from syncer.cluster.events import EventRecorder
 from syncer.cluster.fence import WriteFence
 from syncer.cluster.lease import LeaderElector
 from syncer.http import AgentServer
@@ -91,7 +92,9 @@ def run(config: AgentConfig) -> int:
     fence = WriteFence()  # every write of the agent checks it: nothing is written until we lead
     options = AgentOptions(namespaces=config.namespaces, workers=config.workers, poll_interval=config.interval,
                            repository=repository)
-    agent = Agent(kube.fenced(fence), source, metrics, options)
+    recorder = EventRecorder(kube.fenced(fence), config.identity)  # only the leader reports
+    recorder.start()
+    agent = Agent(kube.fenced(fence), source, metrics, options, recorder)
     host, port = config.listen_address()
     server = AgentServer(_Api(agent), metrics, host=host, port=port,
                          api_token=read_secret(config.api_token_file),
@@ -102,6 +105,7 @@ def run(config: AgentConfig) -> int:
     except OSError as exc:
         log.error("cannot listen for HTTP", listen=config.listen, error=exc.strerror,
                   hint="another process uses the port: choose another --listen")
+        recorder.stop()
         return 3
     log.info("flower-syncer agent starting", version=__version__, source=source.describe(),
              listen=f"{server.address[0]}:{server.address[1]}", leader_election=config.leader_elect,
@@ -141,6 +145,7 @@ def run(config: AgentConfig) -> int:
     if elector_thread is not None:
         elector_thread.join(5)
     server.stop()
+    recorder.stop()
     log.info("flower-syncer agent stopped")
     return 0
 

@@ -44,6 +44,7 @@ RESOURCES: dict[str, Resource] = {
     "Node": Resource("v1", "nodes", namespaced=False),
     "Pod": Resource("v1", "pods"),
     "Event": Resource("v1", "events"),
+    "events.k8s.io/Event": Resource("events.k8s.io/v1", "events"),  # what flower-syncer reports
     "ServiceAccount": Resource("v1", "serviceaccounts"),
     "Secret": Resource("v1", "secrets"),
     "ConfigMap": Resource("v1", "configmaps"),

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from syncer.cluster.client import Kube
+from syncer.cluster.client import Kube, path_for
 from tests.conftest import KubeCluster
 from tests.integration.gitservers import GitHttpServer
 
@@ -185,6 +185,12 @@ def sts(kube: Kube, namespace: str, name: str = "fed-supernode-a") -> dict[str, 
     return kube.get("StatefulSet", namespace, name) or {}
 
 
+def reported(kube: Kube, namespace: str, reason: str) -> list[dict[str, Any]]:
+    """The events.k8s.io Events flower-syncer posted in `namespace` with `reason`."""
+    items = kube.request("GET", path_for("events.k8s.io/Event", namespace)).get("items", [])
+    return [e for e in items if e.get("reason") == reason and e.get("reportingController") == "flower-syncer"]
+
+
 def test_push_applies_and_outside_edits_are_corrected(repos: Repos, start_agent: Callable[..., AgentProc],
                                                       kube_cluster: KubeCluster, namespace: str) -> None:
     kube = Kube.from_kubeconfig(kube_cluster.kubeconfig)
@@ -215,6 +221,14 @@ def test_push_applies_and_outside_edits_are_corrected(repos: Repos, start_agent:
     kube.delete("Service", namespace, "fed-superlink")
     wait_for("deleted Service recreated", lambda: kube.get("Service", namespace, "fed-superlink") is not None,
              timeout=10, log=agent.log)
+
+    # and says so in `kubectl events`: on the object, and on the unit's inventory
+    wait_for("a DriftCorrected event on the StatefulSet", lambda: any(
+        e["regarding"]["name"] == "fed-supernode-a" and e["reportingController"] == "flower-syncer"
+        for e in reported(kube, namespace, "DriftCorrected")), log=agent.log)
+    synced = reported(kube, namespace, "Synced")
+    assert any(e["regarding"] == {"apiVersion": "v1", "kind": "ConfigMap", "namespace": namespace,
+                                  "name": "flower-syncer.federation.fed"} and rev[:12] in e["note"] for e in synced)
 
     status = json.loads(agent.get("/api/v1/status")[1])
     assert status["leader"] is True
@@ -346,7 +360,7 @@ def test_suspend_keeps_drift_until_resume(repos: Repos, start_agent: Callable[..
                          capture_output=True, text=True, env=env, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"federation/{namespace}/fed suspended"
-    time.sleep(1)
+    wait_for("the agent saw the suspension", lambda: reported(kube, namespace, "Suspended"), log=agent.log)
     kube_cluster.kubectl("-n", namespace, "scale", "statefulset", "fed-supernode-a", "--replicas=6")
     unit = f"federation/{namespace}/fed"
     wait_for("drift measured", lambda: (agent.metric("flower_syncer_drift_objects", unit=unit, kind="StatefulSet")
@@ -357,6 +371,7 @@ def test_suspend_keeps_drift_until_resume(repos: Repos, start_agent: Callable[..
     assert out.returncode == 0, out.stderr
     wait_for("healed after resume", lambda: sts(kube, namespace).get("spec", {}).get("replicas") == 2, timeout=15,
              log=agent.log)
+    assert reported(kube, namespace, "Resumed")
 
 
 def test_repository_prune_policy_keeps_units_removed_from_git(repos: Repos, start_agent: Callable[..., AgentProc],

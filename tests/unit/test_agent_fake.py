@@ -8,7 +8,8 @@ from typing import cast
 
 import pytest
 
-from syncer.agent.agent import Agent, AgentOptions, ObjectChanged
+from syncer.agent.agent import Agent, AgentOptions
+from syncer.agent.messages import ObjectChanged
 from syncer.identity import ObjectRef, Unit
 from syncer.observe.metrics import Metrics
 from syncer.render.repo import render_repo
@@ -143,7 +144,7 @@ def test_polls_are_jittered() -> None:
 def test_suspended_drift_is_measured_by_a_worker_through_the_queue(tmp_path: Path) -> None:
     """The drift of a suspended unit is a dry-run run by a worker from the one work queue (no
     second thread runs the engine); it never writes."""
-    from syncer.agent.agent import DriftCheckDue
+    from syncer.agent.messages import DriftCheckDue
     from syncer.engine.live import LiveState
     from syncer.engine.sync import Engine, SyncOptions
     from syncer.render.repo import plan_repo
