@@ -9,6 +9,7 @@ from typing import Any, TextIO
 
 import yaml
 
+from syncer.actions.history import HistoryResult
 from syncer.actions.resync import ResyncResult
 from syncer.diagnostics import Diagnostic
 from syncer.engine.sync import SyncReport
@@ -99,3 +100,16 @@ def print_resync(result: ResyncResult) -> None:
             print(f"  {c['action']:<11} {c['object']}" + (f"  ({c['message']})" if c.get("message") else ""))
         for err in unit.errors:
             print(f"  error: {err}")
+
+
+def print_history(result: HistoryResult, *, headers: bool = True) -> None:
+    rows = [["REVISION", "APPLIED", "BY", "CHANGES"]] if headers else []
+    for e in result.entries:
+        rows.append([e.revision[:12] or "-", e.at or "-", e.by or "-",
+                     ", ".join(f"{n} {action}" for action, n in e.counts) or "-"])
+    if not result.entries:
+        print(f"{result.unit.id}: no revision recorded yet", file=sys.stderr)
+        return
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for r in rows:
+        print("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())

@@ -72,9 +72,10 @@ class Loaded:
         return self.rendered.manifests()
 
 
-def load(root: Path, selectors: Sequence[str] = ()) -> Loaded:
-    """Load and render `root`. Raises RepoNotFound, or UnknownUnit for a selector that matches no
-    unit of the repository (loaded or failed to load)."""
+def load(root: Path, selectors: Sequence[str] = (), namespace: str | None = None) -> Loaded:
+    """Load and render `root`, selecting units by `selectors` and, when given, `namespace`.
+    Raises RepoNotFound, or UnknownUnit for a selector that matches no unit of the repository
+    (loaded or failed to load) or a namespace with none."""
     if not root.is_dir():
         raise RepoNotFound(root)
     state = load_repo(root)
@@ -83,6 +84,11 @@ def load(root: Path, selectors: Sequence[str] = ()) -> Loaded:
     for sel in unmatched:
         if not any(unit_matches(u, sel) for u in known):
             raise UnknownUnit(sel)
+    if namespace is not None:  # kubectl's -n: the selected units of that namespace, by full id
+        selectors = [u.id for u in sorted(known) if u.namespace == namespace
+                     and (not selectors or any(unit_matches(u, s) for s in selectors))]
+        if not selectors:
+            raise UnknownUnit(f"namespace {namespace}")
     try:
         default = derived_repository_name(*source_location(str(root.resolve())))
     except SourceError:

@@ -94,6 +94,7 @@ class AgentOptions:
     poll_interval: float = 60.0
     prune: bool = True
     repository: str = DEFAULT_REPOSITORY  # the name when flower-syncer.yaml sets none (derived from the source)
+    identity: str = "agent"  # recorded in each unit's history as who applied it
     fetch_backoff: float = 1.0  # first wait after a failed fetch; doubles up to fetch_backoff_max
     fetch_backoff_max: float = 300.0
 
@@ -109,7 +110,7 @@ class Agent:
         self.events: queue.Queue[Event] = queue.Queue()
         self._suspended: dict[Unit, bool] = {}  # as last seen on each inventory, to report a change
         self.work: WorkQueue[Unit] = WorkQueue()
-        self.engine = Engine(kube, unit_workers=1)
+        self.engine = Engine(kube, unit_workers=1, identity=options.identity)
         self.cache = LiveCache(kube, namespaces=options.namespaces, on_change=self._on_object,
                                on_inventory=lambda inv: self.events.put(InventoryChanged(inv)),
                                on_inventory_deleted=lambda unit: self.events.put(InventoryDeleted(unit)))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import time
+from collections import Counter
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from typing import Any
 from syncer.cluster.client import FIELD_MANAGER, ApiError, ClusterUnreachable, Kube
 from syncer.engine.apply import Applier, Outcome
 from syncer.engine.changeset import Action, Change, SkipReason, UnitResult
-from syncer.engine.inventory import Condition, Entry, Inventory, inventory_name, inventory_ref
+from syncer.engine.inventory import HISTORY_LIMIT, Applied, Condition, Entry, Inventory, inventory_name, inventory_ref
 from syncer.engine.live import LiveState
 from syncer.engine.normalize import with_fingerprint
 from syncer.engine.ownership import owner_of, recover_inventory, stamp_repository, write_conflict
@@ -74,8 +75,9 @@ Progress = Callable[[str], None]
 
 class Engine:
     def __init__(self, kube: Kube, *, workers: int = 8, unit_workers: int = 4,
-                 progress: Progress | None = None) -> None:
+                 progress: Progress | None = None, identity: str = "cli") -> None:
         self.kube = kube
+        self.identity = identity  # who applies: recorded in each unit's history
         self.unit_workers = unit_workers
         # one pool for object requests, shared by all units (threads start on first use)
         self._requests = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="apply")
@@ -271,8 +273,13 @@ class Engine:
         recorded = inv.condition if condition.same(inv.condition) else condition
         if not opts.dry_run and (entries != inv.entries or recovered or inv.ignored or recorded is condition):
             changed = res.changed
+            history = inv.history
+            if changed and res.ok:
+                counts = Counter(c.action.value for c in res.changes if c.action.is_change)
+                history = (Applied(planned.revision, _now(), self.identity, tuple(sorted(counts.items()))),
+                           *history)[:HISTORY_LIMIT]
             new = Inventory(unit, entries, planned.revision if changed else inv.revision, repository=repository,
-                            condition=recorded)
+                            condition=recorded, history=history)
             if self._write_inventory(new, res):
                 live.inventories[unit] = new  # a resync right after need not wait for a watch event
         return res
