@@ -34,6 +34,8 @@ from syncer.engine.sync import SyncOptions
 from syncer.identity import UnknownUnit
 from syncer.observe.status import StatusReport, format_report
 from syncer.render.common import to_json, to_yaml
+from syncer.secrets.keys import Decryption, load_identities
+from syncer.secrets.sops import SopsError
 from syncer.source.git import head_revision
 
 EXIT_OK = 0
@@ -46,6 +48,14 @@ EXIT_RUNTIME = 3
 def _add_repo_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", metavar="DIR", nargs="?", default=".", type=Path,
                    help="config repository (a folder with federations/ and/or supernodes/); default: .")
+    _add_decryption_arg(p)
+
+
+def _add_decryption_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--decryption-key-file", action="append", default=[], metavar="FILE", type=Path,
+                   help="age identities (AGE-SECRET-KEY-1...) for SOPS-encrypted files; repeatable, e.g. the old "
+                        f"and the new key while rotating (default: ${env_name('decryption_key_files')}, "
+                        "comma-separated)")
 
 
 def _add_unit_arg(p: argparse.ArgumentParser) -> None:
@@ -130,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "unreachable.")
     p.add_argument("dir", metavar="DIR", nargs="?", default=None, type=Path,
                    help="config repository to compare with (default: report the units found in the cluster)")
+    _add_decryption_arg(p)
     _add_unit_arg(p)
     _add_cluster_args(p)
     p.add_argument("-o", "--output", choices=["table", "json", "yaml"], default="table", help="output format")
@@ -265,8 +276,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _load(args: argparse.Namespace) -> Loaded | int:
     """The repository of `args.dir` with `args.unit` selected, or the exit code after an error."""
     namespace = None if getattr(args, "all_namespaces", False) else getattr(args, "namespace", None)
+    files = list(args.decryption_key_file) or [Path(f) for f in os.environ.get(
+        env_name("decryption_key_files"), "").split(",") if f.strip()]
     try:
-        return load(args.dir, getattr(args, "unit", ()) or (), namespace)
+        # validate checks an encrypted file without a key (its values left opaque); the others need one
+        decryption = Decryption(load_identities(files), required=args.command != "validate")
+        return load(args.dir, getattr(args, "unit", ()) or (), namespace, decryption)
+    except SopsError as exc:
+        print(f"error: {exc.detail}" + (f"\nhint: {exc.hint}" if exc.hint else ""), file=sys.stderr)
+        return EXIT_USAGE
     except RepoNotFound as exc:
         print(f"error: {exc.detail}", file=sys.stderr)
         return EXIT_USAGE
@@ -304,7 +322,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     printers.print_diagnostics(diags, sys.stderr)
     manifests = loaded.manifests()
     if not args.show_secrets:
-        manifests = printers.redact_secrets(manifests)
+        manifests = printers.scrub_data(printers.redact_secrets(manifests), loaded.state.secrets)
     if args.output == "json":
         sys.stdout.write(to_json({"apiVersion": "v1", "kind": "List", "items": manifests}))
     else:
@@ -345,14 +363,15 @@ def cmd_diff(args: argparse.Namespace) -> int:
     except (ClusterUnreachable, ApiError) as exc:
         return _cluster_error(exc)
     if args.output != "text":
-        printers.emit({"drift": report.changed, **report.to_dict()}, args.output)
+        printers.emit({"drift": report.changed, **report.to_dict()}, args.output, loaded.state.secrets)
     else:
         for unit in report.units:
             for c in unit.changes:
                 if not c.action.is_change:
                     continue
                 if c.diff:
-                    sys.stdout.write(c.diff if c.diff.endswith("\n") else c.diff + "\n")
+                    diff = printers.scrub(c.diff, loaded.state.secrets)
+                    sys.stdout.write(diff if diff.endswith("\n") else diff + "\n")
                 else:
                     print(f"{c.action.value}: {c.ref}" + (f" ({c.message})" if c.message else ""))
             for err in unit.errors:
@@ -386,7 +405,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
         if waited is not None:
             payload["healthy"] = waited.healthy
             payload["status"] = [s.to_dict() for s in waited.statuses]
-        printers.emit(payload, args.output)
+        printers.emit(payload, args.output, loaded.state.secrets)
     else:
         printers.print_report(report)
         if waited is not None and not waited.healthy:

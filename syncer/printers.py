@@ -20,8 +20,30 @@ from syncer.render.common import to_json
 REDACTED = "**redacted**"
 
 
-def emit(payload: Any, fmt: str) -> None:
-    """`payload` as JSON or YAML on stdout (keys sorted: stable for scripts and diffs)."""
+def scrub(text: str, secrets: frozenset[str]) -> str:
+    """`text` with every plaintext value of a SOPS-encrypted file replaced by REDACTED (values of
+    three characters or more: shorter ones would blank out ordinary words)."""
+    for value in sorted((v for v in secrets if len(v) >= 3), key=len, reverse=True):
+        text = text.replace(value, REDACTED)
+    return text
+
+
+def scrub_data(value: Any, secrets: frozenset[str]) -> Any:
+    """`scrub` on every string inside JSON-like data (before it is serialized, so the output stays
+    valid YAML and JSON)."""
+    if not secrets:
+        return value
+    if isinstance(value, dict):
+        return {k: scrub_data(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [scrub_data(v, secrets) for v in value]
+    return scrub(value, secrets) if isinstance(value, str) else value
+
+
+def emit(payload: Any, fmt: str, secrets: frozenset[str] = frozenset()) -> None:
+    """`payload` as JSON or YAML on stdout (keys sorted: stable for scripts and diffs), with the
+    plaintext of encrypted files scrubbed."""
+    payload = scrub_data(payload, secrets)
     if fmt == "yaml":
         sys.stdout.write(yaml.safe_dump(payload, sort_keys=True, default_flow_style=False, allow_unicode=True))
     else:

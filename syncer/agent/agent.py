@@ -21,6 +21,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -56,6 +57,8 @@ from syncer.observe.metrics import Metrics, corrections_by_kind, drift_by_kind
 from syncer.plan import Claims, Plan, UnitPlan
 from syncer.render.repo import Rendered, plan_repo, render_repo
 from syncer.repo.loader import RepoState, load_repo
+from syncer.secrets.keys import Decryption, load_identities
+from syncer.secrets.sops import SopsError
 from syncer.source.git import Checkout, GitSource
 from syncer.source.refs import SourceError
 
@@ -95,6 +98,7 @@ class AgentOptions:
     prune: bool = True
     repository: str = DEFAULT_REPOSITORY  # the name when flower-syncer.yaml sets none (derived from the source)
     identity: str = "agent"  # recorded in each unit's history as who applied it
+    decryption_key_files: tuple[Path, ...] = ()  # age identities for SOPS-encrypted files
     fetch_backoff: float = 1.0  # first wait after a failed fetch; doubles up to fetch_backoff_max
     fetch_backoff_max: float = 300.0
 
@@ -334,7 +338,7 @@ class Agent:
         self.metrics.fetch_ok()
         same = self.checkout is not None and self.checkout.revision == checkout.revision
         if not same or not self.loaded.is_set():
-            state = load_repo(checkout.root)
+            state = load_repo(checkout.root, self._decryption())
             rendered = render_repo(state)
             self.metrics.set_revision(checkout.revision)
             changed = self._install(state, rendered, checkout.revision)
@@ -507,6 +511,16 @@ class Agent:
             self.units.pop(unit, None)
             self.metrics.forget_unit(unit.id)
         return res
+
+    def _decryption(self) -> Decryption:
+        """The SOPS keys, read again for every revision (a rotated key needs no restart). A key
+        file that cannot be read leaves encrypted units failing (kept as they are), not the agent."""
+        try:
+            identities = load_identities(self.options.decryption_key_files)
+        except SopsError as exc:
+            log.error("cannot read the decryption keys; encrypted files fail to load", error=exc.detail)
+            identities = ()
+        return Decryption(identities, required=True)
 
     def request_drift_check(self) -> None:
         self.events.put(DriftCheckDue())

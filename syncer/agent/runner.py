@@ -91,7 +91,8 @@ def run(config: AgentConfig) -> int:
         return 2
     fence = WriteFence()  # every write of the agent checks it: nothing is written until we lead
     options = AgentOptions(namespaces=config.namespaces, workers=config.workers, poll_interval=config.interval,
-                           repository=repository, identity=config.identity)
+                           repository=repository, identity=config.identity,
+                           decryption_key_files=tuple(config.decryption_key_files or ()))
     recorder = EventRecorder(kube.fenced(fence), config.identity)  # only the leader reports
     recorder.start()
     agent = Agent(kube.fenced(fence), source, metrics, options, recorder)

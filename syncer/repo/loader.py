@@ -27,6 +27,9 @@ from syncer.models.federation import API_VERSION, KIND, Federation
 from syncer.models.names import name_problem
 from syncer.models.settings import ReleaseSettings, RepoSettings, SyncPolicy
 from syncer.models.supernode import SuperNodeValues, validate_values
+from syncer.repo.encrypted import open_document, scrub
+from syncer.secrets.keys import Decryption
+from syncer.secrets.sops import is_encrypted
 from syncer.yamldoc import MAX_FILE_BYTES, YamlDoc, decode_text, load_documents
 
 SETTINGS_FILE = "flower-syncer.yaml"
@@ -56,6 +59,8 @@ class RepoState:
     failed: set[Unit] = field(default_factory=set)
     """Units that exist in Git but did not load; their last applied state must be kept."""
     files: int = 0
+    secrets: frozenset[str] = frozenset()
+    """Plaintext values of SOPS-encrypted files: kept out of output unless asked for."""
 
     @property
     def errors(self) -> list[Diagnostic]:
@@ -68,11 +73,34 @@ class RepoState:
 
 
 class _Reader:
-    """Reads files under the root, refusing anything that resolves outside it."""
+    """Reads files under the root, refusing anything that resolves outside it; decrypts SOPS files."""
 
-    def __init__(self, root: Path, diags: list[Diagnostic]) -> None:
+    def __init__(self, root: Path, diags: list[Diagnostic], decryption: Decryption | None = None) -> None:
         self.root = root.resolve()
         self.diags = diags
+        self.decryption = decryption or Decryption(required=False)
+        self.secrets: dict[str, frozenset[str]] = {}  # file -> plaintext values it held
+        self.opaque: dict[str, list[str]] = {}  # file -> paths left encrypted (no key, validate only)
+
+    def documents(self, text: str, rel: str) -> tuple[list[YamlDoc], list[Diagnostic]]:
+        """The YAML documents of a file, SOPS-encrypted ones decrypted in memory (see syncer.secrets)."""
+        docs, problems = load_documents(text, rel)
+        out = []
+        for doc in docs:
+            if not is_encrypted(doc.data):
+                out.append(doc)
+                continue
+            opened, problem = open_document(doc, self.decryption)
+            if problem is not None:
+                problems.append(problem)
+            if opened is None:
+                continue
+            if opened.secrets:
+                self.secrets[rel] = self.secrets.get(rel, frozenset()) | opened.secrets
+            if opened.opaque:
+                self.opaque.setdefault(rel, []).extend(opened.opaque)
+            out.append(opened.doc)
+        return out, problems
 
     def rel(self, path: Path) -> str:
         return path.relative_to(self.root).as_posix() if path.is_absolute() else path.as_posix()
@@ -155,9 +183,11 @@ def _special_kind(mode: int) -> str:
     return "not a regular file"
 
 
-def load_repo(root: Path) -> RepoState:
+def load_repo(root: Path, decryption: Decryption | None = None) -> RepoState:
+    """Load every unit of the repository at `root`. SOPS-encrypted files are decrypted with
+    `decryption`'s keys (none given: checked with their encrypted values left opaque)."""
     diags: list[Diagnostic] = []
-    reader = _Reader(root, diags)
+    reader = _Reader(root, diags, decryption)
     settings = _load_settings(reader)
     state = RepoState(root=reader.root, settings=settings, diagnostics=diags)
     if not reader.root.is_dir():
@@ -183,6 +213,8 @@ def load_repo(root: Path) -> RepoState:
                                         "SuperNode values must be in supernodes/<release>/values.yaml",
                                         f"move it to supernodes/{release_dir.stem}/values.yaml"))
     _check_duplicates(state)
+    state.diagnostics[:] = scrub(state.diagnostics, reader.secrets, reader.opaque)
+    state.secrets = frozenset().union(*reader.secrets.values()) if reader.secrets else frozenset()
     state.diagnostics.sort()
     return state
 
@@ -194,7 +226,7 @@ def _load_settings(reader: _Reader) -> RepoSettings:
     text = reader.read(path)
     if text is None:
         return RepoSettings()
-    docs, problems = load_documents(text, SETTINGS_FILE)
+    docs, problems = reader.documents(text, SETTINGS_FILE)
     reader.diags.extend(problems)
     if not docs:
         return RepoSettings()
@@ -230,7 +262,7 @@ def _load_federation_file(reader: _Reader, path: Path, state: RepoState) -> None
     text = reader.read(path)
     if text is None:
         return
-    docs, problems = load_documents(text, rel)
+    docs, problems = reader.documents(text, rel)
     state.diagnostics.extend(problems)
     file_broken = any(p.severity == "error" for p in problems)  # e.g. a duplicate key: fail its units too
     for doc in docs:
@@ -311,9 +343,9 @@ def _load_single(reader: _Reader, path: Path, cls: type[Any], state: RepoState, 
     text = reader.read(path)
     if text is None:
         return None
-    docs, problems = load_documents(text, rel)
+    docs, problems = reader.documents(text, rel)
     state.diagnostics.extend(problems)
-    if problems:
+    if any(p.severity == "error" for p in problems):
         return None
     if not docs:
         return cls() if empty_ok or cls is ReleaseSettings else None
