@@ -16,7 +16,7 @@ import errno
 import os
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from syncer.identity import Unit
 from syncer.models.base import validate_document
 from syncer.models.federation import API_VERSION, KIND, Federation
 from syncer.models.names import name_problem
+from syncer.models.secret import SecretManifest
 from syncer.models.settings import ReleaseSettings, RepoSettings, SyncPolicy
 from syncer.models.supernode import SuperNodeValues, validate_values
 from syncer.repo.encrypted import open_document, scrub
@@ -37,6 +38,7 @@ FEDERATIONS_DIR = "federations"
 SUPERNODES_DIR = "supernodes"
 VALUES_FILE = "values.yaml"
 RELEASE_FILE = "release.yaml"
+SECRETS_FILE = "secrets.yaml"  # the release's Secret manifests (usually SOPS-encrypted)
 YAML_SUFFIXES = (".yaml", ".yml")
 MAX_RELEASE_NAME = 53  # Helm's limit for release names
 
@@ -48,6 +50,7 @@ class LoadedUnit:
     line: int
     model: Federation | SuperNodeValues
     policy: SyncPolicy
+    secrets: tuple[tuple[str, SecretManifest], ...] = ()  # (file, Secret) kept in Git for this unit
 
 
 @dataclass
@@ -81,6 +84,7 @@ class _Reader:
         self.decryption = decryption or Decryption(required=False)
         self.secrets: dict[str, frozenset[str]] = {}  # file -> plaintext values it held
         self.opaque: dict[str, list[str]] = {}  # file -> paths left encrypted (no key, validate only)
+        self.encrypted: set[str] = set()  # files that were SOPS-encrypted
 
     def documents(self, text: str, rel: str) -> tuple[list[YamlDoc], list[Diagnostic]]:
         """The YAML documents of a file, SOPS-encrypted ones decrypted in memory (see syncer.secrets)."""
@@ -95,6 +99,7 @@ class _Reader:
                 problems.append(problem)
             if opened is None:
                 continue
+            self.encrypted.add(rel)
             if opened.secrets:
                 self.secrets[rel] = self.secrets.get(rel, frozenset()) | opened.secrets
             if opened.opaque:
@@ -265,6 +270,21 @@ def _load_federation_file(reader: _Reader, path: Path, state: RepoState) -> None
     docs, problems = reader.documents(text, rel)
     state.diagnostics.extend(problems)
     file_broken = any(p.severity == "error" for p in problems)  # e.g. a duplicate key: fail its units too
+    secret_docs = [d for d in docs if isinstance(d.data, dict) and d.data.get("kind") == "Secret"
+                   and d.data.get("apiVersion") == "v1"]
+    docs = [d for d in docs if d not in secret_docs]
+    secrets: list[tuple[str, SecretManifest]] = []
+    if secret_docs:
+        secrets, secrets_ok = _validate_secrets(reader, rel, secret_docs, state, "")
+        fed_docs = [d for d in docs if isinstance(d.data, dict) and d.data.get("kind") == KIND]
+        if len(fed_docs) != 1:
+            state.diagnostics.append(Diagnostic(rel, secret_docs[0].start_line, 1, "",
+                                                "a Secret in a federations/ file belongs to that file's Federation, "
+                                                f"but the file has {len(fed_docs)}",
+                                                "keep Secrets in a file with exactly one Federation"))
+            file_broken = True
+        file_broken = file_broken or not secrets_ok
+    loaded_before = len(state.units)
     for doc in docs:
         if not _is_mapping(doc, state.diagnostics):
             continue
@@ -293,6 +313,43 @@ def _load_federation_file(reader: _Reader, path: Path, state: RepoState) -> None
             state.failed.add(unit)
             continue
         state.units.append(LoadedUnit(unit, rel, doc.position(("metadata", "name"))[0], model, policy))
+    if secrets:
+        for i in range(loaded_before, len(state.units)):
+            state.units[i] = replace(state.units[i], secrets=tuple(secrets))
+
+
+def _load_secrets(reader: _Reader, path: Path, state: RepoState,
+                  unit: Unit) -> tuple[list[tuple[str, SecretManifest]], bool]:
+    """`supernodes/<release>/secrets.yaml`: the release's Secret manifests (one per document)."""
+    rel = reader.rel(path)
+    text = reader.read(path)
+    if text is None:
+        return [], False
+    docs, problems = reader.documents(text, rel)
+    state.diagnostics.extend(problems)
+    if any(p.severity == "error" for p in problems):
+        return [], False
+    return _validate_secrets(reader, rel, docs, state, unit.id)
+
+
+def _validate_secrets(reader: _Reader, rel: str, docs: list[YamlDoc], state: RepoState,
+                      unit: str) -> tuple[list[tuple[str, SecretManifest]], bool]:
+    out: list[tuple[str, SecretManifest]] = []
+    ok = True
+    for doc in docs:
+        model, problems = validate_document(SecretManifest, doc, unit=unit)
+        state.diagnostics.extend(problems)
+        if model is None:
+            ok = False
+            continue
+        if state.settings.requireEncryption and rel not in reader.encrypted:
+            state.diagnostics.append(Diagnostic(rel, doc.start_line, 1, "", f"Secret {model.metadata.name!r} is in "
+                                                "plain text, and flower-syncer.yaml sets requireEncryption",
+                                                "encrypt the file with sops", unit=unit))
+            ok = False
+            continue
+        out.append((rel, model))
+    return out, ok
 
 
 def _load_release(reader: _Reader, folder: Path, state: RepoState) -> None:
@@ -324,16 +381,30 @@ def _load_release(reader: _Reader, folder: Path, state: RepoState) -> None:
     state.files += 1
     values = _load_single(reader, values_path, SuperNodeValues, state, unit=unit.id, empty_ok=True,
                           validate=lambda doc: validate_values(doc, release, unit.id))
+    secrets_path = folder / SECRETS_FILE
+    secrets: list[tuple[str, SecretManifest]] = []
+    secrets_ok = True
+    if secrets_path.exists():
+        state.files += 1
+        secrets, secrets_ok = _load_secrets(reader, secrets_path, state, unit)
     for extra in sorted(folder.iterdir()):
-        if extra.name not in (VALUES_FILE, "values.yml", RELEASE_FILE) and extra.suffix in YAML_SUFFIXES:
+        if extra.name not in (VALUES_FILE, "values.yml", RELEASE_FILE, SECRETS_FILE) and extra.suffix in YAML_SUFFIXES:
             state.diagnostics.append(Diagnostic(reader.rel(extra), 0, 0, "", "file is not read by flower-syncer",
                                                 f"only {VALUES_FILE} and {RELEASE_FILE} are read in a release folder",
                                                 severity="warning", unit=unit.id))
-    if values is None or not settings_ok:
+    if values is None or not settings_ok or not secrets_ok:
+        state.failed.add(unit)
+        return
+    if state.settings.requireEncryption and values.global_.nodeAuth.authSupernodePrivateKey \
+            and reader.rel(values_path) not in reader.encrypted:
+        state.diagnostics.append(Diagnostic(
+            reader.rel(values_path), 1, 1, "global.nodeAuth.authSupernodePrivateKey",
+            "a private key in plain text, and flower-syncer.yaml sets requireEncryption", "encrypt the file with sops",
+            unit=unit.id))
         state.failed.add(unit)
         return
     policy = settings.policy or state.settings.policy
-    state.units.append(LoadedUnit(unit, reader.rel(values_path), 1, values, policy))
+    state.units.append(LoadedUnit(unit, reader.rel(values_path), 1, values, policy, tuple(secrets)))
 
 
 def _load_single(reader: _Reader, path: Path, cls: type[Any], state: RepoState, unit: str = "",

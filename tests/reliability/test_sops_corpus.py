@@ -273,3 +273,53 @@ def test_keys_from_a_mounted_secret_folder(tmp_path: Path, keys: tuple[Path, str
     (mounted / "new.agekey").write_text(a_file.read_text())
     assert len(load_identities([mounted])) == 2
     assert decrypt(sops_encrypt(VALUES, tmp_path, a_pub), mounted)["supernode"]["replicas"] == 2
+
+
+SECRET = """\
+apiVersion: v1
+kind: Secret
+metadata:
+  name: edge-credentials
+type: Opaque
+stringData:
+  password: hunter2-very-secret
+"""
+
+
+def test_an_encrypted_secret_manifest_is_applied_and_pruned_with_its_unit(
+        tmp_path: Path, keys: tuple[Path, str, Path, str]) -> None:
+    import base64
+
+    from syncer.actions.load import load
+    from syncer.actions.sync import sync
+    from syncer.engine.sync import SyncOptions
+    from tests.fakekube import FakeApiServer, FakeKube
+
+    a_file, a_pub, _, _ = keys
+    repo = repo_with(tmp_path, "tls:\n  enabled: false\n")
+    (repo / "supernodes" / "edge" / "secrets.yaml").write_text(sops_encrypt(SECRET, tmp_path, a_pub))
+    server = FakeApiServer()
+    server.add_namespace(NS)
+    kube = FakeKube(server)
+    decryption = Decryption(load_identities([a_file]))
+    assert sync(kube, load(repo, decryption=decryption), SyncOptions()).ok
+    live = kube.get("Secret", NS, "edge-credentials")
+    assert live is not None and base64.b64decode(live["data"]["password"]) == b"hunter2-very-secret"
+    assert live["metadata"]["labels"]["flower-syncer.io/unit"] == "edge"
+    assert sync(kube, load(repo, decryption=decryption), SyncOptions()).writes == 0  # nothing changed
+    (repo / "supernodes" / "edge" / "secrets.yaml").unlink()  # left Git: pruned with the unit's other objects
+    assert sync(kube, load(repo, decryption=decryption), SyncOptions()).ok
+    assert kube.get("Secret", NS, "edge-credentials") is None
+
+
+def test_require_encryption(tmp_path: Path, keys: tuple[Path, str, Path, str]) -> None:
+    a_file, a_pub, _, _ = keys
+    repo = repo_with(tmp_path, "tls:\n  enabled: false\n")
+    (repo / "flower-syncer.yaml").write_text(f"name: sops\ndefaultNamespace: {NS}\nrequireEncryption: true\n")
+    secrets = repo / "supernodes" / "edge" / "secrets.yaml"
+    secrets.write_text(SECRET)
+    state = load_repo(repo, Decryption(load_identities([a_file])))
+    assert [d.message for d in state.diagnostics if d.severity == "error"] == [
+        "Secret 'edge-credentials' is in plain text, and flower-syncer.yaml sets requireEncryption"]
+    secrets.write_text(sops_encrypt(SECRET, tmp_path, a_pub))
+    assert load_repo(repo, Decryption(load_identities([a_file]))).diagnostics == []
