@@ -4,6 +4,9 @@ free of the plaintext."""
 
 from __future__ import annotations
 
+import copy
+import hashlib
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -11,7 +14,7 @@ from typing import Any
 
 from syncer.diagnostics import Diagnostic, format_path
 from syncer.secrets.keys import Decryption
-from syncer.secrets.sops import METADATA_KEY, SopsError, decrypt_document
+from syncer.secrets.sops import METADATA_KEY, Decrypted, SopsError, decrypt_document
 from syncer.yamldoc import YamlDoc
 
 REDACTED = "**redacted**"
@@ -37,12 +40,28 @@ def open_document(doc: YamlDoc, decryption: Decryption) -> tuple[Opened | None, 
         warning = Diagnostic(doc.file, line, 1, "", "encrypted with SOPS: its encrypted values are not checked "
                              "(no decryption key)", "pass --decryption-key-file to check them too", "warning")
         return Opened(replace(doc, data=body), opaque=tuple(opaque)), warning
-    try:
-        opened = decrypt_document(data, decryption.identities)
-    except SopsError as exc:
-        return None, Diagnostic(doc.file, line, 1, "", f"cannot decrypt this SOPS file: {exc.detail}",
-                                exc.hint or "check the file and the decryption keys")
-    return Opened(replace(doc, data=opened.data), opened.secrets), None
+    key = (doc.file, _fingerprint(data), tuple(str(i) for i in decryption.identities))
+    cached = _CACHE.get(key)
+    if cached is None:
+        try:
+            cached = decrypt_document(data, decryption.identities)
+        except SopsError as exc:
+            return None, Diagnostic(doc.file, line, 1, "", f"cannot decrypt this SOPS file: {exc.detail}",
+                                    exc.hint or "check the file and the decryption keys")
+        if len(_CACHE) >= CACHE_SIZE:
+            _CACHE.pop(next(iter(_CACHE)))
+        _CACHE[key] = cached
+    return Opened(replace(doc, data=copy.deepcopy(cached.data)), cached.secrets), None
+
+
+# Decrypted documents by file, content and keys: a new revision decrypts only the encrypted files
+# that changed (an age decryption costs ~0.5 ms). In memory only, bounded.
+CACHE_SIZE = 4096
+_CACHE: dict[tuple[str, str, tuple[str, ...]], Decrypted] = {}
+
+
+def _fingerprint(data: Any) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _placeholders(value: Any, path: tuple[str | int, ...], opaque: list[str]) -> Any:
