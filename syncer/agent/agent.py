@@ -54,6 +54,7 @@ from syncer.engine.normalize import fingerprint, managed_fields_hash
 from syncer.engine.sync import Engine, SyncOptions, vanished_units
 from syncer.identity import ANN_APPLIED_HASH, DEFAULT_REPOSITORY, ObjectRef, Unit, unit_matches
 from syncer.observe.metrics import Metrics, corrections_by_kind, drift_by_kind
+from syncer.observe.notify import Notification, Notifier
 from syncer.plan import Claims, Plan, UnitPlan
 from syncer.render.repo import Rendered, plan_repo, render_repo
 from syncer.repo.loader import RepoState, load_repo
@@ -105,9 +106,10 @@ class AgentOptions:
 
 class Agent:
     def __init__(self, kube: Kube, source: GitSource, metrics: Metrics, options: AgentOptions,
-                 recorder: EventRecorder | None = None) -> None:
+                 recorder: EventRecorder | None = None, notifier: Notifier | None = None) -> None:
         self.kube = kube
         self.recorder = recorder  # Kubernetes Events for operators; None: none are posted
+        self.notifier = notifier  # webhooks (generic, Slack, Teams); None: none
         self.source = source
         self.metrics = metrics
         self.options = options
@@ -308,7 +310,7 @@ class Agent:
             if self._ours(unit):
                 before = self._suspended.get(unit)
                 if before is not None and before != event.inventory.suspended:
-                    self._report(suspension_event(unit, event.inventory.suspended))
+                    self._report(unit, suspension_event(unit, event.inventory.suspended))
                 self._suspended[unit] = event.inventory.suspended
                 self.work.add(unit)
         elif isinstance(event, DriftCheckDue):
@@ -391,7 +393,7 @@ class Agent:
             if unit not in old.plan.failed and unit in units:
                 changed.append(unit)  # its last good state is synced again, and its inventory says why not newer
             if unit in fresh.errors and unit in self.cache.state.inventories:
-                self._report(config_error_event(unit, fresh.errors[unit]))
+                self._report(unit, config_error_event(unit, fresh.errors[unit]))
         for unit in fresh.units:
             self.units.setdefault(unit, UnitState()).config_errors = []
         for unit, st in self.units.items():
@@ -496,12 +498,19 @@ class Agent:
             log.warning("unit failed; retrying", unit=unit.id, retry_in=delay)
         if not opts.dry_run:
             for ev in sync_events(unit, result, known, revision):
-                self._report(ev)
+                self._report(unit, ev)
         self.events.put(UnitSynced(unit, result, seconds, revision))
 
-    def _report(self, event: ReportedEvent) -> None:
-        if self.recorder is not None and self.leading.is_set():
+    def _report(self, unit: Unit, event: ReportedEvent) -> None:
+        """A Kubernetes Event, and a notification to the receivers that want it (leader only)."""
+        if not self.leading.is_set():
+            return
+        if self.recorder is not None:
             self.recorder.record(event)
+        if self.notifier is not None:
+            about = "" if event.regarding.kind == "ConfigMap" else str(event.regarding)
+            self.notifier.notify(Notification(unit, "error" if event.type == "Warning" else "info", event.reason,
+                                              event.note, about))
 
     def _prune_vanished(self, unit: Unit, opts: SyncOptions, plan: Plan) -> UnitResult:
         """A unit removed from Git: the engine's rules and deletion, then forget its figures."""
