@@ -477,6 +477,7 @@ class Agent:
             result = self.engine.sync_unit(desired, self.cache.state, opts, plan)
         seconds = time.monotonic() - start
         self.metrics.observe_sync(result, seconds)
+        self.metrics.set_suspended(unit.id, result.skipped is not None and result.skipped.suspended)
         corrected = corrections_by_kind(result, known)
         if corrected:
             self.metrics.observe_drift_corrections(unit.id, corrected)

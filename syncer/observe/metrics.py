@@ -25,6 +25,7 @@ flower_syncer_source_fetch_errors_total            counter    reason            
 flower_syncer_source_last_fetch_timestamp_seconds  gauge      -                     last good fetch (0: none yet)
 flower_syncer_source_poll_interval_seconds         gauge      -                     seconds between polls
 flower_syncer_config_errors                        gauge      unit                  config errors of the unit (0: fine)
+flower_syncer_unit_suspended                       gauge      unit                  1: suspended (not applied or healed)
 flower_syncer_queue_depth                          gauge      -                     sync requests waiting
 flower_syncer_objects_applied_total                counter    unit, action          objects handled by syncs, by action
 flower_syncer_drift_objects                        gauge      unit, kind            objects differing from Git now
@@ -226,6 +227,8 @@ class Metrics:
                                    "source (a fetch is due at least this often).", registry=r)
         self.config_errors = Gauge(PREFIX + "config_errors", "Configuration errors of the unit (0 when it loads "
                                    "cleanly).", ["unit"], registry=r)
+        self.unit_suspended = Gauge(PREFIX + "unit_suspended", "1 while the unit is suspended (not applied or "
+                                    "healed), 0 otherwise.", ["unit"], registry=r)
         self.queue_depth = Gauge(PREFIX + "queue_depth", "Sync requests waiting to be worked on.", registry=r)
         self.objects_applied = Counter(PREFIX + "objects_applied_total", "Objects handled by syncs of the unit, "
                                        "by action.", ["unit", "action"], registry=r)
@@ -311,6 +314,9 @@ class Metrics:
     def set_config_errors(self, unit: str, n: int) -> None:
         self.config_errors.labels(unit).set(n)
 
+    def set_suspended(self, unit: str, suspended: bool) -> None:
+        self.unit_suspended.labels(unit).set(1 if suspended else 0)
+
     def set_queue_depth(self, n: int) -> None:
         self.queue_depth.set(n)
 
@@ -391,7 +397,8 @@ class Metrics:
                     {k: p for k, p in snap.pools.items() if k[0] != unit}, snap.nodes)
         for r in RESULTS:
             _remove(self.sync_total, unit, r)
-        for metric in (self.sync_duration, self.last_sync, self.last_success, self.config_errors):
+        for metric in (self.sync_duration, self.last_sync, self.last_success, self.config_errors,
+                       self.unit_suspended):
             _remove(metric, unit)
         for action in actions:
             _remove(self.objects_applied, unit, action)
