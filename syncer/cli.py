@@ -19,6 +19,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import argcomplete
+from argcomplete.shell_integration import shellcode
+
 from syncer import __version__, printers
 from syncer.actions import status as status_action
 from syncer.actions import sync as sync_action
@@ -201,6 +204,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-headers", action="store_true", help="print the table without its header line")
     p.set_defaults(func=cmd_history)
 
+    p = sub.add_parser("completion", help="print a shell completion script (bash, zsh or fish)",
+                       description="Print the completion script for a shell. Load it with, e.g., "
+                                   "`source <(flower-syncer completion bash)` or put it into your shell's "
+                                   "completion folder.")
+    p.add_argument("shell", choices=["bash", "zsh", "fish"])
+    p.set_defaults(func=cmd_completion)
+
     p = sub.add_parser("version", help="print the versions of flower-syncer, the cluster and the agent",
                        description="Print flower-syncer's version and, when they can be reached, the "
                                    "Kubernetes API server's and the running agent's (found like 'resync' "
@@ -249,6 +259,7 @@ def _duration(text: str) -> float:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argcomplete.autocomplete(parser)  # answers the shell's completion requests, else does nothing
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help(sys.stderr)
@@ -528,6 +539,11 @@ def cmd_resync(args: argparse.Namespace) -> int:
     return EXIT_OK if result.done and result.ok else EXIT_FAILED
 
 
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    sys.stdout.write(shellcode(["flower-syncer"], shell=args.shell))
+    return EXIT_OK
 
 
 def cmd_version(args: argparse.Namespace) -> int:

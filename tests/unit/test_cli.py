@@ -167,3 +167,25 @@ def test_namespace_filter_selects_units(tmp_path: Path, capsys: pytest.CaptureFi
     assert {i["metadata"]["namespace"] for i in json.loads(capsys.readouterr().out)["items"]} >= {"elsewhere", "flower"}
     assert main(["render", str(repo), "-n", "nowhere"]) == EXIT_USAGE
     assert "namespace nowhere" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+def test_completion_scripts(shell: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["completion", shell]) == EXIT_OK
+    assert "flower-syncer" in capsys.readouterr().out
+
+
+def test_completion_completes_commands_and_options(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """What the shell gets back when it asks (argcomplete's protocol on file descriptor 8)."""
+    out = tmp_path / "completions"
+    line = "flower-syncer sta"
+    monkeypatch.setenv("_ARGCOMPLETE", "1")
+    monkeypatch.setenv("COMP_LINE", line)
+    monkeypatch.setenv("COMP_POINT", str(len(line)))
+    monkeypatch.setenv("_ARGCOMPLETE_IFS", "\n")
+    import argcomplete
+
+    with out.open("w") as fh, pytest.raises(SystemExit):
+        argcomplete.autocomplete(__import__("syncer.cli", fromlist=["build_parser"]).build_parser(),
+                                 output_stream=fh, exit_method=__import__("sys").exit)
+    assert "status" in out.read_text().split()
