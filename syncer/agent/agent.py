@@ -15,22 +15,38 @@ from __future__ import annotations
 
 import dataclasses
 import queue
+import random
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
 from syncer.agent.cache import LiveCache
+from syncer.agent.events import (
+    DriftMeasureRequested,
+    Event,
+    FetchFailed,
+    FetchRequested,
+    Installed,
+    InventoryChanged,
+    InventoryDeleted,
+    ObjectChanged,
+    ResyncRequested,
+    RevisionFetched,
+    Stop,
+    UnitState,
+    UnitSynced,
+    Waiter,
+)
 from syncer.agent.workqueue import WorkQueue
 from syncer.cluster.client import FIELD_MANAGER, ClusterUnreachable, Kube
 from syncer.cluster.fence import Fenced
 from syncer.diagnostics import Diagnostic
 from syncer.engine.changeset import Action, UnitResult
-from syncer.engine.inventory import Inventory
 from syncer.engine.live import LiveState
 from syncer.engine.normalize import fingerprint, managed_fields_hash
 from syncer.engine.sync import Engine, SyncOptions, vanished_units
@@ -44,99 +60,8 @@ from syncer.source.refs import SourceError
 
 log = structlog.get_logger("syncer.agent")
 
-
-# -- events ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class FetchRequested:
-    reason: str  # "watch", "webhook", "poll", "resync", "start"
-
-
-@dataclass(frozen=True)
-class RevisionFetched:
-    checkout: Checkout
-    seen_at: float
-
-
-@dataclass(frozen=True)
-class FetchFailed:
-    error: SourceError
-
-
-@dataclass(frozen=True)
-class ObjectChanged:
-    unit: Unit
-    ref: ObjectRef
-    obj: dict[str, Any] | None  # None: deleted
-
-
-@dataclass(frozen=True)
-class InventoryChanged:
-    inventory: Inventory
-
-
-@dataclass(frozen=True)
-class InventoryDeleted:
-    unit: Unit
-
-
-@dataclass(frozen=True)
-class ResyncRequested:
-    unit: str | None
-    waiter: Waiter | None
-
-
-@dataclass(frozen=True)
-class UnitSynced:
-    unit: Unit
-    result: UnitResult
-    seconds: float
-    revision: str
-
-
-@dataclass(frozen=True)
-class Stop:
-    pass
-
-
-Event = (FetchRequested | RevisionFetched | FetchFailed | ObjectChanged | InventoryChanged | InventoryDeleted
-         | ResyncRequested | UnitSynced | Stop)
-
-
-@dataclass
-class Waiter:
-    """Someone (the resync API) waiting for a set of units to be synced after a fetch."""
-
-    done: threading.Event = field(default_factory=threading.Event)
-    units: set[Unit] | None = None  # filled in once the fetch is done
-    selector: str | None = None
-    results: dict[str, dict[str, Any]] = field(default_factory=dict)
-    revision: str = ""
-    error: str = ""
-    unknown_unit: bool = False
-
-
-# -- state ----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Installed:
-    """What one revision asks for, swapped in as a whole: a worker reads one snapshot, so the
-    manifests it applies, the revision it records and the claims it checks always agree. Each unit
-    keeps the revision its manifests were rendered from."""
-
-    plan: Plan = field(default_factory=lambda: Plan(units={}, prune_allowed=False))
-    digests: dict[Unit, str] = field(default_factory=dict)  # manifests + policy, to tell what changed
-
-
-@dataclass
-class UnitState:
-    last_result: UnitResult | None = None
-    last_sync: float = 0.0
-    last_revision: str = ""
-    config_errors: list[Diagnostic] = field(default_factory=list)
-    drift_corrections: int = 0
+POLL_JITTER = 0.1
+MAX_FETCH_BACKOFF = 300.0
 
 
 @dataclass
@@ -168,6 +93,8 @@ class Agent:
         self.loaded = threading.Event()
         self.stop = threading.Event()
         self._fetch_wanted = threading.Event()
+        self._random = random.Random()
+        self.api_error = ""  # why the API server cannot be reached now ("" while it answers)
         self._pending_revision: dict[str, tuple[float, set[Unit]]] = {}
         self._waiters: list[Waiter] = []
         self._threads: list[threading.Thread] = []
@@ -204,9 +131,19 @@ class Agent:
     def ready(self) -> tuple[bool, str]:
         if not self.loaded.is_set():
             return False, "the first revision has not been loaded yet"
+        if self.api_error:
+            return False, f"the Kubernetes API server cannot be reached: {self.api_error}"
         if not self.cache.synced.is_set():
             return False, "the watch caches are not synced yet"
         return True, "ok"
+
+    def set_api_error(self, error: str) -> None:
+        """What the last probe of the API server said ("" = it answered); /readyz fails meanwhile."""
+        if error and not self.api_error:
+            log.warning("the Kubernetes API server cannot be reached", error=error)
+        elif self.api_error and not error:
+            log.info("the Kubernetes API server answers again")
+        self.api_error = error
 
     def set_leading(self, leading: bool) -> None:
         if leading:
@@ -218,11 +155,17 @@ class Agent:
         else:
             self.leading.clear()
             self.metrics.set_leader(False)
+            dropped = self.work.clear()  # queued work is the next leader's; syncs in flight are fenced
+            if dropped:
+                log.info("stopped leading: dropped the queued work", units=dropped)
 
     # -- inputs (called from other threads; they only post events) -----------------------------
 
     def request_fetch(self, reason: str) -> None:
         self.events.put(FetchRequested(reason))
+
+    def request_drift_measure(self) -> None:
+        self.events.put(DriftMeasureRequested())
 
     def request_resync(self, unit: str | None, wait: bool, timeout: float) -> dict[str, Any]:
         if not self.leading.is_set():
@@ -290,7 +233,7 @@ class Agent:
     def _fetch_loop(self) -> None:
         backoff = 1.0
         while not self.stop.is_set():
-            self._fetch_wanted.wait(self.options.poll_interval)
+            self._fetch_wanted.wait(self._poll_delay())
             if self.stop.is_set():
                 return
             self._fetch_wanted.clear()
@@ -299,12 +242,19 @@ class Agent:
                 checkout = self.source.fetch()
             except SourceError as exc:
                 self.events.put(FetchFailed(exc))
-                self.stop.wait(backoff)
-                backoff = min(backoff * 2, 300.0)
-                self._fetch_wanted.set()  # retry with backoff; the last good revision stays applied
+                # retry after the backoff; a push, webhook or resync meanwhile cuts it short (the
+                # source is likely back). The last good revision stays applied.
+                self._fetch_wanted.wait(backoff)
+                backoff = min(backoff * 2, MAX_FETCH_BACKOFF)
+                self._fetch_wanted.set()
                 continue
             backoff = 1.0
             self.events.put(RevisionFetched(checkout, seen))
+
+    def _poll_delay(self) -> float:
+        """The poll interval, each wait drawn from interval x (1 +/- POLL_JITTER) so that many
+        agents do not poll a Git server in step."""
+        return self.options.poll_interval * (1 + self._random.uniform(-POLL_JITTER, POLL_JITTER))
 
     # -- the dispatcher ---------------------------------------------------------------------------
 
@@ -353,6 +303,8 @@ class Agent:
             self._fetch_wanted.set()
         elif isinstance(event, UnitSynced):
             self._on_synced(event)
+        elif isinstance(event, DriftMeasureRequested) and self.loaded.is_set():
+            self.measure_suspended_drift()
 
     def _on_revision(self, checkout: Checkout, seen_at: float) -> None:
         self.fetch_error = ""
@@ -459,9 +411,11 @@ class Agent:
                 self._sync(unit)
             except Fenced as exc:
                 # the Lease may be someone else's by now: stop here, write nothing more; whoever
-                # leads next syncs the unit (and so do we, should we lead again)
-                log.warning("sync stopped: this replica no longer holds the Lease", unit=unit.id,
-                            refused=f"{exc.method} {exc.path}")
+                # leads next syncs the unit (and so do we, should we lead again). Not a failure of
+                # the unit's config: counted as fenced.
+                self.metrics.observe_fenced(unit.id)
+                log.warning("sync fenced: this replica no longer holds the Lease", unit=unit.id,
+                            refused=f"{exc.method} {exc.path}", reason=exc.detail)
             except Exception as exc:  # a failed sync is counted and reported like any other
                 if isinstance(exc, ClusterUnreachable):
                     log.warning("sync failed: the API server is unreachable", unit=unit.id, error=str(exc))

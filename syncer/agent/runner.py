@@ -6,7 +6,6 @@ leader lease (so a standby takes over at once), stop the HTTP server, exit 0.
 
 from __future__ import annotations
 
-import functools
 import os
 import signal
 import threading
@@ -33,6 +32,7 @@ from syncer.source.watch import LocalRepoWatcher
 log = structlog.get_logger("syncer.agent")
 
 STATUS_INTERVAL = 10.0
+PROBE_INTERVAL = 2.0
 
 
 class _Api:
@@ -88,7 +88,9 @@ def run(config: AgentConfig) -> int:
     except SourceError as exc:
         log.error("invalid source", error=str(exc))
         return 2
-    fence = WriteFence()  # every write of the agent checks it: nothing is written until we lead
+    # every write of the agent checks the fence: with leader election nothing is written until we
+    # lead, and nothing after the lease's renew deadline (lease duration - safety margin)
+    fence = WriteFence() if config.leader_elect else WriteFence.open()
     options = AgentOptions(namespaces=config.namespaces, workers=config.workers, poll_interval=config.interval,
                            repository=repository)
     agent = Agent(kube.fenced(fence), source, metrics, options)
@@ -112,14 +114,14 @@ def run(config: AgentConfig) -> int:
     elector_thread = None
     if config.leader_elect:
         elector = LeaderElector(kube, config.lease_namespace, config.lease_name, config.identity,
+                                lease_duration=config.lease_duration, renew_period=config.lease_renew_period,
+                                retry_period=config.lease_retry_period, safety_margin=config.lease_safety_margin,
+                                fence=fence,
                                 on_started_leading=lambda: _leading(agent, kube, True),
                                 on_stopped_leading=lambda: _leading(agent, kube, False))
-        # false from the renew deadline on, even when the election thread is stuck or paused
-        fence.holds = functools.partial(getattr, elector, "is_leader")
         elector_thread = threading.Thread(target=elector.run, args=(stop,), name="leader-election", daemon=True)
         elector_thread.start()
     else:
-        fence.holds = lambda: True
         _leading(agent, kube, True)
 
     status_thread = threading.Thread(target=_status_loop, args=(agent, kube, metrics, stop), name="status",
@@ -164,18 +166,26 @@ def _label_own_pod(kube: Kube, *, leader: bool) -> None:
 
 
 def _status_loop(agent: Agent, kube: Kube, metrics: Metrics, stop: threading.Event) -> None:
-    """Pool readiness and GPU figures for the metrics, every few seconds."""
+    """Whether the API server answers (for /readyz) every PROBE_INTERVAL; pool readiness and GPU
+    figures for the metrics every STATUS_INTERVAL (reads only). The drift of suspended units is
+    measured by the dispatcher, asked through the agent's event queue."""
     from syncer.observe.status import collect
 
-    while not stop.wait(STATUS_INTERVAL if agent.loaded.is_set() else 1.0):
-        if not agent.loaded.is_set():
+    next_status = 0.0
+    while not stop.wait(PROBE_INTERVAL):
+        try:
+            kube.request("GET", "/version", timeout=PROBE_INTERVAL)
+        except (ApiError, ClusterUnreachable) as exc:
+            agent.set_api_error(str(exc))
             continue
+        agent.set_api_error("")
+        if not agent.loaded.is_set() or time.monotonic() < next_status:
+            continue
+        next_status = time.monotonic() + STATUS_INTERVAL
         try:
             units = sorted(set(agent.desired) | set(agent.cache.state.inventories))
             statuses, nodes = collect(kube, units)
             metrics.observe_status(statuses, nodes)
-            agent.measure_suspended_drift()
         except Exception as exc:  # status is best effort; the next round tries again
             log.warning("status collection failed", error=str(exc))
-            time.sleep(1)
-
+        agent.request_drift_measure()

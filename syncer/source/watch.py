@@ -7,7 +7,6 @@ exceptions are logged and swallowed so a trigger keeps running.
 from __future__ import annotations
 
 import os
-import random
 import threading
 import time
 from collections.abc import Callable
@@ -161,45 +160,3 @@ def _watch_plan(path: Path) -> list[tuple[Path, bool, frozenset[str] | None]]:
         return [(path.parent, False, frozenset({path.name}))]
     log.warning("cannot watch missing path", path=str(path))
     return []
-
-
-class Poller:
-    """Calls ``on_tick`` every ``interval`` seconds, each wait drawn uniformly from
-    ``interval * (1 +/- jitter)`` so that many agents do not poll a server in step. The first call comes
-    one interval after start(); stop() returns promptly (it does not wait for a running on_tick)."""
-
-    def __init__(self, interval: float, on_tick: Callable[[], None], jitter: float = 0.1) -> None:
-        if interval <= 0:
-            raise ValueError("interval must be positive")
-        if not 0 <= jitter < 1:
-            raise ValueError("jitter must be in [0, 1)")
-        self.interval = interval
-        self.on_tick = on_tick
-        self.jitter = jitter
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._random = random.Random()
-
-    def next_delay(self) -> float:
-        """The wait before the next tick."""
-        return self.interval * (1 + self._random.uniform(-self.jitter, self.jitter))
-
-    def start(self) -> None:
-        if self._thread is not None:
-            return
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(self._stop,), name="source-poll", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        thread, self._thread = self._thread, None
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=1)
-
-    def _run(self, stop: threading.Event) -> None:
-        while not stop.wait(self.next_delay()):
-            try:
-                self.on_tick()
-            except Exception:
-                log.exception("poll callback failed")

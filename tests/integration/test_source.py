@@ -17,7 +17,7 @@ from structlog.testing import capture_logs
 
 from syncer.source.git import Checkout, GitSource, SourceSpec
 from syncer.source.refs import SourceError
-from syncer.source.watch import LocalRepoWatcher, Poller
+from syncer.source.watch import LocalRepoWatcher
 from tests.integration.gitservers import GitHttpServer, Repo, SshServer, free_port, git, keygen, require_sshd
 
 FED_A = "kind: Federation\nmetadata:\n  name: a\n"
@@ -680,53 +680,6 @@ def test_watcher_survives_a_failing_callback(tmp_path: Path, work: Repo) -> None
         assert seen.wait(1.0)
     finally:
         watcher.stop()
-
-
-# -- the poller --------------------------------------------------------------------------------------------
-
-
-def test_poller_jitter_stays_within_bounds() -> None:
-    poller = Poller(60.0, lambda: None)
-    delays = [poller.next_delay() for _ in range(2000)]
-    assert min(delays) >= 54.0 and max(delays) <= 66.0
-    assert max(delays) - min(delays) > 9.0  # it does jitter
-    assert all(d == 30.0 for d in (Poller(30.0, lambda: None, jitter=0).next_delay() for _ in range(10)))
-
-
-def test_poller_ticks_at_the_interval() -> None:
-    stamps: list[float] = []
-    poller = Poller(0.05, lambda: stamps.append(time.monotonic()))
-    started = time.monotonic()
-    poller.start()
-    time.sleep(0.52)
-    poller.stop()
-    count = len(stamps)
-    assert 6 <= count <= 11, count
-    gaps = [b - a for a, b in zip([started, *stamps], stamps, strict=False)]
-    assert min(gaps) >= 0.045 - 0.002, gaps
-    time.sleep(0.1)
-    assert len(stamps) == count  # no tick after stop()
-
-
-def test_poller_stop_is_prompt_and_survives_exceptions() -> None:
-    ticks = 0
-
-    def tick() -> None:
-        nonlocal ticks
-        ticks += 1
-        raise RuntimeError("tick failed")
-
-    poller = Poller(0.02, tick)
-    poller.start()
-    time.sleep(0.2)
-    poller.stop()
-    assert ticks >= 3  # exceptions did not stop it
-
-    slow = Poller(60.0, tick)
-    slow.start()
-    started = time.monotonic()
-    slow.stop()
-    assert time.monotonic() - started < 0.2
 
 
 def test_new_revisions_are_logged(tmp_path: Path, work: Repo) -> None:

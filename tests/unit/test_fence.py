@@ -4,6 +4,7 @@ Also: a failed sync of any kind is counted (issue 9, "Also")."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any, cast
 
@@ -26,13 +27,14 @@ WRITES = ("POST", "PUT", "PATCH", "DELETE")
 
 
 class Lease:
-    """A Lease we hold until `lose()`; then the fence says no."""
+    """A Lease we hold (renewed just now, for a minute) until `lose()`; then the fence says no."""
 
     def __init__(self) -> None:
-        self.held = True
+        self.fence = WriteFence(60.0)
+        self.fence.renewed(time.monotonic())
 
     def lose(self) -> None:
-        self.held = False
+        self.fence.lost()
 
 
 class CountingKube(FakeKube):
@@ -62,7 +64,7 @@ def server() -> FakeApiServer:
 
 def test_the_fence_passes_reads_and_dry_runs_and_refuses_writes(server: FakeApiServer) -> None:
     lease = Lease()
-    fence = WriteFence(lambda: lease.held)
+    fence = lease.fence
     raw = FakeKube(server)
     kube = raw.fenced(fence)
     cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": NS}}
@@ -91,7 +93,7 @@ def test_losing_the_lease_mid_sync_stops_every_write(server: FakeApiServer, tmp_
     raw = CountingKube(server)
     lease = Lease()
     raw.after_write = lambda n: lease.lose() if n == 3 else None
-    kube = raw.fenced(WriteFence(lambda: lease.held))
+    kube = raw.fenced(lease.fence)
     repo = write(tmp_path / "repo", pools=pool("a") + pool("b") + pool("c"))
     state = load_repo(repo)
     plan = plan_repo(state, render_repo(state))
@@ -103,14 +105,15 @@ def test_losing_the_lease_mid_sync_stops_every_write(server: FakeApiServer, tmp_
 
 
 def test_an_ex_leader_resuming_after_its_renew_deadline_writes_nothing() -> None:
-    """`is_leader` is computed from the last renewal on the monotonic clock: a process paused past
-    the renew deadline comes back fenced, before its election thread has noticed anything."""
+    """The fence's deadline is computed from the last renewal on the monotonic clock: a process paused
+    past the renew deadline comes back fenced, before its election thread has noticed anything."""
     now = [1000.0]
     elector = LeaderElector(cast(Any, None), "ns", "lease", "me", lease_duration=15, renew_period=2,
                             retry_period=2, on_started_leading=lambda: None, on_stopped_leading=lambda: None,
                             clock=lambda: now[0])
     elector._leading, elector._renewed_at = True, now[0]  # as right after a successful renewal
-    fence = WriteFence(lambda: elector.is_leader)
+    elector.fence.renewed(now[0])
+    fence = elector.fence
     fence.check("PATCH", "/x")
     now[0] += elector.renew_deadline + 0.001  # SIGSTOP for longer than the renew deadline
     with pytest.raises(Fenced):
@@ -138,3 +141,53 @@ def test_a_sync_that_cannot_reach_the_cluster_is_counted_as_failed(tmp_path: Pat
     assert metrics.sync_total.labels(unit.id, "failed")._value.get() >= 1
     event = agent.events.get_nowait()
     assert event.result.errors and "sync failed" in event.result.errors[0]
+
+
+# -- the fence alone, on a fake clock -------------------------------------------------------------
+
+
+def test_writes_pass_until_the_renew_deadline_then_stop() -> None:
+    now = [100.0]
+    fence = WriteFence(10.0, clock=lambda: now[0])
+    fence.renewed(100.0)
+    now[0] = 109.99
+    fence.check("PATCH", "/x")
+    assert fence.deadline() == 110.0
+    now[0] = 110.0  # lease duration - safety margin after the renewal was sent
+    with pytest.raises(Fenced, match="could not be renewed before its deadline"):
+        fence.check("PATCH", "/x")
+    fence.renewed(99.0)  # a late answer to an older renewal never moves the deadline back
+    assert fence.deadline() == 110.0
+    fence.renewed(110.5)
+    fence.check("DELETE", "/x")
+
+
+def test_a_lost_lease_refuses_at_once_and_tells_the_listeners_once() -> None:
+    now = [0.0]
+    fence = WriteFence(10.0, clock=lambda: now[0])
+    calls: list[str] = []
+    fence.on_lost(lambda: calls.append("lost"))
+    fence.renewed(0.0)
+    fence.lost("the lease is held by b")
+    with pytest.raises(Fenced, match="held by b"):
+        fence.check("POST", "/x")
+    fence.lost("again")
+    assert calls == ["lost"]
+    fence.check("GET", "/x")  # reads pass
+    assert fence.refused == 1
+
+
+def test_an_open_fence_always_writes_and_a_new_one_never() -> None:
+    WriteFence.open().check("PUT", "/x")
+    with pytest.raises(Fenced):
+        WriteFence(10.0).check("PUT", "/x")
+
+
+def test_the_elector_derives_the_fence_deadline_from_lease_duration_and_safety_margin() -> None:
+    elector = LeaderElector(cast(Any, None), "ns", "lease", "me", lease_duration=20, renew_period=2,
+                            retry_period=2, safety_margin=4, on_started_leading=lambda: None,
+                            on_stopped_leading=lambda: None)
+    assert elector.fence.valid_for == elector.renew_deadline == 16
+    with pytest.raises(ValueError, match="safety margin"):
+        LeaderElector(cast(Any, None), "ns", "lease", "me", lease_duration=20, renew_period=2, retry_period=2,
+                      safety_margin=2, on_started_leading=lambda: None, on_stopped_leading=lambda: None)
