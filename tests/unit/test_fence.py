@@ -4,13 +4,16 @@ Also: a failed sync of any kind is counted (issue 9, "Also")."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Any, cast
+from unittest.mock import patch
 
 import pytest
 
 from syncer.agent.agent import Agent, AgentOptions
+from syncer.agent.events import FetchRequested, Stop
 from syncer.cluster.client import ClusterUnreachable
 from syncer.cluster.fence import Fenced, WriteFence
 from syncer.cluster.lease import LeaderElector
@@ -191,3 +194,126 @@ def test_the_elector_derives_the_fence_deadline_from_lease_duration_and_safety_m
     with pytest.raises(ValueError, match="safety margin"):
         LeaderElector(cast(Any, None), "ns", "lease", "me", lease_duration=20, renew_period=2, retry_period=2,
                       safety_margin=2, on_started_leading=lambda: None, on_stopped_leading=lambda: None)
+
+
+# -- the agent around the fence (issue 9 item 4, "Also"; issue 11 items 6 and 8) ----------------
+
+
+def fake_agent(kube: FakeKube | None = None, source: Any = None, poll: float = 60.0) -> Agent:
+    return Agent(kube if kube is not None else FakeKube(), cast(GitSource, source or object()), Metrics(),
+                 AgentOptions(poll_interval=poll))
+
+
+def test_losing_the_lease_drops_the_queued_work(tmp_path: Path) -> None:
+    agent = fake_agent()
+    state = load_repo(write(tmp_path / "repo"))
+    agent._install(state, render_repo(state), "r1")
+    agent.loaded.set()
+    other = Unit("federation", NS, "other")
+    agent.set_leading(True)  # queues the catch-up work
+    agent.work.add_after(other, 0.5)  # a retry waiting for its backoff
+    assert agent.work.depth() == 2
+    agent.set_leading(False)
+    assert agent.work.depth() == 0
+    agent.work.shutdown()
+    assert agent.work.get(timeout=1.0) is None  # nothing left to hand to a worker
+
+
+def test_a_fenced_sync_is_counted_as_fenced_not_as_failed(server: FakeApiServer, tmp_path: Path) -> None:
+    lease = Lease()
+    agent = fake_agent(FakeKube(server).fenced(lease.fence))
+    state = load_repo(write(tmp_path / "repo"))
+    agent._install(state, render_repo(state), "r1")
+    agent.loaded.set()
+    agent.cache.synced.set()
+    agent.leading.set()  # the callback has not run yet: only the fence knows
+    lease.lose()
+    unit = Unit("federation", NS, "fed")
+    agent.work.add(unit)
+    agent.work.shutdown()
+    agent._worker()
+    assert agent.metrics.fenced._value.get() == 1
+    assert agent.metrics.sync_total.labels(unit.id, "failed")._value.get() == 0
+    assert agent.events.empty()  # no result reported as the unit's
+
+
+class FlakySource:
+    """A Git source that fails until `heal()`; counts fetches."""
+
+    def __init__(self) -> None:
+        self.fetches = 0
+        self.down = True
+
+    def fetch(self) -> Any:
+        from syncer.source.refs import SourceError
+
+        self.fetches += 1
+        if self.down:
+            raise SourceError("unreachable", "cannot reach the Git server")
+        raise SourceError("unreachable", "still failing on purpose")
+
+    def describe(self) -> str:
+        return "flaky"
+
+
+def test_a_push_cuts_the_fetch_backoff_short() -> None:
+    from tests.conftest import wait_until
+
+    source = FlakySource()
+    agent = fake_agent(source=source)
+    agent._fetch_wanted.set()
+    thread = threading.Thread(target=agent._fetch_loop, daemon=True)
+    with patch("syncer.agent.agent.MAX_FETCH_BACKOFF", 3600.0):
+        thread.start()
+        wait_until("a few failed fetches", lambda: source.fetches >= 3, timeout=10)  # backoff now >= 4 s
+        before = source.fetches
+        started = time.monotonic()
+        agent._handle(FetchRequested("webhook"))
+        wait_until("the fetch the push asked for", lambda: source.fetches > before, timeout=10)
+        assert time.monotonic() - started < 2.0  # not the 4 s (and growing) backoff
+    agent.stop.set()
+    agent._fetch_wanted.set()
+    thread.join(5)
+
+
+def test_the_poll_interval_is_jittered() -> None:
+    agent = fake_agent(poll=60.0)
+    delays = [agent._poll_delay() for _ in range(500)]
+    assert min(delays) >= 54.0 and max(delays) <= 66.0
+    assert max(delays) - min(delays) > 6.0
+
+
+def test_readiness_fails_while_the_api_server_cannot_be_reached() -> None:
+    agent = fake_agent()
+    agent.loaded.set()
+    agent.cache.synced.set()
+    assert agent.ready() == (True, "ok")
+    agent.set_api_error("cannot reach the Kubernetes API at https://127.0.0.1:1: refused")
+    ready, why = agent.ready()
+    assert not ready and "cannot be reached" in why and "127.0.0.1:1" in why
+    agent.set_api_error("")
+    assert agent.ready()[0]
+
+
+def test_the_drift_of_suspended_units_is_measured_by_the_dispatcher() -> None:
+    agent = fake_agent()
+    calls: list[str] = []
+    agent.measure_suspended_drift = lambda: calls.append(threading.current_thread().name)  # type: ignore[method-assign]
+    agent.request_drift_measure()
+    assert calls == []  # only queued: nothing runs beside the workers
+    agent.loaded.set()
+    agent.events.put(Stop())
+    agent._dispatch()  # on this thread, as the dispatcher
+    assert calls == [threading.current_thread().name]
+
+
+def test_bad_lease_timings_are_settings_errors() -> None:
+    from syncer.agent.config import load_config
+
+    cfg = load_config({"repo": "/r", "lease_duration": "30", "lease_renew_period": "5", "lease_retry_period": "2",
+                       "lease_safety_margin": "6"}, environ={})
+    assert (cfg.lease_duration, cfg.lease_safety_margin) == (30.0, 6.0)
+    with pytest.raises(ValueError, match=r"lease_safety_margin .* must be more than lease_retry_period"):
+        load_config({"repo": "/r", "lease_safety_margin": "1"}, environ={})
+    with pytest.raises(ValueError, match="lease_renew_period"):
+        load_config({"repo": "/r", "lease_renew_period": "12"}, environ={})
