@@ -17,6 +17,7 @@ from urllib.parse import quote
 
 import orjson
 
+from syncer.cluster.credentials import Credentials
 from syncer.cluster.fence import WriteFence
 
 FIELD_MANAGER = "flower-syncer"
@@ -98,8 +99,9 @@ def path_for(kind: str, namespace: str | None = None, name: str | None = None, s
 class Kube:
     """Requests against one cluster. Thread-safe; counts requests by verb."""
 
-    def __init__(self, api_client: Any) -> None:
-        self.api = api_client
+    def __init__(self, api_client: Any, credentials: Credentials | None = None) -> None:
+        self._api = api_client
+        self.credentials = credentials  # when set, the client follows changes of the kubeconfig
         self.counts: Counter[str] = Counter()
         self._lock = threading.Lock()
         self.fence: WriteFence | None = None
@@ -111,27 +113,42 @@ class Kube:
         clone.fence = fence
         return clone
 
+    @property
+    def api(self) -> Any:
+        return self.credentials.current() if self.credentials is not None else self._api
+
     @classmethod
     def from_kubeconfig(cls, kubeconfig: str | None = None, context: str | None = None) -> Kube:
         """From a kubeconfig file (default: $KUBECONFIG or ~/.kube/config), or in-cluster config when
-        neither exists and the process runs in a pod."""
+        neither exists and the process runs in a pod. A kubeconfig that changes later (a rotated
+        token, a new API server address) is read again (see `Credentials`)."""
         import os
         from pathlib import Path
 
         from kubernetes import client, config
 
-        configuration = client.Configuration()
-        try:
-            if kubeconfig or os.environ.get("KUBECONFIG") or Path("~/.kube/config").expanduser().exists():
-                config.load_kube_config(  # type: ignore[no-untyped-call]
-                    config_file=kubeconfig, context=context, client_configuration=configuration)
-            else:
-                config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        except (config.ConfigException, OSError, TypeError) as exc:
-            raise ClusterUnreachable(f"cannot load Kubernetes credentials: {exc}") from exc
-        configuration.connection_pool_maxsize = 16
-        configuration.retries = 0
-        return cls(client.ApiClient(configuration))
+        env = os.environ.get("KUBECONFIG")
+        default = Path("~/.kube/config").expanduser()
+        in_cluster = not (kubeconfig or env or default.exists())
+        paths = [] if in_cluster else [Path(kubeconfig)] if kubeconfig else \
+            [Path(p) for p in env.split(os.pathsep) if p] if env else [default]
+
+        def load() -> Any:
+            configuration = client.Configuration()
+            try:
+                if in_cluster:
+                    config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+                else:
+                    config.load_kube_config(  # type: ignore[no-untyped-call]
+                        config_file=kubeconfig, context=context, client_configuration=configuration)
+            except (config.ConfigException, OSError, TypeError) as exc:
+                raise ClusterUnreachable(f"cannot load Kubernetes credentials: {exc}") from exc
+            configuration.connection_pool_maxsize = 16
+            configuration.retries = 0
+            return client.ApiClient(configuration)
+
+        credentials = Credentials(load, paths)
+        return cls(credentials.api, credentials)
 
     @property
     def writes(self) -> int:
@@ -143,16 +160,16 @@ class Kube:
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
-        _, url, all_headers, _, _ = self.api.param_serialize(
+        api = self.api  # one client for the whole request, even if the credentials change meanwhile
+        _, url, all_headers, _, _ = api.param_serialize(
             method, path, query_params=params, header_params=headers, auth_settings=["BearerToken"])
         try:
-            return self.api.rest_client.request(method, url, headers=all_headers, body=body,
-                                                _request_timeout=timeout)
+            return api.rest_client.request(method, url, headers=all_headers, body=body, _request_timeout=timeout)
         except ApiException as exc:  # raised for transport-level failures (e.g. TLS)
-            raise ClusterUnreachable(f"cannot reach the Kubernetes API at {self.api.configuration.host}: "
+            raise ClusterUnreachable(f"cannot reach the Kubernetes API at {api.configuration.host}: "
                                      f"{exc.reason}") from None
         except (HTTPError, OSError) as exc:
-            raise ClusterUnreachable(f"cannot reach the Kubernetes API at {self.api.configuration.host}: {exc}") \
+            raise ClusterUnreachable(f"cannot reach the Kubernetes API at {api.configuration.host}: {exc}") \
                 from exc
 
     def request(self, method: str, path: str, *, body: Any = None, query: Mapping[str, Any] | None = None,

@@ -14,7 +14,7 @@ import pytest
 
 from syncer.agent.agent import Agent, AgentOptions
 from syncer.agent.events import FetchRequested, Stop
-from syncer.cluster.client import ClusterUnreachable
+from syncer.cluster.client import ClusterUnreachable, Kube
 from syncer.cluster.fence import Fenced, WriteFence
 from syncer.cluster.lease import LeaderElector
 from syncer.engine.sync import Engine, SyncOptions
@@ -199,7 +199,7 @@ def test_the_elector_derives_the_fence_deadline_from_lease_duration_and_safety_m
 # -- the agent around the fence (issue 9 item 4, "Also"; issue 11 items 6 and 8) ----------------
 
 
-def fake_agent(kube: FakeKube | None = None, source: Any = None, poll: float = 60.0) -> Agent:
+def fake_agent(kube: Kube | None = None, source: Any = None, poll: float = 60.0) -> Agent:
     return Agent(kube if kube is not None else FakeKube(), cast(GitSource, source or object()), Metrics(),
                  AgentOptions(poll_interval=poll))
 
