@@ -72,7 +72,9 @@ def run(config: AgentConfig) -> int:
     signal.signal(signal.SIGINT, on_signal)
 
     try:
-        kube = Kube.from_kubeconfig(config.kubeconfig, config.context)
+        # the replica's identity in the user agent: the API server's audit log tells replicas apart
+        kube = Kube.from_kubeconfig(config.kubeconfig, config.context,
+                                    user_agent=f"flower-syncer/{__version__} ({config.identity})")
     except ClusterUnreachable as exc:
         log.error("cannot connect to Kubernetes", error=str(exc))
         return 3
