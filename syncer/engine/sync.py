@@ -7,6 +7,7 @@ The same engine serves the one-shot CLI (`sync`, `diff`) and the long-running ag
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
@@ -15,6 +16,7 @@ from itertools import groupby
 from typing import Any
 
 from syncer.cluster.client import FIELD_MANAGER, ApiError, ClusterUnreachable, Kube
+from syncer.cluster.fence import Fenced
 from syncer.engine.apply import Applier, Outcome
 from syncer.engine.changeset import Action, Change, SkipReason, UnitResult
 from syncer.engine.inventory import Entry, Inventory, inventory_name, inventory_ref
@@ -286,8 +288,18 @@ class Engine:
             outcomes.append(quick)
             if quick is None:
                 pending.append((i, m, ref))
-        futures = [(i, self._requests.submit(applier.apply, m, live.objects.get(ref), inv.entries.get(ref), policy,
-                                             opts.force_conflicts)) for i, m, ref in pending]
+        fenced = threading.Event()  # the lease is gone: the rest of the batch sends nothing, not even dry-runs
+
+        def send(m: Manifest, ref: ObjectRef) -> Outcome | None:
+            if fenced.is_set():
+                return None
+            try:
+                return applier.apply(m, live.objects.get(ref), inv.entries.get(ref), policy, opts.force_conflicts)
+            except Fenced:
+                fenced.set()
+                raise
+
+        futures = [(i, self._requests.submit(send, m, ref)) for i, m, ref in pending]
         for i, future in futures:
             outcomes[i] = future.result()
         return [o for o in outcomes if o is not None]

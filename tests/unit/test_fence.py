@@ -107,6 +107,23 @@ def test_losing_the_lease_mid_sync_stops_every_write(server: FakeApiServer, tmp_
     assert len(raw.sent) == 3, raw.sent
 
 
+def test_a_lost_lease_drops_the_rest_of_the_batch(server: FakeApiServer, tmp_path: Path) -> None:
+    """The objects of a stage are sent by a pool: once one is fenced, the queued rest are dropped
+    (not run, each only to be refused)."""
+    raw = CountingKube(server)
+    lease = Lease()
+    raw.after_write = lambda n: lease.lose() if n == 2 else None
+    kube = raw.fenced(lease.fence)
+    repo = write(tmp_path / "repo", pools="".join(pool(p) for p in "abcdefghijkl"))
+    state = load_repo(repo)
+    engine = Engine(kube, workers=1)
+    with pytest.raises(Fenced):
+        engine.sync(plan_repo(state, render_repo(state)), SyncOptions())
+    engine.close()
+    assert len(raw.sent) == 2
+    assert lease.fence.refused <= 2, lease.fence.refused  # at most the one running when the first was refused
+
+
 def test_an_ex_leader_resuming_after_its_renew_deadline_writes_nothing() -> None:
     """The fence's deadline is computed from the last renewal on the monotonic clock: a process paused
     past the renew deadline comes back fenced, before its election thread has noticed anything."""
