@@ -17,24 +17,21 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
-import yaml
-
-from syncer import __version__
+from syncer import __version__, printers
 from syncer.actions import status as status_action
 from syncer.actions import sync as sync_action
 from syncer.actions.load import Loaded, RepoNotFound, ValidateResult, load
-from syncer.actions.resync import AgentRefused, AgentUnreachable, ResyncResult, resync
+from syncer.actions.resync import AgentRefused, AgentUnreachable, resync
 from syncer.actions.suspend import set_suspended
 from syncer.actions.version import versions
 from syncer.agent.config import AgentConfig, env_name, load_config, namespace_list
 from syncer.agent.runner import run
 from syncer.cluster.client import ApiError, ClusterUnreachable, Kube
-from syncer.diagnostics import Diagnostic
-from syncer.engine.sync import SyncOptions, SyncReport
-from syncer.identity import Manifest, UnknownUnit
-from syncer.observe.status import StatusReport, WaitResult, format_report
+from syncer.engine.sync import SyncOptions
+from syncer.identity import UnknownUnit
+from syncer.observe.status import StatusReport, format_report
 from syncer.render.common import to_json, to_yaml
 from syncer.source.git import head_revision
 
@@ -43,7 +40,6 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_RUNTIME = 3
 
-REDACTED = "**redacted**"
 
 
 def _add_repo_arg(p: argparse.ArgumentParser) -> None:
@@ -222,12 +218,6 @@ def _duration(text: str) -> float:
     return sum(float(n) * units[u] for n, u in parts)
 
 
-def _emit(payload: Any, fmt: str) -> None:
-    """`payload` as JSON or YAML on stdout (keys sorted: stable for scripts and diffs)."""
-    if fmt == "yaml":
-        sys.stdout.write(yaml.safe_dump(payload, sort_keys=True, default_flow_style=False, allow_unicode=True))
-    else:
-        sys.stdout.write(to_json(payload))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -244,6 +234,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return EXIT_OK
+    except Exception as exc:  # a bug: one line, and the traceback on request
+        if os.environ.get("FLOWER_SYNCER_DEBUG"):
+            raise
+        print(f"error: internal error: {type(exc).__name__}: {exc} (set FLOWER_SYNCER_DEBUG=1 for the traceback, "
+              "and please report it)", file=sys.stderr)
+        return EXIT_RUNTIME
 
 
 # ---------------------------------------------------------------------------------------------
@@ -263,9 +259,6 @@ def _load(args: argparse.Namespace) -> Loaded | int:
         return EXIT_USAGE
 
 
-def _print_diagnostics(diags: Sequence[Diagnostic], out: TextIO) -> None:
-    for d in diags:
-        print(d.render(), file=out)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -274,9 +267,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         return loaded
     result = ValidateResult(loaded, args.strict)
     if args.output != "text":
-        _emit(result.to_dict(), args.output)
+        printers.emit(result.to_dict(), args.output)
     else:
-        _print_diagnostics(loaded.diagnostics, sys.stdout)
+        printers.print_diagnostics(loaded.diagnostics, sys.stdout)
         objects = sum(len(ms) for ms in loaded.units.values())
         print(f"{'valid' if result.valid else 'invalid'}: {len(loaded.errors)} error(s), "
               f"{len(loaded.warnings)} warning(s) in {loaded.state.files} file(s); "
@@ -284,18 +277,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return EXIT_OK if result.valid else EXIT_FAILED
 
 
-def redact_secrets(manifests: list[Manifest]) -> list[Manifest]:
-    out = []
-    for m in manifests:
-        if m.get("kind") == "Secret" and (m.get("data") or m.get("stringData")):
-            masked = dict(m)
-            for key in ("data", "stringData"):
-                if masked.get(key):
-                    masked[key] = dict.fromkeys(masked[key], REDACTED)
-            out.append(masked)
-        else:
-            out.append(m)
-    return out
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -303,10 +284,10 @@ def cmd_render(args: argparse.Namespace) -> int:
     if isinstance(loaded, int):
         return loaded
     diags = loaded.selected_diagnostics()
-    _print_diagnostics(diags, sys.stderr)
+    printers.print_diagnostics(diags, sys.stderr)
     manifests = loaded.manifests()
     if not args.show_secrets:
-        manifests = redact_secrets(manifests)
+        manifests = printers.redact_secrets(manifests)
     if args.output == "json":
         sys.stdout.write(to_json({"apiVersion": "v1", "kind": "List", "items": manifests}))
     else:
@@ -325,52 +306,29 @@ def _connect(args: argparse.Namespace) -> Kube:
 def _cluster_error(exc: Exception) -> int:
     if isinstance(exc, ApiError):
         print(f"\nerror: the API server refused a request: {exc}", file=sys.stderr)
+        if exc.forbidden:
+            print("hint: if your credentials only reach some namespaces, pass --namespaces NS[,NS...] "
+                  "(or set FLOWER_SYNCER_NAMESPACES)", file=sys.stderr)
     else:
         print(f"\nerror: {exc}", file=sys.stderr)
     return EXIT_RUNTIME
 
 
-def _progress(enabled: bool) -> Callable[[str], None]:
-    if not enabled or not sys.stderr.isatty():
-        return lambda _msg: None
-    return lambda msg: print(f"\r\033[K{msg}", end="", file=sys.stderr, flush=True)
 
 
-def _print_report(report: SyncReport) -> None:
-    totals: dict[str, int] = {}
-    for unit in report.units:
-        shown = [c for c in unit.changes if c.action.is_change]
-        state = "ok" if unit.ok else "FAILED"
-        if unit.skipped is not None:
-            state = f"skipped: {unit.skipped}"
-        unchanged = len(unit.changes) - len(shown)
-        print(f"{unit.unit}: {state}" + (f" ({unchanged} unchanged)" if unchanged else ""))
-        for c in shown:
-            line = f"  {c.action.value:<11} {c.ref}"
-            if c.drift:
-                line += "  [drift]"
-            if c.message:
-                line += f"  ({c.message})"
-            print(line)
-        for err in unit.errors:
-            print(f"  error: {err}")
-        for c in unit.changes:
-            totals[c.action.value] = totals.get(c.action.value, 0) + 1
-    summary = ", ".join(f"{n} {a}" for a, n in sorted(totals.items())) or "nothing to do"
-    print(f"{summary}; {report.writes} write(s), {report.requests} request(s) in {report.seconds:.2f}s")
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
     loaded = _load(args)
     if isinstance(loaded, int):
         return loaded
-    _print_diagnostics(loaded.errors, sys.stderr)
+    printers.print_diagnostics(loaded.errors, sys.stderr)
     try:
         report = sync_action.diff(_connect(args), loaded, _namespaces(args))
     except (ClusterUnreachable, ApiError) as exc:
         return _cluster_error(exc)
     if args.output != "text":
-        _emit({"drift": report.changed, **report.to_dict()}, args.output)
+        printers.emit({"drift": report.changed, **report.to_dict()}, args.output)
     else:
         for unit in report.units:
             for c in unit.changes:
@@ -390,18 +348,18 @@ def cmd_sync(args: argparse.Namespace) -> int:
     if isinstance(loaded, int):
         return loaded
     diags = loaded.diagnostics
-    _print_diagnostics(diags, sys.stderr)
+    printers.print_diagnostics(diags, sys.stderr)
     revision = args.revision if args.revision is not None else head_revision(args.dir)
     opts = SyncOptions(dry_run=args.dry_run, force_conflicts=args.force_conflicts, prune=args.prune,
                        allow_empty=args.allow_empty, namespaces=_namespaces(args))
-    progress = _progress(args.output == "text")
+    progress = printers.progress(args.output == "text")
     try:
         kube = _connect(args)
         report = sync_action.sync(kube, loaded, opts, revision=revision, progress=progress)
         progress("")
         waited = None
         if args.wait and not args.dry_run:
-            waited = sync_action.wait(kube, loaded, args.timeout, _progress(args.output == "text"))
+            waited = sync_action.wait(kube, loaded, args.timeout, printers.progress(args.output == "text"))
     except (ClusterUnreachable, ApiError) as exc:
         return _cluster_error(exc)
     progress("")
@@ -411,22 +369,15 @@ def cmd_sync(args: argparse.Namespace) -> int:
         if waited is not None:
             payload["healthy"] = waited.healthy
             payload["status"] = [s.to_dict() for s in waited.statuses]
-        _emit(payload, args.output)
+        printers.emit(payload, args.output)
     else:
-        _print_report(report)
+        printers.print_report(report)
         if waited is not None and not waited.healthy:
-            _print_not_ready(waited)
+            printers.print_not_ready(waited)
     healthy = waited is None or waited.healthy
     return EXIT_FAILED if not report.ok or loaded.errors or not healthy else EXIT_OK
 
 
-def _print_not_ready(result: WaitResult) -> None:
-    print(f"not ready: {result.reason}", file=sys.stderr)
-    for st in result.statuses:
-        for pool in st.pools:
-            if not pool.healthy:
-                print(f"  {st.unit} {pool.pool}: {pool.ready}/{pool.desired}"
-                      + (f" ({pool.summary})" if pool.summary else ""), file=sys.stderr)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -436,7 +387,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         if isinstance(result, int):
             return result
         loaded = result
-        _print_diagnostics(loaded.errors, sys.stderr)
+        printers.print_diagnostics(loaded.errors, sys.stderr)
     tty = sys.stdout.isatty()
     code = EXIT_OK
     first = True
@@ -464,7 +415,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 if args.watch and args.output == "json":  # one object per line, for `jq` on a stream
                     sys.stdout.write(json.dumps(payload, sort_keys=True) + "\n")
                 else:
-                    _emit(payload, args.output)
+                    printers.emit(payload, args.output)
                     if args.watch:
                         sys.stdout.write("---\n")
             else:
@@ -524,33 +475,22 @@ def cmd_resync(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     except AgentRefused as exc:
         print(f"error: {exc}", file=sys.stderr)
+        if exc.status == 401:
+            print(f"hint: pass the agent's API token with --token-file, or set ${env_name('api_token_file')} to "
+                  "the file the agent reads (its --api-token-file)", file=sys.stderr)
         return EXIT_USAGE if exc.status in (401, 403, 404) else EXIT_RUNTIME
     except AgentUnreachable as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_RUNTIME
     if args.output != "text":
-        _emit(result.raw, args.output)
+        printers.emit(result.raw, args.output)
     elif not args.wait:
         print("resync requested")
     else:
-        _print_resync(result)
+        printers.print_resync(result)
     return EXIT_OK if result.done and result.ok else EXIT_FAILED
 
 
-def _print_resync(result: ResyncResult) -> None:
-    if result.error:
-        print(f"error: {result.error}")
-    for unit in result.units:
-        changed = [c for c in unit.changes if c.get("action") != "unchanged"]
-        state = "ok" if unit.ok else "FAILED"
-        if unit.skipped:
-            state = f"skipped: {unit.skipped}"
-        print(f"{unit.unit}: {state} at {result.revision[:12]} ({len(changed)} changed, "
-              f"{len(unit.changes) - len(changed)} unchanged)")
-        for c in changed:
-            print(f"  {c['action']:<11} {c['object']}" + (f"  ({c['message']})" if c.get("message") else ""))
-        for err in unit.errors:
-            print(f"  error: {err}")
 
 
 def cmd_version(args: argparse.Namespace) -> int:
@@ -570,7 +510,7 @@ def cmd_version(args: argparse.Namespace) -> int:
         result = versions(kube, _agent_url(args), token)
         result.errors.update(errors)
     if args.output != "text":
-        _emit(result.to_dict(), args.output)
+        printers.emit(result.to_dict(), args.output)
     else:
         print(f"flower-syncer: {result.client}")
         if not args.client:

@@ -60,6 +60,8 @@ class Plan:
     revision: str = ""
     failed: frozenset[Unit] = frozenset()
     """Units in Git that did not load or render: never applied, never pruned."""
+    errors: Mapping[Unit, str] = field(default_factory=dict)
+    """Why a failed unit failed: its first configuration error, as `file:line: field: message`."""
     defined: frozenset[Unit] = frozenset()
     """Every unit the repository defines, selected or not, loaded or not."""
     claims: Claims = Claims()

@@ -275,6 +275,23 @@ def _limit(file: str, line: int, message: str, hint: str) -> Diagnostic:
     return Diagnostic(file, line, 1, "", f"file not parsed: {message}", hint)
 
 
+def _syntax_hint(text: str, line: int) -> str:
+    """What most likely went wrong on `line` (1-based): a tab in the indentation, or a line that
+    lines up with no key above it."""
+    lines = text.split("\n")
+    here = lines[line - 1] if 0 < line <= len(lines) else ""
+    indent = here[: len(here) - len(here.lstrip(" \t"))]
+    if "\t" in indent:
+        return "this line is indented with a tab: YAML allows only spaces for indentation"
+    above = [ln for ln in lines[: max(line - 1, 0)] if ln.strip() and not ln.lstrip().startswith("#")]
+    levels = {len(ln) - len(ln.lstrip(" ")) + (2 if ln.lstrip().startswith("- ") else 0) for ln in above}
+    if here.strip() and len(indent) not in levels and levels:
+        nearest = sorted(levels, key=lambda n: (abs(n - len(indent)), -n))[0]
+        return (f"this line is indented {len(indent)} spaces, which lines up with no key above it; the keys of "
+                f"the nearest level start at {nearest}: line it up with the keys it belongs with")
+    return "check indentation, quoting and colons around this line"
+
+
 def load_documents(text: str, file: str, max_nodes: int = MAX_NODES) -> tuple[list[YamlDoc], list[Diagnostic]]:
     """Parse every document of a YAML stream (after `prescan`). Empty documents are skipped."""
     docs: list[YamlDoc] = []
@@ -287,8 +304,7 @@ def load_documents(text: str, file: str, max_nodes: int = MAX_NODES) -> tuple[li
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (0, 0)
         problem = " ".join(p for p in (exc.context, exc.problem) if p) or "invalid YAML"
-        return [], [Diagnostic(file, line, col, "", f"YAML syntax error: {problem}",
-                               "check indentation, quoting and colons around this line")]
+        return [], [Diagnostic(file, line, col, "", f"YAML syntax error: {problem}", _syntax_hint(text, line))]
     except yaml.YAMLError as exc:  # pragma: no cover - reader errors carry no mark
         return [], [Diagnostic(file, 0, 0, "", f"YAML error: {exc}", "fix the YAML syntax")]
     for node in nodes:

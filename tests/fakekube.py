@@ -32,7 +32,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from syncer.cluster.client import RESOURCES, Kube
 
-_PLURALS = {r.plural: kind for kind, r in RESOURCES.items()}
+_PLURALS = {(r.api_version, r.plural): kind for kind, r in RESOURCES.items()}
 _IMMUTABLE_SELECTOR_KINDS = ("Deployment", "StatefulSet", "DaemonSet")
 _SERVER_META = ("managedFields", "resourceVersion", "uid", "creationTimestamp", "generation")
 
@@ -166,11 +166,12 @@ class FakeApiServer:
         parts = urlsplit(url)
         query = dict(parse_qsl(parts.query))
         segments = [unquote(s) for s in parts.path.strip("/").split("/")]
+        api_version = segments[1] if segments[0] == "api" else f"{segments[1]}/{segments[2]}"
         segments = segments[2:] if segments[0] == "api" else segments[3:]  # drop /api/v1 or /apis/g/v
         namespace = ""
         if segments[0] == "namespaces" and len(segments) > 2:
             namespace, segments = segments[1], segments[2:]
-        kind = _PLURALS[segments[0]]
+        kind = _PLURALS[(api_version, segments[0])]
         name = segments[1] if len(segments) > 1 else ""
         with self._lock:
             if method == "GET" and name:

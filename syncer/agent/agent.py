@@ -20,30 +20,31 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 
 from syncer.agent.cache import LiveCache
-from syncer.agent.events import (
-    DriftMeasureRequested,
+from syncer.agent.messages import (
+    DriftCheckDue,
     Event,
     FetchFailed,
     FetchRequested,
-    Installed,
     InventoryChanged,
     InventoryDeleted,
     ObjectChanged,
     ResyncRequested,
     RevisionFetched,
     Stop,
-    UnitState,
     UnitSynced,
     Waiter,
 )
+from syncer.agent.reporting import config_error_event, suspension_event, sync_events
 from syncer.agent.workqueue import WorkQueue
 from syncer.cluster.client import FIELD_MANAGER, ClusterUnreachable, Kube
+from syncer.cluster.events import Event as ReportedEvent
+from syncer.cluster.events import EventRecorder
 from syncer.cluster.fence import Fenced
 from syncer.diagnostics import Diagnostic
 from syncer.engine.changeset import Action, UnitResult
@@ -60,8 +61,30 @@ from syncer.source.refs import SourceError
 
 log = structlog.get_logger("syncer.agent")
 
-POLL_JITTER = 0.1
-MAX_FETCH_BACKOFF = 300.0
+
+# -- state ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Installed:
+    """What one revision asks for, swapped in as a whole: a worker reads one snapshot, so the
+    manifests it applies, the revision it records and the claims it checks always agree. Each unit
+    keeps the revision its manifests were rendered from."""
+
+    plan: Plan = field(default_factory=lambda: Plan(units={}, prune_allowed=False))
+    digests: dict[Unit, str] = field(default_factory=dict)  # manifests + policy, to tell what changed
+
+
+@dataclass
+class UnitState:
+    last_result: UnitResult | None = None
+    last_sync: float = 0.0
+    last_revision: str = ""
+    config_errors: list[Diagnostic] = field(default_factory=list)
+    drift_corrections: int = 0
+
+
+POLL_JITTER = 0.1  # each poll waits the interval +/- 10 %
 
 
 @dataclass
@@ -71,15 +94,20 @@ class AgentOptions:
     poll_interval: float = 60.0
     prune: bool = True
     repository: str = DEFAULT_REPOSITORY  # the name when flower-syncer.yaml sets none (derived from the source)
+    fetch_backoff: float = 1.0  # first wait after a failed fetch; doubles up to fetch_backoff_max
+    fetch_backoff_max: float = 300.0
 
 
 class Agent:
-    def __init__(self, kube: Kube, source: GitSource, metrics: Metrics, options: AgentOptions) -> None:
+    def __init__(self, kube: Kube, source: GitSource, metrics: Metrics, options: AgentOptions,
+                 recorder: EventRecorder | None = None) -> None:
         self.kube = kube
+        self.recorder = recorder  # Kubernetes Events for operators; None: none are posted
         self.source = source
         self.metrics = metrics
         self.options = options
         self.events: queue.Queue[Event] = queue.Queue()
+        self._suspended: dict[Unit, bool] = {}  # as last seen on each inventory, to report a change
         self.work: WorkQueue[Unit] = WorkQueue()
         self.engine = Engine(kube, unit_workers=1)
         self.cache = LiveCache(kube, namespaces=options.namespaces, on_change=self._on_object,
@@ -93,8 +121,6 @@ class Agent:
         self.loaded = threading.Event()
         self.stop = threading.Event()
         self._fetch_wanted = threading.Event()
-        self._random = random.Random()
-        self.api_error = ""  # why the API server cannot be reached now ("" while it answers)
         self._pending_revision: dict[str, tuple[float, set[Unit]]] = {}
         self._waiters: list[Waiter] = []
         self._threads: list[threading.Thread] = []
@@ -131,19 +157,11 @@ class Agent:
     def ready(self) -> tuple[bool, str]:
         if not self.loaded.is_set():
             return False, "the first revision has not been loaded yet"
-        if self.api_error:
-            return False, f"the Kubernetes API server cannot be reached: {self.api_error}"
         if not self.cache.synced.is_set():
             return False, "the watch caches are not synced yet"
+        if self.kube.unreachable:  # the last request (a watch, a sync, the status loop) did not get through
+            return False, f"the API server is unreachable: {self.kube.unreachable}"
         return True, "ok"
-
-    def set_api_error(self, error: str) -> None:
-        """What the last probe of the API server said ("" = it answered); /readyz fails meanwhile."""
-        if error and not self.api_error:
-            log.warning("the Kubernetes API server cannot be reached", error=error)
-        elif self.api_error and not error:
-            log.info("the Kubernetes API server answers again")
-        self.api_error = error
 
     def set_leading(self, leading: bool) -> None:
         if leading:
@@ -163,9 +181,6 @@ class Agent:
 
     def request_fetch(self, reason: str) -> None:
         self.events.put(FetchRequested(reason))
-
-    def request_drift_measure(self) -> None:
-        self.events.put(DriftMeasureRequested())
 
     def request_resync(self, unit: str | None, wait: bool, timeout: float) -> dict[str, Any]:
         if not self.leading.is_set():
@@ -231,9 +246,14 @@ class Agent:
     # -- the source thread ------------------------------------------------------------------------
 
     def _fetch_loop(self) -> None:
-        backoff = 1.0
+        """Fetch when asked (a commit seen, a push webhook, a resync) or at the poll interval, with
+        +/-10 % jitter so that many agents do not poll a server in step. After a failed fetch the
+        next one waits with exponential backoff, unless something asks for a fetch first: a push
+        after a Git outage is applied at once."""
+        backoff = self.options.fetch_backoff
+        wait = self._poll_delay()
         while not self.stop.is_set():
-            self._fetch_wanted.wait(self._poll_delay())
+            self._fetch_wanted.wait(wait)
             if self.stop.is_set():
                 return
             self._fetch_wanted.clear()
@@ -241,20 +261,15 @@ class Agent:
             try:
                 checkout = self.source.fetch()
             except SourceError as exc:
-                self.events.put(FetchFailed(exc))
-                # retry after the backoff; a push, webhook or resync meanwhile cuts it short (the
-                # source is likely back). The last good revision stays applied.
-                self._fetch_wanted.wait(backoff)
-                backoff = min(backoff * 2, MAX_FETCH_BACKOFF)
-                self._fetch_wanted.set()
+                self.events.put(FetchFailed(exc))  # the last good revision stays applied
+                wait, backoff = backoff, min(backoff * 2, self.options.fetch_backoff_max)
                 continue
-            backoff = 1.0
+            backoff = self.options.fetch_backoff
+            wait = self._poll_delay()
             self.events.put(RevisionFetched(checkout, seen))
 
     def _poll_delay(self) -> float:
-        """The poll interval, each wait drawn from interval x (1 +/- POLL_JITTER) so that many
-        agents do not poll a Git server in step."""
-        return self.options.poll_interval * (1 + self._random.uniform(-POLL_JITTER, POLL_JITTER))
+        return self.options.poll_interval * random.uniform(1 - POLL_JITTER, 1 + POLL_JITTER)
 
     # -- the dispatcher ---------------------------------------------------------------------------
 
@@ -287,8 +302,20 @@ class Agent:
             if self._ours(event.unit) and self._touched(event):
                 self.work.add(event.unit)
         elif isinstance(event, InventoryChanged):
-            if self._ours(event.inventory.unit):
-                self.work.add(event.inventory.unit)
+            unit = event.inventory.unit
+            if self._ours(unit):
+                before = self._suspended.get(unit)
+                if before is not None and before != event.inventory.suspended:
+                    self._report(suspension_event(unit, event.inventory.suspended))
+                self._suspended[unit] = event.inventory.suspended
+                self.work.add(unit)
+        elif isinstance(event, DriftCheckDue):
+            # suspended units go through the work queue like any other: the worker measures them
+            plan = self.installed.plan
+            for unit, desired in plan.units.items():
+                inv = self.cache.state.inventories.get(unit)
+                if desired.policy.suspend or (inv is not None and inv.suspended):
+                    self.work.add(unit)
         elif isinstance(event, InventoryDeleted):
             # rebuilt from the objects' labels by the next sync, so nothing becomes an orphan
             plan = self.installed.plan
@@ -303,8 +330,6 @@ class Agent:
             self._fetch_wanted.set()
         elif isinstance(event, UnitSynced):
             self._on_synced(event)
-        elif isinstance(event, DriftMeasureRequested) and self.loaded.is_set():
-            self.measure_suspended_drift()
 
     def _on_revision(self, checkout: Checkout, seen_at: float) -> None:
         self.fetch_error = ""
@@ -361,6 +386,10 @@ class Agent:
                 units[unit], digests[unit] = planned, digest
         for unit in fresh.failed:
             self.units.setdefault(unit, UnitState()).config_errors = errors_by_unit.get(unit.id, [])
+            if unit not in old.plan.failed and unit in units:
+                changed.append(unit)  # its last good state is synced again, and its inventory says why not newer
+            if unit in fresh.errors and unit in self.cache.state.inventories:
+                self._report(config_error_event(unit, fresh.errors[unit]))
         for unit in fresh.units:
             self.units.setdefault(unit, UnitState()).config_errors = []
         for unit, st in self.units.items():
@@ -452,6 +481,8 @@ class Agent:
         if result.skipped is None:  # what still differs from Git: the objects that failed
             failed = Counter(c.ref.kind for c in result.changes if c.action is Action.FAILED)
             self.metrics.set_drift(unit.id, failed)
+        elif result.skipped.suspended and desired is not None:
+            self.metrics.set_drift(unit.id, drift_by_kind(self._suspended_drift(desired, plan)))
         writes = sum(1 for c in result.changes if c.action.is_change)
         if writes or not result.ok:
             log.info("unit synced", unit=unit.id, revision=revision[:12], ok=result.ok,
@@ -463,7 +494,14 @@ class Agent:
         else:
             delay = self.work.retry(unit)
             log.warning("unit failed; retrying", unit=unit.id, retry_in=delay)
+        if not opts.dry_run:
+            for ev in sync_events(unit, result, known, revision):
+                self._report(ev)
         self.events.put(UnitSynced(unit, result, seconds, revision))
+
+    def _report(self, event: ReportedEvent) -> None:
+        if self.recorder is not None and self.leading.is_set():
+            self.recorder.record(event)
 
     def _prune_vanished(self, unit: Unit, opts: SyncOptions, plan: Plan) -> UnitResult:
         """A unit removed from Git: the engine's rules and deletion, then forget its figures."""
@@ -474,21 +512,20 @@ class Agent:
             self.metrics.forget_unit(unit.id)
         return res
 
-    def measure_suspended_drift(self) -> None:
-        """Suspended units are not healed, so their drift can last: measure it with a dry-run
-        (no writes; no requests at all for objects known unchanged)."""
-        plan = self.installed.plan
-        for unit, desired in plan.units.items():
-            inv = self.cache.state.inventories.get(unit)
-            if not (desired.policy.suspend or (inv is not None and inv.suspended)):
-                continue
-            awake = dataclasses.replace(desired, policy=dataclasses.replace(desired.policy, suspend=False))
-            inventories = dict(self.cache.state.inventories)
-            if inv is not None:
-                inventories[unit] = dataclasses.replace(inv, suspended=False)
-            live = LiveState(self.cache.state.objects, inventories)
-            result = self.engine.sync_unit(awake, live, SyncOptions(dry_run=True), plan)
-            self.metrics.set_drift(unit.id, drift_by_kind(result))
+    def request_drift_check(self) -> None:
+        self.events.put(DriftCheckDue())
+
+    def _suspended_drift(self, desired: UnitPlan, plan: Plan) -> UnitResult:
+        """What differs from Git for a suspended unit: a dry-run as if it were not suspended (no
+        writes; no requests at all for objects known unchanged)."""
+        unit = desired.unit
+        awake = dataclasses.replace(desired, policy=dataclasses.replace(desired.policy, suspend=False))
+        inventories = dict(self.cache.state.inventories)
+        inv = inventories.get(unit)
+        if inv is not None:
+            inventories[unit] = dataclasses.replace(inv, suspended=False)
+        live = LiveState(self.cache.state.objects, inventories)
+        return self.engine.sync_unit(awake, live, SyncOptions(dry_run=True), plan)
 
     # -- reporting -------------------------------------------------------------------------------------
 

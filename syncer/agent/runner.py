@@ -18,6 +18,7 @@ from syncer import __version__
 from syncer.agent.agent import Agent, AgentOptions
 from syncer.agent.config import AgentConfig, read_secret
 from syncer.cluster.client import ApiError, ClusterUnreachable, Kube, path_for
+from syncer.cluster.events import EventRecorder
 from syncer.cluster.fence import WriteFence
 from syncer.cluster.lease import LeaderElector
 from syncer.http import AgentServer
@@ -32,7 +33,6 @@ from syncer.source.watch import LocalRepoWatcher
 log = structlog.get_logger("syncer.agent")
 
 STATUS_INTERVAL = 10.0
-PROBE_INTERVAL = 2.0
 
 
 class _Api:
@@ -95,13 +95,21 @@ def run(config: AgentConfig) -> int:
     fence = WriteFence() if config.leader_elect else WriteFence.open()
     options = AgentOptions(namespaces=config.namespaces, workers=config.workers, poll_interval=config.interval,
                            repository=repository)
-    agent = Agent(kube.fenced(fence), source, metrics, options)
+    recorder = EventRecorder(kube.fenced(fence), config.identity)  # only the leader reports
+    recorder.start()
+    agent = Agent(kube.fenced(fence), source, metrics, options, recorder)
     host, port = config.listen_address()
     server = AgentServer(_Api(agent), metrics, host=host, port=port,
                          api_token=read_secret(config.api_token_file),
                          webhook_secret=read_secret(config.webhook_secret_file),
                          protect_reads=config.protect_reads)
-    server.start()
+    try:
+        server.start()
+    except OSError as exc:
+        log.error("cannot listen for HTTP", listen=config.listen, error=exc.strerror,
+                  hint="another process uses the port: choose another --listen")
+        recorder.stop()
+        return 3
     log.info("flower-syncer agent starting", version=__version__, source=source.describe(),
              listen=f"{server.address[0]}:{server.address[1]}", leader_election=config.leader_elect,
              namespaces=config.namespaces or "all")
@@ -140,6 +148,7 @@ def run(config: AgentConfig) -> int:
     if elector_thread is not None:
         elector_thread.join(5)
     server.stop()
+    recorder.stop()
     log.info("flower-syncer agent stopped")
     return 0
 
@@ -168,26 +177,18 @@ def _label_own_pod(kube: Kube, *, leader: bool) -> None:
 
 
 def _status_loop(agent: Agent, kube: Kube, metrics: Metrics, stop: threading.Event) -> None:
-    """Whether the API server answers (for /readyz) every PROBE_INTERVAL; pool readiness and GPU
-    figures for the metrics every STATUS_INTERVAL (reads only). The drift of suspended units is
-    measured by the dispatcher, asked through the agent's event queue."""
+    """Pool readiness and GPU figures for the metrics, every few seconds."""
     from syncer.observe.status import collect
 
-    next_status = 0.0
-    while not stop.wait(PROBE_INTERVAL):
-        try:
-            kube.request("GET", "/version", timeout=PROBE_INTERVAL)
-        except (ApiError, ClusterUnreachable) as exc:
-            agent.set_api_error(str(exc))
+    while not stop.wait(STATUS_INTERVAL if agent.loaded.is_set() else 1.0):
+        if not agent.loaded.is_set():
             continue
-        agent.set_api_error("")
-        if not agent.loaded.is_set() or time.monotonic() < next_status:
-            continue
-        next_status = time.monotonic() + STATUS_INTERVAL
         try:
             units = sorted(set(agent.desired) | set(agent.cache.state.inventories))
             statuses, nodes = collect(kube, units)
             metrics.observe_status(statuses, nodes)
+            agent.request_drift_check()  # measured by a worker, like every sync
         except Exception as exc:  # status is best effort; the next round tries again
             log.warning("status collection failed", error=str(exc))
-        agent.request_drift_measure()
+            time.sleep(1)
+

@@ -8,17 +8,21 @@ verb so callers (and tests) can tell how many writes a sync made.
 from __future__ import annotations
 
 import copy
+import os
 import threading
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import orjson
+import structlog
 
-from syncer.cluster.credentials import Credentials
 from syncer.cluster.fence import WRITE_METHODS, WriteFence
+
+log = structlog.get_logger("syncer.cluster")
 
 FIELD_MANAGER = "flower-syncer"
 METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
@@ -40,6 +44,7 @@ RESOURCES: dict[str, Resource] = {
     "Node": Resource("v1", "nodes", namespaced=False),
     "Pod": Resource("v1", "pods"),
     "Event": Resource("v1", "events"),
+    "events.k8s.io/Event": Resource("events.k8s.io/v1", "events"),  # what flower-syncer reports
     "ServiceAccount": Resource("v1", "serviceaccounts"),
     "Secret": Resource("v1", "secrets"),
     "ConfigMap": Resource("v1", "configmaps"),
@@ -96,15 +101,80 @@ def path_for(kind: str, namespace: str | None = None, name: str | None = None, s
     return path
 
 
+@dataclass
+class _Connection:
+    """What every copy of a Kube shares: the API client (replaced when the kubeconfig it came from
+    changes on disk: a rotated token, a new API server address) and whether the API server could
+    be reached at the last request."""
+
+    api: Any
+    kubeconfig: Path | None = None  # None: in-cluster (the official client re-reads rotated tokens itself)
+    context: str | None = None
+    stamp: tuple[int, int] | None = None  # (mtime_ns, size) of the kubeconfig when it was read
+    config_arg: str | None = None  # what the caller named (None: $KUBECONFIG, possibly a list, or the default)
+    unreachable: str = ""  # why the last request did not reach the API server; "" when it did
+    user_agent: str | None = None  # e.g. one per agent replica, so audit logs tell them apart
+
+
 class Kube:
     """Requests against one cluster. Thread-safe; counts requests by verb."""
 
-    def __init__(self, api_client: Any, credentials: Credentials | None = None) -> None:
-        self._api = api_client
-        self.credentials = credentials  # when set, the client follows changes of the kubeconfig
+    def __init__(self, api_client: Any, *, kubeconfig: Path | None = None, context: str | None = None,
+                 config_arg: str | None = None, user_agent: str | None = None) -> None:
+        self._conn = _Connection(api_client, kubeconfig, context, _stamp(kubeconfig), config_arg,
+                                 user_agent=user_agent)
         self.counts: Counter[str] = Counter()
         self._lock = threading.Lock()
         self.fence: WriteFence | None = None
+
+    @property
+    def api(self) -> Any:
+        return self._conn.api
+
+    @property
+    def unreachable(self) -> str:
+        """Why the last request did not reach the API server ("" when it did): for /readyz."""
+        return self._conn.unreachable
+
+    def reload_if_changed(self) -> bool:
+        """Read the kubeconfig again if it changed since it was read (token rotation, a new server
+        address); True when the client now uses new credentials."""
+        conn = self._conn
+        if conn.kubeconfig is None:
+            return False
+        stamp = _stamp(conn.kubeconfig)
+        if stamp is None or stamp == conn.stamp:
+            return False
+        try:
+            api = _api_client(conn.config_arg, conn.context, in_cluster=False, user_agent=conn.user_agent)
+        except ClusterUnreachable:
+            return False  # half-written, say: keep the old one and try again at the next failure
+        with self._lock:
+            conn.api, conn.stamp = api, stamp
+        log.info("kubeconfig changed on disk; using the new credentials", kubeconfig=str(conn.kubeconfig))
+        return True
+
+    def _send_reloading(self, method: str, path: str, params: list[tuple[str, Any]], headers: dict[str, str],
+                        body: Any, timeout: Any) -> Any:
+        """`_send`, retried once with fresh credentials when the API server cannot be reached or
+        answers 401 and the kubeconfig changed meanwhile; records whether it was reached."""
+        try:
+            resp = self._send(method, path, params, headers, body, timeout)
+        except ClusterUnreachable as exc:
+            if not self.reload_if_changed():
+                self._conn.unreachable = str(exc)
+                raise
+            try:
+                resp = self._send(method, path, params, headers, body, timeout)
+            except ClusterUnreachable as again:
+                self._conn.unreachable = str(again)
+                raise
+        else:
+            if resp.status == 401 and self.reload_if_changed():
+                resp.read()
+                resp = self._send(method, path, params, headers, body, timeout)
+        self._conn.unreachable = ""
+        return resp
 
     def fenced(self, fence: WriteFence) -> Kube:
         """This client (same connections and counters) with every write checked by `fence` just
@@ -113,46 +183,15 @@ class Kube:
         clone.fence = fence
         return clone
 
-    @property
-    def api(self) -> Any:
-        return self.credentials.current() if self.credentials is not None else self._api
-
     @classmethod
     def from_kubeconfig(cls, kubeconfig: str | None = None, context: str | None = None, *,
                         user_agent: str | None = None) -> Kube:
         """From a kubeconfig file (default: $KUBECONFIG or ~/.kube/config), or in-cluster config when
-        neither exists and the process runs in a pod. A kubeconfig that changes later (a rotated
-        token, a new API server address) is read again (see `Credentials`)."""
-        import os
-        from pathlib import Path
-
-        from kubernetes import client, config
-
-        env = os.environ.get("KUBECONFIG")
-        default = Path("~/.kube/config").expanduser()
-        in_cluster = not (kubeconfig or env or default.exists())
-        paths = [] if in_cluster else [Path(kubeconfig)] if kubeconfig else \
-            [Path(p) for p in env.split(os.pathsep) if p] if env else [default]
-
-        def load() -> Any:
-            configuration = client.Configuration()
-            try:
-                if in_cluster:
-                    config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-                else:
-                    config.load_kube_config(  # type: ignore[no-untyped-call]
-                        config_file=kubeconfig, context=context, client_configuration=configuration)
-            except (config.ConfigException, OSError, TypeError) as exc:
-                raise ClusterUnreachable(f"cannot load Kubernetes credentials: {exc}") from exc
-            configuration.connection_pool_maxsize = 16
-            configuration.retries = 0
-            api = client.ApiClient(configuration)
-            if user_agent:
-                api.user_agent = user_agent  # e.g. one per agent replica, so audit logs tell them apart
-            return api
-
-        credentials = Credentials(load, paths)
-        return cls(credentials.api, credentials)
+        neither exists and the process runs in a pod. A kubeconfig file is read again when it
+        changes (see `reload_if_changed`)."""
+        path = _kubeconfig_path(kubeconfig)
+        return cls(_api_client(kubeconfig, context, in_cluster=path is None, user_agent=user_agent), kubeconfig=path,
+                   context=context, config_arg=kubeconfig, user_agent=user_agent)
 
     @property
     def writes(self) -> int:
@@ -211,7 +250,7 @@ class Kube:
             self.counts[method + (" dry-run" if dry else "")] += 1
         headers = {"Accept": accept, "Content-Type": content_type}
         # the official client serialises JSON and structured-YAML bodies itself
-        resp = self._send(method, path, params, headers, body, timeout)
+        resp = self._send_reloading(method, path, params, headers, body, timeout)
         raw = resp.read()
         if resp.status >= 400:
             raise _api_error(resp.status, resp.reason, raw)
@@ -302,8 +341,8 @@ class Kube:
         with self._lock:
             self.counts["WATCH"] += 1
         accept = METADATA_WATCH if metadata_only else "application/json"
-        resp = self._send("GET", path_for(kind, namespace), query, {"Accept": accept}, None,
-                          (10, timeout_seconds + 30))
+        resp = self._send_reloading("GET", path_for(kind, namespace), query, {"Accept": accept}, None,
+                                    (10, timeout_seconds + 30))
         if resp.status >= 400:
             raise _api_error(resp.status, resp.reason, resp.read())
         raw = resp.response
@@ -322,6 +361,54 @@ class Kube:
                         yield event
         finally:
             raw.release_conn()
+
+
+KUBECONFIG_ENV = "KUBECONFIG"
+DEFAULT_KUBECONFIG = "~/.kube/config"
+
+
+def _kubeconfig_path(kubeconfig: str | None) -> Path | None:
+    """The kubeconfig file the official client will read (its first, for a $KUBECONFIG list), or None
+    for in-cluster credentials."""
+    if kubeconfig:
+        return Path(kubeconfig).expanduser()
+    env = os.environ.get("KUBECONFIG", "")
+    if env:
+        return Path(env.split(os.pathsep)[0]).expanduser()
+    default = Path("~/.kube/config").expanduser()
+    return default if default.exists() else None
+
+
+def _stamp(path: Path | None) -> tuple[int, int] | None:
+    if path is None:
+        return None
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
+def _api_client(kubeconfig: str | None, context: str | None, *, in_cluster: bool, user_agent: str | None = None) -> Any:
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    try:
+        if in_cluster:
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        else:
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=kubeconfig, context=context, client_configuration=configuration)
+    except Exception as exc:  # a missing, malformed or incomplete kubeconfig: never a traceback
+        detail = " ".join(str(exc).split())
+        source = "" if in_cluster else f" from {kubeconfig or os.environ.get(KUBECONFIG_ENV) or DEFAULT_KUBECONFIG}"
+        raise ClusterUnreachable(f"cannot load Kubernetes credentials{source}: {detail}") from exc
+    configuration.connection_pool_maxsize = 16
+    configuration.retries = 0
+    api = client.ApiClient(configuration)
+    if user_agent:
+        api.user_agent = user_agent
+    return api
 
 
 def _api_error(status: int, reason: str | None, raw: bytes | None) -> ApiError:

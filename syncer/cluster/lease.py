@@ -134,6 +134,7 @@ class LeaderElector:
         self._observed: Record | None = None
         self._observed_at = 0.0  # monotonic time the observed record changed (best estimate)
         self._polled_at: float | None = None  # monotonic time of the previous read
+        self.reads = 0  # Lease reads so far: what a test waits on instead of sleeping
         self._released = False
         self._failing = False  # the last request failed (log the first failure of a streak loudly)
 
@@ -327,6 +328,7 @@ class LeaderElector:
 
     def _observe(self, lease: dict[str, Any], now: float) -> Record:
         """Note the Lease as read by `now` (monotonic, after the response): when its record changed."""
+        self.reads += 1
         rec = Record.of(lease)
         if rec != self._observed:
             renewed = parse_time(rec.renew_time)

@@ -22,9 +22,37 @@ from syncer.identity import (
     Unit,
 )
 
-# Re-exported for modules that still import them from here; syncer.identity defines them.
-
 INVENTORY_KEY = "inventory.json"
+STATUS_KEY = "status.json"  # the unit's last sync outcome, a metav1.Condition-style record
+
+
+@dataclass(frozen=True)
+class Condition:
+    """The outcome of the unit's last sync, kept on its inventory so that `flower-syncer status`
+    shows it without asking the agent, and it survives restarts. Written only when `ready`,
+    `reason` or `message` change (messages name objects and files, never volatile server text),
+    so a repository that stays as it is causes no writes."""
+
+    ready: bool
+    reason: str  # Synced, SyncFailed, Conflict, ConfigError
+    message: str = ""
+    since: str = ""  # when ready/reason/message last changed (RFC 3339)
+    revision: str = ""  # the revision it was observed at
+
+    def same(self, other: Condition | None) -> bool:
+        return other is not None and (self.ready, self.reason, self.message) == (
+            other.ready, other.reason, other.message)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "Ready", "status": "True" if self.ready else "False", "reason": self.reason,
+                "message": self.message, "lastTransitionTime": self.since, "observedRevision": self.revision}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Condition | None:
+        if not isinstance(d, dict) or d.get("type") != "Ready":
+            return None
+        return cls(d.get("status") == "True", str(d.get("reason", "")), str(d.get("message", "")),
+                   str(d.get("lastTransitionTime", "")), str(d.get("observedRevision", "")))
 
 
 @dataclass(frozen=True)
@@ -43,6 +71,7 @@ class Inventory:
     ignored: tuple[str, ...] = ()
     """Entries that were not understood (e.g. a kind flower-syncer does not manage): left alone in
     the cluster and dropped from the inventory the next time it is written."""
+    condition: Condition | None = None
 
     def name(self) -> str:
         return inventory_name(self.unit)
@@ -66,7 +95,9 @@ class Inventory:
                 "namespace": self.unit.namespace,
                 "labels": {**self.unit.labels(), LABEL_INVENTORY: "true", LABEL_REPOSITORY: self.repository},
             },
-            "data": {INVENTORY_KEY: self.encode()},
+            "data": {INVENTORY_KEY: self.encode(),
+                     **({STATUS_KEY: json.dumps(self.condition.to_dict(), indent=1, sort_keys=True)}
+                        if self.condition is not None else {})},
         }
 
 
@@ -87,12 +118,16 @@ def decode(cm: dict[str, Any]) -> Inventory | None:
     suspended = cm["metadata"].get("annotations", {}).get(ANN_SUSPENDED) == "true"
     repository = labels.get(LABEL_REPOSITORY, DEFAULT_REPOSITORY)
     try:
+        condition = Condition.from_dict(json.loads(cm.get("data", {}).get(STATUS_KEY, "null")))
+    except ValueError:
+        condition = None
+    try:
         payload = json.loads(cm.get("data", {}).get(INVENTORY_KEY, "{}"))
         objects = payload.get("objects", [])
         if not isinstance(objects, list):
             raise TypeError("objects is not a list")
     except (ValueError, TypeError, AttributeError):
-        return Inventory(unit, suspended=suspended, repository=repository)
+        return Inventory(unit, suspended=suspended, repository=repository, condition=condition)
     entries: dict[ObjectRef, Entry] = {}
     ignored: list[str] = []
     for o in objects:
@@ -101,7 +136,8 @@ def decode(cm: dict[str, Any]) -> Inventory | None:
             ignored.append(json.dumps(o, sort_keys=True)[:200])
             continue
         entries[ref] = Entry(str(o.get("applied", "")), str(o.get("fields", "")))
-    return Inventory(unit, entries, str(payload.get("revision", "")), suspended, repository, tuple(ignored))
+    return Inventory(unit, entries, str(payload.get("revision", "")), suspended, repository, tuple(ignored),
+                     condition)
 
 
 def _entry_ref(o: Any) -> ObjectRef | None:

@@ -6,12 +6,14 @@ The same engine serves the one-shot CLI (`sync`, `diff`) and the long-running ag
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
 import time
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from itertools import groupby
 from typing import Any
 
@@ -19,7 +21,7 @@ from syncer.cluster.client import FIELD_MANAGER, ApiError, ClusterUnreachable, K
 from syncer.cluster.fence import Fenced
 from syncer.engine.apply import Applier, Outcome
 from syncer.engine.changeset import Action, Change, SkipReason, UnitResult
-from syncer.engine.inventory import Entry, Inventory, inventory_name, inventory_ref
+from syncer.engine.inventory import Condition, Entry, Inventory, inventory_name, inventory_ref
 from syncer.engine.live import LiveState
 from syncer.engine.normalize import with_fingerprint
 from syncer.engine.ownership import owner_of, recover_inventory, stamp_repository, write_conflict
@@ -107,6 +109,8 @@ class Engine:
             if plan.selected(unit):
                 report.units.append(UnitResult(unit.id, errors=["configuration has errors; nothing was changed "
                                                                 "(the last applied state stays)"]))
+                if not opts.dry_run and unit in plan.errors:
+                    self.record_config_error(unit, plan.errors[unit], live, plan)
         report.units.extend(self._prune_vanished(plan, live, opts))
         report.requests = sum(self.kube.counts.values()) - before_requests
         report.writes = self.kube.writes - before_writes
@@ -264,12 +268,31 @@ class Engine:
                                       f"inventory was missing; rebuilt from {len(inv.entries)} labelled objects"))
         res.changes.extend(Change(inv_ref, Action.SKIPPED, f"inventory entry not understood, left alone in the "
                                   f"cluster and dropped from the inventory: {entry}") for entry in inv.ignored)
-        if not opts.dry_run and (entries != inv.entries or recovered or inv.ignored):
+        condition = (Condition(False, "ConfigError", _short(plan.errors[unit]), _now(), plan.revision)
+                     if unit in plan.errors else outcome_condition(res, planned.revision))
+        recorded = inv.condition if condition.same(inv.condition) else condition
+        if not opts.dry_run and (entries != inv.entries or recovered or inv.ignored or recorded is condition):
             changed = res.changed
-            new = Inventory(unit, entries, planned.revision if changed else inv.revision, repository=repository)
+            new = Inventory(unit, entries, planned.revision if changed else inv.revision, repository=repository,
+                            condition=recorded)
             if self._write_inventory(new, res):
                 live.inventories[unit] = new  # a resync right after need not wait for a watch event
         return res
+
+    def record_config_error(self, unit: Unit, message: str, live: LiveState, plan: Plan) -> bool:
+        """Note on an applied unit's inventory that its configuration has errors (its objects stay
+        as they are). Writes only when that is news. True when written."""
+        inv = live.inventories.get(unit)
+        if inv is None or not plan.owns(inv.repository):
+            return False
+        condition = Condition(False, "ConfigError", _short(message), _now(), plan.revision)
+        if condition.same(inv.condition):
+            return False
+        new = dataclasses.replace(inv, condition=condition, ignored=())
+        if self._write_inventory(new):
+            live.inventories[unit] = new
+            return True
+        return False
 
     def _apply_stage(self, applier: Applier, stage: list[Manifest], live: LiveState, inv: Inventory,
                      policy: Policy, opts: SyncOptions, unit: Unit, plan: Plan) -> list[Outcome]:
@@ -358,6 +381,31 @@ class Engine:
                 res.errors.append(f"cannot record the inventory {inv.name()}: {exc.message}")
             return False
         return True
+
+
+def outcome_condition(res: UnitResult, revision: str) -> Condition:
+    """The Ready condition a sync result stands for. Its message names objects, never volatile
+    server text, so the same failure gives the same condition (and no new write)."""
+    if res.ok:
+        return Condition(True, "Synced", "in sync with Git", _now(), revision)
+    failed = [c for c in res.changes if c.action is Action.FAILED]
+    conflicts = [c.ref for c in failed if "conflict" in c.message.lower()]
+    if conflicts:
+        return Condition(False, "Conflict", _short(f"{len(conflicts)} object(s) have fields another manager "
+                                                   f"owns: {', '.join(map(str, conflicts[:3]))}"), _now(), revision)
+    if failed:
+        return Condition(False, "SyncFailed", _short(f"{len(failed)} object(s) failed: "
+                                                     f"{', '.join(str(c.ref) for c in failed[:3])}"), _now(), revision)
+    return Condition(False, "SyncFailed", _short(res.errors[0] if res.errors else "the sync failed"), _now(),
+                     revision)
+
+
+def _short(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def vanished_units(live: LiveState, repository: str, former: Collection[str] = ()) -> list[Unit]:

@@ -10,7 +10,7 @@ from typing import Any, ClassVar, TypeVar, Union
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import ErrorDetails
 
-from syncer.diagnostics import Diagnostic, FieldPath, did_you_mean, format_path
+from syncer.diagnostics import Diagnostic, FieldPath, Severity, did_you_mean, format_path
 from syncer.models.k8s import Issue, K8sType, check_field
 from syncer.yamldoc import YamlDoc
 
@@ -128,8 +128,14 @@ def _describe(cls: type[StrictModel], err: ErrorDetails, raw: Any) -> tuple[Fiel
     hints = owner.field_hints if owner else {}
     if kind == "extra_forbidden" and isinstance(field, str):
         known = sorted(_aliases(owner)) if owner else []
+        moved = MISPLACED_KEYS.get(field)
         guess = did_you_mean(field, known)
-        hint = f"did you mean {guess!r}?" if guess else (f"valid fields here: {', '.join(known)}" if known else "")
+        if moved and moved[0] == cls.__name__:
+            hint = f"it belongs at {moved[1]}"
+        elif guess:
+            hint = f"did you mean {guess!r}?"
+        else:
+            hint = f"valid fields here: {', '.join(known)}" if known else ""
         return loc, f"unknown field {field!r}", hint
     if kind == "missing":
         return loc, f"required field {field!r} is missing", hints.get(str(field), f"add {field}")
@@ -138,11 +144,43 @@ def _describe(cls: type[StrictModel], err: ErrorDetails, raw: Any) -> tuple[Fiel
         got = err.get("input")
         msg = f"{msg}, got {type(got).__name__} {_short(got)}"
     hint = hints.get(str(field), "")
+    got = err.get("input")
+    if not hint and kind == "literal_error" and isinstance(got, str):
+        expected = typing.get_args(_field_annotation(owner, field)) if owner is not None else ()
+        right = next((e for e in expected if isinstance(e, str) and e.lower() == got.lower()), None)
+        if right is not None:
+            hint = f"write {right!r} (the spelling is case-sensitive)"
+    if kind == "string_type" and isinstance(got, dict) and len(got) == 1 and next(iter(got.values())) is None:
+        word = next(iter(got))
+        hint = f'YAML read {{{word}}} as a mapping: quote it, "{{{word}}}"'
     if not hint and kind in ("int_type", "bool_type") and isinstance(err.get("input"), str):
         hint = "remove the quotes around the value"
     if not hint and kind == "string_type" and isinstance(err.get("input"), (int, float, bool)):
         hint = f'quote the value: "{err.get("input")}"'
     return loc, msg, hint
+
+
+# Keys people put one level off, by the document class they appear in: where they belong.
+MISPLACED_KEYS: dict[str, tuple[str, str]] = {
+    "nodeConfig": ("SuperNodeValues", "supernode.node.config"),
+    "config": ("SuperNodeValues", "supernode.node.config"),
+    "isolation": ("SuperNodeValues", "supernode.isolationMode"),
+    "replicaCount": ("SuperNodeValues", "supernode.replicas"),
+}
+
+
+def _field_annotation(owner: type[StrictModel], field: str | int) -> Any:
+    """The annotation of `field` on `owner`, unwrapped from Optional and Annotated."""
+    name = _aliases(owner).get(str(field))
+    if name is None:
+        return None
+    annotation = owner.model_fields[name].annotation
+    for arg in (typing.get_args(annotation) if typing.get_origin(annotation) in (Union, types.UnionType)
+                else (annotation,)):
+        inner = typing.get_args(arg)[0] if typing.get_origin(arg) is typing.Annotated else arg
+        if typing.get_origin(inner) is typing.Literal:
+            return inner
+    return annotation
 
 
 def _short(value: Any) -> str:
@@ -152,14 +190,14 @@ def _short(value: Any) -> str:
 
 def validate_document(cls: type[M], doc: YamlDoc, unit: str = "") -> tuple[M | None, list[Diagnostic]]:
     """Validate one YAML document against `cls`, reporting every problem with its position."""
-    found: list[tuple[FieldPath, str, str]] = []
+    found: list[tuple[FieldPath, str, str, Severity]] = []
     model: M | None = None
     try:
         model = cls.model_validate(doc.data)
     except ValidationError as exc:
         errors = exc.errors(include_url=False)
         for err in errors:
-            found.append(_describe(cls, err, doc.data))
+            found.append((*_describe(cls, err, doc.data), "error"))
         if all(err["type"] == "extra_forbidden" for err in errors):
             # Only unknown keys: validate again without them, so the rules that span fields
             # are reported in the same run instead of after the typos are fixed.
@@ -169,21 +207,21 @@ def validate_document(cls: type[M], doc: YamlDoc, unit: str = "") -> tuple[M | N
             except ValidationError:
                 model = None
     for issue in _k8s_issues(cls, doc.data, ()):
-        found.append((issue.path, issue.message, issue.hint))
+        found.append((issue.path, issue.message, issue.hint, issue.severity))
     if model is not None:
         for issue in model.semantic_issues():
-            found.append((issue.path, issue.message, issue.hint))
+            found.append((issue.path, issue.message, issue.hint, issue.severity))
     diags = []
     seen: set[tuple[FieldPath, str]] = set()
-    for path, message, hint in found:
+    for path, message, hint, severity in found:
         if (path, message) in seen:
             continue
         seen.add((path, message))
         line, col = doc.position(path)
-        diags.append(Diagnostic(doc.file, line, col, format_path(path), message, hint, unit=unit))
-    if diags:
+        diags.append(Diagnostic(doc.file, line, col, format_path(path), message, hint, severity, unit=unit))
+    if any(d.severity == "error" for d in diags):
         return None, sorted(diags)
-    return model, []
+    return model, sorted(diags)  # warnings only: the document is used
 
 
 def _without(data: Any, locs: list[tuple[Any, ...]]) -> Any:

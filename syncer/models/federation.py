@@ -20,7 +20,15 @@ from syncer.models.names import (
     label_value_problem,
     name_problem,
 )
-from syncer.models.nodeconfig import NODE_VAR, PLACEHOLDER, POD_NAME_VAR, NodeConfigError, check_key, encode_template
+from syncer.models.nodeconfig import (
+    NODE_VAR,
+    PLACEHOLDER,
+    POD_NAME_VAR,
+    NodeConfigError,
+    check_key,
+    encode_template,
+    unknown_placeholders,
+)
 
 API_VERSION = "flwr.exalsius.ai/v1"
 KIND = "Federation"
@@ -201,20 +209,38 @@ class Federation(StrictModel):
         issues.extend(self._pool_issues())
         issues.extend(self._label_issues())
         issues.extend(self._env_issues())
+        issues.extend(self._extra_arg_issues())
+        return issues
+
+    def _extra_arg_issues(self) -> list[Issue]:
+        """extraArgs that set a flag flower-syncer sets from the document (the SuperNode values
+        side checks the same): the container would get it twice, and which one wins is Flower's
+        parser's business."""
+        spec = self.spec
+        common = {"--isolation": "set spec.isolationMode instead", "--insecure": "set spec.insecure instead"}
+        issues = [Issue(("spec", "superlink", "extraArgs", i), f"{flag} is already set from the document", hint)
+                  for i, flag, hint in _managed_args(spec.superlink.extraArgs, common)]
+        for p, pool in enumerate(spec.supernodes.pools):
+            managed = {**common, "--superlink": "flower-syncer points the pool at the federation's SuperLink"}
+            if spec.isolationMode == "process":
+                managed["--clientappio-api-address"] = "flower-syncer sets it for the SuperExec sidecar"
+            if pool.nodeConfig:
+                managed["--node-config"] = "set the pool's nodeConfig instead"
+            issues += [Issue(("spec", "supernodes", "pools", p, "extraArgs", i),
+                             f"{flag} is already set from the document", hint)
+                       for i, flag, hint in _managed_args(pool.extraArgs, managed)]
         return issues
 
     def _env_issues(self) -> list[Issue]:
         """User env that collides with what the renderer sets in the SuperNode container: the
-        node-config wrapper's variables (when node config has placeholders) and the GPU
-        visibility variable of `gpu.mountAll`."""
+        node-config wrapper's variables (when node config has placeholders). (A user's GPU
+        visibility variable overrides the one of `gpu.mountAll`: the renderer keeps it.)"""
         issues: list[Issue] = []
         spec = self.spec
         for i, pool in enumerate(spec.supernodes.pools):
             reserved: dict[str, str] = {}
             if any(PLACEHOLDER.search(v) for v in pool.nodeConfig.values()):
                 reserved |= dict.fromkeys((POD_NAME_VAR, NODE_VAR), "the node-config wrapper of this pool")
-            if pool.gpu is not None and pool.gpu.mountAll:
-                reserved[GPU_ENV.get(pool.gpu.vendor or "", "")] = "gpu.mountAll of this pool"
             if not reserved:
                 continue
             for path, env in ((("spec", "supernodes", "env"), spec.supernodes.env),
@@ -275,7 +301,8 @@ class Federation(StrictModel):
                 field = ("superexecResources" if pool.superexecResources else
                          "superexecVolumeMounts" if pool.superexecVolumeMounts else "superexecExtraArgs")
                 issues.append(Issue((*at, field), f"{field} has no effect in subprocess mode (there is no SuperExec "
-                                    "container)", "remove it, or switch isolationMode to process"))
+                                    "container)", "remove it, or switch isolationMode to process",
+                                    "warning"))  # the operator accepts it: operator files load unchanged
             issues.extend(self._node_config_issues(pool, at))
             issues.extend(_pod_template_issues(pool.podTemplate, at))
             issues.extend(_mount_issues(pool.volumes, pool.volumeClaimTemplates, pool.volumeMounts,
@@ -289,6 +316,10 @@ class Federation(StrictModel):
     def _node_config_issues(self, pool: Pool, at: FieldPath) -> list[Issue]:
         issues = []
         for key, raw in pool.nodeConfig.items():
+            for word in unknown_placeholders(raw):
+                issues.append(Issue((*at, "nodeConfig", key), f"{word} is not a placeholder: it is passed on as "
+                                    "literal text, as the operator does", "the placeholders are {index}, "
+                                    "{replicas}, {pool} and {node}; check the spelling", "warning"))
             try:
                 check_key(key)
                 encode_template(raw, pool=pool.name, replicas=pool.replicas, stateful=self.stateful)
@@ -320,6 +351,15 @@ def _pod_template_issues(template: dict[str, Any] | None, at: FieldPath) -> list
                                 "set images, env, extraArgs, resources and volumeMounts on the pool or superlink; "
                                 "add helpers with podTemplate.spec.initContainers"))
     return issues
+
+
+def _managed_args(args: list[str], managed: dict[str, str]) -> list[tuple[int, str, str]]:
+    out = []
+    for i, arg in enumerate(args):
+        flag = arg.split("=", 1)[0]
+        if flag in managed:
+            out.append((i, flag, managed[flag]))
+    return out
 
 
 def _amd_mount_all(pool: Pool) -> bool:

@@ -17,7 +17,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from syncer.diagnostics import FieldPath, did_you_mean
+from syncer.diagnostics import FieldPath, Severity, did_you_mean
 
 # Pod templates in our documents set pod-level options only; flower-syncer writes the containers.
 _NOT_REQUIRED = {"api.core.v1.PodSpec": frozenset({"containers"})}
@@ -42,6 +42,7 @@ class Issue:
     path: FieldPath
     message: str
     hint: str
+    severity: Severity = "error"
 
 
 @cache

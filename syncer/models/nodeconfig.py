@@ -109,6 +109,7 @@ def encode_typed(value: object) -> Token:
     if isinstance(value, bool):
         return Token((Literal("true" if value else "false"),))
     if isinstance(value, int):
+        _check_int64(str(value), f'"{value}"')
         return Token((Literal(str(value)),))  # exact, never 1e+06
     if isinstance(value, float):
         if math.isnan(value):
@@ -125,6 +126,23 @@ def encode_typed(value: object) -> Token:
     )
 
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _check_int64(text: str, quoted: str) -> None:
+    """Flower reads node-config integers as int64: a larger one fails the ClientApp at run time."""
+    if not INT64_MIN <= int(text) <= INT64_MAX:
+        raise NodeConfigError(f"node-config integer {text} does not fit in 64 bits (Flower fails with "
+                              "'Value out of range' when the ClientApp runs)",
+                              f"quote it to pass it as a string: {quoted}")
+
+
+def unknown_placeholders(raw: str) -> list[str]:
+    """`{word}`s in a node-config value that are not placeholders: the operator passes them on as
+    literal text, and so does flower-syncer (with a warning: usually a typo)."""
+    return [m.group(0) for m in ANY_BRACE_WORD.finditer(raw) if m.group(1) not in ("index", "replicas", "pool", "node")]
+
+
 @lru_cache(maxsize=4096)
 def encode_template(raw: str, *, pool: str, replicas: int | None, stateful: bool) -> Token:
     """A Federation node-config string (with placeholders) as a TOML token.
@@ -133,12 +151,6 @@ def encode_template(raw: str, *, pool: str, replicas: int | None, stateful: bool
     anything else is a string. Unlike the operator, `007` is a string (TOML has no leading zeros)
     and quoting is always safe.
     """
-    for match in ANY_BRACE_WORD.finditer(raw):
-        if match.group(1) not in ("index", "replicas", "pool", "node"):
-            raise NodeConfigError(
-                f"unknown placeholder {match.group(0)} in node-config value {raw!r}",
-                "the placeholders are {index}, {replicas}, {pool} and {node}",
-            )
     if not stateful and ("{index}" in raw or "{replicas}" in raw):
         raise NodeConfigError(
             f"node-config value {raw!r} uses {{index}} or {{replicas}}, which only exist in StatefulSet mode",
@@ -166,7 +178,10 @@ def encode_template(raw: str, *, pool: str, replicas: int | None, stateful: bool
         return Token(merged)
     if not any(isinstance(p, Var) for p in merged):
         text = "".join(p.text for p in merged if isinstance(p, Literal))
-        if _TOML_INT.match(text) or text in ("true", "false"):
+        if _TOML_INT.match(text):
+            _check_int64(text, '\'"' + text + '"\'')
+            return Token((Literal(text),))
+        if text in ("true", "false"):
             return Token((Literal(text),))
         open_q, close_q = quote_string(text)
         return Token((Literal(open_q + text + close_q),))

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from syncer.cluster.client import ApiError, ClusterUnreachable, Kube
-from syncer.engine.inventory import Inventory, decode
+from syncer.engine.inventory import Condition, Inventory, decode
 from syncer.identity import (
     INVENTORY_SELECTOR,
     LABEL_COMPONENT,
@@ -118,6 +118,8 @@ class UnitStatus:
     drift: int | None = None  # objects that differ from the repository; None when not computed
     found: bool = True  # False: no inventory and no workload of the unit in the cluster
     errors: list[str] = field(default_factory=list)
+    suspended: bool = False  # by `flower-syncer suspend` (its inventory says so)
+    condition: Condition | None = None  # the outcome of its last sync, from its inventory
 
     @property
     def ready(self) -> bool:
@@ -143,6 +145,9 @@ class UnitStatus:
         }
         if self.errors:
             out["errors"] = self.errors
+        out["suspended"] = self.suspended
+        if self.condition is not None:
+            out["conditions"] = [self.condition.to_dict()]
         return out
 
 
@@ -201,6 +206,8 @@ class Target:
     workloads: dict[WorkloadKey, Manifest | None] | None = None
     revision: str = ""
     has_inventory: bool = False
+    suspended: bool = False
+    condition: Condition | None = None
 
 
 UnitsArg = Iterable[Unit] | Mapping[Unit, Sequence[Manifest] | None] | None
@@ -244,7 +251,8 @@ def resolve_targets(kube: Kube, units: UnitsArg = None, selectors: Sequence[str]
                          if m["kind"] in WORKLOAD_KINDS}
         elif inv is not None:
             workloads = {(r.kind, r.name): None for r in sorted(inv.entries) if r.kind in WORKLOAD_KINDS}
-        targets.append(Target(unit, workloads, inv.revision if inv else "", inv is not None))
+        targets.append(Target(unit, workloads, inv.revision if inv else "", inv is not None,
+                              inv.suspended if inv else False, inv.condition if inv else None))
     return targets
 
 
@@ -343,7 +351,7 @@ def unit_status(target: Target, workloads: Sequence[Mapping[str, Any]],
     live = {(w["kind"], w["metadata"]["name"]): w for w in workloads
             if _belongs(w, unit) and not is_terminating(w)}
     unit_pods = [p for p in pods if _belongs(p, unit)]
-    result = UnitStatus(unit.id, revision=target.revision)
+    result = UnitStatus(unit.id, revision=target.revision, suspended=target.suspended, condition=target.condition)
     pools: list[PoolStatus] = []
     if target.workloads is None:
         for key in sorted(live):
@@ -523,19 +531,25 @@ def _gpu_cell(gpus: Mapping[str, GPUCount]) -> str:
 
 
 def format_units(report: StatusReport, *, revision_width: int = 12, headers: bool = True) -> str:
-    """UNIT POOL KIND READY GPUS DRIFT REVISION PROBLEM, one row per pool, units in natural order."""
-    rows: list[list[str]] = [["UNIT", "POOL", "KIND", "READY", "GPUS", "DRIFT", "REVISION", "PROBLEM"]]
+    """UNIT POOL KIND READY GPUS DRIFT SUSPENDED REVISION MESSAGE, one row per pool, units in natural
+    order. MESSAGE: the pool's problem; on a unit's first row, why its last sync failed first."""
+    rows: list[list[str]] = [["UNIT", "POOL", "KIND", "READY", "GPUS", "DRIFT", "SUSPENDED", "REVISION",
+                              "MESSAGE"]]
     for u in sorted(report.units, key=lambda u: natural_key(u.unit)):
         drift = "-" if u.drift is None else str(u.drift)
         if u.errors:
             drift += "!"
         revision = (u.revision[:revision_width] if u.revision else "-")
+        suspended = "yes" if u.suspended else "no"
+        failing = (f"{u.condition.reason}: {u.condition.message}"
+                   if u.condition is not None and not u.condition.ready else "")
         if not u.pools:
-            rows.append([u.unit, "-", "-", "-", "-", drift, revision,
-                         "no workloads found in the cluster" if not u.found else "-"])
-        for p in u.pools:
-            rows.append([u.unit, p.pool, p.kind, f"{p.ready}/{p.desired}", _gpu_cell(p.gpus), drift, revision,
-                         p.summary or "-"])
+            rows.append([u.unit, "-", "-", "-", "-", drift, suspended, revision,
+                         failing or ("no workloads found in the cluster" if not u.found else "-")])
+        for i, p in enumerate(u.pools):
+            message = "; ".join(m for m in ((failing if i == 0 else ""), p.summary) if m) or "-"
+            rows.append([u.unit, p.pool, p.kind, f"{p.ready}/{p.desired}", _gpu_cell(p.gpus), drift, suspended,
+                         revision, message])
     return _table(rows, headers)
 
 

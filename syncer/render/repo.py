@@ -140,6 +140,11 @@ def plan_repo(state: RepoState, rendered: Rendered, *, selectors: Sequence[str] 
     identity.derived_repository_name)."""
     loaded = {u.unit: u for u in state.units}
     failed = frozenset(rendered.failed | state.failed)
+    errors: dict[Unit, str] = {}
+    by_id = {u.id: u for u in failed}
+    for d in sorted(state.diagnostics + rendered.diagnostics):
+        if d.severity == "error" and d.unit in by_id:
+            errors.setdefault(by_id[d.unit], d.render().splitlines()[0])
     defined = frozenset(loaded) | failed
     return Plan(
         units={unit: UnitPlan(unit, manifests, policy_of(loaded[unit].policy), loaded[unit].source, revision)
@@ -148,6 +153,7 @@ def plan_repo(state: RepoState, rendered: Rendered, *, selectors: Sequence[str] 
         former_names=frozenset(state.settings.renamedFrom) - {state.settings.name or default_repository},
         revision=revision,
         failed=failed,
+        errors=errors,
         defined=defined,
         claims=Claims.of([*rendered.units.items(), *rendered.unselected.items()], failed),
         prune_allowed=state.clean and rendered.clean,

@@ -160,3 +160,4 @@ def _watch_plan(path: Path) -> list[tuple[Path, bool, frozenset[str] | None]]:
         return [(path.parent, False, frozenset({path.name}))]
     log.warning("cannot watch missing path", path=str(path))
     return []
+

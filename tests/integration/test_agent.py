@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from syncer.cluster.client import Kube
-from tests.conftest import KubeCluster
+from syncer.cluster.client import Kube, path_for
+from tests.conftest import KubeCluster, wait_until
 from tests.integration.gitservers import GitHttpServer
 
 pytestmark = pytest.mark.cluster
@@ -137,16 +137,6 @@ class AgentProc:
                 self.proc.kill()
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 30, log: Path | None = None) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            tail = log.read_text()[-3000:] if log and log.exists() else ""
-            raise AssertionError(f"timed out waiting for {what}\n--- agent log ---\n{tail}")
-        time.sleep(0.1)
 
 
 @pytest.fixture
@@ -169,7 +159,7 @@ def start_agent(tmp_path: Path, kube_cluster: KubeCluster, namespace: str) -> It
         agent = AgentProc(proc, f"http://127.0.0.1:{port}", token, log)
         started.append(agent)
         if wait_ready:
-            wait_for("agent ready", lambda: (agent.proc.poll() is None and agent.get("/readyz")[0] == 200)
+            wait_until("agent ready", lambda: (agent.proc.poll() is None and agent.get("/readyz")[0] == 200)
                      or agent.proc.poll() is not None, timeout=60, log=log)
             assert agent.proc.poll() is None, log.read_text()[-3000:]
         return agent
@@ -185,36 +175,50 @@ def sts(kube: Kube, namespace: str, name: str = "fed-supernode-a") -> dict[str, 
     return kube.get("StatefulSet", namespace, name) or {}
 
 
+def reported(kube: Kube, namespace: str, reason: str) -> list[dict[str, Any]]:
+    """The events.k8s.io Events flower-syncer posted in `namespace` with `reason`."""
+    items = kube.request("GET", path_for("events.k8s.io/Event", namespace)).get("items", [])
+    return [e for e in items if e.get("reason") == reason and e.get("reportingController") == "flower-syncer"]
+
+
 def test_push_applies_and_outside_edits_are_corrected(repos: Repos, start_agent: Callable[..., AgentProc],
                                                       kube_cluster: KubeCluster, namespace: str) -> None:
     kube = Kube.from_kubeconfig(kube_cluster.kubeconfig)
     agent = start_agent(str(repos.bare))
-    wait_for("first sync", lambda: sts(kube, namespace).get("spec", {}).get("replicas") == 2, log=agent.log)
+    wait_until("first sync", lambda: sts(kube, namespace).get("spec", {}).get("replicas") == 2, log=agent.log)
     unit = f"federation/{namespace}/fed"
-    wait_for("sync metric", lambda: (agent.metric("flower_syncer_sync_total", unit=unit, result="success") or 0) >= 1,
+    wait_until("sync metric", lambda: (agent.metric("flower_syncer_sync_total", unit=unit, result="success") or 0) >= 1,
              log=agent.log)
 
     # a push reaches the cluster without waiting for the (1 h) poll
     rev = repos.commit({"federations/fed.yaml": FED.format(image="flwr/supernode:1.26.0", replicas=3)})
     t = time.monotonic()
-    wait_for("pushed change applied", lambda: sts(kube, namespace).get("spec", {}).get("replicas") == 3,
+    wait_until("pushed change applied", lambda: sts(kube, namespace).get("spec", {}).get("replicas") == 3,
              timeout=10, log=agent.log)
     assert time.monotonic() - t < 5
-    wait_for("revision metric", lambda: agent.metric("flower_syncer_source_revision_info", revision=rev) == 1,
+    wait_until("revision metric", lambda: agent.metric("flower_syncer_source_revision_info", revision=rev) == 1,
              log=agent.log)
     assert (agent.metric("flower_syncer_commit_to_applied_seconds_count") or 0) >= 1
 
     # someone scales the StatefulSet by hand: seen through the watch and corrected
     kube_cluster.kubectl("-n", namespace, "scale", "statefulset", "fed-supernode-a", "--replicas=7")
-    wait_for("drift corrected", lambda: sts(kube, namespace).get("spec", {}).get("replicas") == 3, timeout=10,
+    wait_until("drift corrected", lambda: sts(kube, namespace).get("spec", {}).get("replicas") == 3, timeout=10,
              log=agent.log)
-    wait_for("correction counted", lambda: (agent.metric("flower_syncer_drift_corrections_total", unit=unit,
+    wait_until("correction counted", lambda: (agent.metric("flower_syncer_drift_corrections_total", unit=unit,
                                                          kind="StatefulSet") or 0) >= 1, log=agent.log)
 
     # someone deletes a managed Service: recreated
     kube.delete("Service", namespace, "fed-superlink")
-    wait_for("deleted Service recreated", lambda: kube.get("Service", namespace, "fed-superlink") is not None,
+    wait_until("deleted Service recreated", lambda: kube.get("Service", namespace, "fed-superlink") is not None,
              timeout=10, log=agent.log)
+
+    # and says so in `kubectl events`: on the object, and on the unit's inventory
+    wait_until("a DriftCorrected event on the StatefulSet", lambda: any(
+        e["regarding"]["name"] == "fed-supernode-a" and e["reportingController"] == "flower-syncer"
+        for e in reported(kube, namespace, "DriftCorrected")), log=agent.log)
+    synced = reported(kube, namespace, "Synced")
+    assert any(e["regarding"] == {"apiVersion": "v1", "kind": "ConfigMap", "namespace": namespace,
+                                  "name": "flower-syncer.federation.fed"} and rev[:12] in e["note"] for e in synced)
 
     status = json.loads(agent.get("/api/v1/status")[1])
     assert status["leader"] is True
@@ -226,10 +230,10 @@ def test_broken_commit_keeps_the_last_good_state(repos: Repos, start_agent: Call
                                                  kube_cluster: KubeCluster, namespace: str) -> None:
     kube = Kube.from_kubeconfig(kube_cluster.kubeconfig)
     agent = start_agent(str(repos.bare))
-    wait_for("first sync", lambda: sts(kube, namespace).get("spec", {}).get("replicas") == 2, log=agent.log)
+    wait_until("first sync", lambda: sts(kube, namespace).get("spec", {}).get("replicas") == 2, log=agent.log)
     repos.commit({"federations/fed.yaml": FED.format(image="x", replicas=2).replace("replicas:", "replicaz:")})
     unit = f"federation/{namespace}/fed"
-    wait_for("config error reported", lambda: (agent.metric("flower_syncer_config_errors", unit=unit) or 0) >= 1,
+    wait_until("config error reported", lambda: (agent.metric("flower_syncer_config_errors", unit=unit) or 0) >= 1,
              log=agent.log)
     assert sts(kube, namespace)["spec"]["replicas"] == 2
     assert kube.get("StatefulSet", namespace, "fed-superlink") is not None
@@ -253,7 +257,7 @@ def test_webhook_signature_and_resync_cli(repos: Repos, start_agent: Callable[..
     url, served, _ = http_remote
     kube = Kube.from_kubeconfig(kube_cluster.kubeconfig)
     agent = start_agent(url, "--git-token-file", str(tmp_path / "git.token"))
-    wait_for("first sync", lambda: sts(kube, namespace).get("spec", {}).get("replicas") == 2, log=agent.log)
+    wait_until("first sync", lambda: sts(kube, namespace).get("spec", {}).get("replicas") == 2, log=agent.log)
     repos.commit({"federations/fed.yaml": FED.format(image="flwr/supernode:1.25.0", replicas=4)})
     git(repos.work, "push", "-q", str(served), "HEAD:main")
 
@@ -262,15 +266,14 @@ def test_webhook_signature_and_resync_cli(repos: Repos, start_agent: Callable[..
                                           "X-GitHub-Event": "push", "Content-Type": "application/json"})
     assert bad[0] == 401
     missing = agent.post("/hooks/git", body, {"X-GitHub-Event": "push"})
-    assert missing[0] == 401
-    time.sleep(1)
-    assert sts(kube, namespace)["spec"]["replicas"] == 2  # nothing fetched
+    assert missing[0] == 401  # refused before anything was queued: nothing is fetched
+    assert sts(kube, namespace)["spec"]["replicas"] == 2
 
     sig = "sha256=" + hmac.new(b"hook-secret", body, hashlib.sha256).hexdigest()
     good = agent.post("/hooks/git", body, {"X-Hub-Signature-256": sig, "X-GitHub-Event": "push",
                                            "Content-Type": "application/json"})
     assert good[0] == 202
-    wait_for("webhook fetch applied", lambda: sts(kube, namespace).get("spec", {}).get("replicas") == 4,
+    wait_until("webhook fetch applied", lambda: sts(kube, namespace).get("spec", {}).get("replicas") == 4,
              timeout=10, log=agent.log)
 
     # `flower-syncer resync --wait` fetches and syncs, and prints the outcome
@@ -298,11 +301,11 @@ def test_unreachable_remote_keeps_state_and_reports(start_agent: Callable[..., A
     url, _, server = http_remote
     kube = Kube.from_kubeconfig(kube_cluster.kubeconfig)
     agent = start_agent(url, "--git-token-file", str(tmp_path / "git.token"))
-    wait_for("first sync", lambda: sts(kube, namespace).get("spec", {}).get("replicas") == 2, log=agent.log)
+    wait_until("first sync", lambda: sts(kube, namespace).get("spec", {}).get("replicas") == 2, log=agent.log)
     server.stop()
     status, _ = agent.post("/api/v1/resync", b"{}", {"Authorization": f"Bearer {agent.token}"})
     assert status == 200
-    wait_for("fetch error counted",
+    wait_until("fetch error counted",
              lambda: (agent.metric("flower_syncer_source_fetch_errors_total", reason="unreachable") or 0) >= 1,
              log=agent.log)
     report = json.loads(agent.get("/api/v1/status")[1])
@@ -317,19 +320,20 @@ def test_two_agents_one_leader_and_failover(repos: Repos, start_agent: Callable[
                                             kube_cluster: KubeCluster, namespace: str) -> None:
     kube = Kube.from_kubeconfig(kube_cluster.kubeconfig)
     first = start_agent(str(repos.bare), name="first")
-    wait_for("first leads", lambda: first.metric("flower_syncer_leader") == 1, log=first.log)
-    second = start_agent(str(repos.bare), name="second")
-    time.sleep(2)
+    wait_until("first leads", lambda: first.metric("flower_syncer_leader") == 1, log=first.log)
+    second = start_agent(str(repos.bare), name="second")  # returns once it is ready: it has loaded and tried
+    lease = kube.get("Lease", namespace, "flower-syncer") or {}
+    assert lease.get("spec", {}).get("holderIdentity") == "first"
     assert second.metric("flower_syncer_leader") == 0
-    wait_for("synced by the leader", lambda: sts(kube, namespace).get("spec", {}).get("replicas") == 2,
+    wait_until("synced by the leader", lambda: sts(kube, namespace).get("spec", {}).get("replicas") == 2,
              log=first.log)
     first.clean_exit = False
     first.proc.kill()  # dies without releasing the lease
     t = time.monotonic()
-    wait_for("second takes over", lambda: second.metric("flower_syncer_leader") == 1, timeout=25, log=second.log)
+    wait_until("second takes over", lambda: second.metric("flower_syncer_leader") == 1, timeout=25, log=second.log)
     assert time.monotonic() - t < 20
     repos.commit({"federations/fed.yaml": FED.format(image="flwr/supernode:1.25.0", replicas=3)})
-    wait_for("new leader applies", lambda: sts(kube, namespace).get("spec", {}).get("replicas") == 3,
+    wait_until("new leader applies", lambda: sts(kube, namespace).get("spec", {}).get("replicas") == 3,
              timeout=15, log=second.log)
     lease = kube.get("Lease", namespace, "flower-syncer") or {}
     assert lease.get("spec", {}).get("holderIdentity") == "second"
@@ -340,23 +344,24 @@ def test_suspend_keeps_drift_until_resume(repos: Repos, start_agent: Callable[..
                                           kube_cluster: KubeCluster, namespace: str) -> None:
     kube = Kube.from_kubeconfig(kube_cluster.kubeconfig)
     agent = start_agent(str(repos.bare))
-    wait_for("first sync", lambda: sts(kube, namespace).get("spec", {}).get("replicas") == 2, log=agent.log)
+    wait_until("first sync", lambda: sts(kube, namespace).get("spec", {}).get("replicas") == 2, log=agent.log)
     env = {**os.environ, "KUBECONFIG": kube_cluster.kubeconfig}
     out = subprocess.run([sys.executable, "-m", "syncer", "suspend", f"federation/{namespace}/fed"],
                          capture_output=True, text=True, env=env, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"federation/{namespace}/fed suspended"
-    time.sleep(1)
+    wait_until("the agent saw the suspension", lambda: reported(kube, namespace, "Suspended"), log=agent.log)
     kube_cluster.kubectl("-n", namespace, "scale", "statefulset", "fed-supernode-a", "--replicas=6")
     unit = f"federation/{namespace}/fed"
-    wait_for("drift measured", lambda: (agent.metric("flower_syncer_drift_objects", unit=unit, kind="StatefulSet")
+    wait_until("drift measured", lambda: (agent.metric("flower_syncer_drift_objects", unit=unit, kind="StatefulSet")
                                         or 0) >= 1, timeout=30, log=agent.log)
     assert sts(kube, namespace)["spec"]["replicas"] == 6  # not healed while suspended
     out = subprocess.run([sys.executable, "-m", "syncer", "resume", f"federation/{namespace}/fed"],
                          capture_output=True, text=True, env=env, check=False)
     assert out.returncode == 0, out.stderr
-    wait_for("healed after resume", lambda: sts(kube, namespace).get("spec", {}).get("replicas") == 2, timeout=15,
+    wait_until("healed after resume", lambda: sts(kube, namespace).get("spec", {}).get("replicas") == 2, timeout=15,
              log=agent.log)
+    assert reported(kube, namespace, "Resumed")
 
 
 def test_repository_prune_policy_keeps_units_removed_from_git(repos: Repos, start_agent: Callable[..., AgentProc],
@@ -366,11 +371,13 @@ def test_repository_prune_policy_keeps_units_removed_from_git(repos: Repos, star
                   "federations/other.yaml": FED.format(image="flwr/supernode:1.25.0", replicas=1)
                   .replace("name: fed\n", "name: other\n", 1)})
     agent = start_agent(str(repos.bare))
-    wait_for("both synced", lambda: kube.get("StatefulSet", namespace, "other-superlink") is not None
+    wait_until("both synced", lambda: kube.get("StatefulSet", namespace, "other-superlink") is not None
              and sts(kube, namespace).get("spec", {}).get("replicas") == 2, log=agent.log)
     git(repos.work, "rm", "-q", "federations/other.yaml")
     rev = repos.commit({}, "remove other")
-    wait_for("revision loaded", lambda: agent.metric("flower_syncer_source_revision_info", revision=rev) == 1,
-             log=agent.log)
-    time.sleep(2)
+    wait_until("revision loaded", lambda: agent.metric("flower_syncer_source_revision_info", revision=rev) == 1,
+               log=agent.log)
+    other = f"federation/{namespace}/other"
+    wait_until("the removed unit skipped, not pruned", lambda: (agent.metric(
+        "flower_syncer_sync_total", unit=other, result="skipped") or 0) >= 1, log=agent.log)
     assert kube.get("StatefulSet", namespace, "other-superlink") is not None  # pruning is disabled in Git

@@ -47,6 +47,7 @@ NAMESPACED_RULES = {
     ("networking.k8s.io", "networkpolicies"): MANAGED_VERBS,
     **{("apps", r): MANAGED_VERBS for r in ("deployments", "statefulsets", "daemonsets")},
     ("", "pods"): ["list"],
+    ("events.k8s.io", "events"): ["create", "patch"],  # Kubernetes Events about the units
 }
 DIGEST = "sha256:" + "ab" * 32
 SSH_URL = "git@git.example.com:flower/flower-config.git"

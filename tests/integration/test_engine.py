@@ -146,7 +146,10 @@ def test_broken_file_deletes_nothing_of_that_unit(kube: Kube, repo: Path, namesp
     assert results[f"federation/{namespace}/other"].skipped is SkipReason.NOT_PRUNED_REPO_HAS_ERRORS
     assert kube.get("StatefulSet", namespace, "fed-supernode-b") is not None
     assert kube.get("StatefulSet", namespace, "other-supernode-a") is not None
-    assert report.writes == 0
+    assert report.writes == 1  # no object: only fed's inventory, recording why it is not in sync
+    assert '"reason": "ConfigError"' in kube.get("ConfigMap", namespace, "flower-syncer.federation.fed")["data"][
+        "status.json"]
+    assert sync(kube, repo).writes == 0  # the same error again: nothing new to record
 
 
 def test_vanished_unit_is_pruned_when_the_repo_is_clean(kube: Kube, repo: Path, namespace: str) -> None:

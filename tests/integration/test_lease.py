@@ -17,6 +17,7 @@ import pytest
 from syncer.cluster.client import ApiError, ClusterUnreachable, Kube, path_for
 from syncer.cluster.lease import LeaderElector, micro_time
 from tests.conftest import KubeCluster
+from tests.conftest import wait_until as shared_wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -78,10 +79,6 @@ class Candidate:
         return self.elector.fence.holds()
 
 
-@pytest.fixture
-def kube(kube_cluster: KubeCluster) -> Kube:
-    return Kube.from_kubeconfig(kube_cluster.kubeconfig)
-
 
 @pytest.fixture
 def candidates() -> Iterator[list[Candidate]]:
@@ -99,14 +96,18 @@ def start(running: list[Candidate], kube: Kube, namespace: str, identity: str, *
     return c
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.05) -> float:
-    """Seconds it took until `predicate()`; fails after `timeout`."""
+
+def wait_until(predicate: Callable[[], bool], timeout: float) -> float:
+    """Seconds it took until `predicate()` (via conftest's wait_until); fails after `timeout`."""
     begin = time.monotonic()
-    while not predicate():
-        if time.monotonic() - begin > timeout:
-            pytest.fail(f"condition not met within {timeout}s")
-        time.sleep(interval)
+    shared_wait_until("the condition", predicate, timeout=timeout, interval=0.02)
     return time.monotonic() - begin
+
+
+def reads_more(c: Candidate, n: int = 2) -> Callable[[], bool]:
+    """True once `c` has read the Lease `n` more times than now: it has seen what is there now."""
+    target = c.elector.reads + n
+    return lambda: c.elector.reads >= target
 
 
 def holder(kube: Kube, namespace: str) -> str:
@@ -138,7 +139,7 @@ def test_dead_leader_is_replaced_within_20s_with_default_timings(kube: Kube, nam
     a = start(candidates, kube, namespace, "agent-a")
     wait_until(lambda: a.leading, 5)
     b = start(candidates, kube, namespace, "agent-b")
-    time.sleep(1.0)  # b has seen a's lease
+    wait_until(reads_more(b, 1), 5)  # b has seen a's lease
     assert not b.leading
     lease = kube.get("Lease", namespace, LEASE)
     assert lease is not None
@@ -161,7 +162,7 @@ def test_release_hands_over_within_the_retry_period(kube: Kube, namespace: str,
     a = start(candidates, kube, namespace, "agent-a", timing=FAST)
     wait_until(lambda: a.leading, 5)
     b = start(candidates, kube, namespace, "agent-b", timing=FAST)
-    time.sleep(0.7)
+    wait_until(reads_more(b, 1), 5)
     assert not b.leading
     assert a.elector.release() is True
     released = time.monotonic()
@@ -170,7 +171,7 @@ def test_release_hands_over_within_the_retry_period(kube: Kube, namespace: str,
     took = wait_until(lambda: b.leading, 3)
     assert took <= FAST.retry_period + 0.5
     assert holder(kube, namespace) == "agent-b"
-    time.sleep(1.0)  # a released: it does not come back
+    # a released: it never tries to lead again (release() is final), so it does not come back
     assert len(a.started) == 1 and not a.leading
     assert a.elector.release() is False  # not ours any more: left alone
     assert holder(kube, namespace) == "agent-b"
@@ -196,7 +197,8 @@ def test_leader_whose_lease_is_replaced_stops_leading(kube: Kube, namespace: str
     took = wait_until(lambda: bool(a.stopped), FAST.renew_period + 1.0)
     assert not a.leading
     assert took <= FAST.renew_period + 1.0
-    time.sleep(1.5)
+    wait_until(reads_more(a), 5)
+    wait_until(reads_more(b), 5)  # both have seen the intruder's Lease since
     assert not a.leading and not b.leading
     assert len(a.started) == 1 and b.started == []
     assert holder(kube, namespace) == "intruder"
@@ -211,7 +213,7 @@ def test_leader_cut_off_from_the_api_stops_before_anyone_takes_over(kube_cluster
     a = start(candidates, flaky, namespace, "agent-a", timing=FAST)
     wait_until(lambda: a.leading, 5)
     b = start(candidates, kube, namespace, "agent-b", timing=FAST)
-    time.sleep(0.6)
+    wait_until(reads_more(b, 1), 5)
     flaky.broken = failure
     cut = time.monotonic()
     wait_until(lambda: bool(a.stopped), 4)
@@ -221,7 +223,7 @@ def test_leader_cut_off_from_the_api_stops_before_anyone_takes_over(kube_cluster
     assert b.started[0] > a.stopped[0]  # never two leaders
     # back online, a sees b's lease and stays a follower
     flaky.broken = ""
-    time.sleep(1.5)
+    wait_until(reads_more(a), 10)  # back online, a has read b's Lease since
     assert not a.leading and len(a.started) == 1
     assert holder(kube, namespace) == "agent-b"
 

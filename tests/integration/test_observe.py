@@ -253,7 +253,8 @@ def test_status_command(kube_cluster: KubeCluster, kube: Kube, namespace: str, r
     assert main(["status", *kc]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    assert lines[0].split() == ["UNIT", "POOL", "KIND", "READY", "GPUS", "DRIFT", "REVISION", "PROBLEM"]
+    assert lines[0].split() == ["UNIT", "POOL", "KIND", "READY", "GPUS", "DRIFT", "SUSPENDED", "REVISION",
+                                 "MESSAGE"]
     gpu_row = next(line for line in lines if line.startswith(unit_id) and " gpu " in line)
     assert "amd.com/gpu 1/1" in gpu_row and "rev-1234" in gpu_row and "1/1" in gpu_row
     assert any(line.split()[:4] == ["NODE", "RESOURCE", "ALLOCATABLE", "USED"] for line in lines)

@@ -35,8 +35,8 @@ import pytest
 import yaml
 
 from syncer.cluster.client import Kube
-from tests.conftest import KubeCluster
-from tests.integration.test_agent import AgentProc, free_port, git, wait_for
+from tests.conftest import KubeCluster, wait_until
+from tests.integration.test_agent import AgentProc, free_port, git
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "config" / "examples"
@@ -227,12 +227,12 @@ def test_dashboards_and_alerts_on_a_live_agent(kube_cluster: KubeCluster, namesp
     (tmp_path / "alerts.yaml").write_text(yaml.safe_dump(rules))
     prom = Prometheus(exe, tmp_path, [f"127.0.0.1:{p}" for p in ports], tmp_path / "alerts.yaml")
     processes.append(prom.stop)
-    wait_for("Prometheus scraping", lambda: prom.ready() and len(prom.query('up{job="flower-syncer"}')) == 2,
+    wait_until("Prometheus scraping", lambda: prom.ready() and len(prom.query('up{job="flower-syncer"}')) == 2,
              timeout=30, log=prom.log)
 
     agent = start_agent(tmp_path, kube_cluster.kubeconfig, namespace, str(bare), "leader", ports[0])
     processes.append(agent.stop)
-    wait_for("leader", lambda: agent.metric("flower_syncer_leader") == 1, timeout=30, log=agent.log)
+    wait_until("leader", lambda: agent.metric("flower_syncer_leader") == 1, timeout=30, log=agent.log)
     # a standby whose Git server is down: fetch errors, a stale source, a second instance
     dead = f"http://127.0.0.1:{free_port()}/config.git"
     standby = start_agent(tmp_path, kube_cluster.kubeconfig, namespace, dead, "standby", ports[1])
@@ -244,11 +244,11 @@ def test_dashboards_and_alerts_on_a_live_agent(kube_cluster: KubeCluster, namesp
     def synced() -> bool:
         return all((agent.metric("flower_syncer_sync_total", unit=u, result="success") or 0) >= 1 for u in units)
 
-    wait_for("the examples synced", synced, timeout=60, log=agent.log)
-    wait_for("the standby serves metrics", lambda: standby.metric("flower_syncer_leader") == 0, timeout=30,
+    wait_until("the examples synced", synced, timeout=60, log=agent.log)
+    wait_until("the standby serves metrics", lambda: standby.metric("flower_syncer_leader") == 0, timeout=30,
              log=standby.log)
     assert agent.metric("flower_syncer_leader") == 1
-    wait_for("the status loop", lambda: all(agent.metric("flower_syncer_unit_ready", unit=u) == 1 for u in units),
+    wait_until("the status loop", lambda: all(agent.metric("flower_syncer_unit_ready", unit=u) == 1 for u in units),
              timeout=30, log=agent.log)
 
     # drift that stays: suspend a unit, then scale its SuperNode pool by hand
@@ -268,28 +268,28 @@ def test_dashboards_and_alerts_on_a_live_agent(kube_cluster: KubeCluster, namesp
 
     leader, other = (a.url.removeprefix("http://") for a in (agent, standby))
     big = {"unit": hungry, "pool": "big", "resource": "nvidia.com/gpu"}
-    wait_for("FlowerSyncerGPURequestsUnschedulable firing",
+    wait_until("FlowerSyncerGPURequestsUnschedulable firing",
              lambda: [a for a in prom.alerts("FlowerSyncerGPURequestsUnschedulable") if a.items() >= big.items()],
              timeout=40, log=agent.log)
-    wait_for("two of the three pods bound", lambda: agent.metric("flower_syncer_pool_gpus_allocated", **big) == 4,
+    wait_until("two of the three pods bound", lambda: agent.metric("flower_syncer_pool_gpus_allocated", **big) == 4,
              timeout=30, log=agent.log)
     assert agent.metric("flower_syncer_pool_gpus_requested", **big) == 6
-    wait_for("drift measured", lambda: (agent.metric("flower_syncer_drift_objects", unit=stateful,
+    wait_until("drift measured", lambda: (agent.metric("flower_syncer_drift_objects", unit=stateful,
                                                      kind="StatefulSet") or 0) >= 1, timeout=30, log=agent.log)
     # drift the agent puts back at once, twice: a series' first count is invisible to increase()
     corrected = {"unit": f"federation/{namespace}/federation-gpu", "kind": "StatefulSet"}
     for n in (1, 2):
         kube_cluster.kubectl("-n", namespace, "scale", "statefulset", "federation-gpu-superlink", "--replicas=2")
         query = f"flower_syncer_drift_corrections_total >= {n}"
-        wait_for(f"correction {n} counted and scraped", functools.partial(prom.query, query), timeout=30,
+        wait_until(f"correction {n} counted and scraped", functools.partial(prom.query, query), timeout=30,
                  log=agent.log)
-    wait_for("Prometheus scraped the drift and the fetch errors",
+    wait_until("Prometheus scraped the drift and the fetch errors",
              lambda: prom.query("flower_syncer_drift_objects > 0") and prom.query(
                  "sum(flower_syncer_source_fetch_errors_total) > 1"), timeout=20, log=prom.log)
-    wait_for("Prometheus scraped the pods bound", lambda: prom.query(
+    wait_until("Prometheus scraped the pods bound", lambda: prom.query(
         f'flower_syncer_pool_gpus_allocated{{unit="{hungry}"}} == 4'), timeout=10, log=prom.log)
     # the pools the test scaled are ready again after a status round (10 s): only gpu-hungry's is not
-    wait_for("one pool not ready", lambda: [s["metric"] for s in prom.query("flower_syncer_pool_ready == 0")] == [
+    wait_until("one pool not ready", lambda: [s["metric"] for s in prom.query("flower_syncer_pool_ready == 0")] == [
         {"__name__": "flower_syncer_pool_ready", "instance": leader, "job": "flower-syncer", "unit": hungry,
          "pool": "big"}], timeout=25, log=prom.log)
 
@@ -329,13 +329,13 @@ def test_dashboards_and_alerts_on_a_live_agent(kube_cluster: KubeCluster, namesp
     assert sum(shown(agt, "Syncs by result", by=("result",)).values()) > 0
 
     # the alerts: what is wrong fires, nothing else does; every rule evaluates cleanly
-    wait_for("FlowerSyncerPoolNotReady for the pool waiting for GPUs only", lambda: [
+    wait_until("FlowerSyncerPoolNotReady for the pool waiting for GPUs only", lambda: [
         (a["unit"], a["pool"]) for a in prom.alerts("FlowerSyncerPoolNotReady")] == [(hungry, "big")],
              timeout=25, log=prom.log)
-    wait_for("FlowerSyncerDriftPersisting for the suspended unit", lambda: [
+    wait_until("FlowerSyncerDriftPersisting for the suspended unit", lambda: [
         (a["unit"], a["kind"]) for a in prom.alerts("FlowerSyncerDriftPersisting")] == [(stateful, "StatefulSet")],
              timeout=20, log=prom.log)
-    wait_for("FlowerSyncerSourceStale for the standby", lambda: prom.alerts("FlowerSyncerSourceStale"), timeout=20,
+    wait_until("FlowerSyncerSourceStale for the standby", lambda: prom.alerts("FlowerSyncerSourceStale"), timeout=20,
              log=prom.log)
     stale = {(a["instance"], a["check"]) for a in prom.alerts("FlowerSyncerSourceStale")}
     assert (other, "last-fetch") in stale

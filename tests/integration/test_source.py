@@ -680,9 +680,3 @@ def test_watcher_survives_a_failing_callback(tmp_path: Path, work: Repo) -> None
         assert seen.wait(1.0)
     finally:
         watcher.stop()
-
-
-def test_new_revisions_are_logged(tmp_path: Path, work: Repo) -> None:
-    with capture_logs() as logs:
-        source(work.path, tmp_path).fetch()
-    assert any(e["event"] == "source revision checked out" and e["revision"] == work.head() for e in logs)

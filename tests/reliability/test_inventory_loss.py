@@ -12,8 +12,8 @@ import pytest
 
 from syncer.cluster.client import Kube
 from syncer.engine.inventory import INVENTORY_KEY
-from tests.conftest import KubeCluster
-from tests.integration.test_agent import FED, AgentProc, Repos, repos, start_agent, wait_for
+from tests.conftest import KubeCluster, wait_until
+from tests.integration.test_agent import FED, AgentProc, Repos, repos, start_agent
 from tests.reliability.test_ownership_clashes import changes, make_repo, sync, write
 
 pytestmark = pytest.mark.cluster
@@ -93,11 +93,11 @@ def test_an_unexpected_inventory_entry_neither_crashes_nor_stops_other_prunes(
 def test_agent_restores_a_deleted_inventory(repos: Repos, start_agent: Callable[..., AgentProc], kube: Kube,
                                             namespace: str) -> None:
     agent = start_agent(str(repos.bare))
-    wait_for("first sync", lambda: len(entries(kube, namespace)) > 3, log=agent.log)
+    wait_until("first sync", lambda: len(entries(kube, namespace)) > 3, log=agent.log)
     full = entries(kube, namespace)
     kube.delete("ConfigMap", namespace, INVENTORY)
-    wait_for("inventory restored", lambda: entries(kube, namespace) == full, timeout=20, log=agent.log)
+    wait_until("inventory restored", lambda: entries(kube, namespace) == full, timeout=20, log=agent.log)
     # and it still prunes with it: a pool that leaves Git is deleted
     repos.commit({"federations/fed.yaml": ONE_POOL.replace("- name: a", "- name: c")}, "rename the pool")
-    wait_for("old pool pruned", lambda: kube.get("StatefulSet", namespace, "fed-supernode-a") is None,
+    wait_until("old pool pruned", lambda: kube.get("StatefulSet", namespace, "fed-supernode-a") is None,
              log=agent.log)

@@ -19,8 +19,8 @@ from syncer.engine.sync import Engine, SyncOptions, SyncReport
 from syncer.identity import LABEL_REPOSITORY, LABEL_UNIT, Unit
 from syncer.render.repo import plan_repo, render_repo
 from syncer.repo.loader import load_repo
-from tests.conftest import KubeCluster
-from tests.integration.test_agent import FED, AgentProc, Repos, repos, start_agent, wait_for
+from tests.conftest import KubeCluster, wait_until
+from tests.integration.test_agent import FED, AgentProc, Repos, repos, start_agent
 
 pytestmark = pytest.mark.cluster
 __all__ = ["repos", "start_agent"]  # fixtures used by the agent tests below
@@ -109,7 +109,7 @@ def test_a_clash_within_a_repository_fails_both_units_and_applies_neither(kube: 
     report = sync(kube, repo)
     errors = {u.unit: u.errors for u in report.units if u.errors}
     assert set(errors) == {f"federation/{namespace}/fed", f"supernode/{namespace}/aaa"}
-    assert report.writes == 0
+    assert report.writes == 1  # no object: only fed's inventory, recording the clash (aaa has none yet)
     assert identity(kube, "Service", namespace, "fed-superlink") == before
     assert kube.get("Deployment", namespace, "fed-superlink") is None  # the newcomer applied nothing
     # --unit on one of them alone is refused as well (validate reports it; sync must not apply it)
@@ -167,16 +167,16 @@ def test_secret_data_written_with_string_data_by_another_manager_is_never_pruned
 def test_agent_never_prunes_a_unit_still_in_git_when_a_newcomer_clashes(
         repos: Repos, start_agent: Callable[..., AgentProc], kube: Kube, namespace: str) -> None:
     agent = start_agent(str(repos.bare))
-    wait_for("first sync", lambda: identity(kube, "Service", namespace, "fed-superlink")[1] == "fed", log=agent.log)
+    wait_until("first sync", lambda: identity(kube, "Service", namespace, "fed-superlink")[1] == "fed", log=agent.log)
     before = identity(kube, "Service", namespace, "fed-superlink")
     # the newcomer sorts before the federation, so it used to win the object and the federation was pruned
     repos.commit({"supernodes/aaa/values.yaml": CLASHING_RELEASE}, "a clashing release")
     for unit in (f"federation/{namespace}/fed", f"supernode/{namespace}/aaa"):
-        wait_for(f"config error on {unit}", lambda u=unit: (agent.metric("flower_syncer_config_errors", unit=u)
+        wait_until(f"config error on {unit}", lambda u=unit: (agent.metric("flower_syncer_config_errors", unit=u)
                                                             or 0) >= 1, log=agent.log)
     # a later, unrelated change is applied: by then everything queued with the clash has run
     repos.commit({"federations/other.yaml": fed("other")}, "unrelated")
-    wait_for("unrelated change applied", lambda: kube.get("StatefulSet", namespace, "other-superlink") is not None,
+    wait_until("unrelated change applied", lambda: kube.get("StatefulSet", namespace, "other-superlink") is not None,
              log=agent.log)
     assert identity(kube, "Service", namespace, "fed-superlink") == before
     assert kube.get("StatefulSet", namespace, "fed-supernode-a") is not None

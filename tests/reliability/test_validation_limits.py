@@ -54,9 +54,8 @@ CASES: dict[str, tuple[dict[str, str], str, str]] = {
     "env-pod-name-vs-wrapper": ({"pool_env": "[{name: POD_NAME, value: x}]",
                                  "node_config": '{partition-id: "{index}"}'},
                                 "spec.supernodes.pools[0].env[0].name", "node-config wrapper"),
-    "env-gpu-visibility": ({"env": "[{name: NVIDIA_VISIBLE_DEVICES, value: '0'}]",
-                            "gpu": "{enabled: true, vendor: nvidia, mountAll: true}"},
-                           "spec.supernodes.env[0].name", "gpu.mountAll"),
+    "node-config-int-beyond-int64": ({"node_config": '{seed: "9223372036854775808"}'},
+                                     "spec.supernodes.pools[0].nodeConfig.seed", "does not fit in 64 bits"),
     "name-trailing-newline": ({"name": '"fed\\n"'}, "metadata.name", "must consist of"),
     "probe-period-int32-overflow": ({"pod_template": PROBE.format(2**31)},
                                     "spec.supernodes.pools[0].podTemplate.spec.containers[0].readinessProbe"
@@ -92,6 +91,8 @@ SUPERNODE_CASES: dict[str, tuple[str, str, str]] = {
                                  "supernode.podSecurityContext.runAsUser", "not a valid user or group id"),
     "env-name-twice": ("supernode:\n  env: [{name: A, value: x}, {name: A, value: y}]\n", "supernode.env[1].name",
                        "is set twice"),
+    "node-config-int-beyond-int64": ("supernode:\n  node:\n    config: {seed: 9223372036854775808}\n",
+                                     "supernode.node.config.seed", "does not fit in 64 bits"),
 }
 
 
@@ -103,3 +104,22 @@ def test_supernode_values_the_api_server_refuses(case: str, tmp_path: Path) -> N
     (release / "values.yaml").write_text("tls:\n  enabled: false\n" + text)
     errors = [d for d in load_repo(tmp_path).diagnostics if d.severity == "error"]
     assert any(d.path == path and words in d.message for d in errors), [d.render() for d in errors]
+
+
+@pytest.mark.parametrize(("where", "arg", "path"), [
+    ("superlink", "--isolation=process", "spec.superlink.extraArgs[0]"),
+    ("pool", "--superlink=elsewhere:9092", "spec.supernodes.pools[0].extraArgs[0]"),
+    ("pool", "--insecure", "spec.supernodes.pools[0].extraArgs[0]"),
+])
+def test_extra_args_that_reset_a_managed_flag(where: str, arg: str, path: str, tmp_path: Path) -> None:
+    """Federation extraArgs are checked like the SuperNode chart's (issue 11)."""
+    text = FED.format(**BASE)
+    if where == "superlink":
+        image = "    image: flwr/superlink:1.25.0\n"
+        text = text.replace(image, f"{image}    extraArgs: [{arg}]\n")
+    else:
+        text = text.replace("        images: {}\n", f"        images: {{}}\n        extraArgs: [{arg}]\n")
+    (tmp_path / "federations").mkdir()
+    (tmp_path / "federations" / "fed.yaml").write_text(text)
+    errors = [d for d in load_repo(tmp_path).diagnostics if d.severity == "error"]
+    assert [(d.path, d.message.split(" is ")[0]) for d in errors] == [(path, arg.split("=", maxsplit=1)[0])], errors

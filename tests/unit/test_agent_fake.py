@@ -8,7 +8,8 @@ from typing import cast
 
 import pytest
 
-from syncer.agent.agent import Agent, AgentOptions, ObjectChanged
+from syncer.agent.agent import Agent, AgentOptions
+from syncer.agent.messages import ObjectChanged
 from syncer.identity import ObjectRef, Unit
 from syncer.observe.metrics import Metrics
 from syncer.render.repo import render_repo
@@ -64,7 +65,10 @@ def test_a_clash_never_removes_a_unit_still_in_git(agent: Agent, tmp_path: Path)
     repo_at(root, {"supernodes/aaa/values.yaml": CLASH})
     changed = install(agent, root, "r2")
     assert FED_UNIT in agent.desired  # its last good state stays
-    assert changed == []  # nothing to apply, nothing to prune
+    # nothing new to apply and nothing to prune: the unit is synced at its last good state again,
+    # which records on its inventory why it is not newer (a ConfigError condition)
+    assert changed == [FED_UNIT] and agent.desired[FED_UNIT].revision == "r1"
+    assert "renders Service/flower/fed-superlink" in agent.installed.plan.errors[FED_UNIT]
     assert not agent.installed.plan.prune_allowed
     assert {u.id for u in agent.installed.plan.failed} == {FED_UNIT.id, f"supernode/{NS}/aaa"}
     assert agent.units[FED_UNIT].config_errors  # and it says why
@@ -87,3 +91,84 @@ def test_only_changes_to_what_we_own_mean_work(agent: Agent, tmp_path: Path) -> 
     assert agent._touched(ObjectChanged(FED_UNIT, ref, obj))  # not in an inventory yet: work
     assert agent._unit_of(ref, FED_UNIT.labels()) == FED_UNIT
     assert agent._unit_of(ref, {}) is None
+
+
+class FlakySource:
+    """A Git source that is down for the first `failures` fetches."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.calls: list[float] = []
+
+    def fetch(self) -> object:
+        import time
+
+        from syncer.source.refs import SourceError
+
+        self.calls.append(time.monotonic())
+        if len(self.calls) <= self.failures:
+            raise SourceError("unreachable", "cannot reach the remote")
+        return object()
+
+    def describe(self) -> str:
+        return "flaky"
+
+
+def test_a_push_after_a_git_outage_cuts_the_backoff_short() -> None:
+    import threading
+
+    from tests.conftest import wait_until
+
+    source = FlakySource(failures=1)
+    agent = Agent(FakeKube(), cast(GitSource, source), Metrics(),
+                  AgentOptions(poll_interval=3600, fetch_backoff=3600))  # neither would come in this test
+    thread = threading.Thread(target=agent._fetch_loop, daemon=True)
+    thread.start()
+    try:
+        agent._fetch_wanted.set()  # the first fetch: the remote is down; the next waits an hour
+        wait_until("the failed fetch", lambda: len(source.calls) == 1, timeout=5)
+        agent._fetch_wanted.set()  # what a push webhook or a commit event does (FetchRequested)
+        wait_until("a fetch right after the push", lambda: len(source.calls) == 2, timeout=5)
+    finally:
+        agent.stop.set()
+        agent._fetch_wanted.set()
+        thread.join(5)
+
+
+def test_polls_are_jittered() -> None:
+    agent = Agent(FakeKube(), cast(GitSource, object()), Metrics(), AgentOptions(poll_interval=60))
+    delays = [agent._poll_delay() for _ in range(500)]
+    assert min(delays) >= 54 and max(delays) <= 66 and max(delays) - min(delays) > 6
+
+
+def test_suspended_drift_is_measured_by_a_worker_through_the_queue(tmp_path: Path) -> None:
+    """The drift of a suspended unit is a dry-run run by a worker from the one work queue (no
+    second thread runs the engine); it never writes."""
+    from syncer.agent.messages import DriftCheckDue
+    from syncer.engine.live import LiveState
+    from syncer.engine.sync import Engine, SyncOptions
+    from syncer.render.repo import plan_repo
+    from tests.fakekube import FakeApiServer
+
+    server = FakeApiServer()
+    server.add_namespace(NS)
+    kube = FakeKube(server)
+    root = repo_at(tmp_path / "r", {"federations/fed.yaml": fed()})
+    state = load_repo(root)
+    assert Engine(kube).sync(plan_repo(state, render_repo(state)), SyncOptions()).ok
+    suspended = FED.format(name="fed", pools=pool("a", replicas=3),
+                           annotations='"flower-syncer.io/suspend": "true"')
+    repo_at(root, {"federations/fed.yaml": suspended})  # Git moved on while the unit is suspended
+    metrics = Metrics()
+    agent = Agent(kube, cast(GitSource, object()), metrics, AgentOptions())
+    agent.cache.state = LiveState.load(kube, None)
+    install(agent, root, "r2")
+    agent.cache.synced.set()
+    agent.leading.set()
+    writes = kube.writes
+    agent._handle(DriftCheckDue())
+    assert agent.work.depth() == 1
+    agent.work.shutdown()
+    agent._worker()
+    assert metrics.drift_objects.labels(FED_UNIT.id, "StatefulSet")._value.get() == 1
+    assert kube.writes == writes  # measured, not healed

@@ -125,9 +125,6 @@ CASES = [
     Case("node-config-both-quotes", {F: tweak("        images: {}", "        images: {}\n        nodeConfig:\n"
                                               "          name: \"it's \\\"x\\\"\" #<")},
          F, "spec.supernodes.pools[0].nodeConfig.name", "both kinds of quote"),
-    Case("node-config-unknown-placeholder", {F: tweak("        images: {}", "        images: {}\n        nodeConfig:\n"
-                                                      "          name: \"c_{rank}\" #<")},
-         F, "spec.supernodes.pools[0].nodeConfig.name", "unknown placeholder {rank}"),
     Case("node-config-number-not-string", {F: tweak("        images: {}", "        images: {}\n        nodeConfig:\n"
                                                     "          batch-size: 32 #<")},
          F, "spec.supernodes.pools[0].nodeConfig.batch-size", "string", "quote"),
@@ -274,3 +271,46 @@ def test_all_problems_are_reported_in_one_run(tmp_path: Path) -> None:
     assert (F, "spec.supernodes.pools[0].replica") in paths
     assert (F, "spec.superlink.superexecImage") in paths  # a cross-field rule, despite the typos
     assert (V, "supernode.replica") in paths
+
+
+def test_what_the_operator_accepts_loads_with_a_warning(tmp_path: Path) -> None:
+    """Operator files load unchanged (issue 11): a literal `{word}` in a node-config value and
+    superexecResources in subprocess mode are warnings; `validate --strict` makes them errors."""
+    from syncer.cli import EXIT_FAILED, EXIT_OK, main
+
+    extra = "        images: {}\n        superexecResources: {limits: {cpu: 1}}\n        nodeConfig:\n"
+    _write(tmp_path, {F: tweak("        images: {}", extra + "          name: \"c_{rank}\"")})
+    state = load_repo(tmp_path)
+    assert state.units and not state.failed
+    warnings = sorted(d.message for d in state.diagnostics if d.severity == "warning")
+    assert any("{rank} is not a placeholder" in w for w in warnings), warnings
+    assert any("superexecResources has no effect in subprocess mode" in w for w in warnings), warnings
+    assert main(["validate", str(tmp_path)]) == EXIT_OK
+    assert main(["validate", str(tmp_path), "--strict"]) == EXIT_FAILED
+
+
+HINTS = {  # file text -> (file, words the hint must say)
+    "tab": ("federations/f.yaml", "kind: Federation\nmetadata:\n\tname: x\n", "indented with a tab"),
+    "dedented-key": ("federations/f.yaml", FED_TEXT_DEDENTED := (
+        "apiVersion: flwr.exalsius.ai/v1\nkind: Federation\nmetadata:\n  name: f\nspec:\n  mode: StatefulSet\n"
+        "  isolationMode: subprocess\n  superlink:\n    image: flwr/superlink:1.25.0\n  supernodes:\n"
+        "    image: flwr/supernode:1.25.0\n    pools:\n      - name: a\n        images: {}\n      replicas: 2\n"),
+        "the keys of the nearest level start at 8"),
+    "wrong-case-literal": ("federations/f.yaml", FED_TEXT_DEDENTED.replace("mode: StatefulSet", "mode: statefulset")
+                           .replace("      replicas: 2", "        replicas: 2"), "write 'StatefulSet'"),
+    "unquoted-placeholder": ("federations/f.yaml", FED_TEXT_DEDENTED.replace(
+        "      replicas: 2", "        replicas: 2\n        nodeConfig:\n          name: {pool}"), 'quote it, "{pool}"'),
+    "key-at-the-wrong-level": ("supernodes/r/values.yaml", "supernode:\n  nodeConfig:\n    a: \"1\"\n",
+                               "it belongs at supernode.node.config"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HINTS))
+def test_validation_hints_say_what_went_wrong(case: str, tmp_path: Path) -> None:
+    """The hints of issue 11: a tab, a key one level off, a value YAML read as a mapping, a
+    case-sensitive spelling."""
+    file, text, words = HINTS[case]
+    (tmp_path / file).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / file).write_text(text)
+    hints = [d.hint for d in load_repo(tmp_path).diagnostics if d.severity == "error"]
+    assert any(words in h for h in hints), hints

@@ -132,3 +132,23 @@ def test_status_table_natural_order_and_no_headers() -> None:
     assert lines[0].startswith("UNIT") and [line.split()[0] for line in lines[1:4]] == [
         "federation/ns/fed-1", "federation/ns/fed-2", "federation/ns/fed-11"]
     assert not format_report(report, headers=False).startswith("UNIT")
+
+
+def test_a_malformed_kubeconfig_is_one_line_and_exit_3(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "kubeconfig"
+    bad.write_text("garbage: [")
+    assert main(["status", "--kubeconfig", str(bad)]) == EXIT_RUNTIME
+    err = capsys.readouterr().err
+    assert err.startswith(f"\nerror: cannot load Kubernetes credentials from {bad}") and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_run_with_the_port_in_use_exits_3(tmp_path: Path, nowhere: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("syncer.agent.runner.configure", lambda *a, **k: None)  # keep the tests' logging as it is
+    repo = write(tmp_path / "repo")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert main(["run", "--repo", str(repo), "--kubeconfig", nowhere, "--listen", f"127.0.0.1:{port}",
+                     "--no-leader-elect", "--cache-dir", str(tmp_path / "cache")]) == EXIT_RUNTIME

@@ -191,3 +191,28 @@ def test_diff_hides_flower_syncers_bookkeeping(kube: FakeKube, tmp_path: Path) -
     diffs = [c.diff for u in report.units for c in u.changes if c.diff]
     assert diffs and any("replicas: 3" in d for d in diffs)
     assert not [d for d in diffs if "flower-syncer.io/applied-hash" in d or "flower-syncer.io/source" in d]
+
+
+def test_the_last_outcome_is_kept_on_the_inventory(kube: FakeKube, tmp_path: Path) -> None:
+    """`status` reads why a unit is not in sync from its inventory (no agent needed, survives
+    restarts); the record is written only when the outcome changes."""
+    from syncer.engine.inventory import decode, inventory_name
+
+    def condition() -> tuple[str, str, str]:
+        inv = decode(kube.get("ConfigMap", NS, inventory_name(Unit("federation", NS, "fed"))) or {})
+        assert inv is not None and inv.condition is not None
+        return ("True" if inv.condition.ready else "False"), inv.condition.reason, inv.condition.message
+
+    repo = write(tmp_path)
+    assert sync(kube, repo).ok
+    assert condition() == ("True", "Synced", "in sync with Git")
+    (repo / "federations" / "fed.yaml").write_text(
+        (repo / "federations" / "fed.yaml").read_text().replace("mode: StatefulSet", "mode: Statefulset"))
+    assert not sync(kube, repo).ok
+    status, reason, message = condition()
+    assert (status, reason) == ("False", "ConfigError") and message.startswith("federations/fed.yaml:")
+    assert "spec.mode" in message
+    again = sync(kube, repo)
+    assert again.writes == 0  # the same error again: nothing new to record
+    write(tmp_path)
+    assert sync(kube, repo).ok and condition() == ("True", "Synced", "in sync with Git")

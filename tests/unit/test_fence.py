@@ -4,16 +4,13 @@ Also: a failed sync of any kind is counted (issue 9, "Also")."""
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 from typing import Any, cast
-from unittest.mock import patch
 
 import pytest
 
 from syncer.agent.agent import Agent, AgentOptions
-from syncer.agent.events import FetchRequested, Stop
 from syncer.cluster.client import ClusterUnreachable, Kube
 from syncer.cluster.fence import Fenced, WriteFence
 from syncer.cluster.lease import LeaderElector
@@ -254,74 +251,6 @@ def test_a_fenced_sync_is_counted_as_fenced_not_as_failed(server: FakeApiServer,
     assert agent.events.empty()  # no result reported as the unit's
 
 
-class FlakySource:
-    """A Git source that fails until `heal()`; counts fetches."""
-
-    def __init__(self) -> None:
-        self.fetches = 0
-        self.down = True
-
-    def fetch(self) -> Any:
-        from syncer.source.refs import SourceError
-
-        self.fetches += 1
-        if self.down:
-            raise SourceError("unreachable", "cannot reach the Git server")
-        raise SourceError("unreachable", "still failing on purpose")
-
-    def describe(self) -> str:
-        return "flaky"
-
-
-def test_a_push_cuts_the_fetch_backoff_short() -> None:
-    from tests.conftest import wait_until
-
-    source = FlakySource()
-    agent = fake_agent(source=source)
-    agent._fetch_wanted.set()
-    thread = threading.Thread(target=agent._fetch_loop, daemon=True)
-    with patch("syncer.agent.agent.MAX_FETCH_BACKOFF", 3600.0):
-        thread.start()
-        wait_until("a few failed fetches", lambda: source.fetches >= 3, timeout=10)  # backoff now >= 4 s
-        before = source.fetches
-        started = time.monotonic()
-        agent._handle(FetchRequested("webhook"))
-        wait_until("the fetch the push asked for", lambda: source.fetches > before, timeout=10)
-        assert time.monotonic() - started < 2.0  # not the 4 s (and growing) backoff
-    agent.stop.set()
-    agent._fetch_wanted.set()
-    thread.join(5)
-
-
-def test_the_poll_interval_is_jittered() -> None:
-    agent = fake_agent(poll=60.0)
-    delays = [agent._poll_delay() for _ in range(500)]
-    assert min(delays) >= 54.0 and max(delays) <= 66.0
-    assert max(delays) - min(delays) > 6.0
-
-
-def test_readiness_fails_while_the_api_server_cannot_be_reached() -> None:
-    agent = fake_agent()
-    agent.loaded.set()
-    agent.cache.synced.set()
-    assert agent.ready() == (True, "ok")
-    agent.set_api_error("cannot reach the Kubernetes API at https://127.0.0.1:1: refused")
-    ready, why = agent.ready()
-    assert not ready and "cannot be reached" in why and "127.0.0.1:1" in why
-    agent.set_api_error("")
-    assert agent.ready()[0]
-
-
-def test_the_drift_of_suspended_units_is_measured_by_the_dispatcher() -> None:
-    agent = fake_agent()
-    calls: list[str] = []
-    agent.measure_suspended_drift = lambda: calls.append(threading.current_thread().name)  # type: ignore[method-assign]
-    agent.request_drift_measure()
-    assert calls == []  # only queued: nothing runs beside the workers
-    agent.loaded.set()
-    agent.events.put(Stop())
-    agent._dispatch()  # on this thread, as the dispatcher
-    assert calls == [threading.current_thread().name]
 
 
 def test_bad_lease_timings_are_settings_errors() -> None:
@@ -334,3 +263,55 @@ def test_bad_lease_timings_are_settings_errors() -> None:
         load_config({"repo": "/r", "lease_safety_margin": "1"}, environ={})
     with pytest.raises(ValueError, match="lease_renew_period"):
         load_config({"repo": "/r", "lease_renew_period": "12"}, environ={})
+
+
+def test_readyz_fails_while_the_api_server_is_unreachable(tmp_path: Path) -> None:
+    server = FakeApiServer()
+    kube = FakeKube(server)
+    agent = Agent(kube, cast(GitSource, object()), Metrics(), AgentOptions())
+    agent.loaded.set()
+    agent.cache.synced.set()
+    assert agent.ready() == (True, "ok")
+    down = Unreachable(server)
+    down._conn = kube._conn  # the same connection state, as the agent's fenced copy shares it
+    with pytest.raises(ClusterUnreachable):
+        down.get("ConfigMap", NS, "x")
+    ready, why = agent.ready()
+    assert not ready and "the API server is unreachable" in why
+    kube.get("ConfigMap", NS, "x")  # a request gets through again: ready again
+    assert agent.ready() == (True, "ok")
+
+
+def test_a_changed_kubeconfig_is_read_again(tmp_path: Path) -> None:
+    """Token rotation or a new API server port: on a failed request the client reads the file
+    again if it changed, and retries once with what it says."""
+    import json
+    import os
+    import socket
+
+    def kubeconfig(port: int, token: str) -> str:
+        return json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "c",
+            "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{port}",
+                                                   "insecure-skip-tls-verify": True}}],
+            "users": [{"name": "u", "user": {"token": token}}],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]})
+
+    def closed_port() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+
+    from syncer.cluster.client import Kube
+
+    path = tmp_path / "kubeconfig"
+    path.write_text(kubeconfig(closed_port(), "old"))
+    kube = Kube.from_kubeconfig(str(path))
+    assert not kube.reload_if_changed()  # unchanged: nothing to do
+    new_port = closed_port()
+    path.write_text(kubeconfig(new_port, "rotated-token"))
+    os.utime(path, ns=(1, 1))  # a different stamp even within one clock tick
+    with pytest.raises(ClusterUnreachable, match=f"127.0.0.1:{new_port}"):
+        kube.get("ConfigMap", NS, "x")  # retried against the new address
+    assert kube.api.configuration.api_key["BearerToken"] == "Bearer rotated-token"
+    assert f"127.0.0.1:{new_port}" in kube.unreachable

@@ -222,7 +222,8 @@ def test_table() -> None:
     st.drift = 2
     report = StatusReport([st], ClusterGPUs(error="cannot read nodes: forbidden"))
     lines = format_report(report).splitlines()
-    assert lines[0].split() == ["UNIT", "POOL", "KIND", "READY", "GPUS", "DRIFT", "REVISION", "PROBLEM"]
+    assert lines[0].split() == ["UNIT", "POOL", "KIND", "READY", "GPUS", "DRIFT", "SUSPENDED", "REVISION",
+                                 "MESSAGE"]
     gpu = lines[2]
     assert gpu.startswith("federation/flower/fed")
     assert "nvidia.com/gpu 1/2" in gpu and "0123456789ab " in gpu and " 2 " in gpu
@@ -230,6 +231,23 @@ def test_table() -> None:
     assert lines[1].split()[1:4] == ["superlink", "StatefulSet", "1/1"] and lines[1].endswith("-")
     assert lines[-1] == "GPUs: cannot read nodes: forbidden"
     assert format_report(StatusReport()).startswith("no units")
+
+
+def test_table_says_why_the_last_sync_failed_and_whether_suspended() -> None:
+    from syncer.engine.inventory import Condition
+
+    objects = fed_objects(ready=2)
+    failing = Condition(False, "ConfigError", "federations/fed.yaml:12:5: error: spec.mode: ...")
+    st = unit_status(Target(FED, None, "0123456789abcdef", True, True, failing),
+                     [o for o in objects if o["kind"] != "Pod"], [o for o in objects if o["kind"] == "Pod"])
+    lines = format_report(StatusReport([st])).splitlines()
+    first = lines[1].split()
+    assert first[6] == "yes"  # SUSPENDED
+    assert lines[1].endswith("ConfigError: federations/fed.yaml:12:5: error: spec.mode: ...")
+    assert st.to_dict()["suspended"] is True
+    assert st.to_dict()["conditions"][0] == {"type": "Ready", "status": "False", "reason": "ConfigError",
+                                             "message": failing.message, "lastTransitionTime": "",
+                                             "observedRevision": ""}
 
 
 # ---------------------------------------------------------------------------------------------

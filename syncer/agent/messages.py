@@ -1,4 +1,5 @@
-"""The agent's events (everything that happens goes through its one queue) and its state."""
+"""The messages of the agent's one event queue: what the watchers, the fetch loop, the HTTP API and
+the workers tell the dispatcher. Plain data."""
 
 from __future__ import annotations
 
@@ -6,15 +7,16 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from syncer.diagnostics import Diagnostic
 from syncer.engine.changeset import UnitResult
 from syncer.engine.inventory import Inventory
 from syncer.identity import ObjectRef, Unit
-from syncer.plan import Plan
 from syncer.source.git import Checkout
 from syncer.source.refs import SourceError
 
-# -- events ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DriftCheckDue:
+    """Time to measure the drift of suspended units (they are not healed, so it can last)."""
 
 
 @dataclass(frozen=True)
@@ -65,17 +67,12 @@ class UnitSynced:
 
 
 @dataclass(frozen=True)
-class DriftMeasureRequested:
-    """The status timer: measure the drift of suspended units (a dry-run, on the dispatcher)."""
-
-
-@dataclass(frozen=True)
 class Stop:
     pass
 
 
-Event = (FetchRequested | RevisionFetched | FetchFailed | ObjectChanged | InventoryChanged | InventoryDeleted
-         | ResyncRequested | UnitSynced | DriftMeasureRequested | Stop)
+Event = (DriftCheckDue | FetchRequested | RevisionFetched | FetchFailed | ObjectChanged | InventoryChanged
+         | InventoryDeleted | ResyncRequested | UnitSynced | Stop)
 
 
 @dataclass
@@ -89,25 +86,3 @@ class Waiter:
     revision: str = ""
     error: str = ""
     unknown_unit: bool = False
-
-
-# -- state ----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Installed:
-    """What one revision asks for, swapped in as a whole: a worker reads one snapshot, so the
-    manifests it applies, the revision it records and the claims it checks always agree. Each unit
-    keeps the revision its manifests were rendered from."""
-
-    plan: Plan = field(default_factory=lambda: Plan(units={}, prune_allowed=False))
-    digests: dict[Unit, str] = field(default_factory=dict)  # manifests + policy, to tell what changed
-
-
-@dataclass
-class UnitState:
-    last_result: UnitResult | None = None
-    last_sync: float = 0.0
-    last_revision: str = ""
-    config_errors: list[Diagnostic] = field(default_factory=list)
-    drift_corrections: int = 0
