@@ -220,17 +220,26 @@ class Kube:
     @staticmethod
     def _send_fenced(api: Any, fence: WriteFence, method: str, path: str, url: str, headers: dict[str, str],
                      body: Any, timeout: Any) -> Any:
-        """A write, checked against the fence at the last moment before its bytes go out: the body
-        is serialised first, then the fence is checked, then urllib3 sends it. (A pause between
-        the check and the socket write is the one window no client-side fence can close; this
-        keeps it to the sending of one request.)"""
+        """A write, checked against the fence at the last moment: the headers and all but the last
+        byte of the body are sent first (the API server acts only on a whole request), then the
+        fence is checked, then the last byte goes out. Refused there, the connection is dropped
+        with the request incomplete, so the server does nothing. (A pause between that check and
+        the socket write is the one window no client-side fence closes; this keeps it to a few
+        instructions instead of the whole request.)"""
         import urllib3
         from kubernetes.client.rest import RESTResponse
 
-        raw = orjson.dumps(body) if body is not None else None
-        fence.check(method, path)
-        resp = api.rest_client.pool_manager.request(method, url, body=raw, headers=headers, preload_content=False,
-                                                    timeout=urllib3.Timeout(total=timeout) if timeout else None)
+        raw = orjson.dumps(body if body is not None else {})  # an empty object is a valid body of any write
+
+        def body_then_fence() -> Iterator[bytes]:
+            yield raw[:-1]
+            fence.check(method, path)
+            yield raw[-1:]
+
+        fence.check(method, path)  # before the connection is even taken
+        resp = api.rest_client.pool_manager.request(
+            method, url, body=body_then_fence(), headers={**headers, "Content-Length": str(len(raw))},
+            preload_content=False, timeout=urllib3.Timeout(total=timeout) if timeout else None)
         return RESTResponse(resp)
 
     def request(self, method: str, path: str, *, body: Any = None, query: Mapping[str, Any] | None = None,

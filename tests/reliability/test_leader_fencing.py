@@ -29,7 +29,6 @@ pytestmark = pytest.mark.cluster
 LEASE_DURATION = 6.0  # short, so the test does not wait long; margin 2 s > retry 1 s
 LEASE_ENV = {"FLOWER_SYNCER_LEASE_DURATION": str(LEASE_DURATION), "FLOWER_SYNCER_LEASE_RENEW_PERIOD": "1",
              "FLOWER_SYNCER_LEASE_RETRY_PERIOD": "1"}
-SENDING_THREADS = 4 + 8  # the agent's workers (default 4) and the engine's request pool (8)
 UNITS = 60  # federations in the big commit: a sync long enough to be paused in the middle
 FED = """\
 apiVersion: flwr.exalsius.ai/v1
@@ -199,16 +198,15 @@ def test_a_paused_leader_writes_nothing_after_its_lease_expired(audited: Audited
     expired_at = at(renewals[-1]) + LEASE_DURATION  # the last renewal a made, plus the lease's duration
     takeover = min(at(e) for e in by("fence-b", events) if is_lease(e) and ok(e))
     late = [e for e in a_writes if at(e) >= min(expired_at, takeover)]
-    # Every write is checked against the fence just before it is sent; a thread paused between that
-    # check and its socket write sends the request on resume. That window (client-go has it too) is
-    # the only way a late write can appear: at most one request per sending thread, right on resume.
-    # Anything else (a write *checked* after the deadline) is a failure.
-    summary = [f"{e['verb']} {e['requestURI']} at {e['requestReceivedTimestamp']}" for e in late]
     timing = f"paused at {paused_at}, lease expired at {expired_at}, taken over at {takeover}, resumed at {resumed_at}"
-    assert all(at(e) < resumed_at + 1.0 for e in late), (summary, timing)
-    assert len(late) <= SENDING_THREADS, (summary, timing)
+    detail = [(e["verb"], e["requestURI"], e["requestReceivedTimestamp"], e.get("responseStatus", {}).get("code"))
+              for e in late]
+    # A request checked before the pause sends its headers on resume, but the fence is checked again
+    # before the last byte of its body: refused there, the request is cut off and the server answers
+    # it with an error, having changed nothing. No late request may have succeeded.
+    assert [d for d, e in zip(detail, late, strict=True) if ok(e)] == [], (detail, timing)
     if late:
-        print(f"\n{len(late)} request(s) checked before the pause, sent on resume: {summary}")
+        print(f"\n{len(late)} request(s) cut off before their last byte on resume: {detail}")
     synced_by_a = [e for e in a_writes if not is_lease(e)]
     assert len(synced_by_a) >= 10 and not converged_by(synced_by_a), "a was not paused mid-sync"
 
