@@ -920,6 +920,7 @@ class Cluster:
                 shutil.rmtree(self.pki, ignore_errors=True)
                 shutil.rmtree(self.logs, ignore_errors=True)
                 shutil.rmtree(self.state_dir / "kwok", ignore_errors=True)
+                (self.state_dir / "audit-policy.yaml").unlink(missing_ok=True)
                 for f in self.state_dir.glob("*kubeconfig"):
                     f.unlink()
         log(f"devcluster stopped ({', '.join(stopped) or 'nothing was running'})")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -74,6 +75,7 @@ def _devcluster(*args: str) -> subprocess.CompletedProcess[str]:
 def audited() -> Iterator[AuditedCluster]:
     """A cluster of its own with the apiserver's audit log on (the shared one has none)."""
     name = f"audit-{os.getpid()}"
+    state_dir = Path(json.loads(_devcluster("status", "--name", name, "--json").stdout)["state_dir"])
     proc = _devcluster("up", "--name", name, "--audit", "--cpu-nodes", "1", "--nvidia-nodes", "0",
                        "--amd-nodes", "0")
     try:
@@ -86,6 +88,7 @@ def audited() -> Iterator[AuditedCluster]:
         yield AuditedCluster(str(info["kubeconfig"]), Path(info["kubeconfig"]).parent / "logs" / "audit.log")
     finally:
         _devcluster("down", "--name", name, "--purge")
+        shutil.rmtree(state_dir, ignore_errors=True)  # a cluster of this test's own: nothing of it stays
 
 
 @pytest.fixture
