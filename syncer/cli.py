@@ -22,6 +22,7 @@ from typing import Any
 from syncer import __version__, printers
 from syncer.actions import status as status_action
 from syncer.actions import sync as sync_action
+from syncer.actions.history import history
 from syncer.actions.load import Loaded, RepoNotFound, ValidateResult, load
 from syncer.actions.resync import AgentRefused, AgentUnreachable, resync
 from syncer.actions.suspend import set_suspended
@@ -33,6 +34,8 @@ from syncer.engine.sync import SyncOptions
 from syncer.identity import UnknownUnit
 from syncer.observe.status import StatusReport, format_report
 from syncer.render.common import to_json, to_yaml
+from syncer.secrets.keys import Decryption, load_identities
+from syncer.secrets.sops import SopsError
 from syncer.source.git import head_revision
 
 EXIT_OK = 0
@@ -45,12 +48,23 @@ EXIT_RUNTIME = 3
 def _add_repo_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", metavar="DIR", nargs="?", default=".", type=Path,
                    help="config repository (a folder with federations/ and/or supernodes/); default: .")
+    _add_decryption_arg(p)
+
+
+def _add_decryption_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--decryption-key-file", action="append", default=[], metavar="FILE", type=Path,
+                   help="age identities (AGE-SECRET-KEY-1...) for SOPS-encrypted files; repeatable, e.g. the old "
+                        f"and the new key while rotating (default: ${env_name('decryption_key_files')}, "
+                        "comma-separated)")
 
 
 def _add_unit_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--unit", action="append", default=[], metavar="NAME",
                    help="only this unit: NAME, KIND/NAME or KIND/NAMESPACE/NAME (KIND is federation or "
                         "supernode); repeatable")
+    p.add_argument("-n", "--namespace", default=None, metavar="NS", help="only the units in namespace NS")
+    p.add_argument("-A", "--all-namespaces", action="store_true",
+                   help="units in every namespace (the default; overrides -n)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -126,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "unreachable.")
     p.add_argument("dir", metavar="DIR", nargs="?", default=None, type=Path,
                    help="config repository to compare with (default: report the units found in the cluster)")
+    _add_decryption_arg(p)
     _add_unit_arg(p)
     _add_cluster_args(p)
     p.add_argument("-o", "--output", choices=["table", "json", "yaml"], default="table", help="output format")
@@ -155,7 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("resync", help="ask the running agent to fetch and sync now",
                        description="Ask a running agent to fetch the repository and sync (one unit or all), "
                                    "like 'flux reconcile --with-source'. With --wait, print the outcome.")
-    _add_unit_arg(p)
+    p.add_argument("--unit", action="append", default=[], metavar="NAME",
+                   help="only this one unit: NAME, KIND/NAME or KIND/NAMESPACE/NAME (default: all)")
     p.add_argument("--agent", default=None, metavar="URL",
                    help=f"agent URL (default: http:// + the agent's listen address, ${env_name('listen')}, "
                         "else http://127.0.0.1:9090)")
@@ -174,6 +190,17 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("unit", metavar="UNIT", help="NAME, KIND/NAME or KIND/NAMESPACE/NAME")
         _add_cluster_args(p)
         p.set_defaults(func=cmd_suspend, suspend=verb == "suspend")
+    p = sub.add_parser("history", help="show the last revisions applied to a unit",
+                       description="The last revisions applied to a unit (newest first): when, by which agent "
+                                   "(or the CLI), and how many objects each created, configured or deleted. "
+                                   "Kept on the unit's inventory, at most 10. To roll back, `git revert` the "
+                                   "commit: Git stays the one source of truth.")
+    p.add_argument("unit", metavar="UNIT", help="NAME, KIND/NAME or KIND/NAMESPACE/NAME")
+    _add_cluster_args(p)
+    p.add_argument("-o", "--output", choices=["table", "json", "yaml"], default="table", help="output format")
+    p.add_argument("--no-headers", action="store_true", help="print the table without its header line")
+    p.set_defaults(func=cmd_history)
+
     p = sub.add_parser("version", help="print the versions of flower-syncer, the cluster and the agent",
                        description="Print flower-syncer's version and, when they can be reached, the "
                                    "Kubernetes API server's and the running agent's (found like 'resync' "
@@ -248,8 +275,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _load(args: argparse.Namespace) -> Loaded | int:
     """The repository of `args.dir` with `args.unit` selected, or the exit code after an error."""
+    namespace = None if getattr(args, "all_namespaces", False) else getattr(args, "namespace", None)
+    files = list(args.decryption_key_file) or [Path(f) for f in os.environ.get(
+        env_name("decryption_key_files"), "").split(",") if f.strip()]
     try:
-        return load(args.dir, getattr(args, "unit", ()) or ())
+        # validate checks an encrypted file without a key (its values left opaque); the others need one
+        decryption = Decryption(load_identities(files), required=args.command != "validate")
+        return load(args.dir, getattr(args, "unit", ()) or (), namespace, decryption)
+    except SopsError as exc:
+        print(f"error: {exc.detail}" + (f"\nhint: {exc.hint}" if exc.hint else ""), file=sys.stderr)
+        return EXIT_USAGE
     except RepoNotFound as exc:
         print(f"error: {exc.detail}", file=sys.stderr)
         return EXIT_USAGE
@@ -287,7 +322,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     printers.print_diagnostics(diags, sys.stderr)
     manifests = loaded.manifests()
     if not args.show_secrets:
-        manifests = printers.redact_secrets(manifests)
+        manifests = printers.scrub_data(printers.redact_secrets(manifests), loaded.state.secrets)
     if args.output == "json":
         sys.stdout.write(to_json({"apiVersion": "v1", "kind": "List", "items": manifests}))
     else:
@@ -328,14 +363,15 @@ def cmd_diff(args: argparse.Namespace) -> int:
     except (ClusterUnreachable, ApiError) as exc:
         return _cluster_error(exc)
     if args.output != "text":
-        printers.emit({"drift": report.changed, **report.to_dict()}, args.output)
+        printers.emit({"drift": report.changed, **report.to_dict()}, args.output, loaded.state.secrets)
     else:
         for unit in report.units:
             for c in unit.changes:
                 if not c.action.is_change:
                     continue
                 if c.diff:
-                    sys.stdout.write(c.diff if c.diff.endswith("\n") else c.diff + "\n")
+                    diff = printers.scrub(c.diff, loaded.state.secrets)
+                    sys.stdout.write(diff if diff.endswith("\n") else diff + "\n")
                 else:
                     print(f"{c.action.value}: {c.ref}" + (f" ({c.message})" if c.message else ""))
             for err in unit.errors:
@@ -369,7 +405,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
         if waited is not None:
             payload["healthy"] = waited.healthy
             payload["status"] = [s.to_dict() for s in waited.statuses]
-        printers.emit(payload, args.output)
+        printers.emit(payload, args.output, loaded.state.secrets)
     else:
         printers.print_report(report)
         if waited is not None and not waited.healthy:
@@ -398,7 +434,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             report: StatusReport | None = None
             try:
                 kube = kube or _connect(args)
-                result_ = (status_action.cluster_status(kube, args.unit, _namespaces(args)) if loaded is None
+                only = [args.namespace] if args.namespace and not args.all_namespaces else _namespaces(args)
+                result_ = (status_action.cluster_status(kube, args.unit, only) if loaded is None
                            else status_action.repo_status(kube, loaded.plan(), loaded.errors))
                 report = result_.report
                 code = EXIT_OK if result_.clean else EXIT_FAILED
@@ -517,6 +554,21 @@ def cmd_version(args: argparse.Namespace) -> int:
             print(f"cluster:       {result.cluster or 'unknown (' + result.errors.get('cluster', '') + ')'}")
             print(f"agent:         {result.agent or 'unknown (' + result.errors.get('agent', '') + ')'}")
     return EXIT_RUNTIME if result.errors else EXIT_OK
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    try:
+        result = history(_connect(args), args.unit, _namespaces(args))
+    except UnknownUnit as exc:
+        print(f"error: {exc}: it must match exactly one applied unit", file=sys.stderr)
+        return EXIT_USAGE
+    except (ClusterUnreachable, ApiError) as exc:
+        return _cluster_error(exc)
+    if args.output != "table":
+        printers.emit(result.to_dict(), args.output)
+    else:
+        printers.print_history(result, headers=not args.no_headers)
+    return EXIT_OK
 
 
 def cmd_suspend(args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ from typing import Any, TextIO
 
 import yaml
 
+from syncer.actions.history import HistoryResult
 from syncer.actions.resync import ResyncResult
 from syncer.diagnostics import Diagnostic
 from syncer.engine.sync import SyncReport
@@ -19,8 +20,30 @@ from syncer.render.common import to_json
 REDACTED = "**redacted**"
 
 
-def emit(payload: Any, fmt: str) -> None:
-    """`payload` as JSON or YAML on stdout (keys sorted: stable for scripts and diffs)."""
+def scrub(text: str, secrets: frozenset[str]) -> str:
+    """`text` with every plaintext value of a SOPS-encrypted file replaced by REDACTED (values of
+    three characters or more: shorter ones would blank out ordinary words)."""
+    for value in sorted((v for v in secrets if len(v) >= 3), key=len, reverse=True):
+        text = text.replace(value, REDACTED)
+    return text
+
+
+def scrub_data(value: Any, secrets: frozenset[str]) -> Any:
+    """`scrub` on every string inside JSON-like data (before it is serialized, so the output stays
+    valid YAML and JSON)."""
+    if not secrets:
+        return value
+    if isinstance(value, dict):
+        return {k: scrub_data(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [scrub_data(v, secrets) for v in value]
+    return scrub(value, secrets) if isinstance(value, str) else value
+
+
+def emit(payload: Any, fmt: str, secrets: frozenset[str] = frozenset()) -> None:
+    """`payload` as JSON or YAML on stdout (keys sorted: stable for scripts and diffs), with the
+    plaintext of encrypted files scrubbed."""
+    payload = scrub_data(payload, secrets)
     if fmt == "yaml":
         sys.stdout.write(yaml.safe_dump(payload, sort_keys=True, default_flow_style=False, allow_unicode=True))
     else:
@@ -99,3 +122,16 @@ def print_resync(result: ResyncResult) -> None:
             print(f"  {c['action']:<11} {c['object']}" + (f"  ({c['message']})" if c.get("message") else ""))
         for err in unit.errors:
             print(f"  error: {err}")
+
+
+def print_history(result: HistoryResult, *, headers: bool = True) -> None:
+    rows = [["REVISION", "APPLIED", "BY", "CHANGES"]] if headers else []
+    for e in result.entries:
+        rows.append([e.revision[:12] or "-", e.at or "-", e.by or "-",
+                     ", ".join(f"{n} {action}" for action, n in e.counts) or "-"])
+    if not result.entries:
+        print(f"{result.unit.id}: no revision recorded yet", file=sys.stderr)
+        return
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for r in rows:
+        print("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())

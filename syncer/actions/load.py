@@ -13,6 +13,7 @@ from syncer.identity import DEFAULT_REPOSITORY, Manifest, Unit, UnknownUnit, der
 from syncer.plan import Plan
 from syncer.render.repo import Rendered, plan_repo, render_repo, select_units
 from syncer.repo.loader import RepoState, load_repo
+from syncer.secrets.keys import Decryption
 from syncer.source.location import source_location
 from syncer.source.refs import SourceError
 
@@ -72,17 +73,24 @@ class Loaded:
         return self.rendered.manifests()
 
 
-def load(root: Path, selectors: Sequence[str] = ()) -> Loaded:
-    """Load and render `root`. Raises RepoNotFound, or UnknownUnit for a selector that matches no
-    unit of the repository (loaded or failed to load)."""
+def load(root: Path, selectors: Sequence[str] = (), namespace: str | None = None,
+         decryption: Decryption | None = None) -> Loaded:
+    """Load and render `root`, selecting units by `selectors` and, when given, `namespace`.
+    Raises RepoNotFound, or UnknownUnit for a selector that matches no unit of the repository
+    (loaded or failed to load) or a namespace with none."""
     if not root.is_dir():
         raise RepoNotFound(root)
-    state = load_repo(root)
+    state = load_repo(root, decryption)
     _, unmatched = select_units(state.units, list(selectors))
     known = {u.unit for u in state.units} | state.failed
     for sel in unmatched:
         if not any(unit_matches(u, sel) for u in known):
             raise UnknownUnit(sel)
+    if namespace is not None:  # kubectl's -n: the selected units of that namespace, by full id
+        selectors = [u.id for u in sorted(known) if u.namespace == namespace
+                     and (not selectors or any(unit_matches(u, s) for s in selectors))]
+        if not selectors:
+            raise UnknownUnit(f"namespace {namespace}")
     try:
         default = derived_repository_name(*source_location(str(root.resolve())))
     except SourceError:
@@ -112,6 +120,7 @@ class ValidateResult:
         }
 
 
-def validate(root: Path, *, strict: bool = False) -> ValidateResult:
-    """Check every file of the repository; `strict` makes warnings count as errors."""
-    return ValidateResult(load(root), strict)
+def validate(root: Path, *, strict: bool = False, decryption: Decryption | None = None) -> ValidateResult:
+    """Check every file of the repository; `strict` makes warnings count as errors. Without
+    decryption keys, SOPS-encrypted values are left unchecked (with a warning)."""
+    return ValidateResult(load(root, decryption=decryption), strict)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from syncer.actions.history import find_inventory
 from syncer.cluster.client import Kube, path_for
-from syncer.engine.inventory import decode
-from syncer.identity import ANN_SUSPENDED, INVENTORY_SELECTOR, Unit, UnknownUnit, unit_matches
+from syncer.identity import ANN_SUSPENDED, Unit
 
 FIELD_MANAGER_CLI = "flower-syncer-cli"
 
@@ -23,16 +23,7 @@ def set_suspended(kube: Kube, selector: str, suspended: bool,
                   namespaces: Sequence[str] | None = None) -> SuspendResult:
     """Suspend (or resume) the one applied unit `selector` matches. Raises UnknownUnit when it
     matches none or several, ApiError/ClusterUnreachable when the cluster says no."""
-    scopes: list[str | None] = list(namespaces) if namespaces else [None]
-    found = []
-    for ns in scopes:
-        for cm in kube.list("ConfigMap", ns, labels=INVENTORY_SELECTOR)[0]:
-            inv = decode(cm)
-            if inv is not None and unit_matches(inv.unit, selector):
-                found.append(inv)
-    if len(found) != 1:
-        raise UnknownUnit(selector, (inv.unit for inv in found))
-    inv = found[0]
+    inv = find_inventory(kube, selector, namespaces)
     if inv.suspended == suspended:
         return SuspendResult(inv.unit, suspended, changed=False)
     patch = {"metadata": {"annotations": {ANN_SUSPENDED: "true" if suspended else None}}}

@@ -21,6 +21,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -53,9 +54,12 @@ from syncer.engine.normalize import fingerprint, managed_fields_hash
 from syncer.engine.sync import Engine, SyncOptions, vanished_units
 from syncer.identity import ANN_APPLIED_HASH, DEFAULT_REPOSITORY, ObjectRef, Unit, unit_matches
 from syncer.observe.metrics import Metrics, corrections_by_kind, drift_by_kind
+from syncer.observe.notify import Notification, Notifier
 from syncer.plan import Claims, Plan, UnitPlan
 from syncer.render.repo import Rendered, plan_repo, render_repo
 from syncer.repo.loader import RepoState, load_repo
+from syncer.secrets.keys import Decryption, load_identities
+from syncer.secrets.sops import SopsError
 from syncer.source.git import Checkout, GitSource
 from syncer.source.refs import SourceError
 
@@ -94,22 +98,25 @@ class AgentOptions:
     poll_interval: float = 60.0
     prune: bool = True
     repository: str = DEFAULT_REPOSITORY  # the name when flower-syncer.yaml sets none (derived from the source)
+    identity: str = "agent"  # recorded in each unit's history as who applied it
+    decryption_key_files: tuple[Path, ...] = ()  # age identities for SOPS-encrypted files
     fetch_backoff: float = 1.0  # first wait after a failed fetch; doubles up to fetch_backoff_max
     fetch_backoff_max: float = 300.0
 
 
 class Agent:
     def __init__(self, kube: Kube, source: GitSource, metrics: Metrics, options: AgentOptions,
-                 recorder: EventRecorder | None = None) -> None:
+                 recorder: EventRecorder | None = None, notifier: Notifier | None = None) -> None:
         self.kube = kube
         self.recorder = recorder  # Kubernetes Events for operators; None: none are posted
+        self.notifier = notifier  # webhooks (generic, Slack, Teams); None: none
         self.source = source
         self.metrics = metrics
         self.options = options
         self.events: queue.Queue[Event] = queue.Queue()
         self._suspended: dict[Unit, bool] = {}  # as last seen on each inventory, to report a change
         self.work: WorkQueue[Unit] = WorkQueue()
-        self.engine = Engine(kube, unit_workers=1)
+        self.engine = Engine(kube, unit_workers=1, identity=options.identity)
         self.cache = LiveCache(kube, namespaces=options.namespaces, on_change=self._on_object,
                                on_inventory=lambda inv: self.events.put(InventoryChanged(inv)),
                                on_inventory_deleted=lambda unit: self.events.put(InventoryDeleted(unit)))
@@ -306,7 +313,7 @@ class Agent:
             if self._ours(unit):
                 before = self._suspended.get(unit)
                 if before is not None and before != event.inventory.suspended:
-                    self._report(suspension_event(unit, event.inventory.suspended))
+                    self._report(unit, suspension_event(unit, event.inventory.suspended))
                 self._suspended[unit] = event.inventory.suspended
                 self.work.add(unit)
         elif isinstance(event, DriftCheckDue):
@@ -336,7 +343,7 @@ class Agent:
         self.metrics.fetch_ok()
         same = self.checkout is not None and self.checkout.revision == checkout.revision
         if not same or not self.loaded.is_set():
-            state = load_repo(checkout.root)
+            state = load_repo(checkout.root, self._decryption())
             rendered = render_repo(state)
             self.metrics.set_revision(checkout.revision)
             changed = self._install(state, rendered, checkout.revision)
@@ -389,7 +396,7 @@ class Agent:
             if unit not in old.plan.failed and unit in units:
                 changed.append(unit)  # its last good state is synced again, and its inventory says why not newer
             if unit in fresh.errors and unit in self.cache.state.inventories:
-                self._report(config_error_event(unit, fresh.errors[unit]))
+                self._report(unit, config_error_event(unit, fresh.errors[unit]))
         for unit in fresh.units:
             self.units.setdefault(unit, UnitState()).config_errors = []
         for unit, st in self.units.items():
@@ -496,12 +503,19 @@ class Agent:
             log.warning("unit failed; retrying", unit=unit.id, retry_in=delay)
         if not opts.dry_run:
             for ev in sync_events(unit, result, known, revision):
-                self._report(ev)
+                self._report(unit, ev)
         self.events.put(UnitSynced(unit, result, seconds, revision))
 
-    def _report(self, event: ReportedEvent) -> None:
-        if self.recorder is not None and self.leading.is_set():
+    def _report(self, unit: Unit, event: ReportedEvent) -> None:
+        """A Kubernetes Event, and a notification to the receivers that want it (leader only)."""
+        if not self.leading.is_set():
+            return
+        if self.recorder is not None:
             self.recorder.record(event)
+        if self.notifier is not None:
+            about = "" if event.regarding.kind == "ConfigMap" else str(event.regarding)
+            self.notifier.notify(Notification(unit, "error" if event.type == "Warning" else "info", event.reason,
+                                              event.note, about))
 
     def _prune_vanished(self, unit: Unit, opts: SyncOptions, plan: Plan) -> UnitResult:
         """A unit removed from Git: the engine's rules and deletion, then forget its figures."""
@@ -511,6 +525,16 @@ class Agent:
             self.units.pop(unit, None)
             self.metrics.forget_unit(unit.id)
         return res
+
+    def _decryption(self) -> Decryption:
+        """The SOPS keys, read again for every revision (a rotated key needs no restart). A key
+        file that cannot be read leaves encrypted units failing (kept as they are), not the agent."""
+        try:
+            identities = load_identities(self.options.decryption_key_files)
+        except SopsError as exc:
+            log.error("cannot read the decryption keys; encrypted files fail to load", error=exc.detail)
+            identities = ()
+        return Decryption(identities, required=True)
 
     def request_drift_check(self) -> None:
         self.events.put(DriftCheckDue())

@@ -44,10 +44,15 @@ class AgentConfig(BaseModel):
                           description="this agent's identity in the Lease")
     workers: int = Field(4, ge=1, le=64, description="units synced in parallel")
     cache_dir: Path | None = Field(None, description="where the Git clone lives")
+    notifications_file: Path | None = Field(
+        None, description="YAML file with notification receivers (generic webhook, Slack, Microsoft Teams)")
+    decryption_key_files: list[Path] | None = Field(
+        None, description="age identity files for SOPS-encrypted files (comma-separated; read again at every "
+                          "revision, so a rotated key needs no restart)")
     log_format: Literal["auto", "json", "console"] = Field("auto", description="log format (auto: console on a TTY)")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="log level")
 
-    @field_validator("namespaces", mode="before")
+    @field_validator("namespaces", "decryption_key_files", mode="before")
     @classmethod
     def _split(cls, value: Any) -> Any:
         return namespace_list(value) if isinstance(value, str) else value

@@ -25,6 +25,7 @@ from syncer.http import AgentServer
 from syncer.identity import derived_repository_name
 from syncer.logs import configure
 from syncer.observe.metrics import Metrics
+from syncer.observe.notify import Notifier, load_receivers
 from syncer.source.git import GitSource, SourceSpec, default_cache_dir
 from syncer.source.location import source_location
 from syncer.source.refs import SourceError
@@ -94,10 +95,18 @@ def run(config: AgentConfig) -> int:
     # lead, and nothing after the lease's renew deadline (lease duration - safety margin)
     fence = WriteFence() if config.leader_elect else WriteFence.open()
     options = AgentOptions(namespaces=config.namespaces, workers=config.workers, poll_interval=config.interval,
-                           repository=repository)
+                           repository=repository, identity=config.identity,
+                           decryption_key_files=tuple(config.decryption_key_files or ()))
+    try:
+        notifier = Notifier(load_receivers(config.notifications_file)) if config.notifications_file else None
+    except (OSError, ValueError) as exc:
+        log.error("invalid notification config", error=str(exc))
+        return 2
     recorder = EventRecorder(kube.fenced(fence), config.identity)  # only the leader reports
     recorder.start()
-    agent = Agent(kube.fenced(fence), source, metrics, options, recorder)
+    if notifier is not None:
+        notifier.start()
+    agent = Agent(kube.fenced(fence), source, metrics, options, recorder, notifier)
     host, port = config.listen_address()
     server = AgentServer(_Api(agent), metrics, host=host, port=port,
                          api_token=read_secret(config.api_token_file),
@@ -109,6 +118,8 @@ def run(config: AgentConfig) -> int:
         log.error("cannot listen for HTTP", listen=config.listen, error=exc.strerror,
                   hint="another process uses the port: choose another --listen")
         recorder.stop()
+        if notifier is not None:
+            notifier.stop()
         return 3
     log.info("flower-syncer agent starting", version=__version__, source=source.describe(),
              listen=f"{server.address[0]}:{server.address[1]}", leader_election=config.leader_elect,
@@ -149,6 +160,8 @@ def run(config: AgentConfig) -> int:
         elector_thread.join(5)
     server.stop()
     recorder.stop()
+    if notifier is not None:
+        notifier.stop()
     log.info("flower-syncer agent stopped")
     return 0
 

@@ -24,6 +24,30 @@ from syncer.identity import (
 
 INVENTORY_KEY = "inventory.json"
 STATUS_KEY = "status.json"  # the unit's last sync outcome, a metav1.Condition-style record
+HISTORY_KEY = "history.json"  # the last revisions applied to the unit (newest first)
+HISTORY_LIMIT = 10
+
+
+@dataclass(frozen=True)
+class Applied:
+    """One revision applied to a unit: when, by whom, and what it changed."""
+
+    revision: str
+    at: str  # RFC 3339
+    by: str  # the agent's identity, or "cli"
+    counts: tuple[tuple[str, int], ...] = ()  # (action, objects), e.g. ("configured", 2)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"revision": self.revision, "appliedAt": self.at, "by": self.by, "changes": dict(self.counts)}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Applied | None:
+        if not isinstance(d, dict):
+            return None
+        raw = d.get("changes")
+        changes: dict[Any, Any] = raw if isinstance(raw, dict) else {}
+        return cls(str(d.get("revision", "")), str(d.get("appliedAt", "")), str(d.get("by", "")),
+                   tuple(sorted((str(k), int(v)) for k, v in changes.items() if isinstance(v, int))))
 
 
 @dataclass(frozen=True)
@@ -72,6 +96,7 @@ class Inventory:
     """Entries that were not understood (e.g. a kind flower-syncer does not manage): left alone in
     the cluster and dropped from the inventory the next time it is written."""
     condition: Condition | None = None
+    history: tuple[Applied, ...] = ()  # newest first, at most HISTORY_LIMIT
 
     def name(self) -> str:
         return inventory_name(self.unit)
@@ -97,7 +122,9 @@ class Inventory:
             },
             "data": {INVENTORY_KEY: self.encode(),
                      **({STATUS_KEY: json.dumps(self.condition.to_dict(), indent=1, sort_keys=True)}
-                        if self.condition is not None else {})},
+                        if self.condition is not None else {}),
+                     **({HISTORY_KEY: json.dumps([h.to_dict() for h in self.history[:HISTORY_LIMIT]], indent=1,
+                                                 sort_keys=True)} if self.history else {})},
         }
 
 
@@ -122,12 +149,18 @@ def decode(cm: dict[str, Any]) -> Inventory | None:
     except ValueError:
         condition = None
     try:
+        raw_history = json.loads(cm.get("data", {}).get(HISTORY_KEY, "[]"))
+        history = tuple(h for h in map(Applied.from_dict, raw_history if isinstance(raw_history, list) else [])
+                        if h is not None)[:HISTORY_LIMIT]
+    except (ValueError, TypeError):
+        history = ()
+    try:
         payload = json.loads(cm.get("data", {}).get(INVENTORY_KEY, "{}"))
         objects = payload.get("objects", [])
         if not isinstance(objects, list):
             raise TypeError("objects is not a list")
     except (ValueError, TypeError, AttributeError):
-        return Inventory(unit, suspended=suspended, repository=repository, condition=condition)
+        return Inventory(unit, suspended=suspended, repository=repository, condition=condition, history=history)
     entries: dict[ObjectRef, Entry] = {}
     ignored: list[str] = []
     for o in objects:
@@ -137,7 +170,7 @@ def decode(cm: dict[str, Any]) -> Inventory | None:
             continue
         entries[ref] = Entry(str(o.get("applied", "")), str(o.get("fields", "")))
     return Inventory(unit, entries, str(payload.get("revision", "")), suspended, repository, tuple(ignored),
-                     condition)
+                     condition, history)
 
 
 def _entry_ref(o: Any) -> ObjectRef | None:

@@ -10,6 +10,7 @@ import dataclasses
 import itertools
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from syncer.cluster.client import FIELD_MANAGER, ApiError, ClusterUnreachable, K
 from syncer.cluster.fence import Fenced
 from syncer.engine.apply import Applier, Outcome
 from syncer.engine.changeset import Action, Change, SkipReason, UnitResult
-from syncer.engine.inventory import Condition, Entry, Inventory, inventory_name, inventory_ref
+from syncer.engine.inventory import HISTORY_LIMIT, Applied, Condition, Entry, Inventory, inventory_name, inventory_ref
 from syncer.engine.live import LiveState
 from syncer.engine.normalize import with_fingerprint
 from syncer.engine.ownership import owner_of, recover_inventory, stamp_repository, write_conflict
@@ -76,8 +77,9 @@ Progress = Callable[[str], None]
 
 class Engine:
     def __init__(self, kube: Kube, *, workers: int = 8, unit_workers: int = 4,
-                 progress: Progress | None = None) -> None:
+                 progress: Progress | None = None, identity: str = "cli") -> None:
         self.kube = kube
+        self.identity = identity  # who applies: recorded in each unit's history
         self.unit_workers = unit_workers
         # one pool for object requests, shared by all units (threads start on first use)
         self._requests = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="apply")
@@ -273,8 +275,13 @@ class Engine:
         recorded = inv.condition if condition.same(inv.condition) else condition
         if not opts.dry_run and (entries != inv.entries or recovered or inv.ignored or recorded is condition):
             changed = res.changed
+            history = inv.history
+            if changed and res.ok:
+                counts = Counter(c.action.value for c in res.changes if c.action.is_change)
+                history = (Applied(planned.revision, _now(), self.identity, tuple(sorted(counts.items()))),
+                           *history)[:HISTORY_LIMIT]
             new = Inventory(unit, entries, planned.revision if changed else inv.revision, repository=repository,
-                            condition=recorded)
+                            condition=recorded, history=history)
             if self._write_inventory(new, res):
                 live.inventories[unit] = new  # a resync right after need not wait for a watch event
         return res

@@ -99,6 +99,8 @@ class RepoSettings(StrictModel):
     defaultNamespace: str = "default"
     policy: SyncPolicy = SyncPolicy()
     guardrails: Guardrails = Guardrails()
+    requireEncryption: bool = False
+    """Secret manifests and node-auth private keys must come from SOPS-encrypted files."""
 
     field_hints: ClassVar[dict[str, str]] = {"defaultNamespace": "a namespace name such as flower",
                                              "name": "a short name for this repository, e.g. platform-flower",

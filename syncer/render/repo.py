@@ -13,7 +13,7 @@ from syncer.identity import DEFAULT_REPOSITORY, Manifest, Unit, unit_matches
 from syncer.models.federation import Federation
 from syncer.models.settings import SyncPolicy
 from syncer.plan import Claims, Plan, Policy, UnitPlan
-from syncer.render.common import RenderContext, object_ref, sort_manifests
+from syncer.render.common import RenderContext, object_ref, render_secret, sort_manifests
 from syncer.render.federation import render_federation
 from syncer.render.guardrails import check_guardrails
 from syncer.render.supernode import render_supernode
@@ -41,8 +41,11 @@ class Rendered:
 def render_unit(loaded: LoadedUnit) -> list[Manifest]:
     ctx = RenderContext(unit=loaded.unit, source=loaded.source)
     if isinstance(loaded.model, Federation):
-        return sort_manifests(render_federation(loaded.model, ctx))
-    return sort_manifests(render_supernode(loaded.model, loaded.unit.name, ctx))
+        manifests = render_federation(loaded.model, ctx)
+    else:
+        manifests = render_supernode(loaded.model, loaded.unit.name, ctx)
+    return sort_manifests([*manifests, *(render_secret(s, RenderContext(unit=loaded.unit, source=file))
+                                         for file, s in loaded.secrets)])
 
 
 def select_units(units: list[LoadedUnit], selectors: list[str]) -> tuple[list[LoadedUnit], list[str]]:

@@ -16,7 +16,7 @@ import errno
 import os
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +25,12 @@ from syncer.identity import Unit
 from syncer.models.base import validate_document
 from syncer.models.federation import API_VERSION, KIND, Federation
 from syncer.models.names import name_problem
+from syncer.models.secret import SecretManifest
 from syncer.models.settings import ReleaseSettings, RepoSettings, SyncPolicy
 from syncer.models.supernode import SuperNodeValues, validate_values
+from syncer.repo.encrypted import open_document, scrub
+from syncer.secrets.keys import Decryption
+from syncer.secrets.sops import is_encrypted
 from syncer.yamldoc import MAX_FILE_BYTES, YamlDoc, decode_text, load_documents
 
 SETTINGS_FILE = "flower-syncer.yaml"
@@ -34,6 +38,7 @@ FEDERATIONS_DIR = "federations"
 SUPERNODES_DIR = "supernodes"
 VALUES_FILE = "values.yaml"
 RELEASE_FILE = "release.yaml"
+SECRETS_FILE = "secrets.yaml"  # the release's Secret manifests (usually SOPS-encrypted)
 YAML_SUFFIXES = (".yaml", ".yml")
 MAX_RELEASE_NAME = 53  # Helm's limit for release names
 
@@ -45,6 +50,7 @@ class LoadedUnit:
     line: int
     model: Federation | SuperNodeValues
     policy: SyncPolicy
+    secrets: tuple[tuple[str, SecretManifest], ...] = ()  # (file, Secret) kept in Git for this unit
 
 
 @dataclass
@@ -56,6 +62,8 @@ class RepoState:
     failed: set[Unit] = field(default_factory=set)
     """Units that exist in Git but did not load; their last applied state must be kept."""
     files: int = 0
+    secrets: frozenset[str] = frozenset()
+    """Plaintext values of SOPS-encrypted files: kept out of output unless asked for."""
 
     @property
     def errors(self) -> list[Diagnostic]:
@@ -68,11 +76,36 @@ class RepoState:
 
 
 class _Reader:
-    """Reads files under the root, refusing anything that resolves outside it."""
+    """Reads files under the root, refusing anything that resolves outside it; decrypts SOPS files."""
 
-    def __init__(self, root: Path, diags: list[Diagnostic]) -> None:
+    def __init__(self, root: Path, diags: list[Diagnostic], decryption: Decryption | None = None) -> None:
         self.root = root.resolve()
         self.diags = diags
+        self.decryption = decryption or Decryption(required=False)
+        self.secrets: dict[str, frozenset[str]] = {}  # file -> plaintext values it held
+        self.opaque: dict[str, list[str]] = {}  # file -> paths left encrypted (no key, validate only)
+        self.encrypted: set[str] = set()  # files that were SOPS-encrypted
+
+    def documents(self, text: str, rel: str) -> tuple[list[YamlDoc], list[Diagnostic]]:
+        """The YAML documents of a file, SOPS-encrypted ones decrypted in memory (see syncer.secrets)."""
+        docs, problems = load_documents(text, rel)
+        out = []
+        for doc in docs:
+            if not is_encrypted(doc.data):
+                out.append(doc)
+                continue
+            opened, problem = open_document(doc, self.decryption)
+            if problem is not None:
+                problems.append(problem)
+            if opened is None:
+                continue
+            self.encrypted.add(rel)
+            if opened.secrets:
+                self.secrets[rel] = self.secrets.get(rel, frozenset()) | opened.secrets
+            if opened.opaque:
+                self.opaque.setdefault(rel, []).extend(opened.opaque)
+            out.append(opened.doc)
+        return out, problems
 
     def rel(self, path: Path) -> str:
         return path.relative_to(self.root).as_posix() if path.is_absolute() else path.as_posix()
@@ -155,9 +188,11 @@ def _special_kind(mode: int) -> str:
     return "not a regular file"
 
 
-def load_repo(root: Path) -> RepoState:
+def load_repo(root: Path, decryption: Decryption | None = None) -> RepoState:
+    """Load every unit of the repository at `root`. SOPS-encrypted files are decrypted with
+    `decryption`'s keys (none given: checked with their encrypted values left opaque)."""
     diags: list[Diagnostic] = []
-    reader = _Reader(root, diags)
+    reader = _Reader(root, diags, decryption)
     settings = _load_settings(reader)
     state = RepoState(root=reader.root, settings=settings, diagnostics=diags)
     if not reader.root.is_dir():
@@ -183,6 +218,8 @@ def load_repo(root: Path) -> RepoState:
                                         "SuperNode values must be in supernodes/<release>/values.yaml",
                                         f"move it to supernodes/{release_dir.stem}/values.yaml"))
     _check_duplicates(state)
+    state.diagnostics[:] = scrub(state.diagnostics, reader.secrets, reader.opaque)
+    state.secrets = frozenset().union(*reader.secrets.values()) if reader.secrets else frozenset()
     state.diagnostics.sort()
     return state
 
@@ -194,7 +231,7 @@ def _load_settings(reader: _Reader) -> RepoSettings:
     text = reader.read(path)
     if text is None:
         return RepoSettings()
-    docs, problems = load_documents(text, SETTINGS_FILE)
+    docs, problems = reader.documents(text, SETTINGS_FILE)
     reader.diags.extend(problems)
     if not docs:
         return RepoSettings()
@@ -230,9 +267,24 @@ def _load_federation_file(reader: _Reader, path: Path, state: RepoState) -> None
     text = reader.read(path)
     if text is None:
         return
-    docs, problems = load_documents(text, rel)
+    docs, problems = reader.documents(text, rel)
     state.diagnostics.extend(problems)
     file_broken = any(p.severity == "error" for p in problems)  # e.g. a duplicate key: fail its units too
+    secret_docs = [d for d in docs if isinstance(d.data, dict) and d.data.get("kind") == "Secret"
+                   and d.data.get("apiVersion") == "v1"]
+    docs = [d for d in docs if d not in secret_docs]
+    secrets: list[tuple[str, SecretManifest]] = []
+    if secret_docs:
+        secrets, secrets_ok = _validate_secrets(reader, rel, secret_docs, state, "")
+        fed_docs = [d for d in docs if isinstance(d.data, dict) and d.data.get("kind") == KIND]
+        if len(fed_docs) != 1:
+            state.diagnostics.append(Diagnostic(rel, secret_docs[0].start_line, 1, "",
+                                                "a Secret in a federations/ file belongs to that file's Federation, "
+                                                f"but the file has {len(fed_docs)}",
+                                                "keep Secrets in a file with exactly one Federation"))
+            file_broken = True
+        file_broken = file_broken or not secrets_ok
+    loaded_before = len(state.units)
     for doc in docs:
         if not _is_mapping(doc, state.diagnostics):
             continue
@@ -261,6 +313,43 @@ def _load_federation_file(reader: _Reader, path: Path, state: RepoState) -> None
             state.failed.add(unit)
             continue
         state.units.append(LoadedUnit(unit, rel, doc.position(("metadata", "name"))[0], model, policy))
+    if secrets:
+        for i in range(loaded_before, len(state.units)):
+            state.units[i] = replace(state.units[i], secrets=tuple(secrets))
+
+
+def _load_secrets(reader: _Reader, path: Path, state: RepoState,
+                  unit: Unit) -> tuple[list[tuple[str, SecretManifest]], bool]:
+    """`supernodes/<release>/secrets.yaml`: the release's Secret manifests (one per document)."""
+    rel = reader.rel(path)
+    text = reader.read(path)
+    if text is None:
+        return [], False
+    docs, problems = reader.documents(text, rel)
+    state.diagnostics.extend(problems)
+    if any(p.severity == "error" for p in problems):
+        return [], False
+    return _validate_secrets(reader, rel, docs, state, unit.id)
+
+
+def _validate_secrets(reader: _Reader, rel: str, docs: list[YamlDoc], state: RepoState,
+                      unit: str) -> tuple[list[tuple[str, SecretManifest]], bool]:
+    out: list[tuple[str, SecretManifest]] = []
+    ok = True
+    for doc in docs:
+        model, problems = validate_document(SecretManifest, doc, unit=unit)
+        state.diagnostics.extend(problems)
+        if model is None:
+            ok = False
+            continue
+        if state.settings.requireEncryption and rel not in reader.encrypted:
+            state.diagnostics.append(Diagnostic(rel, doc.start_line, 1, "", f"Secret {model.metadata.name!r} is in "
+                                                "plain text, and flower-syncer.yaml sets requireEncryption",
+                                                "encrypt the file with sops", unit=unit))
+            ok = False
+            continue
+        out.append((rel, model))
+    return out, ok
 
 
 def _load_release(reader: _Reader, folder: Path, state: RepoState) -> None:
@@ -292,16 +381,30 @@ def _load_release(reader: _Reader, folder: Path, state: RepoState) -> None:
     state.files += 1
     values = _load_single(reader, values_path, SuperNodeValues, state, unit=unit.id, empty_ok=True,
                           validate=lambda doc: validate_values(doc, release, unit.id))
+    secrets_path = folder / SECRETS_FILE
+    secrets: list[tuple[str, SecretManifest]] = []
+    secrets_ok = True
+    if secrets_path.exists():
+        state.files += 1
+        secrets, secrets_ok = _load_secrets(reader, secrets_path, state, unit)
     for extra in sorted(folder.iterdir()):
-        if extra.name not in (VALUES_FILE, "values.yml", RELEASE_FILE) and extra.suffix in YAML_SUFFIXES:
+        if extra.name not in (VALUES_FILE, "values.yml", RELEASE_FILE, SECRETS_FILE) and extra.suffix in YAML_SUFFIXES:
             state.diagnostics.append(Diagnostic(reader.rel(extra), 0, 0, "", "file is not read by flower-syncer",
                                                 f"only {VALUES_FILE} and {RELEASE_FILE} are read in a release folder",
                                                 severity="warning", unit=unit.id))
-    if values is None or not settings_ok:
+    if values is None or not settings_ok or not secrets_ok:
+        state.failed.add(unit)
+        return
+    if state.settings.requireEncryption and values.global_.nodeAuth.authSupernodePrivateKey \
+            and reader.rel(values_path) not in reader.encrypted:
+        state.diagnostics.append(Diagnostic(
+            reader.rel(values_path), 1, 1, "global.nodeAuth.authSupernodePrivateKey",
+            "a private key in plain text, and flower-syncer.yaml sets requireEncryption", "encrypt the file with sops",
+            unit=unit.id))
         state.failed.add(unit)
         return
     policy = settings.policy or state.settings.policy
-    state.units.append(LoadedUnit(unit, reader.rel(values_path), 1, values, policy))
+    state.units.append(LoadedUnit(unit, reader.rel(values_path), 1, values, policy, tuple(secrets)))
 
 
 def _load_single(reader: _Reader, path: Path, cls: type[Any], state: RepoState, unit: str = "",
@@ -311,9 +414,9 @@ def _load_single(reader: _Reader, path: Path, cls: type[Any], state: RepoState, 
     text = reader.read(path)
     if text is None:
         return None
-    docs, problems = load_documents(text, rel)
+    docs, problems = reader.documents(text, rel)
     state.diagnostics.extend(problems)
-    if problems:
+    if any(p.severity == "error" for p in problems):
         return None
     if not docs:
         return cls() if empty_ok or cls is ReleaseSettings else None

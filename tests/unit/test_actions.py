@@ -47,3 +47,34 @@ def test_suspend_needs_exactly_one_match(kube: FakeKube) -> None:
 def test_head_revision(tmp_path: Path) -> None:
     assert head_revision(tmp_path) == ""
     assert len(head_revision(Path(__file__).parent)) == 40
+
+
+def test_history_keeps_the_last_revisions_applied(tmp_path: Path) -> None:
+    """`history UNIT` (issue 13): what each revision changed, who applied it; bounded at 10; a
+    resync that changes nothing adds nothing."""
+    from syncer.actions.history import history
+    from syncer.engine.inventory import HISTORY_LIMIT
+    from tests.unit.test_engine_fake import pool
+
+    server = FakeApiServer()
+    server.add_namespace(NS)
+    kube = FakeKube(server)
+    root = tmp_path / "repo"
+    for i in range(1, HISTORY_LIMIT + 3):
+        state = load_repo(write(root, pools=pool("a", replicas=i)))
+        report = Engine(kube, identity="agent-0").sync(plan_repo(state, render_repo(state), revision=f"rev{i:02d}"),
+                                                      SyncOptions())
+        assert report.ok
+    state = load_repo(root)
+    assert Engine(kube).sync(plan_repo(state, render_repo(state), revision="no-op"), SyncOptions()).writes == 0
+    result = history(kube, "fed")
+    assert [e.revision for e in result.entries] == [f"rev{i:02d}" for i in range(HISTORY_LIMIT + 2, 2, -1)]
+    newest = result.entries[0]
+    assert newest.by == "agent-0" and dict(newest.counts) == {"configured": 1}
+    assert dict(result.entries[-1].counts) == {"configured": 1}
+    first_kube = FakeKube(FakeApiServer())
+    first_kube.server.add_namespace(NS)
+    state = load_repo(root)
+    Engine(first_kube).sync(plan_repo(state, render_repo(state), revision="r1"), SyncOptions())
+    created = history(first_kube, "fed").entries[0]
+    assert created.by == "cli" and dict(created.counts)["created"] >= 4

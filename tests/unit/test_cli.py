@@ -152,3 +152,18 @@ def test_run_with_the_port_in_use_exits_3(tmp_path: Path, nowhere: str, monkeypa
         port = busy.getsockname()[1]
         assert main(["run", "--repo", str(repo), "--kubeconfig", nowhere, "--listen", f"127.0.0.1:{port}",
                      "--no-leader-elect", "--cache-dir", str(tmp_path / "cache")]) == EXIT_RUNTIME
+
+
+def test_namespace_filter_selects_units(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """kubectl's -n/-A habits: -n narrows to one namespace, -A (the default) overrides it."""
+    repo = write(tmp_path / "repo")
+    other = repo / "federations" / "other.yaml"
+    other.write_text((repo / "federations" / "fed.yaml").read_text().replace("name: fed\n", "name: other\n", 1)
+                     .replace("metadata:\n", "metadata:\n  namespace: elsewhere\n", 1))
+    assert main(["render", str(repo), "-o", "json", "-n", "elsewhere"]) == EXIT_OK
+    items = json.loads(capsys.readouterr().out)["items"]
+    assert items and {i["metadata"]["namespace"] for i in items} == {"elsewhere"}
+    assert main(["render", str(repo), "-o", "json", "-n", "elsewhere", "-A"]) == EXIT_OK
+    assert {i["metadata"]["namespace"] for i in json.loads(capsys.readouterr().out)["items"]} >= {"elsewhere", "flower"}
+    assert main(["render", str(repo), "-n", "nowhere"]) == EXIT_USAGE
+    assert "namespace nowhere" in capsys.readouterr().err

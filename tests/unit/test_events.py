@@ -13,11 +13,13 @@ from syncer.engine.changeset import Action, Change, UnitResult
 from syncer.engine.live import LiveState
 from syncer.identity import ObjectRef, Unit
 from syncer.observe.metrics import Metrics
+from syncer.observe.notify import Notifier, Receiver
 from syncer.render.repo import render_repo
 from syncer.repo.loader import load_repo
 from syncer.source.git import GitSource
 from tests.fakekube import FakeApiServer, FakeKube
 from tests.unit.test_engine_fake import NS, pool, write
+from tests.unit.test_notify import Sink
 
 UNIT = Unit("federation", NS, "fed")
 STS = ObjectRef("StatefulSet", NS, "fed-supernode-a")
@@ -68,7 +70,9 @@ def test_the_agent_reports_a_sync_on_the_units_inventory(tmp_path: Path) -> None
     server.add_namespace(NS)
     kube = FakeKube(server)
     recorder = EventRecorder(kube, "agent-0")
-    agent = Agent(kube, cast(GitSource, object()), Metrics(), AgentOptions(), recorder)
+    sink = Sink()
+    notifier = Notifier([Receiver("ops", "generic", sink.url)])
+    agent = Agent(kube, cast(GitSource, object()), Metrics(), AgentOptions(), recorder, notifier)
     state = load_repo(write(tmp_path / "repo", pools=pool("a")))
     agent._install(state, render_repo(state), "0123456789abcdef")
     agent.loaded.set()
@@ -83,3 +87,6 @@ def test_the_agent_reports_a_sync_on_the_units_inventory(tmp_path: Path) -> None
     assert [(e["reason"], e["regarding"]["name"]) for e in reported] == [  # type: ignore[index]
         ("Synced", "flower-syncer.federation.fed")]
     assert str(reported[0]["note"]).startswith("revision 0123456789ab: ")
+    notifier.flush()  # and the same news went to the receivers
+    assert [(b["unit"], b["reason"]) for b in sink.bodies()] == [(UNIT.id, "Synced")]
+    sink.server.shutdown()

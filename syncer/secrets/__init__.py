@@ -1,0 +1,1 @@
+"""Secrets in Git: SOPS-encrypted YAML, decrypted in memory with age identities."""

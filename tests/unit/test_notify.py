@@ -1,0 +1,123 @@
+"""Notifications (issue 13, item 2): generic (HMAC-signed), Slack- and Teams-compatible webhooks on
+127.0.0.1, with severity and unit filters, retries with backoff and a dedup window."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import pytest
+
+from syncer.identity import Unit
+from syncer.observe.notify import SIGNATURE_HEADER, Notification, Notifier, Receiver, load_receivers
+
+UNIT = Unit("federation", "flower", "fed")
+OTHER = Unit("supernode", "edge", "pytorch")
+
+
+class Sink:
+    """An HTTP receiver on 127.0.0.1 that records requests; answers `codes` in turn, then 200."""
+
+    def __init__(self, codes: list[int] | None = None) -> None:
+        self.requests: list[tuple[dict[str, str], bytes]] = []
+        self.codes = list(codes or [])
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                sink.requests.append((dict(self.headers), body))
+                self.send_response(sink.codes.pop(0) if sink.codes else 200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def bodies(self) -> list[dict[str, object]]:
+        return [json.loads(b) for _, b in self.requests]
+
+
+@pytest.fixture
+def sink() -> Iterator[Sink]:
+    s = Sink()
+    yield s
+    s.server.shutdown()
+
+
+def test_generic_payload_is_signed(sink: Sink) -> None:
+    notifier = Notifier([Receiver("ops", "generic", sink.url, secret="hook-secret")])
+    notifier.notify(Notification(UNIT, "error", "SyncFailed", "revision abc: 1 object(s) failed", "StatefulSet/x"))
+    notifier.flush()
+    (headers, body), = sink.requests
+    expected = "sha256=" + hmac.new(b"hook-secret", body, hashlib.sha256).hexdigest()
+    assert headers[SIGNATURE_HEADER] == expected
+    got = json.loads(body)
+    assert {k: got[k] for k in ("unit", "severity", "reason", "object")} == {
+        "unit": "federation/flower/fed", "severity": "error", "reason": "SyncFailed", "object": "StatefulSet/x"}
+
+
+def test_slack_and_teams_formats_and_filters(sink: Sink) -> None:
+    receivers = [Receiver("chat", "slack", sink.url, severity="error"),
+                 Receiver("teams", "msteams", sink.url, units=("federation/fed",))]
+    notifier = Notifier(receivers)
+    notifier.notify(Notification(UNIT, "info", "Synced", "revision abc: 2 configured"))  # teams only
+    notifier.notify(Notification(OTHER, "error", "ConfigError", "values.yaml:3: bad"))  # slack only
+    notifier.flush()
+    bodies = sink.bodies()
+    assert bodies[0]["@type"] == "MessageCard" and bodies[0]["title"] == "federation/flower/fed: Synced"
+    assert bodies[1] == {"text": ":warning: *supernode/edge/pytorch: ConfigError*\nvalues.yaml:3: bad"}
+    assert len(bodies) == 2
+
+
+def test_retries_with_backoff_then_delivers() -> None:
+    sink = Sink(codes=[500, 503])
+    try:
+        notifier = Notifier([Receiver("ops", "generic", sink.url)], backoff=0.01)
+        notifier.notify(Notification(UNIT, "error", "SyncFailed", "x"))
+        notifier.flush()
+        assert len(sink.requests) == 3 and notifier.delivered == 1
+        refused = Sink(codes=[400])
+        try:
+            n2 = Notifier([Receiver("ops", "generic", refused.url)], backoff=0.01)
+            n2.notify(Notification(UNIT, "error", "SyncFailed", "y"))
+            n2.flush()
+            assert len(refused.requests) == 1 and n2.failed == 1  # a 4xx is not retried
+        finally:
+            refused.server.shutdown()
+    finally:
+        sink.server.shutdown()
+
+
+def test_a_flapping_unit_is_reported_once_per_window(sink: Sink) -> None:
+    now = [0.0]
+    notifier = Notifier([Receiver("ops", "generic", sink.url)], dedup_seconds=600, clock=lambda: now[0])
+    for _ in range(10):
+        notifier.notify(Notification(UNIT, "error", "SyncFailed", "same failure"))
+    now[0] += 601
+    notifier.notify(Notification(UNIT, "error", "SyncFailed", "same failure"))
+    notifier.flush()
+    assert len(sink.requests) == 2
+
+
+def test_receivers_from_a_file_never_leak_urls(tmp_path: Path) -> None:
+    (tmp_path / "url").write_text("https://hooks.example.com/services/T000/B000/XXXX\n")
+    (tmp_path / "secret").write_text("s3cret\n")
+    config = tmp_path / "notify.yaml"
+    config.write_text("receivers:\n  - name: ops\n    type: slack\n    urlFile: " + str(tmp_path / "url")
+                      + "\n    secretFile: " + str(tmp_path / "secret") + "\n    severity: error\n    units: [fed]\n")
+    (r,) = load_receivers(config)
+    assert (r.type, r.severity, r.units, r.secret) == ("slack", "error", ("fed",), "s3cret")
+    assert "hooks.example.com" not in repr(r) and "s3cret" not in repr(r)
+    config.write_text("receivers:\n  - name: bad\n    type: pager\n    urlFile: x\n")
+    with pytest.raises(ValueError, match="receiver bad needs type"):
+        load_receivers(config)
