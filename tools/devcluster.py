@@ -81,6 +81,16 @@ KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 DEVCLUSTER_LABEL = "devcluster.flower-syncer.dev/node-class"
 SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = "10.244.0.1/16"  # kwok hands out pod IPs from here; nothing ever routes to them
+# `up --audit`: every write at the Metadata level (who, which user agent, what, when), nothing else.
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted]
+rules:
+  - level: Metadata
+    verbs: [create, update, patch, delete, deletecollection]
+  - level: None
+"""
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 
 
@@ -653,7 +663,10 @@ class Cluster:
 
     # ---- up / down ---------------------------------------------------------------------------
 
-    def up(self, nodes: list[NodeSpec], timeout: float = 90) -> float:
+    def up(self, nodes: list[NodeSpec], timeout: float = 90, audit: bool = False) -> float:
+        """Start the cluster. With `audit`, the apiserver writes an audit log (`audit_log`, JSON
+        lines): one event per write (create, update, patch, delete) at the end of its response,
+        with verb, object, user, user agent and times, so tests can attribute every write."""
         start = time.monotonic()
         if not binaries_ready(self.bin_dir):
             script = TOOLS_DIR / "devcluster.py"
@@ -676,7 +689,7 @@ class Cluster:
                 log(f"found a partly running devcluster ({', '.join(alive)}); stopping it first")
                 self._stop()
             try:
-                self._start(nodes, deadline=start + timeout)
+                self._start(nodes, deadline=start + timeout, audit=audit)
             except BaseException:
                 log(f"startup failed; logs are in {self.logs}")
                 self._stop()
@@ -688,7 +701,18 @@ class Cluster:
         log(f'use it with: eval "$(python3 {TOOLS_DIR / "devcluster.py"} env{where})"')
         return elapsed
 
-    def _start(self, nodes: list[NodeSpec], deadline: float) -> None:
+    @property
+    def audit_log(self) -> Path:
+        return self.logs / "audit.log"
+
+    def _audit_args(self) -> list[str]:
+        policy = self.state_dir / "audit-policy.yaml"
+        policy.write_text(AUDIT_POLICY)
+        self.audit_log.unlink(missing_ok=True)
+        return [f"--audit-policy-file={policy}", f"--audit-log-path={self.audit_log}", "--audit-log-format=json",
+                "--audit-log-mode=blocking", "--audit-log-maxbackup=1", "--audit-log-maxsize=200"]
+
+    def _start(self, nodes: list[NodeSpec], deadline: float, audit: bool = False) -> None:
         t0 = time.monotonic()
         self.logs.mkdir(parents=True, exist_ok=True)
         with step("certificates"):
@@ -761,6 +785,7 @@ class Cluster:
                     f"--service-cluster-ip-range={SERVICE_CIDR}",
                     "--allow-privileged=true",
                     "--profiling=false",
+                    *(self._audit_args() if audit else []),
                 ],
             )
             wait_for(self._readyz, deadline, "kube-apiserver /readyz", self, "kube-apiserver")
@@ -895,6 +920,7 @@ class Cluster:
                 shutil.rmtree(self.pki, ignore_errors=True)
                 shutil.rmtree(self.logs, ignore_errors=True)
                 shutil.rmtree(self.state_dir / "kwok", ignore_errors=True)
+                (self.state_dir / "audit-policy.yaml").unlink(missing_ok=True)
                 for f in self.state_dir.glob("*kubeconfig"):
                     f.unlink()
         log(f"devcluster stopped ({', '.join(stopped) or 'nothing was running'})")
@@ -1128,6 +1154,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_up.add_argument("--amd-nodes", type=int, default=1, help="nodes with amd.com/gpu: 2")
     p_up.add_argument("--timeout", type=float, default=90, help="seconds to wait for readiness")
     p_up.add_argument("--build", action="store_true", help="build missing binaries first")
+    p_up.add_argument("--audit", action="store_true",
+                      help="write an apiserver audit log of every write (logs/audit.log in the state dir)")
     p_down = sub.add_parser("down", parents=[common], help="stop the processes started by `up`")
     p_down.add_argument("--purge", action="store_true", help="also delete certificates, kubeconfigs and logs")
     p_status = sub.add_parser("status", parents=[common], help="processes, RSS, readiness (exit 1 if not up)")
@@ -1145,7 +1173,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "up":
             if args.build:
                 build(bin_dir)
-            cluster.up(default_nodes(args.cpu_nodes, args.nvidia_nodes, args.amd_nodes), timeout=args.timeout)
+            cluster.up(default_nodes(args.cpu_nodes, args.nvidia_nodes, args.amd_nodes), timeout=args.timeout,
+                       audit=args.audit)
         elif args.command == "down":
             cluster.down(purge=args.purge)
         elif args.command == "status":

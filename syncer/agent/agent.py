@@ -180,6 +180,9 @@ class Agent:
         else:
             self.leading.clear()
             self.metrics.set_leader(False)
+            dropped = self.work.clear()  # queued work is the next leader's; syncs in flight are fenced
+            if dropped:
+                log.info("stopped leading: dropped the queued work", units=dropped)
 
     # -- inputs (called from other threads; they only post events) -----------------------------
 
@@ -444,9 +447,11 @@ class Agent:
                 self._sync(unit)
             except Fenced as exc:
                 # the Lease may be someone else's by now: stop here, write nothing more; whoever
-                # leads next syncs the unit (and so do we, should we lead again)
-                log.warning("sync stopped: this replica no longer holds the Lease", unit=unit.id,
-                            refused=f"{exc.method} {exc.path}")
+                # leads next syncs the unit (and so do we, should we lead again). Not a failure of
+                # the unit's config: counted as fenced.
+                self.metrics.observe_fenced(unit.id)
+                log.warning("sync fenced: this replica no longer holds the Lease", unit=unit.id,
+                            refused=f"{exc.method} {exc.path}", reason=exc.detail)
             except Exception as exc:  # a failed sync is counted and reported like any other
                 if isinstance(exc, ClusterUnreachable):
                     log.warning("sync failed: the API server is unreachable", unit=unit.id, error=str(exc))

@@ -8,7 +8,7 @@ import socket
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from syncer.yamldoc import MAX_FILE_BYTES, decode_text, load_documents
 
@@ -34,6 +34,12 @@ class AgentConfig(BaseModel):
     leader_elect: bool = Field(True, description="elect a leader through a Lease; only the leader writes")
     lease_namespace: str = Field("default", description="namespace of the leader-election Lease")
     lease_name: str = Field("flower-syncer", description="name of the leader-election Lease")
+    lease_duration: float = Field(15.0, gt=0, description="seconds a leader-election Lease lasts unrenewed")
+    lease_renew_period: float = Field(5.0, gt=0, description="seconds between renewals by the leader")
+    lease_retry_period: float = Field(2.0, gt=0, description="seconds between attempts of a standby to lead")
+    lease_safety_margin: float | None = Field(
+        None, gt=0, description="the leader writes only until lease duration minus this after its last renewal "
+                                "(default: a third of the lease duration; must exceed the retry period)")
     identity: str = Field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}",
                           description="this agent's identity in the Lease")
     workers: int = Field(4, ge=1, le=64, description="units synced in parallel")
@@ -50,6 +56,19 @@ class AgentConfig(BaseModel):
     @classmethod
     def _split(cls, value: Any) -> Any:
         return namespace_list(value) if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _lease_timings(self) -> AgentConfig:
+        """The fence's deadline (lease duration - margin) must leave room for renewals, and the
+        margin must cover how early a standby may date our last renewal (its retry period)."""
+        margin = self.lease_duration / 3 if self.lease_safety_margin is None else self.lease_safety_margin
+        if margin <= self.lease_retry_period:
+            raise ValueError(f"lease_safety_margin ({margin:g}s) must be more than lease_retry_period "
+                             f"({self.lease_retry_period:g}s): raise lease_duration or the margin")
+        if self.lease_renew_period >= self.lease_duration - margin:
+            raise ValueError(f"lease_renew_period ({self.lease_renew_period:g}s) must be less than lease_duration "
+                             f"minus the safety margin ({self.lease_duration - margin:g}s)")
+        return self
 
     def listen_address(self) -> tuple[str, int]:
         host, _, port = self.listen.rpartition(":")

@@ -6,7 +6,6 @@ leader lease (so a standby takes over at once), stop the HTTP server, exit 0.
 
 from __future__ import annotations
 
-import functools
 import os
 import signal
 import threading
@@ -74,7 +73,9 @@ def run(config: AgentConfig) -> int:
     signal.signal(signal.SIGINT, on_signal)
 
     try:
-        kube = Kube.from_kubeconfig(config.kubeconfig, config.context)
+        # the replica's identity in the user agent: the API server's audit log tells replicas apart
+        kube = Kube.from_kubeconfig(config.kubeconfig, config.context,
+                                    user_agent=f"flower-syncer/{__version__} ({config.identity})")
     except ClusterUnreachable as exc:
         log.error("cannot connect to Kubernetes", error=str(exc))
         return 3
@@ -90,7 +91,9 @@ def run(config: AgentConfig) -> int:
     except SourceError as exc:
         log.error("invalid source", error=str(exc))
         return 2
-    fence = WriteFence()  # every write of the agent checks it: nothing is written until we lead
+    # every write of the agent checks the fence: with leader election nothing is written until we
+    # lead, and nothing after the lease's renew deadline (lease duration - safety margin)
+    fence = WriteFence() if config.leader_elect else WriteFence.open()
     options = AgentOptions(namespaces=config.namespaces, workers=config.workers, poll_interval=config.interval,
                            repository=repository, identity=config.identity,
                            decryption_key_files=tuple(config.decryption_key_files or ()))
@@ -132,14 +135,14 @@ def run(config: AgentConfig) -> int:
     elector_thread = None
     if config.leader_elect:
         elector = LeaderElector(kube, config.lease_namespace, config.lease_name, config.identity,
+                                lease_duration=config.lease_duration, renew_period=config.lease_renew_period,
+                                retry_period=config.lease_retry_period, safety_margin=config.lease_safety_margin,
+                                fence=fence,
                                 on_started_leading=lambda: _leading(agent, kube, True),
                                 on_stopped_leading=lambda: _leading(agent, kube, False))
-        # false from the renew deadline on, even when the election thread is stuck or paused
-        fence.holds = functools.partial(getattr, elector, "is_leader")
         elector_thread = threading.Thread(target=elector.run, args=(stop,), name="leader-election", daemon=True)
         elector_thread.start()
     else:
-        fence.holds = lambda: True
         _leading(agent, kube, True)
 
     status_thread = threading.Thread(target=_status_loop, args=(agent, kube, metrics, stop), name="status",

@@ -78,6 +78,18 @@ class WorkQueue(Generic[K]):
         with self._cond:
             self._failures.pop(key, None)
 
+    def clear(self) -> int:
+        """Drop every waiting and delayed key, and the re-adds of keys in progress (on lease loss:
+        the next leader does the work). Keys being processed stay theirs until done(). Returns how
+        many keys were dropped."""
+        with self._cond:
+            dropped = len(self._waiting | self._dirty | {k for _, _, k in self._delayed})
+            self._queue.clear()
+            self._waiting.clear()
+            self._dirty.clear()
+            self._delayed.clear()
+            self._failures.clear()
+            return dropped
 
     def get(self, timeout: float | None = None) -> K | None:
         """The next key to process (blocking); None on timeout or when the queue is shut down."""

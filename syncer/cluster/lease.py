@@ -5,9 +5,10 @@ leaderelection package.
   `metadata.resourceVersion` it read (or creating it): of two candidates at once, one write wins
   and the other gets 409 Conflict (or AlreadyExists) and stays a follower.
 - The leader renews every `renew_period`. When renewals keep failing for `renew_deadline`
-  (`lease_duration` x 2/3) it stops leading (`on_stopped_leading`) and the caller must stop
-  writing, before any follower can consider the Lease expired. `is_leader` turns False at that
-  deadline even if the election thread is stuck.
+  (`lease_duration - safety_margin`, by default 2/3 of it) it stops leading
+  (`on_stopped_leading`) and the caller must stop writing, before any follower can consider the
+  Lease expired. The elector's `WriteFence` (syncer.cluster.fence) closes at that deadline even if
+  the election thread is stuck or the process paused: every write checks it.
 - Expiry: a Lease is expired when its record (holder, renewTime, ...) has not changed for its own
   `leaseDurationSeconds`. That is timed on the follower's monotonic clock from when it saw the
   record change, so skewed wall clocks cannot make a live leader look dead; the Lease's
@@ -33,6 +34,7 @@ from typing import Any
 import structlog
 
 from syncer.cluster.client import ApiError, ClusterUnreachable, Kube, path_for
+from syncer.cluster.fence import WriteFence
 from syncer.identity import LABEL_MANAGED_BY, MANAGED_BY
 
 log = structlog.get_logger("syncer.lease")
@@ -93,21 +95,23 @@ class LeaderElector:
     """
 
     def __init__(self, kube: Kube, namespace: str, name: str, identity: str, *, lease_duration: float = 15.0,
-                 renew_period: float = 5.0, retry_period: float = 2.0,
+                 renew_period: float = 5.0, retry_period: float = 2.0, safety_margin: float | None = None,
                  on_started_leading: Callable[[], None], on_stopped_leading: Callable[[], None],
+                 fence: WriteFence | None = None,
                  clock: Callable[[], float] = time.monotonic, wall_clock: Callable[[], float] = time.time) -> None:
         if not identity:
             raise ValueError("leader election needs a non-empty identity")
         if min(lease_duration, renew_period, retry_period) <= 0:
             raise ValueError("lease_duration, renew_period and retry_period must be positive")
-        self.renew_deadline = lease_duration * 2 / 3
+        margin = lease_duration / 3 if safety_margin is None else safety_margin
+        self.renew_deadline = lease_duration - margin
         # A follower may place a renewal up to retry_period early (see the module docstring); the
         # leader must have stopped by then.
-        if self.renew_deadline + retry_period >= lease_duration:
-            raise ValueError(f"lease_duration ({lease_duration:g}s) must be more than 3 x retry_period "
-                             f"({retry_period:g}s)")
+        if margin <= retry_period:
+            raise ValueError(f"the safety margin ({margin:g}s; default lease_duration / 3) must be more than "
+                             f"retry_period ({retry_period:g}s)")
         if renew_period >= self.renew_deadline:
-            raise ValueError(f"renew_period ({renew_period:g}s) must be less than lease_duration x 2/3 "
+            raise ValueError(f"renew_period ({renew_period:g}s) must be less than lease_duration - safety margin "
                              f"({self.renew_deadline:g}s)")
         self.kube = kube
         self.namespace = namespace
@@ -118,6 +122,9 @@ class LeaderElector:
         self.retry_period = retry_period
         self.on_started_leading = on_started_leading
         self.on_stopped_leading = on_stopped_leading
+        # what every write of the caller checks: open until renewed_at + renew_deadline
+        self.fence = fence if fence is not None else WriteFence(clock=clock)
+        self.fence.valid_for = self.renew_deadline
         self._clock = clock
         self._wall = wall_clock
         self._lock = threading.RLock()  # one election step (or release) at a time
@@ -132,11 +139,6 @@ class LeaderElector:
         self._failing = False  # the last request failed (log the first failure of a streak loudly)
 
     # -- public ----------------------------------------------------------------------------------
-
-    @property
-    def is_leader(self) -> bool:
-        """True while leading and the last renewal is younger than the renew deadline."""
-        return self._leading and self._clock() - self._renewed_at < self.renew_deadline
 
     def run(self, stop: threading.Event) -> None:
         """Take part in the election until `stop` is set (or `release()`); stops leading on the way out."""
@@ -296,6 +298,7 @@ class LeaderElector:
         self._observed_at = sent
         self._polled_at = self._clock()  # the record was ours at least until now
         self._renewed_at = sent
+        self.fence.renewed(sent)
         if not self._leading:
             self._leading = True
             log.info("became the leader", lease=f"{self.namespace}/{self.name}", identity=self.identity)
@@ -304,6 +307,7 @@ class LeaderElector:
     def _stop_leading(self, why: str) -> None:
         self._leading = False
         self._lease = None
+        self.fence.lost(f"stopped leading: {why}")
         log.warning("stopped leading", lease=f"{self.namespace}/{self.name}", reason=why)
         self._callback(self.on_stopped_leading)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Collection
@@ -18,6 +19,7 @@ from itertools import groupby
 from typing import Any
 
 from syncer.cluster.client import FIELD_MANAGER, ApiError, ClusterUnreachable, Kube
+from syncer.cluster.fence import Fenced
 from syncer.engine.apply import Applier, Outcome
 from syncer.engine.changeset import Action, Change, SkipReason, UnitResult
 from syncer.engine.inventory import HISTORY_LIMIT, Applied, Condition, Entry, Inventory, inventory_name, inventory_ref
@@ -316,8 +318,18 @@ class Engine:
             outcomes.append(quick)
             if quick is None:
                 pending.append((i, m, ref))
-        futures = [(i, self._requests.submit(applier.apply, m, live.objects.get(ref), inv.entries.get(ref), policy,
-                                             opts.force_conflicts)) for i, m, ref in pending]
+        fenced = threading.Event()  # the lease is gone: the rest of the batch sends nothing, not even dry-runs
+
+        def send(m: Manifest, ref: ObjectRef) -> Outcome | None:
+            if fenced.is_set():
+                return None
+            try:
+                return applier.apply(m, live.objects.get(ref), inv.entries.get(ref), policy, opts.force_conflicts)
+            except Fenced:
+                fenced.set()
+                raise
+
+        futures = [(i, self._requests.submit(send, m, ref)) for i, m, ref in pending]
         for i, future in futures:
             outcomes[i] = future.result()
         return [o for o in outcomes if o is not None]

@@ -40,6 +40,7 @@ flower_syncer_pool_problem_pods                    gauge      unit, pool, reason
 flower_syncer_node_gpus_allocatable                gauge      node, resource        GPUs the node offers
 flower_syncer_node_gpus_used                       gauge      node, resource        GPUs of pods bound there (any owner)
 flower_syncer_leader                               gauge      -                     1 while holding the leader lease
+flower_syncer_fenced_syncs_total                   counter    -                     syncs stopped by the lease fence
 flower_syncer_up                                   gauge      -                     always 1
 flower_syncer_build_info                           gauge      version               always 1; the agent's version
 =================================================  =========  ====================  ====================================
@@ -237,6 +238,8 @@ class Metrics:
         self.drift_corrections = Counter(PREFIX + "drift_corrections_total", "Objects changed outside Git that "
                                          "a sync put back, by kind.", ["unit", "kind"], registry=r)
         self.leader = Gauge(PREFIX + "leader", "1 while this agent holds the leader lease.", registry=r)
+        self.fenced = Counter(PREFIX + "fenced_syncs_total", "Syncs stopped at a write because this agent no "
+                              "longer held the leader lease (not failures of the unit).", registry=r)
         self.up = Gauge(PREFIX + "up", "Always 1 while the agent runs.", registry=r)
         self.build_info = Gauge(PREFIX + "build_info", "Always 1; the agent's version.", ["version"], registry=r)
         self._status = _StatusCollector()
@@ -383,6 +386,10 @@ class Metrics:
 
     def set_leader(self, leader: bool) -> None:
         self.leader.set(1 if leader else 0)
+
+    def observe_fenced(self, _unit: str) -> None:
+        """A sync of `_unit` stopped at a write refused by the lease fence."""
+        self.fenced.inc()
 
     def forget_unit(self, unit: str) -> None:
         """Drop every series of a unit (it left Git)."""

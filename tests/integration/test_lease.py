@@ -76,7 +76,7 @@ class Candidate:
 
     @property
     def leading(self) -> bool:
-        return self.elector.is_leader
+        return self.elector.fence.holds()
 
 
 
@@ -282,7 +282,7 @@ def test_invalid_timings_are_refused(kube: Kube) -> None:
     def noop() -> None:
         return None
 
-    with pytest.raises(ValueError, match="3 x retry_period"):
+    with pytest.raises(ValueError, match=r"safety margin .* must be more than retry_period"):
         LeaderElector(kube, "ns", LEASE, "x", lease_duration=3, renew_period=1, retry_period=1.5,
                       on_started_leading=noop, on_stopped_leading=noop)
     with pytest.raises(ValueError, match="renew_period"):

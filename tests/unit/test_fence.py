@@ -4,13 +4,14 @@ Also: a failed sync of any kind is counted (issue 9, "Also")."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 
 from syncer.agent.agent import Agent, AgentOptions
-from syncer.cluster.client import ClusterUnreachable
+from syncer.cluster.client import ClusterUnreachable, Kube
 from syncer.cluster.fence import Fenced, WriteFence
 from syncer.cluster.lease import LeaderElector
 from syncer.engine.sync import Engine, SyncOptions
@@ -26,13 +27,14 @@ WRITES = ("POST", "PUT", "PATCH", "DELETE")
 
 
 class Lease:
-    """A Lease we hold until `lose()`; then the fence says no."""
+    """A Lease we hold (renewed just now, for a minute) until `lose()`; then the fence says no."""
 
     def __init__(self) -> None:
-        self.held = True
+        self.fence = WriteFence(60.0)
+        self.fence.renewed(time.monotonic())
 
     def lose(self) -> None:
-        self.held = False
+        self.fence.lost()
 
 
 class CountingKube(FakeKube):
@@ -62,7 +64,7 @@ def server() -> FakeApiServer:
 
 def test_the_fence_passes_reads_and_dry_runs_and_refuses_writes(server: FakeApiServer) -> None:
     lease = Lease()
-    fence = WriteFence(lambda: lease.held)
+    fence = lease.fence
     raw = FakeKube(server)
     kube = raw.fenced(fence)
     cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": NS}}
@@ -91,7 +93,7 @@ def test_losing_the_lease_mid_sync_stops_every_write(server: FakeApiServer, tmp_
     raw = CountingKube(server)
     lease = Lease()
     raw.after_write = lambda n: lease.lose() if n == 3 else None
-    kube = raw.fenced(WriteFence(lambda: lease.held))
+    kube = raw.fenced(lease.fence)
     repo = write(tmp_path / "repo", pools=pool("a") + pool("b") + pool("c"))
     state = load_repo(repo)
     plan = plan_repo(state, render_repo(state))
@@ -102,15 +104,33 @@ def test_losing_the_lease_mid_sync_stops_every_write(server: FakeApiServer, tmp_
     assert len(raw.sent) == 3, raw.sent
 
 
+def test_a_lost_lease_drops_the_rest_of_the_batch(server: FakeApiServer, tmp_path: Path) -> None:
+    """The objects of a stage are sent by a pool: once one is fenced, the queued rest are dropped
+    (not run, each only to be refused)."""
+    raw = CountingKube(server)
+    lease = Lease()
+    raw.after_write = lambda n: lease.lose() if n == 2 else None
+    kube = raw.fenced(lease.fence)
+    repo = write(tmp_path / "repo", pools="".join(pool(p) for p in "abcdefghijkl"))
+    state = load_repo(repo)
+    engine = Engine(kube, workers=1)
+    with pytest.raises(Fenced):
+        engine.sync(plan_repo(state, render_repo(state)), SyncOptions())
+    engine.close()
+    assert len(raw.sent) == 2
+    assert lease.fence.refused <= 2, lease.fence.refused  # at most the one running when the first was refused
+
+
 def test_an_ex_leader_resuming_after_its_renew_deadline_writes_nothing() -> None:
-    """`is_leader` is computed from the last renewal on the monotonic clock: a process paused past
-    the renew deadline comes back fenced, before its election thread has noticed anything."""
+    """The fence's deadline is computed from the last renewal on the monotonic clock: a process paused
+    past the renew deadline comes back fenced, before its election thread has noticed anything."""
     now = [1000.0]
     elector = LeaderElector(cast(Any, None), "ns", "lease", "me", lease_duration=15, renew_period=2,
                             retry_period=2, on_started_leading=lambda: None, on_stopped_leading=lambda: None,
                             clock=lambda: now[0])
     elector._leading, elector._renewed_at = True, now[0]  # as right after a successful renewal
-    fence = WriteFence(lambda: elector.is_leader)
+    elector.fence.renewed(now[0])
+    fence = elector.fence
     fence.check("PATCH", "/x")
     now[0] += elector.renew_deadline + 0.001  # SIGSTOP for longer than the renew deadline
     with pytest.raises(Fenced):
@@ -138,6 +158,111 @@ def test_a_sync_that_cannot_reach_the_cluster_is_counted_as_failed(tmp_path: Pat
     assert metrics.sync_total.labels(unit.id, "failed")._value.get() >= 1
     event = agent.events.get_nowait()
     assert event.result.errors and "sync failed" in event.result.errors[0]
+
+
+# -- the fence alone, on a fake clock -------------------------------------------------------------
+
+
+def test_writes_pass_until_the_renew_deadline_then_stop() -> None:
+    now = [100.0]
+    fence = WriteFence(10.0, clock=lambda: now[0])
+    fence.renewed(100.0)
+    now[0] = 109.99
+    fence.check("PATCH", "/x")
+    assert fence.deadline() == 110.0
+    now[0] = 110.0  # lease duration - safety margin after the renewal was sent
+    with pytest.raises(Fenced, match="could not be renewed before its deadline"):
+        fence.check("PATCH", "/x")
+    fence.renewed(99.0)  # a late answer to an older renewal never moves the deadline back
+    assert fence.deadline() == 110.0
+    fence.renewed(110.5)
+    fence.check("DELETE", "/x")
+
+
+def test_a_lost_lease_refuses_at_once_and_tells_the_listeners_once() -> None:
+    now = [0.0]
+    fence = WriteFence(10.0, clock=lambda: now[0])
+    calls: list[str] = []
+    fence.on_lost(lambda: calls.append("lost"))
+    fence.renewed(0.0)
+    fence.lost("the lease is held by b")
+    with pytest.raises(Fenced, match="held by b"):
+        fence.check("POST", "/x")
+    fence.lost("again")
+    assert calls == ["lost"]
+    fence.check("GET", "/x")  # reads pass
+    assert fence.refused == 1
+
+
+def test_an_open_fence_always_writes_and_a_new_one_never() -> None:
+    WriteFence.open().check("PUT", "/x")
+    with pytest.raises(Fenced):
+        WriteFence(10.0).check("PUT", "/x")
+
+
+def test_the_elector_derives_the_fence_deadline_from_lease_duration_and_safety_margin() -> None:
+    elector = LeaderElector(cast(Any, None), "ns", "lease", "me", lease_duration=20, renew_period=2,
+                            retry_period=2, safety_margin=4, on_started_leading=lambda: None,
+                            on_stopped_leading=lambda: None)
+    assert elector.fence.valid_for == elector.renew_deadline == 16
+    with pytest.raises(ValueError, match="safety margin"):
+        LeaderElector(cast(Any, None), "ns", "lease", "me", lease_duration=20, renew_period=2, retry_period=2,
+                      safety_margin=2, on_started_leading=lambda: None, on_stopped_leading=lambda: None)
+
+
+# -- the agent around the fence (issue 9 item 4, "Also"; issue 11 items 6 and 8) ----------------
+
+
+def fake_agent(kube: Kube | None = None, source: Any = None, poll: float = 60.0) -> Agent:
+    return Agent(kube if kube is not None else FakeKube(), cast(GitSource, source or object()), Metrics(),
+                 AgentOptions(poll_interval=poll))
+
+
+def test_losing_the_lease_drops_the_queued_work(tmp_path: Path) -> None:
+    agent = fake_agent()
+    state = load_repo(write(tmp_path / "repo"))
+    agent._install(state, render_repo(state), "r1")
+    agent.loaded.set()
+    other = Unit("federation", NS, "other")
+    agent.set_leading(True)  # queues the catch-up work
+    agent.work.add_after(other, 0.5)  # a retry waiting for its backoff
+    assert agent.work.depth() == 2
+    agent.set_leading(False)
+    assert agent.work.depth() == 0
+    agent.work.shutdown()
+    assert agent.work.get(timeout=1.0) is None  # nothing left to hand to a worker
+
+
+def test_a_fenced_sync_is_counted_as_fenced_not_as_failed(server: FakeApiServer, tmp_path: Path) -> None:
+    lease = Lease()
+    agent = fake_agent(FakeKube(server).fenced(lease.fence))
+    state = load_repo(write(tmp_path / "repo"))
+    agent._install(state, render_repo(state), "r1")
+    agent.loaded.set()
+    agent.cache.synced.set()
+    agent.leading.set()  # the callback has not run yet: only the fence knows
+    lease.lose()
+    unit = Unit("federation", NS, "fed")
+    agent.work.add(unit)
+    agent.work.shutdown()
+    agent._worker()
+    assert agent.metrics.fenced._value.get() == 1
+    assert agent.metrics.sync_total.labels(unit.id, "failed")._value.get() == 0
+    assert agent.events.empty()  # no result reported as the unit's
+
+
+
+
+def test_bad_lease_timings_are_settings_errors() -> None:
+    from syncer.agent.config import load_config
+
+    cfg = load_config({"repo": "/r", "lease_duration": "30", "lease_renew_period": "5", "lease_retry_period": "2",
+                       "lease_safety_margin": "6"}, environ={})
+    assert (cfg.lease_duration, cfg.lease_safety_margin) == (30.0, 6.0)
+    with pytest.raises(ValueError, match=r"lease_safety_margin .* must be more than lease_retry_period"):
+        load_config({"repo": "/r", "lease_safety_margin": "1"}, environ={})
+    with pytest.raises(ValueError, match="lease_renew_period"):
+        load_config({"repo": "/r", "lease_renew_period": "12"}, environ={})
 
 
 def test_readyz_fails_while_the_api_server_is_unreachable(tmp_path: Path) -> None:
