@@ -22,7 +22,7 @@ from syncer.cluster.events import EventRecorder
 from syncer.cluster.fence import WriteFence
 from syncer.cluster.lease import LeaderElector
 from syncer.http import AgentServer
-from syncer.identity import derived_repository_name
+from syncer.identity import UnknownUnit, derived_repository_name
 from syncer.logs import configure
 from syncer.observe.metrics import Metrics
 from syncer.observe.notify import Notifier, load_receivers
@@ -54,7 +54,7 @@ class _Api:
     def resync(self, unit: str | None, wait: bool, timeout: float) -> dict[str, Any]:
         result = self.agent.request_resync(unit, wait, timeout)
         if result.get("unknownUnit"):
-            raise KeyError(unit)
+            raise UnknownUnit(unit or "")
         return result
 
     def webhook(self, event: Any) -> None:

@@ -23,6 +23,7 @@ from syncer.http.limits import (
     HttpError,
     log,
 )
+from syncer.identity import UnknownUnit
 from syncer.observe.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from syncer.source.webhook import MAX_BODY_BYTES, WebhookRejected, verify
 
@@ -309,8 +310,8 @@ class Handler(BaseHTTPRequestHandler):
         unit, wait, timeout = _resync_args(self._read_body(MAX_API_BODY_BYTES))
         try:
             result = self.agent.api.resync(unit, wait, timeout)
-        except KeyError:
-            raise HttpError(404, f"unknown unit: {unit}") from None
+        except UnknownUnit as exc:
+            raise HttpError(404, f"unknown unit: {exc.selector}") from None
         self._json(200, result)
 
     def webhook(self) -> None:

@@ -16,6 +16,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from syncer.http import MAX_API_BODY_BYTES, AgentServer
+from syncer.identity import UnknownUnit
 from syncer.observe.metrics import Metrics
 from syncer.source.webhook import MAX_BODY_BYTES, PushEvent
 from tests.conftest import wait_until
@@ -49,7 +50,7 @@ class FakeAPI:
     def resync(self, unit: str | None, wait: bool, timeout: float) -> dict[str, Any]:
         self.resyncs.append((unit, wait, timeout))
         if unit is not None and unit not in (FED, "fed"):
-            raise KeyError(unit)
+            raise UnknownUnit(unit or "")
         time.sleep(self.resync_delay)
         return {"ok": True, "units": [unit or FED], "waited": wait}
 
