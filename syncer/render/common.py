@@ -16,7 +16,6 @@ from syncer.identity import (
     Manifest,
     Unit,
 )
-from syncer.models.secret import SecretManifest
 
 # Re-exported for modules that still import them from here; syncer.identity defines them.
 
@@ -99,12 +98,3 @@ def to_yaml(manifests: Iterable[Manifest]) -> str:
 def to_json(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
-
-def render_secret(secret: SecretManifest, ctx: RenderContext) -> Manifest:
-    """A Secret kept in the config repository, as the unit's object: our labels, its namespace."""
-    m: Manifest = {"apiVersion": "v1", "kind": "Secret",
-                   "metadata": metadata(ctx, secret.metadata.name, secret.metadata.labels, secret.metadata.annotations),
-                   "type": secret.type, "data": secret.merged_data()}
-    if secret.immutable is not None:
-        m["immutable"] = secret.immutable
-    return m

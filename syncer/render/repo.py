@@ -13,9 +13,10 @@ from syncer.identity import DEFAULT_REPOSITORY, Manifest, Unit, unit_matches
 from syncer.models.federation import Federation
 from syncer.models.settings import SyncPolicy
 from syncer.plan import Claims, Plan, Policy, UnitPlan
-from syncer.render.common import RenderContext, object_ref, render_secret, sort_manifests
+from syncer.render.common import RenderContext, object_ref, sort_manifests
 from syncer.render.federation import render_federation
 from syncer.render.guardrails import check_guardrails
+from syncer.render.secret import render_secret
 from syncer.render.supernode import render_supernode
 from syncer.repo.loader import LoadedUnit, RepoState
 

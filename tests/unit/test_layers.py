@@ -84,3 +84,15 @@ def test_the_walker_sees_an_upward_edge(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("def f():\n    from syncer.engine.sync import Engine\n")
     assert floor_of("syncer.models.federation") < floor_of(next(iter(imports(bad))))
+
+
+def test_the_engine_does_not_import_the_models() -> None:
+    """The engine takes a Plan, not the loader's state: importing it must not pull in pydantic and
+    every model (about a second at start-up)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, syncer.engine.sync; "
+            "print(sorted(m for m in sys.modules if m.startswith(('pydantic', 'syncer.models'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
