@@ -94,6 +94,10 @@ class PoolImages(StrictModel):
     superexecClientApp: str = ""
 
 
+# The kubernetes.io/tls Secret (tls.crt, tls.key, and ca.crt or a self-signed tls.crt) of a
+# Federation with `insecure: false`: an annotation, so the document stays a valid operator document.
+ANN_TLS_SECRET = "flower-syncer.io/superlink-tls-secret"
+
 GPU_ENV = {"nvidia": "NVIDIA_VISIBLE_DEVICES", "amd": "ROCR_VISIBLE_DEVICES"}  # what gpu.mountAll sets
 
 
@@ -164,6 +168,14 @@ class Federation(StrictModel):
     def superlink_name(self) -> str:
         return f"{self.name}-superlink"
 
+    def tls_secret(self) -> str:
+        """The kubernetes.io/tls Secret of the SuperLink (`insecure: false`), named by annotation."""
+        return self.metadata.annotations.get(ANN_TLS_SECRET, "")
+
+    def ca_secret_name(self) -> str:
+        """The Secret flower-syncer fills with the CA (ca.crt, else tls.crt) for the SuperNodes."""
+        return f"{self.superlink_name()}-ca"
+
     def pool_name(self, pool: Pool) -> str:
         return f"{self.name}-supernode-{pool.name}"
 
@@ -210,6 +222,14 @@ class Federation(StrictModel):
         issues.extend(self._label_issues())
         issues.extend(self._env_issues())
         issues.extend(self._extra_arg_issues())
+        if not spec.insecure and not self.tls_secret():
+            issues.append(Issue(("spec", "insecure"), "insecure: false needs the SuperLink's certificate, and none is "
+                                "named (Flower would exit at start-up)",
+                                f"name the kubernetes.io/tls Secret (tls.crt, tls.key, ca.crt) in the annotation "
+                                f"{ANN_TLS_SECRET}, e.g. one cert-manager issues; or set insecure: true"))
+        elif self.tls_secret() and name_problem(self.tls_secret(), "Secret name"):
+            issues.append(Issue(("metadata", "annotations", ANN_TLS_SECRET),
+                                str(name_problem(self.tls_secret(), "Secret name")), "use the Secret's name"))
         return issues
 
     def _extra_arg_issues(self) -> list[Issue]:

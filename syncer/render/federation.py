@@ -19,7 +19,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from syncer.identity import LABEL_COMPONENT, LABEL_INSTANCE, LABEL_NAME, LABEL_POOL, Manifest
+from syncer.identity import (
+    ANN_COPY_FROM,
+    ANN_COPY_KEYS,
+    LABEL_COMPONENT,
+    LABEL_INSTANCE,
+    LABEL_NAME,
+    LABEL_POOL,
+    Manifest,
+)
 from syncer.models.federation import GPU, GPU_ENV, ClaimTemplate, Federation, Pool
 from syncer.models.nodeconfig import INDEX_VAR, NODE_VAR, POD_NAME_VAR, encode_template, join_pairs, shell_word
 from syncer.render.common import RenderContext, clone, metadata
@@ -35,8 +43,15 @@ _APPENDED = ("volumes", "imagePullSecrets", "initContainers")
 _OWNED = ("containers",)
 
 
+CERT_DIR = "/app/certificates"
+TLS_VOLUME = "superlink-tls"
+CA_VOLUME = "superlink-ca"
+
+
 def render_federation(fed: Federation, ctx: RenderContext) -> list[Manifest]:
     out: list[Manifest] = [_superlink_statefulset(fed, ctx), _superlink_service(fed, ctx)]
+    if not fed.spec.insecure:
+        out.append(_ca_secret(fed, ctx))
     for pool in fed.spec.supernodes.pools:
         out.append(_pool_workload(fed, pool, ctx))
         if fed.stateful:
@@ -63,12 +78,16 @@ def _superlink_statefulset(fed: Federation, ctx: RenderContext) -> Manifest:
     args = [f"--isolation={fed.spec.isolationMode}"]
     if fed.spec.insecure:
         args.append("--insecure")
+    else:
+        args += [f"--ssl-ca-certfile={CERT_DIR}/ca.crt", f"--ssl-certfile={CERT_DIR}/tls.crt",
+                 f"--ssl-keyfile={CERT_DIR}/tls.key"]
     args.extend(sl.extraArgs)
     ports = [_port("fleet", FLEET_PORT), _port("control", CONTROL_PORT)]
     if process:
         ports.append(_port("serverappio", SERVERAPPIO_PORT))
+    tls_mounts = [] if fed.spec.insecure else [{"name": TLS_VOLUME, "mountPath": CERT_DIR, "readOnly": True}]
     superlink = _container("superlink", sl.image, args=args, ports=ports, env=sl.env, resources=sl.resources,
-                           mounts=sl.volumeMounts)
+                           mounts=[*sl.volumeMounts, *tls_mounts])
     superlink["readinessProbe"] = {"tcpSocket": {"port": "fleet"}, "periodSeconds": 10}
     containers = [superlink]
     if process:
@@ -78,8 +97,14 @@ def _superlink_statefulset(fed: Federation, ctx: RenderContext) -> Manifest:
                   *sl.superexecExtraArgs],
             env=sl.env, resources=sl.superexecResources, mounts=sl.superexecVolumeMounts or sl.volumeMounts))
     pod_spec: dict[str, Any] = {"containers": containers}
-    if sl.volumes:
-        pod_spec["volumes"] = clone(sl.volumes)
+    volumes = clone(sl.volumes)
+    if not fed.spec.insecure:  # the server's key and certificate, and the CA flower-syncer copied
+        volumes.append({"name": TLS_VOLUME, "projected": {"sources": [
+            {"secret": {"name": fed.tls_secret(), "items": [{"key": "tls.crt", "path": "tls.crt"},
+                                                            {"key": "tls.key", "path": "tls.key"}]}},
+            {"secret": {"name": fed.ca_secret_name(), "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]}})
+    if volumes:
+        pod_spec["volumes"] = volumes
     selector = superlink_selector(fed)
     name = fed.superlink_name()
     spec: dict[str, Any] = {
@@ -91,6 +116,15 @@ def _superlink_statefulset(fed: Federation, ctx: RenderContext) -> Manifest:
     if sl.volumeClaimTemplates:
         spec["volumeClaimTemplates"] = [_claim(c) for c in sl.volumeClaimTemplates]
     return {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": metadata(ctx, name, selector), "spec": spec}
+
+
+def _ca_secret(fed: Federation, ctx: RenderContext) -> Manifest:
+    """The CA the SuperNodes trust, copied at sync time from the SuperLink's TLS Secret (its
+    ca.crt, else its tls.crt for a self-signed certificate), so no SuperNode pod mounts the
+    server's private key. A rotated certificate is followed at the next sync."""
+    annotations = {ANN_COPY_FROM: fed.tls_secret(), ANN_COPY_KEYS: "ca.crt,tls.crt"}
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": metadata(ctx, fed.ca_secret_name(), None, annotations),
+            "type": "Opaque", "data": {}}
 
 
 def _superlink_service(fed: Federation, ctx: RenderContext) -> Manifest:
@@ -129,6 +163,8 @@ def _pool_workload(fed: Federation, pool: Pool, ctx: RenderContext) -> Manifest:
             f"--isolation={spec_.isolationMode}"]
     if spec_.insecure:
         args.append("--insecure")
+    else:
+        args.append(f"--root-certificates={CERT_DIR}/ca.crt")  # the CA only: never the server's key
     if process:
         args.append(f"--clientappio-api-address=0.0.0.0:{CLIENTAPPIO_PORT}")
     args.extend(pool.extraArgs)
@@ -137,7 +173,9 @@ def _pool_workload(fed: Federation, pool: Pool, ctx: RenderContext) -> Manifest:
         "supernode", pool.images.supernode or spec_.supernodes.image, args=args,
         ports=[_port("clientappio", CLIENTAPPIO_PORT)], env=env,
         resources=_with_gpu(pool.supernodeResources, None if process else gpu_resource),
-        mounts=_merge_named(pool.volumeMounts, gpu_mounts, keep_existing=True), privileged=privileged)
+        mounts=_merge_named(pool.volumeMounts, [*gpu_mounts, *([] if spec_.insecure else [
+            {"name": CA_VOLUME, "mountPath": CERT_DIR, "readOnly": True}])], keep_existing=True),
+        privileged=privileged)
     supernode["readinessProbe"] = {"tcpSocket": {"port": "clientappio"}, "periodSeconds": 10}
     _add_node_config(fed, pool, supernode)
     containers = [supernode]
@@ -151,7 +189,9 @@ def _pool_workload(fed: Federation, pool: Pool, ctx: RenderContext) -> Manifest:
             privileged=privileged))
 
     pod_spec: dict[str, Any] = {"containers": containers}
-    volumes = _merge_named(pool.volumes, gpu_volumes, keep_existing=True)
+    ca_volume = [] if spec_.insecure else [{"name": CA_VOLUME, "secret": {
+        "secretName": fed.ca_secret_name(), "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]
+    volumes = _merge_named(pool.volumes, [*gpu_volumes, *ca_volume], keep_existing=True)
     if volumes:
         pod_spec["volumes"] = volumes
     if gpu is not None and gpu.mountAll and gpu.vendor == "nvidia":

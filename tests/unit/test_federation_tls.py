@@ -1,0 +1,83 @@
+"""Federations secure by default (issue 12, part 2, first step): `insecure: false` renders a TLS
+SuperLink from a named kubernetes.io/tls Secret, and SuperNodes that trust its CA (copied at sync
+time, so no SuperNode pod mounts the server's key); without a named certificate it is a
+validation error instead of a SuperLink that exits at start-up."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+from syncer.engine.sync import Engine, SyncOptions
+from syncer.render.repo import plan_repo, render_repo
+from syncer.repo.loader import load_repo
+from tests.fakekube import FakeApiServer, FakeKube
+from tests.unit.test_engine_fake import NS, pool
+
+FED = """\
+apiVersion: flwr.exalsius.ai/v1
+kind: Federation
+metadata:
+  name: fed
+  annotations: {annotations}
+spec:
+  mode: StatefulSet
+  isolationMode: subprocess
+  insecure: false
+  superlink:
+    image: flwr/superlink:1.25.0
+  supernodes:
+    image: flwr/supernode:1.25.0
+    pools:
+""" + pool("a")
+
+
+def repo(tmp_path: Path, annotations: str) -> Path:
+    (tmp_path / "federations").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "flower-syncer.yaml").write_text(f"name: tls\ndefaultNamespace: {NS}\n")
+    (tmp_path / "federations" / "fed.yaml").write_text(FED.replace("{annotations}", annotations))
+    return tmp_path
+
+
+def by_kind(manifests: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    return next(m for m in manifests if m["kind"] == kind and m["metadata"]["name"] == name)
+
+
+def test_insecure_false_without_a_certificate_is_a_validation_error(tmp_path: Path) -> None:
+    state = load_repo(repo(tmp_path, "{}"))
+    (error,) = [d for d in state.diagnostics if d.severity == "error"]
+    assert error.path == "spec.insecure" and "flower-syncer.io/superlink-tls-secret" in error.hint
+
+
+def test_tls_superlink_and_supernodes_that_trust_its_ca(tmp_path: Path) -> None:
+    state = load_repo(repo(tmp_path, '{"flower-syncer.io/superlink-tls-secret": superlink-tls}'))
+    assert state.diagnostics == []
+    manifests = next(iter(render_repo(state).units.values()))
+    sl = by_kind(manifests, "StatefulSet", "fed-superlink")["spec"]["template"]["spec"]
+    args = sl["containers"][0]["args"]
+    assert "--insecure" not in args
+    assert {"--ssl-ca-certfile=/app/certificates/ca.crt", "--ssl-certfile=/app/certificates/tls.crt",
+            "--ssl-keyfile=/app/certificates/tls.key"} <= set(args)
+    sources = sl["volumes"][0]["projected"]["sources"]
+    assert [s["secret"]["name"] for s in sources] == ["superlink-tls", "fed-superlink-ca"]
+    sn = by_kind(manifests, "StatefulSet", "fed-supernode-a")["spec"]["template"]["spec"]
+    assert "--root-certificates=/app/certificates/ca.crt" in sn["containers"][0]["args"]
+    assert "--insecure" not in sn["containers"][0]["args"]
+    assert sn["volumes"] == [{"name": "superlink-ca", "secret": {"secretName": "fed-superlink-ca",
+                                                                 "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]
+    assert "superlink-tls" not in str(sn)  # the server's key never reaches a SuperNode pod
+
+
+def test_the_ca_is_copied_from_the_tls_secret(tmp_path: Path) -> None:
+    server = FakeApiServer()
+    server.add_namespace(NS)
+    kube = FakeKube(server)
+    cert = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nself-signed\n").decode()
+    kube.apply({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",  # kubectl create secret tls
+                "metadata": {"name": "superlink-tls", "namespace": NS},
+                "data": {"tls.crt": cert, "tls.key": base64.b64encode(b"key").decode()}}, manager="kubectl")
+    state = load_repo(repo(tmp_path, '{"flower-syncer.io/superlink-tls-secret": superlink-tls}'))
+    assert Engine(kube).sync(plan_repo(state, render_repo(state)), SyncOptions()).ok
+    ca = kube.get("Secret", NS, "fed-superlink-ca")
+    assert ca is not None and ca["data"] == {"ca.crt": cert}  # no ca.crt: the self-signed tls.crt is the CA
