@@ -376,17 +376,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if args.output != "text":
         printers.emit({"drift": report.changed, **report.to_dict()}, args.output, loaded.state.secrets)
     else:
-        for unit in report.units:
-            for c in unit.changes:
-                if not c.action.is_change:
-                    continue
-                if c.diff:
-                    diff = printers.scrub(c.diff, loaded.state.secrets)
-                    sys.stdout.write(diff if diff.endswith("\n") else diff + "\n")
-                else:
-                    print(f"{c.action.value}: {c.ref}" + (f" ({c.message})" if c.message else ""))
-            for err in unit.errors:
-                print(f"error: {unit.unit}: {err}", file=sys.stderr)
+        printers.print_diff(report, loaded.state.secrets)
     return EXIT_FAILED if loaded.errors or not report.ok or report.changed else EXIT_OK
 
 

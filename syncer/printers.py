@@ -135,3 +135,22 @@ def print_history(result: HistoryResult, *, headers: bool = True) -> None:
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for r in rows:
         print("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+
+
+def print_diff(report: SyncReport, secrets: frozenset[str]) -> None:
+    """`diff`'s text: a unified diff per changed object (plaintext of encrypted files scrubbed),
+    errors on stderr, and a word on suspended units, whose drift is shown but not healed."""
+    for unit in report.units:
+        if unit.suspended is not None and unit.changed:
+            print(f"# {unit.unit} is {unit.suspended}: this drift is not healed until it is resumed",
+                  file=sys.stderr)
+        for c in unit.changes:
+            if not c.action.is_change:
+                continue
+            if c.diff:
+                diff = scrub(c.diff, secrets)
+                sys.stdout.write(diff if diff.endswith("\n") else diff + "\n")
+            else:
+                print(f"{c.action.value}: {c.ref}" + (f" ({c.message})" if c.message else ""))
+        for err in unit.errors:
+            print(f"error: {unit.unit}: {err}", file=sys.stderr)

@@ -38,7 +38,7 @@ def repo_status(kube: Kube, plan: Plan, errors: Sequence[Diagnostic] = ()) -> St
     readiness; units that failed to load or left Git are reported too."""
     engine = Engine(kube)
     try:
-        dry = engine.sync(plan, SyncOptions(dry_run=True))
+        dry = engine.sync(plan, SyncOptions(dry_run=True, include_suspended=True))  # as the agent's drift gauge
     finally:
         engine.close()
     counts, sync_errors = drift_counts(dry)

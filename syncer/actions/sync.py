@@ -24,7 +24,8 @@ def sync(kube: Kube, loaded: Loaded, opts: SyncOptions, *, revision: str = "",
 
 def diff(kube: Kube, loaded: Loaded, namespaces: Sequence[str] | None = None) -> SyncReport:
     """What a sync would change, with a unified diff per changed object (Secret values masked)."""
-    opts = SyncOptions(dry_run=True, with_diff=True, namespaces=list(namespaces) if namespaces else None)
+    opts = SyncOptions(dry_run=True, with_diff=True, namespaces=list(namespaces) if namespaces else None,
+                       include_suspended=True)
     return sync(kube, loaded, opts)
 
 

@@ -71,6 +71,8 @@ class UnitResult:
     changes: list[Change] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     skipped: SkipReason | None = None
+    suspended: SkipReason | None = None
+    """Set on a dry-run that measured a suspended unit's drift anyway (`diff`, `status`)."""
 
     @property
     def ok(self) -> bool:
@@ -89,4 +91,6 @@ class UnitResult:
             out["errors"] = self.errors
         if self.skipped is not None:
             out["skipped"] = str(self.skipped)
+        if self.suspended is not None:
+            out["suspended"] = str(self.suspended)
         return out

@@ -50,6 +50,7 @@ class SyncOptions:
     prune: bool = True
     allow_empty: bool = False
     namespaces: list[str] | None = None  # limit cluster reads to these namespaces (namespaced RBAC)
+    include_suspended: bool = False  # a dry-run measures suspended units too (diff, status)
 
 
 @dataclass
@@ -215,8 +216,11 @@ class Engine:
                               f"`renamedFrom: [{inv.repository}]` to its flower-syncer.yaml")
             return res
         if policy.suspend or inv.suspended:
-            res.skipped = SkipReason.SUSPENDED_BY_CLI if inv.suspended else SkipReason.SUSPENDED_IN_GIT
-            return res
+            reason = SkipReason.SUSPENDED_BY_CLI if inv.suspended else SkipReason.SUSPENDED_IN_GIT
+            if not (opts.dry_run and opts.include_suspended):
+                res.skipped = reason
+                return res
+            res.suspended = reason  # a dry-run that shows what differs all the same (diff, status)
         desired: list[Manifest] = []
         for m in manifests:
             filled = self._fill_copies(m, res)

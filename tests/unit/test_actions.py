@@ -78,3 +78,28 @@ def test_history_keeps_the_last_revisions_applied(tmp_path: Path) -> None:
     Engine(first_kube).sync(plan_repo(state, render_repo(state), revision="r1"), SyncOptions())
     created = history(first_kube, "fed").entries[0]
     assert created.by == "cli" and dict(created.counts)["created"] >= 4
+
+
+def test_diff_and_status_show_a_suspended_units_drift(tmp_path: Path) -> None:
+    """`diff --unit` on a suspended unit shows what differs (and says it is suspended); `status`
+    counts the same drift the agent's gauge does (issue 13, item 3)."""
+    from syncer.actions.load import load
+    from syncer.actions.status import repo_status
+    from syncer.actions.sync import diff
+    from tests.unit.test_engine_fake import pool
+
+    server = FakeApiServer()
+    server.add_namespace(NS)
+    kube = FakeKube(server)
+    root = write(tmp_path / "repo")
+    assert Engine(kube).sync(plan_repo(load_repo(root), render_repo(load_repo(root))), SyncOptions()).ok
+    set_suspended(kube, "fed", True)
+    write(root, pools=pool("a", replicas=4))  # Git moves on while the unit is suspended
+    report = diff(kube, load(root, ("fed",)))
+    (unit,) = report.units
+    assert unit.suspended is not None and unit.skipped is None and unit.changed
+    assert any("replicas: 4" in c.diff for c in unit.changes if c.diff)
+    assert kube.get("StatefulSet", NS, "fed-supernode-a")["spec"]["replicas"] == 1  # a dry-run: nothing written
+    loaded = load(root)
+    result = repo_status(kube, loaded.plan(), loaded.errors)
+    assert [u.drift for u in result.report.units if u.unit.endswith("/fed")] == [1]
