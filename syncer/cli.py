@@ -32,6 +32,7 @@ from syncer.actions.suspend import set_suspended
 from syncer.actions.version import versions
 from syncer.agent.config import AgentConfig, env_name, load_config, namespace_list
 from syncer.agent.runner import run
+from syncer.cli_env import env_defaults
 from syncer.cluster.client import ApiError, ClusterUnreachable, Kube
 from syncer.engine.sync import SyncOptions
 from syncer.identity import UnknownUnit
@@ -76,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="GitOps for Flower federated learning on Kubernetes: render, validate, diff and sync "
                     "Federation documents and SuperNode Helm values from a Git repository.",
         epilog="Exit codes: 0 ok, 1 invalid config / drift / sync failed, 2 usage error, 3 cluster or runtime "
-               "error. Run 'flower-syncer COMMAND --help' for details.",
+               "error. Every option can also be set as FLOWER_SYNCER_<OPTION> (e.g. FLOWER_SYNCER_OUTPUT=json, "
+               "FLOWER_SYNCER_UNIT=a,b); the command line wins. Run 'flower-syncer COMMAND --help' for details.",
     )
     parser.add_argument("--version", action="version", version=f"flower-syncer {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -260,6 +262,10 @@ def _duration(text: str) -> float:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     argcomplete.autocomplete(parser)  # answers the shell's completion requests, else does nothing
+    problem = env_defaults(parser, os.environ)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help(sys.stderr)

@@ -189,3 +189,20 @@ def test_completion_completes_commands_and_options(monkeypatch: pytest.MonkeyPat
         argcomplete.autocomplete(__import__("syncer.cli", fromlist=["build_parser"]).build_parser(),
                                  output_stream=fh, exit_method=__import__("sys").exit)
     assert "status" in out.read_text().split()
+
+
+def test_every_option_can_come_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    repo = write(tmp_path / "repo")
+    monkeypatch.setenv("FLOWER_SYNCER_OUTPUT", "json")
+    monkeypatch.setenv("FLOWER_SYNCER_STRICT", "true")
+    assert main(["validate", str(repo)]) == EXIT_OK
+    assert json.loads(capsys.readouterr().out)["valid"] is True
+    assert main(["validate", str(repo), "-o", "text"]) == EXIT_OK  # the command line wins
+    assert capsys.readouterr().out.startswith("valid:")
+    monkeypatch.setenv("FLOWER_SYNCER_UNIT", "nope,fed")
+    monkeypatch.delenv("FLOWER_SYNCER_OUTPUT")
+    assert main(["render", str(repo)]) == EXIT_USAGE  # both selectors apply: nope matches nothing
+    monkeypatch.setenv("FLOWER_SYNCER_OUTPUT", "xml")
+    assert main(["validate", str(repo)]) == EXIT_USAGE
+    assert "FLOWER_SYNCER_OUTPUT must be one of" in capsys.readouterr().err
