@@ -26,6 +26,7 @@ LABEL_UNIT = "flower-syncer.io/unit"
 LABEL_UNIT_KIND = "flower-syncer.io/unit-kind"
 LABEL_REPOSITORY = "flower-syncer.io/repository"  # which config repository applied the unit
 LABEL_INVENTORY = "flower-syncer.io/inventory"
+LABEL_SOURCE_RECORD = "flower-syncer.io/source-record"  # the revision a repository was last checked at
 
 ANN_SOURCE = "flower-syncer.io/source"  # the repo file an object was rendered from
 ANN_PRUNE = "flower-syncer.io/prune"  # "disabled": never pruned

@@ -20,6 +20,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from syncer.agent.messages import (
     UnitSynced,
     Waiter,
 )
+from syncer.agent.progress import RevisionProgress
 from syncer.agent.reporting import config_error_event, suspension_event, sync_events
 from syncer.agent.workqueue import WorkQueue
 from syncer.cluster.client import FIELD_MANAGER, ClusterUnreachable, Kube
@@ -49,9 +51,8 @@ from syncer.cluster.events import EventRecorder
 from syncer.cluster.fence import Fenced
 from syncer.diagnostics import Diagnostic
 from syncer.engine.changeset import Action, UnitResult
-from syncer.engine.live import LiveState
 from syncer.engine.normalize import fingerprint, managed_fields_hash
-from syncer.engine.sync import Engine, SyncOptions, vanished_units
+from syncer.engine.sync import Engine, SyncOptions, unit_namespaces, vanished_units
 from syncer.identity import ANN_APPLIED_HASH, DEFAULT_REPOSITORY, ObjectRef, Unit, unit_matches
 from syncer.observe.metrics import Metrics, corrections_by_kind, drift_by_kind
 from syncer.observe.notify import Notification, Notifier
@@ -128,7 +129,9 @@ class Agent:
         self.loaded = threading.Event()
         self.stop = threading.Event()
         self._fetch_wanted = threading.Event()
-        self._pending_revision: dict[str, tuple[float, set[Unit]]] = {}
+        self.progress = RevisionProgress(applied=self.metrics.observe_commit_applied, checked=self._record_checked,
+                                         unit_applied=lambda u, s: self.metrics.observe_unit_commit_applied(u.id, s))
+        self._recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checked")
         self._waiters: list[Waiter] = []
         self._threads: list[threading.Thread] = []
 
@@ -156,6 +159,7 @@ class Agent:
         deadline = time.monotonic() + timeout
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
+        self._recorder.shutdown(wait=True)
         self.engine.close()
 
     def healthy(self) -> bool:
@@ -351,8 +355,9 @@ class Agent:
             log.info("revision loaded", revision=checkout.revision[:12], subject=checkout.subject,
                      units=len(rendered.units), changed=len(changed),
                      errors=len([d for d in state.diagnostics + rendered.diagnostics if d.severity == "error"]))
-            if changed:
-                self._pending_revision[checkout.revision] = (seen_at, set(changed))
+            plan = self.installed.plan
+            self.progress.installed(checkout.revision, seen_at, {
+                u: plan.units[u].revision if u in plan.units else plan.revision for u in changed})
             for unit in changed:
                 self.work.add(unit)
         self.loaded.set()
@@ -420,12 +425,7 @@ class Agent:
         st.last_sync = time.time()
         if event.result.ok:
             st.last_revision = event.revision
-        for rev, (seen_at, pending) in list(self._pending_revision.items()):
-            if event.unit in pending and event.result.ok and event.revision == rev:
-                pending.discard(event.unit)
-                if not pending:
-                    self.metrics.observe_commit_applied(time.monotonic() - seen_at)
-                    del self._pending_revision[rev]
+        self.progress.synced(event.unit, event.revision, event.result.ok, time.monotonic())
         for waiter in list(self._waiters):
             if waiter.units is not None and event.unit in waiter.units:
                 waiter.units.discard(event.unit)
@@ -433,6 +433,22 @@ class Agent:
                 if not waiter.units:
                     waiter.done.set()
                     self._waiters.remove(waiter)
+
+    def _record_checked(self, revision: str) -> None:
+        """Every unit of `revision` has been synced: note it for `status` (leader only, off the
+        dispatcher's thread)."""
+        if self.leading.is_set():
+            plan = self.installed.plan
+            self._recorder.submit(self._write_checked, plan.repository, revision,
+                                  unit_namespaces(plan, self.options.namespaces))
+
+    def _write_checked(self, repository: str, revision: str, namespaces: set[str]) -> None:
+        try:
+            errors = self.engine.record_checked(repository, revision, namespaces, self.cache.state)
+        except Fenced:
+            return  # the next leader records it
+        for error in errors:
+            log.warning("could not record the checked revision", revision=revision[:12], error=error)
 
     # -- workers ------------------------------------------------------------------------------------
 
@@ -490,7 +506,7 @@ class Agent:
             failed = Counter(c.ref.kind for c in result.changes if c.action is Action.FAILED)
             self.metrics.set_drift(unit.id, failed)
         elif result.skipped.suspended and desired is not None:
-            self.metrics.set_drift(unit.id, drift_by_kind(self._suspended_drift(desired, plan)))
+            self.metrics.set_drift(unit.id, drift_by_kind(self.engine.suspended_drift(desired, self.cache.state, plan)))
         writes = sum(1 for c in result.changes if c.action.is_change)
         if writes or not result.ok:
             log.info("unit synced", unit=unit.id, revision=revision[:12], ok=result.ok,
@@ -539,18 +555,6 @@ class Agent:
 
     def request_drift_check(self) -> None:
         self.events.put(DriftCheckDue())
-
-    def _suspended_drift(self, desired: UnitPlan, plan: Plan) -> UnitResult:
-        """What differs from Git for a suspended unit: a dry-run as if it were not suspended (no
-        writes; no requests at all for objects known unchanged)."""
-        unit = desired.unit
-        awake = dataclasses.replace(desired, policy=dataclasses.replace(desired.policy, suspend=False))
-        inventories = dict(self.cache.state.inventories)
-        inv = inventories.get(unit)
-        if inv is not None:
-            inventories[unit] = dataclasses.replace(inv, suspended=False)
-        live = LiveState(self.cache.state.objects, inventories)
-        return self.engine.sync_unit(awake, live, SyncOptions(dry_run=True), plan)
 
     # -- reporting -------------------------------------------------------------------------------------
 

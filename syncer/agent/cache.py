@@ -140,15 +140,15 @@ class LiveCache:
             self._on_change(kind_of_event, ref, obj)
 
     def _inventory_event(self, kind_of_event: str, cm: dict[str, Any]) -> None:
-        inv = decode(cm)
-        if inv is None:
-            return
         if kind_of_event == "DELETED":
-            self.state.inventories.pop(inv.unit, None)
-            self._on_inventory_deleted(inv.unit)
+            inv = decode(cm)
+            if inv is not None:
+                self.state.inventories.pop(inv.unit, None)
+                self._on_inventory_deleted(inv.unit)
             return
-        self.state.inventories[inv.unit] = inv
-        self._on_inventory(inv)
+        inv = self.state.note(cm)  # an inventory, or the record of the revision last checked
+        if inv is not None:
+            self._on_inventory(inv)
 
     def wait_synced(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from syncer.cluster.client import Kube
+from syncer.engine.checked import Checked
+from syncer.engine.checked import decode as decode_checked
 from syncer.engine.inventory import Inventory, decode
 from syncer.identity import INVENTORY_SELECTOR, MANAGED_KINDS, MANAGED_SELECTOR, ObjectRef, Unit
 
@@ -37,6 +39,19 @@ class LiveState:
 
     objects: dict[ObjectRef, dict[str, Any]] = field(default_factory=dict)
     inventories: dict[Unit, Inventory] = field(default_factory=dict)
+    checked: dict[tuple[str, str], Checked] = field(default_factory=dict)
+    """(namespace, repository) -> the revision the repository was last checked at (engine.checked)."""
+
+    def note(self, cm: dict[str, Any]) -> Inventory | None:
+        """Take in a ConfigMap of the inventory LIST: an inventory (returned) or a checked record."""
+        inv = decode(cm)
+        if inv is not None:
+            self.inventories[inv.unit] = inv
+            return inv
+        record = decode_checked(cm)
+        if record is not None:
+            self.checked[(str(cm["metadata"].get("namespace", "")), record.repository)] = record
+        return None
 
     @classmethod
     def load(cls, kube: Kube, namespaces: Iterable[str] | None = None,
@@ -52,9 +67,7 @@ class LiveState:
         for read, items in zip(reads, results, strict=True):
             if read.inventory:
                 for cm in items:
-                    inv = decode(cm)
-                    if inv is not None:
-                        state.inventories[inv.unit] = inv
+                    state.note(cm)
             else:
                 for item in items:
                     state.objects[ObjectRef.of(item)] = item

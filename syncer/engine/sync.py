@@ -22,6 +22,8 @@ from syncer.cluster.client import FIELD_MANAGER, ApiError, ClusterUnreachable, K
 from syncer.cluster.fence import Fenced
 from syncer.engine.apply import Applier, Outcome
 from syncer.engine.changeset import Action, Change, SkipReason, UnitResult
+from syncer.engine.checked import Checked
+from syncer.engine.checked import now as checked_now
 from syncer.engine.inventory import HISTORY_LIMIT, Applied, Condition, Entry, Inventory, inventory_name, inventory_ref
 from syncer.engine.live import LiveState
 from syncer.engine.normalize import with_fingerprint
@@ -115,6 +117,8 @@ class Engine:
                 if not opts.dry_run and unit in plan.errors:
                     self.record_config_error(unit, plan.errors[unit], live, plan)
         report.units.extend(self._prune_vanished(plan, live, opts))
+        if not opts.dry_run and not plan.selectors and plan.revision:
+            self.record_checked(plan.repository, plan.revision, unit_namespaces(plan, opts.namespaces), live)
         report.requests = sum(self.kube.counts.values()) - before_requests
         report.writes = self.kube.writes - before_writes
         report.seconds = time.monotonic() - start
@@ -193,6 +197,25 @@ class Engine:
                     raise
             live.inventories.pop(unit, None)
         return res
+
+    def record_checked(self, repository: str, revision: str, namespaces: Collection[str],
+                       live: LiveState) -> list[str]:
+        """Note in each namespace that `repository` was checked at `revision` (see engine.checked).
+        Writes only where the record (read with the inventories) names another revision; returns
+        the errors (a namespace that is gone, no permission), which cost nothing but the REVISION
+        column's freshness."""
+        errors = []
+        for ns in sorted(namespaces):
+            current = live.checked.get((ns, repository))
+            if current is not None and current.revision == revision:
+                continue
+            try:
+                record = Checked(repository, revision, checked_now())
+                self.kube.apply(record.manifest(ns), force=True)
+                live.checked[(ns, repository)] = record
+            except (ApiError, ClusterUnreachable, OSError) as exc:
+                errors.append(f"cannot record the checked revision in namespace {ns}: {exc}")
+        return errors
 
     # -- one unit ------------------------------------------------------------------------------
 
@@ -289,6 +312,17 @@ class Engine:
             if self._write_inventory(new, res):
                 live.inventories[unit] = new  # a resync right after need not wait for a watch event
         return res
+
+    def suspended_drift(self, planned: UnitPlan, live: LiveState, plan: Plan) -> UnitResult:
+        """What differs from Git for a suspended unit: a dry-run as if it were not suspended (no
+        writes; no requests at all for objects known unchanged)."""
+        unit = planned.unit
+        awake = dataclasses.replace(planned, policy=dataclasses.replace(planned.policy, suspend=False))
+        inventories = dict(live.inventories)
+        inv = inventories.get(unit)
+        if inv is not None:
+            inventories[unit] = dataclasses.replace(inv, suspended=False)
+        return self.sync_unit(awake, LiveState(live.objects, inventories), SyncOptions(dry_run=True), plan)
 
     def record_config_error(self, unit: Unit, message: str, live: LiveState, plan: Plan) -> bool:
         """Note on an applied unit's inventory that its configuration has errors (its objects stay
@@ -409,6 +443,12 @@ def outcome_condition(res: UnitResult, revision: str) -> Condition:
                                                      f"{', '.join(str(c.ref) for c in failed[:3])}"), _now(), revision)
     return Condition(False, "SyncFailed", _short(res.errors[0] if res.errors else "the sync failed"), _now(),
                      revision)
+
+
+def unit_namespaces(plan: Plan, scope: Collection[str] | None = None) -> set[str]:
+    """The namespaces of the plan's units (loaded or failed), within `scope` when given."""
+    namespaces = {u.namespace for u in plan.units} | {u.namespace for u in plan.failed}
+    return namespaces if scope is None else namespaces & set(scope)
 
 
 def _short(text: str, limit: int = 300) -> str:

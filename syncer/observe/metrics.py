@@ -20,6 +20,7 @@ flower_syncer_sync_duration_seconds                histogram  unit              
 flower_syncer_last_sync_timestamp_seconds          gauge      unit                  end of the last sync (any result)
 flower_syncer_last_success_timestamp_seconds       gauge      unit                  end of the last successful sync
 flower_syncer_commit_to_applied_seconds            histogram  -                     new revision to applied (10ms..300s)
+flower_syncer_unit_commit_to_applied_seconds       gauge      unit                  per unit, last change
 flower_syncer_source_revision_info                 gauge      revision              1 for the revision synced now only
 flower_syncer_source_fetch_errors_total            counter    reason                failed fetches of the Git source
 flower_syncer_source_last_fetch_timestamp_seconds  gauge      -                     last good fetch (0: none yet)
@@ -218,6 +219,9 @@ class Metrics:
         self.commit_to_applied = Histogram(PREFIX + "commit_to_applied_seconds", "Seconds from a new revision "
                                            "reaching the agent to its objects applied.", buckets=COMMIT_BUCKETS,
                                            registry=r)
+        self.unit_commit_to_applied = Gauge(PREFIX + "unit_commit_to_applied_seconds", "Seconds from the last "
+                                            "revision that changed the unit reaching the agent to the unit "
+                                            "applied.", ["unit"], registry=r)
         self.revision_info = Gauge(PREFIX + "source_revision_info", "1 for the Git revision currently synced.",
                                    ["revision"], registry=r)
         self.fetch_errors = Counter(PREFIX + "source_fetch_errors_total", "Failed fetches of the Git source, "
@@ -303,6 +307,10 @@ class Metrics:
     def observe_commit_applied(self, seconds: float) -> None:
         """A new revision's objects are applied, `seconds` after it reached the agent."""
         self.commit_to_applied.observe(max(seconds, 0.0))
+
+    def observe_unit_commit_applied(self, unit: str, seconds: float) -> None:
+        """The unit's part of a new revision is applied, `seconds` after the revision reached the agent."""
+        self.unit_commit_to_applied.labels(unit).set(max(seconds, 0.0))
 
     def set_drift(self, unit: str, counts_by_kind: Mapping[str, int]) -> None:
         """The objects of `unit` that differ from Git now, by kind (see `drift_by_kind`). Kinds that
@@ -405,7 +413,7 @@ class Metrics:
         for r in RESULTS:
             _remove(self.sync_total, unit, r)
         for metric in (self.sync_duration, self.last_sync, self.last_success, self.config_errors,
-                       self.unit_suspended):
+                       self.unit_suspended, self.unit_commit_to_applied):
             _remove(metric, unit)
         for action in actions:
             _remove(self.objects_applied, unit, action)

@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from syncer.cluster.client import ApiError, ClusterUnreachable, Kube
-from syncer.engine.inventory import Condition, Inventory, decode
+from syncer.engine.checked import Checked
+from syncer.engine.inventory import Condition, Inventory
+from syncer.engine.live import LiveState
 from syncer.identity import (
     INVENTORY_SELECTOR,
     LABEL_COMPONENT,
@@ -114,6 +116,8 @@ class PoolStatus:
 class UnitStatus:
     unit: str  # Unit.id: kind/namespace/name
     revision: str = ""  # last applied revision, from the unit's inventory
+    checked: str = ""  # the newest revision a sync went over it at (see syncer.engine.checked)
+    checked_at: str = ""
     pools: list[PoolStatus] = field(default_factory=list)
     drift: int | None = None  # objects that differ from the repository; None when not computed
     found: bool = True  # False: no inventory and no workload of the unit in the cluster
@@ -139,7 +143,8 @@ class UnitStatus:
         kind, namespace, name = self.unit.split("/", 2)
         out: dict[str, Any] = {
             "unit": self.unit, "kind": kind, "namespace": namespace, "name": name, "ready": self.ready,
-            "found": self.found, "revision": self.revision, "drift": self.drift,
+            "found": self.found, "revision": self.revision, "checkedRevision": self.checked or self.revision,
+            "checkedAt": self.checked_at, "drift": self.drift,
             "gpus": {n: c.to_dict() for n, c in self.gpus.items()},
             "pools": [p.to_dict() for p in self.pools],
         }
@@ -208,6 +213,7 @@ class Target:
     has_inventory: bool = False
     suspended: bool = False
     condition: Condition | None = None
+    checked: Checked | None = None  # the revision its repository was last checked at, in its namespace
 
 
 UnitsArg = Iterable[Unit] | Mapping[Unit, Sequence[Manifest] | None] | None
@@ -215,14 +221,16 @@ UnitsArg = Iterable[Unit] | Mapping[Unit, Sequence[Manifest] | None] | None
 
 def discover_units(kube: Kube, namespaces: Iterable[str] | None = None) -> dict[Unit, Inventory]:
     """Units that have an inventory in the cluster (cluster-wide, or in the given namespaces)."""
+    return _read_inventories(kube, namespaces).inventories
+
+
+def _read_inventories(kube: Kube, namespaces: Iterable[str] | None = None) -> LiveState:
+    """The inventories and the checked records (cluster-wide, or in the given namespaces)."""
     scopes: list[str | None] = [*sorted(set(namespaces))] if namespaces is not None else [None]
-    found: dict[Unit, Inventory] = {}
+    found = LiveState()
     for ns in scopes:
-        cms, _ = kube.list("ConfigMap", ns, labels=INVENTORY_SELECTOR)
-        for cm in cms:
-            inv = decode(cm)
-            if inv is not None:
-                found[inv.unit] = inv
+        for cm in kube.list("ConfigMap", ns, labels=INVENTORY_SELECTOR)[0]:
+            found.note(cm)
     return found
 
 
@@ -233,17 +241,17 @@ def resolve_targets(kube: Kube, units: UnitsArg = None, selectors: Sequence[str]
     when selectors are given. Reads the inventories: one LIST per namespace, or one in all."""
     given: dict[Unit, Sequence[Manifest] | None]
     if units is None:
-        inventories = discover_units(kube)
-        given = dict.fromkeys(inventories)
+        known = _read_inventories(kube)
+        given = dict.fromkeys(known.inventories)
     else:
         given = dict(units) if isinstance(units, Mapping) else dict.fromkeys(units)
     if selectors:
         given = {u: m for u, m in given.items() if any(unit_matches(u, s) for s in selectors)}
     if units is not None:
-        inventories = discover_units(kube, {u.namespace for u in given}) if given else {}
+        known = _read_inventories(kube, {u.namespace for u in given}) if given else LiveState()
     targets = []
     for unit in sorted(given):
-        inv = inventories.get(unit)
+        inv = known.inventories.get(unit)
         manifests = given[unit]
         workloads: dict[WorkloadKey, Manifest | None] | None = None
         if manifests is not None:
@@ -252,7 +260,8 @@ def resolve_targets(kube: Kube, units: UnitsArg = None, selectors: Sequence[str]
         elif inv is not None:
             workloads = {(r.kind, r.name): None for r in sorted(inv.entries) if r.kind in WORKLOAD_KINDS}
         targets.append(Target(unit, workloads, inv.revision if inv else "", inv is not None,
-                              inv.suspended if inv else False, inv.condition if inv else None))
+                              inv.suspended if inv else False, inv.condition if inv else None,
+                              known.checked.get((unit.namespace, inv.repository)) if inv else None))
     return targets
 
 
@@ -298,10 +307,21 @@ def collect_status(kube: Kube, targets: Sequence[Target], *, nodes: bool = True)
         for t in ns_targets:
             key = (t.unit.kind, t.unit.name)
             results[t.unit] = unit_status(t, by_unit_w.get(key, []), by_unit_p.get(key, []))
+            _note_checked(results[t.unit], t)
     report.units = [results[t.unit] for t in targets]
     if nodes:
         report.gpus = cluster_gpus(kube)
     return report
+
+
+def _note_checked(result: UnitStatus, target: Target) -> None:
+    """The newest revision a sync went over the unit at: its repository's record, unless the unit is
+    suspended (then nothing looks at it) or its own inventory knows a newer observation."""
+    result.checked = target.condition.revision if target.condition and target.condition.revision else ""
+    result.checked_at = target.condition.since if result.checked and target.condition else ""
+    record = target.checked
+    if record is not None and not target.suspended and record.at >= result.checked_at:
+        result.checked, result.checked_at = record.revision, record.at
 
 
 def cluster_gpus(kube: Kube) -> ClusterGPUs:
@@ -539,7 +559,8 @@ def format_units(report: StatusReport, *, revision_width: int = 12, headers: boo
         drift = "-" if u.drift is None else str(u.drift)
         if u.errors:
             drift += "!"
-        revision = (u.revision[:revision_width] if u.revision else "-")
+        checked = u.checked or u.revision
+        revision = (checked[:revision_width] if checked else "-")
         suspended = "yes" if u.suspended else "no"
         failing = (f"{u.condition.reason}: {u.condition.message}"
                    if u.condition is not None and not u.condition.ready else "")

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from syncer.cluster.client import Kube, path_for
+from syncer.observe.status import UnitStatus, status
 from tests.conftest import KubeCluster, wait_until
 from tests.integration.gitservers import GitHttpServer
 
@@ -199,6 +200,12 @@ def test_push_applies_and_outside_edits_are_corrected(repos: Repos, start_agent:
     wait_until("revision metric", lambda: agent.metric("flower_syncer_source_revision_info", revision=rev) == 1,
              log=agent.log)
     assert (agent.metric("flower_syncer_commit_to_applied_seconds_count") or 0) >= 1
+    assert (agent.metric("flower_syncer_unit_commit_to_applied_seconds", unit=unit) or 0) > 0
+
+    # a commit that leaves the unit alone: its inventory keeps `rev`, status shows it checked at the new one
+    other = repos.commit({"README.md": "notes\n"})
+    wait_until("checked at the new commit", lambda: status_of(kube, unit).checked == other, log=agent.log)
+    assert status_of(kube, unit).revision == rev
 
     # someone scales the StatefulSet by hand: seen through the watch and corrected
     kube_cluster.kubectl("-n", namespace, "scale", "statefulset", "fed-supernode-a", "--replicas=7")
@@ -220,10 +227,14 @@ def test_push_applies_and_outside_edits_are_corrected(repos: Repos, start_agent:
     assert any(e["regarding"] == {"apiVersion": "v1", "kind": "ConfigMap", "namespace": namespace,
                                   "name": "flower-syncer.federation.fed"} and rev[:12] in e["note"] for e in synced)
 
-    status = json.loads(agent.get("/api/v1/status")[1])
-    assert status["leader"] is True
-    assert status["source"]["revision"] == rev
-    assert any(u["unit"] == unit and u["ok"] for u in status["units"])
+    served = json.loads(agent.get("/api/v1/status")[1])
+    assert served["leader"] is True
+    assert served["source"]["revision"] == other
+    assert any(u["unit"] == unit and u["ok"] and u["lastAppliedRevision"] == rev for u in served["units"])
+
+
+def status_of(kube: Kube, unit: str) -> UnitStatus:
+    return next(u for u in status(kube, None, nodes=False).units if u.unit == unit)
 
 
 def test_broken_commit_keeps_the_last_good_state(repos: Repos, start_agent: Callable[..., AgentProc],

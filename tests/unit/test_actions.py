@@ -66,6 +66,9 @@ def test_history_keeps_the_last_revisions_applied(tmp_path: Path) -> None:
                                                       SyncOptions())
         assert report.ok
     state = load_repo(root)
+    # a commit that changes nothing: only the record that the repository was checked at it
+    noop = Engine(kube).sync(plan_repo(state, render_repo(state), revision="no-op"), SyncOptions())
+    assert noop.writes == 1 and {c.action.value for c in noop.units[0].changes} == {"unchanged"}
     assert Engine(kube).sync(plan_repo(state, render_repo(state), revision="no-op"), SyncOptions()).writes == 0
     result = history(kube, "fed")
     assert [e.revision for e in result.entries] == [f"rev{i:02d}" for i in range(HISTORY_LIMIT + 2, 2, -1)]
