@@ -166,6 +166,13 @@ def panel_queries() -> Iterator[tuple[str, str, str, str]]:
                 yield path.stem, panel["title"], target["refId"], substitute(target["expr"], values)
 
 
+def annotation_queries() -> Iterator[str]:
+    for path in BOARDS:
+        board = json.loads(path.read_text())
+        values = {v["name"]: v["allValue"] for v in board["templating"]["list"] if v["type"] == "query"}
+        yield from (substitute(a["expr"], values) for a in board["annotations"]["list"] if "expr" in a)
+
+
 def finite(sample: dict[str, Any]) -> bool:
     return math.isfinite(float(sample["value"][1]))
 
@@ -327,6 +334,9 @@ def test_dashboards_and_alerts_on_a_live_agent(kube_cluster: KubeCluster, namesp
     assert sum(shown(agt, "Source fetch errors by reason", by=("reason",)).values()) >= 1
     assert shown(agt, "Leader by instance", by=("instance",)) == {(leader,): 1, (other,): 0}
     assert sum(shown(agt, "Syncs by result", by=("result",)).values()) > 0
+    assert {u for (u,) in shown(agt, "Commit to applied by unit", by=("unit",))} >= set(units)
+    for expr in annotation_queries():  # valid PromQL (data only in the minute after a new revision)
+        assert isinstance(prom.query(expr), list)
 
     # the alerts: what is wrong fires, nothing else does; every rule evaluates cleanly
     wait_until("FlowerSyncerPoolNotReady for the pool waiting for GPUs only", lambda: [

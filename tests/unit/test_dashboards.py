@@ -112,8 +112,11 @@ def test_dashboard_variables(name: str) -> None:
     assert v["datasource"]["type"] == "datasource" and v["datasource"]["query"] == "prometheus"
     unit = v["unit"]
     assert unit["type"] == "query" and unit["datasource"] == DATASOURCE
-    assert unit["definition"] == unit["query"]["query"] == "label_values(flower_syncer_unit_ready, unit)"
+    units_of_job = 'label_values(flower_syncer_unit_ready{job=~"$job"}, unit)'
+    assert unit["definition"] == unit["query"]["query"] == units_of_job
     assert unit["multi"] and unit["includeAll"]
+    job = v["job"]  # several agents in one Prometheus stay apart
+    assert job["query"]["query"] == "label_values(flower_syncer_up, job)" and job["multi"] and job["includeAll"]
     used: set[str] = set()
     for p in panels(board):
         for t in p["targets"]:
@@ -123,12 +126,45 @@ def test_dashboard_variables(name: str) -> None:
     if name == "flower-federations.json":
         fed = v["federation"]
         assert fed["type"] == "query" and fed["datasource"] == DATASOURCE and fed["multi"] and fed["includeAll"]
-        assert fed["query"]["query"] == "label_values(flower_syncer_unit_ready, unit)"
+        assert fed["query"]["query"] == units_of_job
         regex = fed["regex"].strip("/")
         assert re.fullmatch(regex, "federation/flower/fed") and not re.fullmatch(regex, "supernode/edge/x")
         # "All" is the allValue, not the filtered list: it must keep SuperNode releases out too
         assert re.fullmatch(fed["allValue"], "federation/ns/a") and not re.fullmatch(fed["allValue"], "supernode/a/b")
         assert "federation" in used
+
+
+@pytest.mark.parametrize("name", sorted(BOARDS))
+def test_every_query_is_scoped_to_the_chosen_agents(name: str) -> None:
+    board = load_board(name)
+    exprs = [t["expr"] for p in panels(board) for t in p["targets"]]
+    exprs += [a["expr"] for a in board["annotations"]["list"] if "expr" in a]
+    for expr in exprs:
+        for selector in re.findall(r"\bflower_syncer_[a-z_]+(\{[^}]*\})?", expr):
+            assert 'job=~"$job"' in selector, expr
+
+
+@pytest.mark.parametrize("name", sorted(BOARDS))
+def test_revision_changes_are_annotated(name: str) -> None:
+    (ann,) = [a for a in load_board(name)["annotations"]["list"] if a.get("name") == "Revision changes"]
+    assert ann["datasource"] == DATASOURCE and "flower_syncer_source_revision_info" in ann["expr"]
+    assert "offset" in ann["expr"] and ann["titleFormat"] == "revision {{revision}}"
+
+
+def test_units_ready_is_coloured_by_the_share_of_ready_units() -> None:
+    (p,) = [p for p in panels(load_board("flower-federations.json")) if p["title"] == "Units ready"]
+    thresholds = p["fieldConfig"]["defaults"]["thresholds"]
+    assert thresholds["mode"] == "percentage"  # relative to the max, taken from the count of units
+    assert [s["color"] for s in thresholds["steps"]] == ["red", "orange", "green"]
+    (config,) = p["transformations"]
+    assert config["id"] == "configFromData" and config["options"]["configRefId"] == "B"
+    targets = {t["refId"]: t["expr"] for t in p["targets"]}
+    assert targets["B"] == targets["C"] and targets["A"].startswith("sum(") and targets["B"].startswith("count(")
+
+
+def test_commit_to_applied_per_unit() -> None:
+    (p,) = [p for p in panels(load_board("flower-syncer-agent.json")) if p["title"] == "Commit to applied by unit"]
+    assert "flower_syncer_unit_commit_to_applied_seconds" in p["targets"][0]["expr"]
 
 
 @pytest.mark.parametrize("name", sorted(BOARDS))
