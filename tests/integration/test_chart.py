@@ -544,6 +544,20 @@ def test_alerts_and_dashboards_from_chart_files(helm: str, tmp_path: Path) -> No
     assert not [o for o in objs if o["kind"] == "ConfigMap"]
 
 
+def test_runbook_urls(helm: str) -> None:
+    alerts = yaml.safe_load((CHART / "files" / "alerts.yaml").read_text())
+    names = {r["alert"] for g in alerts["groups"] for r in g["rules"]}
+    for name in names:  # every alert has its page
+        assert (CHART.parent.parent / "dashboards" / "runbooks" / f"{name}.md").read_text().startswith(f"# {name}")
+    on = {"prometheusRule": {"enabled": True}}
+    rules = [r for g in one(render(helm, on), "PrometheusRule")["spec"]["groups"] for r in g["rules"]]
+    assert {r["annotations"]["runbook_url"] for r in rules} == {f"dashboards/runbooks/{n}.md" for n in names}
+    on["prometheusRule"]["runbookBaseURL"] = "https://docs.example.com/flower-syncer/runbooks/"
+    rules = [r for g in one(render(helm, on), "PrometheusRule")["spec"]["groups"] for r in g["rules"]]
+    assert {r["annotations"]["runbook_url"] for r in rules} == {
+        f"https://docs.example.com/flower-syncer/runbooks/{n}.md" for n in names}
+
+
 @pytest.mark.parametrize(("values", "message"), [
     ({"replicaCount": "two"}, "/replicaCount"),
     ({"replicaCount": 0}, "/replicaCount"),
@@ -563,6 +577,7 @@ def test_alerts_and_dashboards_from_chart_files(helm: str, tmp_path: Path) -> No
     ({"networkPolicy": {"from": [{}]}}, "/networkPolicy/from/0"),
     ({"networkPolicy": {"from": [{"ipBlock": {"except": ["10.0.0.0/8"]}}]}}, "/networkPolicy/from/0/ipBlock"),
     ({"networkPolicy": {"enabled": "yes"}}, "/networkPolicy/enabled"),
+    ({"prometheusRule": {"runbookBaseURL": "docs/runbooks"}}, "/prometheusRule/runbookBaseURL"),
 ])
 def test_bad_values_fail(helm: str, values: dict[str, Any], message: str) -> None:
     proc = subprocess.run([helm, "template", "fs", str(CHART), "--values", "-"], input=yaml.safe_dump(values),

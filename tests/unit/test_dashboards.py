@@ -162,6 +162,14 @@ def test_units_ready_is_coloured_by_the_share_of_ready_units() -> None:
     assert targets["B"] == targets["C"] and targets["A"].startswith("sum(") and targets["B"].startswith("count(")
 
 
+def test_every_alert_links_its_runbook() -> None:
+    for rule in rules():
+        url = rule["annotations"]["runbook_url"]
+        assert url == f"dashboards/runbooks/{rule['alert']}.md", rule["alert"]
+        page = (ROOT / url).read_text()
+        assert page.startswith(f"# {rule['alert']}\n") and "**Meaning.**" in page, url
+
+
 def test_commit_to_applied_per_unit() -> None:
     (p,) = [p for p in panels(load_board("flower-syncer-agent.json")) if p["title"] == "Commit to applied by unit"]
     assert "flower_syncer_unit_commit_to_applied_seconds" in p["targets"][0]["expr"]
