@@ -132,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wait", action="store_true", help="wait until every synced pool is ready")
     p.add_argument("--timeout", type=_duration, default=300.0, metavar="DURATION",
                    help="how long --wait waits, e.g. 90s, 5m (default 5m)")
+    p.add_argument("-v", "--verbose", action="store_true", help="list every changed object (default: 20 per unit)")
     p.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text", help="output format")
     p.set_defaults(func=cmd_sync)
 
@@ -414,7 +415,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
             payload["status"] = [s.to_dict() for s in waited.statuses]
         printers.emit(payload, args.output, loaded.state.secrets)
     else:
-        printers.print_report(report)
+        printers.print_report(report, verbose=args.verbose)
         if waited is not None and not waited.healthy:
             printers.print_not_ready(waited)
     healthy = waited is None or waited.healthy

@@ -3,6 +3,7 @@ on a terminal. Printers only; `syncer.cli` maps arguments to actions and picks o
 
 from __future__ import annotations
 
+import shutil
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
@@ -12,6 +13,7 @@ import yaml
 from syncer.actions.history import HistoryResult
 from syncer.actions.resync import ResyncResult
 from syncer.diagnostics import Diagnostic
+from syncer.engine.changeset import Action
 from syncer.engine.sync import SyncReport
 from syncer.identity import Manifest
 from syncer.observe.status import WaitResult
@@ -70,20 +72,34 @@ def redact_secrets(manifests: list[Manifest]) -> list[Manifest]:
 
 
 def progress(enabled: bool) -> Callable[[str], None]:
+    """One line on a terminal, rewritten in place and cut to its width (a wrapped line would leave
+    debris that `\r` cannot reach); nothing when stderr is not a terminal."""
     if not enabled or not sys.stderr.isatty():
         return lambda _msg: None
-    return lambda msg: print(f"\r\033[K{msg}", end="", file=sys.stderr, flush=True)
+    return lambda msg: print(f"\r\033[K{fit(msg, shutil.get_terminal_size().columns - 1)}", end="",
+                             file=sys.stderr, flush=True)
 
 
-def print_report(report: SyncReport) -> None:
+def fit(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(width - 3, 0)] + "..."
+
+
+LISTED_CHANGES = 20  # per unit, unless -v: a first sync of a big unit would bury the summary
+
+
+def print_report(report: SyncReport, *, verbose: bool = False) -> None:
     totals: dict[str, int] = {}
     for unit in report.units:
-        shown = [c for c in unit.changes if c.action.is_change]
+        changed = [c for c in unit.changes if c.action.is_change]
         state = "ok" if unit.ok else "FAILED"
         if unit.skipped is not None:
             state = f"skipped: {unit.skipped}"
-        unchanged = len(unit.changes) - len(shown)
+        unchanged = len(unit.changes) - len(changed)
         print(f"{unit.unit}: {state}" + (f" ({unchanged} unchanged)" if unchanged else ""))
+        # failures first, so that a summary never hides one
+        changed.sort(key=lambda c: c.action is not Action.FAILED)
+        shown = changed if verbose or len(changed) <= LISTED_CHANGES else [
+            c for i, c in enumerate(changed) if i < LISTED_CHANGES or c.action is Action.FAILED]
         for c in shown:
             line = f"  {c.action.value:<11} {c.ref}"
             if c.drift:
@@ -91,6 +107,8 @@ def print_report(report: SyncReport) -> None:
             if c.message:
                 line += f"  ({c.message})"
             print(line)
+        if len(shown) < len(changed):
+            print(f"  ... and {len(changed) - len(shown)} more (-v lists them all)")
         for err in unit.errors:
             print(f"  error: {err}")
         for c in unit.changes:
