@@ -26,6 +26,7 @@ from syncer.engine.checked import Checked
 from syncer.engine.checked import now as checked_now
 from syncer.engine.inventory import HISTORY_LIMIT, Applied, Condition, Entry, Inventory, inventory_name, inventory_ref
 from syncer.engine.live import LiveState
+from syncer.engine.mounts import missing_keys, mounted_secret_keys
 from syncer.engine.normalize import with_fingerprint
 from syncer.engine.ownership import owner_of, recover_inventory, stamp_repository, write_conflict
 from syncer.engine.prune import prune
@@ -259,10 +260,11 @@ class Engine:
             res.changes.extend(Change(ObjectRef.of(m), Action.CREATED, "would create") for m in desired)
             return res
         applier = Applier(self.kube, dry_run=opts.dry_run, with_diff=opts.with_diff)
+        own_secrets = {m["metadata"]["name"] for m in desired if m["kind"] == "Secret"}
         entries: dict[ObjectRef, Entry] = {}
         for _, stage_iter in groupby(desired, key=lambda m: APPLY_ORDER.get(m["kind"], 9)):
             stage = list(stage_iter)
-            outcomes = self._apply_stage(applier, stage, live, inv, policy, opts, unit, plan)
+            outcomes = self._apply_stage(applier, stage, live, inv, policy, opts, unit, plan, own_secrets)
             if any(o.namespace_missing for o in outcomes):
                 # deleted since we last made sure of it: create it again on the next try
                 self._namespaces_seen.discard(unit.namespace)
@@ -340,7 +342,8 @@ class Engine:
         return False
 
     def _apply_stage(self, applier: Applier, stage: list[Manifest], live: LiveState, inv: Inventory,
-                     policy: Policy, opts: SyncOptions, unit: Unit, plan: Plan) -> list[Outcome]:
+                     policy: Policy, opts: SyncOptions, unit: Unit, plan: Plan,
+                     own_secrets: set[str]) -> list[Outcome]:
         """Objects of one apply stage. Ownership and the no-request check run inline; only the
         objects that need the server are sent, in parallel."""
         outcomes: list[Outcome | None] = []
@@ -353,6 +356,10 @@ class Engine:
                 outcomes.append(Outcome(Change(ref, Action.FAILED, f"not applied: {conflict}"), None))
                 continue
             quick = applier.known_unchanged(m, live.objects.get(ref), inv.entries.get(ref))
+            if quick is None:
+                problems = self._unmountable(m, own_secrets)
+                if problems:  # its pods would wait in ContainerCreating: say why instead
+                    quick = Outcome(Change(ref, Action.FAILED, f"not applied: {'; '.join(problems)}"), None)
             outcomes.append(quick)
             if quick is None:
                 pending.append((i, m, ref))
@@ -371,6 +378,21 @@ class Engine:
         for i, future in futures:
             outcomes[i] = future.result()
         return [o for o in outcomes if o is not None]
+
+    def _unmountable(self, m: Manifest, own_secrets: set[str]) -> list[str]:
+        """Keys the workload's pods mount from Secrets it does not render itself and that exist
+        without them (see engine.mounts)."""
+        wanted = {n: k for n, k in mounted_secret_keys(m).items() if n not in own_secrets}
+        if not wanted:
+            return []
+        ns = m["metadata"]["namespace"]
+        secrets = {}
+        for name in wanted:
+            try:
+                secrets[name] = self.kube.get("Secret", ns, name)
+            except ApiError:
+                secrets[name] = None  # cannot tell (e.g. no permission): let the kubelet decide
+        return missing_keys(wanted, secrets)
 
     def close(self) -> None:
         self._requests.shutdown(wait=True)
