@@ -20,6 +20,13 @@ from syncer.models.names import (
     label_value_problem,
     name_problem,
 )
+from syncer.models.netsources import (
+    ANN_CONTROL_API_FROM,
+    ANN_FLEET_API_FROM,
+    ANN_NETWORK_POLICIES,
+    Source,
+    parse_sources,
+)
 from syncer.models.nodeconfig import (
     NODE_VAR,
     PLACEHOLDER,
@@ -179,6 +186,15 @@ class Federation(StrictModel):
     def pool_name(self, pool: Pool) -> str:
         return f"{self.name}-supernode-{pool.name}"
 
+    @property
+    def network_policies(self) -> bool:
+        """NetworkPolicies for the SuperLink and the pools: on unless the annotation says disabled."""
+        return self.metadata.annotations.get(ANN_NETWORK_POLICIES, "enabled") != "disabled"
+
+    def api_sources(self, annotation: str) -> list[Source]:
+        """Who may reach a SuperLink API besides the federation's own SuperNodes (netsources)."""
+        return parse_sources(self.metadata.annotations.get(annotation, ""))[0]
+
     def semantic_issues(self) -> list[Issue]:
         issues: list[Issue] = []
         spec = self.spec
@@ -222,6 +238,7 @@ class Federation(StrictModel):
         issues.extend(self._label_issues())
         issues.extend(self._env_issues())
         issues.extend(self._extra_arg_issues())
+        issues.extend(self._network_issues())
         if not spec.insecure and not self.tls_secret():
             issues.append(Issue(("spec", "insecure"), "insecure: false needs the SuperLink's certificate, and none is "
                                 "named (Flower would exit at start-up)",
@@ -230,6 +247,19 @@ class Federation(StrictModel):
         elif self.tls_secret() and name_problem(self.tls_secret(), "Secret name"):
             issues.append(Issue(("metadata", "annotations", ANN_TLS_SECRET),
                                 str(name_problem(self.tls_secret(), "Secret name")), "use the Secret's name"))
+        return issues
+
+    def _network_issues(self) -> list[Issue]:
+        annotations = self.metadata.annotations
+        issues = []
+        mode = annotations.get(ANN_NETWORK_POLICIES, "enabled")
+        if mode not in ("enabled", "disabled"):
+            issues.append(Issue(("metadata", "annotations", ANN_NETWORK_POLICIES), f"{mode!r} is not a setting",
+                                "write enabled (the default) or disabled"))
+        for key in (ANN_FLEET_API_FROM, ANN_CONTROL_API_FROM):
+            issues += [Issue(("metadata", "annotations", key), problem,
+                             "list CIDRs, namespaces or NAMESPACE/KEY=VALUE pod labels, or * for anyone")
+                       for problem in parse_sources(annotations.get(key, ""))[1]]
         return issues
 
     def _extra_arg_issues(self) -> list[Issue]:

@@ -1,7 +1,8 @@
 """Federation -> Kubernetes objects: what the flower-operator creates, minus its known defects.
 
-Objects: the SuperLink StatefulSet and Service, one StatefulSet or DaemonSet per pool, and a
-headless governing Service per pool StatefulSet. Differences from the operator, on purpose:
+Objects: the SuperLink StatefulSet and Service, one StatefulSet or DaemonSet per pool, a headless
+governing Service per pool StatefulSet, and two NetworkPolicies (SuperLink, SuperNodes; see
+models/netsources.py). Differences from the operator, on purpose:
 
 - env and volume-mount merges keep a fixed order (the operator's order changes between reconciles
   and rolls the pods);
@@ -12,7 +13,9 @@ headless governing Service per pool StatefulSet. Differences from the operator, 
 - SuperExec containers always get `--insecure` (SuperExec has no TLS up to Flower 1.26 and only
   talks to its own pod) and accept `superexecExtraArgs`;
 - `podTemplate.metadata` labels/annotations reach the pods, `initContainers` are appended, and
-  other pod-level fields replace ours instead of being silently dropped.
+  other pod-level fields replace ours instead of being silently dropped;
+- NetworkPolicies (the operator renders none): the Fleet API only from the federation's SuperNodes
+  and named sources, the Control API only from named sources, nothing into the pool pods.
 """
 
 from __future__ import annotations
@@ -26,9 +29,12 @@ from syncer.identity import (
     LABEL_INSTANCE,
     LABEL_NAME,
     LABEL_POOL,
+    LABEL_UNIT,
+    LABEL_UNIT_KIND,
     Manifest,
 )
 from syncer.models.federation import GPU, GPU_ENV, ClaimTemplate, Federation, Pool
+from syncer.models.netsources import ANN_CONTROL_API_FROM, ANN_FLEET_API_FROM, Source
 from syncer.models.nodeconfig import INDEX_VAR, NODE_VAR, POD_NAME_VAR, encode_template, join_pairs, shell_word
 from syncer.render.common import RenderContext, clone, metadata
 
@@ -56,6 +62,8 @@ def render_federation(fed: Federation, ctx: RenderContext) -> list[Manifest]:
         out.append(_pool_workload(fed, pool, ctx))
         if fed.stateful:
             out.append(_pool_headless_service(fed, pool, ctx))
+    if fed.network_policies:
+        out += [_superlink_policy(fed, ctx), _supernodes_policy(fed, ctx)]
     return out
 
 
@@ -116,6 +124,46 @@ def _superlink_statefulset(fed: Federation, ctx: RenderContext) -> Manifest:
     if sl.volumeClaimTemplates:
         spec["volumeClaimTemplates"] = [_claim(c) for c in sl.volumeClaimTemplates]
     return {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": metadata(ctx, name, selector), "spec": spec}
+
+
+def _superlink_policy(fed: Federation, ctx: RenderContext) -> Manifest:
+    """Ingress to the SuperLink: the Fleet API from the federation's own SuperNodes and the sources
+    named in flower-syncer.io/fleet-api-from; the Control API (flwr run, flwr ls) only from those
+    in flower-syncer.io/control-api-from (none by default; `kubectl port-forward` still works).
+    ServerAppIo stays inside the pod (the SuperExec sidecar dials localhost)."""
+    own = {"podSelector": {"matchLabels": _supernode_pods(fed, ctx)}}
+    ingress = [_rule(FLEET_PORT, [own], fed.api_sources(ANN_FLEET_API_FROM))]
+    control = fed.api_sources(ANN_CONTROL_API_FROM)
+    if control:
+        ingress.append(_rule(CONTROL_PORT, [], control))
+    return _policy(fed, ctx, fed.superlink_name(), superlink_selector(fed), ingress)
+
+
+def _supernodes_policy(fed: Federation, ctx: RenderContext) -> Manifest:
+    """No ingress to the pool pods: a SuperNode dials out to the SuperLink, and its ClientAppIo API
+    serves only the SuperExec in its own pod (localhost)."""
+    return _policy(fed, ctx, f"{fed.name}-supernodes", _supernode_pods(fed, ctx), [])
+
+
+def _supernode_pods(fed: Federation, ctx: RenderContext) -> dict[str, str]:
+    """Every pool pod of this federation, and no SuperNode of a Helm release that shares its
+    instance label: the unit labels are on every pod we render."""
+    return {LABEL_NAME: "supernode", LABEL_INSTANCE: fed.name, LABEL_UNIT_KIND: ctx.unit.kind,
+            LABEL_UNIT: ctx.unit.name}
+
+
+def _rule(port: int, peers: list[dict[str, Any]], sources: list[Source]) -> dict[str, Any]:
+    rule: dict[str, Any] = {"ports": [{"protocol": "TCP", "port": port}]}
+    if not any(s.anywhere for s in sources):  # `*`: no `from`, anyone
+        rule["from"] = [*peers, *(s.peer() for s in sources)]
+    return rule
+
+
+def _policy(fed: Federation, ctx: RenderContext, name: str, selector: dict[str, str],
+            ingress: list[dict[str, Any]]) -> Manifest:
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": metadata(ctx, name, {LABEL_NAME: "flower-federation", LABEL_INSTANCE: fed.name}),
+            "spec": {"podSelector": {"matchLabels": selector}, "policyTypes": ["Ingress"], "ingress": ingress}}
 
 
 def _ca_secret(fed: Federation, ctx: RenderContext) -> Manifest:

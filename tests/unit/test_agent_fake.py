@@ -68,7 +68,7 @@ def test_a_clash_never_removes_a_unit_still_in_git(agent: Agent, tmp_path: Path)
     # nothing new to apply and nothing to prune: the unit is synced at its last good state again,
     # which records on its inventory why it is not newer (a ConfigError condition)
     assert changed == [FED_UNIT] and agent.desired[FED_UNIT].revision == "r1"
-    assert "renders Service/flower/fed-superlink" in agent.installed.plan.errors[FED_UNIT]
+    assert "/flower/fed-superlink and 1 more object" in agent.installed.plan.errors[FED_UNIT]
     assert not agent.installed.plan.prune_allowed
     assert {u.id for u in agent.installed.plan.failed} == {FED_UNIT.id, f"supernode/{NS}/aaa"}
     assert agent.units[FED_UNIT].config_errors  # and it says why

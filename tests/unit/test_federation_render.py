@@ -35,6 +35,8 @@ def test_every_operator_example_renders_deterministically(path: Path) -> None:
 def test_quickstart_objects_names_and_labels() -> None:
     objs = render("quickstart.yaml")
     assert sorted(objs) == [
+        ("NetworkPolicy", "my-federation-superlink"),
+        ("NetworkPolicy", "my-federation-supernodes"),
         ("Service", "my-federation-superlink"),
         ("Service", "my-federation-supernode-default"),
         ("StatefulSet", "my-federation-superlink"),
