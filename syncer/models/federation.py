@@ -267,7 +267,8 @@ class Federation(StrictModel):
         side checks the same): the container would get it twice, and which one wins is Flower's
         parser's business."""
         spec = self.spec
-        common = {"--isolation": "set spec.isolationMode instead", "--insecure": "set spec.insecure instead"}
+        common = {"--isolation": "set spec.isolationMode instead", "--insecure": "set spec.insecure instead",
+                  "--health-server-address": "flower-syncer runs the health server on 8081 for the probes"}
         issues = [Issue(("spec", "superlink", "extraArgs", i), f"{flag} is already set from the document", hint)
                   for i, flag, hint in _managed_args(spec.superlink.extraArgs, common)]
         for p, pool in enumerate(spec.supernodes.pools):

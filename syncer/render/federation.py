@@ -36,12 +36,16 @@ from syncer.identity import (
 from syncer.models.federation import GPU, GPU_ENV, ClaimTemplate, Federation, Pool
 from syncer.models.netsources import ANN_CONTROL_API_FROM, ANN_FLEET_API_FROM, Source
 from syncer.models.nodeconfig import INDEX_VAR, NODE_VAR, POD_NAME_VAR, encode_template, join_pairs, shell_word
+from syncer.models.supernode.naming import flower_version
 from syncer.render.common import RenderContext, clone, metadata
 
 SERVERAPPIO_PORT = 9091
 FLEET_PORT = 9092
 CONTROL_PORT = 9093
 CLIENTAPPIO_PORT = 9094
+HEALTH_PORT = 8081  # Flower's gRPC health server (--health-server-address, 1.21+), the SuperNode chart's port
+SUPEREXEC_HEALTH_PORT = 8082  # the SuperExec sidecar's, in the same pod
+HEALTH_SINCE = (1, 21)
 
 
 # podTemplate.spec lists that are added to ours (by name) instead of replacing them.
@@ -97,13 +101,15 @@ def _superlink_statefulset(fed: Federation, ctx: RenderContext) -> Manifest:
     superlink = _container("superlink", sl.image, args=args, ports=ports, env=sl.env, resources=sl.resources,
                            mounts=[*sl.volumeMounts, *tls_mounts])
     superlink["readinessProbe"] = {"tcpSocket": {"port": "fleet"}, "periodSeconds": 10}
+    _with_health(superlink, HEALTH_PORT, "health")
     containers = [superlink]
     if process:
-        containers.append(_container(
+        containers.append(_with_health(_container(
             "superexec-serverapp", sl.superexecImage,
             args=["--plugin-type=serverapp", f"--appio-api-address=localhost:{SERVERAPPIO_PORT}", "--insecure",
                   *sl.superexecExtraArgs],
-            env=sl.env, resources=sl.superexecResources, mounts=sl.superexecVolumeMounts or sl.volumeMounts))
+            env=sl.env, resources=sl.superexecResources, mounts=sl.superexecVolumeMounts or sl.volumeMounts),
+            SUPEREXEC_HEALTH_PORT, "health-exec"))
     pod_spec: dict[str, Any] = {"containers": containers}
     volumes = clone(sl.volumes)
     if not fed.spec.insecure:  # the server's key and certificate, and the CA flower-syncer copied
@@ -136,13 +142,24 @@ def _superlink_policy(fed: Federation, ctx: RenderContext) -> Manifest:
     control = fed.api_sources(ANN_CONTROL_API_FROM)
     if control:
         ingress.append(_rule(CONTROL_PORT, [], control))
+    ingress += _health_rule([fed.spec.superlink.image, fed.spec.superlink.superexecImage or ""])
     return _policy(fed, ctx, fed.superlink_name(), superlink_selector(fed), ingress)
 
 
 def _supernodes_policy(fed: Federation, ctx: RenderContext) -> Manifest:
     """No ingress to the pool pods: a SuperNode dials out to the SuperLink, and its ClientAppIo API
     serves only the SuperExec in its own pod (localhost)."""
-    return _policy(fed, ctx, f"{fed.name}-supernodes", _supernode_pods(fed, ctx), [])
+    images = [i for p in fed.spec.supernodes.pools
+              for i in (p.images.supernode or fed.spec.supernodes.image, p.images.superexecClientApp or "")]
+    return _policy(fed, ctx, f"{fed.name}-supernodes", _supernode_pods(fed, ctx), _health_rule(images))
+
+
+def _health_rule(images: list[str]) -> list[dict[str, Any]]:
+    """The health ports, open: the kubelet's gRPC probes come from the node, which some CNIs hold
+    to NetworkPolicies (the health service says SERVING and nothing else)."""
+    if not any(i and has_health_server(i) for i in images):
+        return []
+    return [{"ports": [{"protocol": "TCP", "port": HEALTH_PORT}, {"protocol": "TCP", "port": SUPEREXEC_HEALTH_PORT}]}]
 
 
 def _supernode_pods(fed: Federation, ctx: RenderContext) -> dict[str, str]:
@@ -225,16 +242,17 @@ def _pool_workload(fed: Federation, pool: Pool, ctx: RenderContext) -> Manifest:
             {"name": CA_VOLUME, "mountPath": CERT_DIR, "readOnly": True}])], keep_existing=True),
         privileged=privileged)
     supernode["readinessProbe"] = {"tcpSocket": {"port": "clientappio"}, "periodSeconds": 10}
+    _with_health(supernode, HEALTH_PORT, "health")
     _add_node_config(fed, pool, supernode)
     containers = [supernode]
     if process:
-        containers.append(_container(
+        containers.append(_with_health(_container(
             "superexec-clientapp", pool.images.superexecClientApp,
             args=["--plugin-type=clientapp", f"--appio-api-address=localhost:{CLIENTAPPIO_PORT}", "--insecure",
                   *pool.superexecExtraArgs],
             env=env, resources=_with_gpu(pool.superexecResources, gpu_resource),
             mounts=_merge_named(pool.superexecVolumeMounts or pool.volumeMounts, gpu_mounts, keep_existing=True),
-            privileged=privileged))
+            privileged=privileged), SUPEREXEC_HEALTH_PORT, "health-exec"))
 
     pod_spec: dict[str, Any] = {"containers": containers}
     ca_volume = [] if spec_.insecure else [{"name": CA_VOLUME, "secret": {
@@ -349,6 +367,26 @@ def _container(name: str, image: str, *, args: list[str], env: list[dict[str, An
         container["volumeMounts"] = clone(mounts)
     if privileged:
         container["securityContext"] = {"privileged": True}
+    return container
+
+
+def has_health_server(image: str) -> bool:
+    """Whether the image's Flower has --health-server-address (1.21+); unknown tags (latest, a
+    digest) are taken as recent, as on the SuperNode chart's side."""
+    last = image.split("@", 1)[0].rsplit("/", 1)[-1]
+    version = flower_version(last.split(":", 1)[1]) if ":" in last else None
+    return version is None or version >= HEALTH_SINCE
+
+
+def _with_health(container: dict[str, Any], port: int, port_name: str) -> dict[str, Any]:
+    """Flower's gRPC health server (plain text, also beside a TLS SuperLink) on `port`, and kubelet
+    gRPC probes on it: readiness, and liveness so a wedged process is restarted."""
+    if has_health_server(container["image"]):
+        container["args"].append(f"--health-server-address=0.0.0.0:{port}")
+        container.setdefault("ports", []).append(_port(port_name, port))
+        probe = {"grpc": {"port": port}, "periodSeconds": 10, "timeoutSeconds": 1, "failureThreshold": 3}
+        container["readinessProbe"] = probe
+        container["livenessProbe"] = {**probe, "failureThreshold": 6}
     return container
 
 

@@ -32,21 +32,22 @@ def test_by_default_only_the_federations_supernodes_reach_the_fleet_api(tmp_path
     assert superlink["podSelector"]["matchLabels"] == by_kind(manifests, "StatefulSet", "fed-superlink")[
         "spec"]["selector"]["matchLabels"]
     assert superlink["policyTypes"] == ["Ingress"]
-    (fleet,) = superlink["ingress"]  # no Control API rule: nobody but port-forward
+    fleet, health = superlink["ingress"]  # no Control API rule: nobody but port-forward
+    assert health == {"ports": [{"protocol": "TCP", "port": 8081}, {"protocol": "TCP", "port": 8082}]}
     assert fleet["ports"] == [{"protocol": "TCP", "port": 9092}]
     (own,) = fleet["from"]
     pool_pods = by_kind(manifests, "StatefulSet", "fed-supernode-a")["spec"]["template"]["metadata"]["labels"]
     assert own["podSelector"]["matchLabels"].items() <= pool_pods.items()
     assert own["podSelector"]["matchLabels"]["flower-syncer.io/unit"] == "fed"
     supernodes = by_kind(manifests, "NetworkPolicy", "fed-supernodes")["spec"]
-    assert supernodes["ingress"] == [] and supernodes["podSelector"] == own["podSelector"]
+    assert supernodes["ingress"] == [health] and supernodes["podSelector"] == own["podSelector"]
 
 
 def test_named_sources(tmp_path: Path) -> None:
     manifests, errors = rendered(tmp_path, '{"flower-syncer.io/fleet-api-from": "10.20.0.0/16, edge-sites", '
                                            '"flower-syncer.io/control-api-from": "ml-team/app=flwr-cli 192.0.2.7/32"}')
     assert errors == []
-    fleet, control = by_kind(manifests, "NetworkPolicy", "fed-superlink")["spec"]["ingress"]
+    fleet, control, _health = by_kind(manifests, "NetworkPolicy", "fed-superlink")["spec"]["ingress"]
     assert fleet["from"][1:] == [
         {"ipBlock": {"cidr": "10.20.0.0/16"}},
         {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "edge-sites"}}}]
@@ -55,7 +56,7 @@ def test_named_sources(tmp_path: Path) -> None:
          "podSelector": {"matchLabels": {"app": "flwr-cli"}}},
         {"ipBlock": {"cidr": "192.0.2.7/32"}}]}
     manifests, _ = rendered(tmp_path, '{"flower-syncer.io/fleet-api-from": "*"}')
-    (fleet,) = by_kind(manifests, "NetworkPolicy", "fed-superlink")["spec"]["ingress"]
+    fleet, _health = by_kind(manifests, "NetworkPolicy", "fed-superlink")["spec"]["ingress"]
     assert "from" not in fleet  # anyone
 
 
@@ -73,6 +74,22 @@ def test_bad_sources_name_the_annotation_file_and_line(tmp_path: Path) -> None:
     assert any("'10.0.0.300/8' is not a CIDR" in m for m in messages)
     assert any("'Team_A'" in m and "lowercase" in m for m in messages)
     assert any("'off' is not a setting" in m for m in messages)
+
+
+def test_flower_before_1_21_has_no_health_server(tmp_path: Path) -> None:
+    from syncer.render.federation import has_health_server
+    assert not has_health_server("flwr/superlink:1.20.0") and has_health_server("flwr/superlink:1.21.0")
+    assert has_health_server("registry:5000/flwr/supernode:1.25.0-py3.11")
+    assert has_health_server("flwr/supernode") and has_health_server("flwr/supernode@sha256:ab")  # unknown: recent
+    old = INSECURE.replace(":1.25.0", ":1.20.0").replace("{annotations}", "{}")
+    (tmp_path / "federations").mkdir()
+    (tmp_path / "flower-syncer.yaml").write_text(f"name: np\ndefaultNamespace: {NS}\n")
+    (tmp_path / "federations" / "fed.yaml").write_text(old)
+    manifests = next(iter(render_repo(load_repo(tmp_path)).units.values()))
+    sl = by_kind(manifests, "StatefulSet", "fed-superlink")["spec"]["template"]["spec"]["containers"][0]
+    assert "livenessProbe" not in sl and sl["readinessProbe"] == {"tcpSocket": {"port": "fleet"}, "periodSeconds": 10}
+    assert not any(a.startswith("--health") for a in sl["args"])
+    assert len(by_kind(manifests, "NetworkPolicy", "fed-superlink")["spec"]["ingress"]) == 1
 
 
 def test_source_syntax() -> None:

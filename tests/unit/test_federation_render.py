@@ -69,8 +69,10 @@ def test_superlink_subprocess_args_ports_and_service() -> None:
     assert sl["spec"]["serviceName"] == "federation-statefulset-superlink"
     c = container(sl, "superlink")
     assert c["image"] == "flwr/superlink:1.25.0"
-    assert c["args"] == ["--isolation=subprocess", "--insecure"]
-    assert [(p["name"], p["containerPort"]) for p in c["ports"]] == [("fleet", 9092), ("control", 9093)]
+    assert c["args"] == ["--isolation=subprocess", "--insecure", "--health-server-address=0.0.0.0:8081"]
+    assert [(p["name"], p["containerPort"]) for p in c["ports"]] == [("fleet", 9092), ("control", 9093),
+                                                                      ("health", 8081)]
+    assert c["livenessProbe"]["grpc"] == c["readinessProbe"]["grpc"] == {"port": 8081}
     assert c["resources"] == {"requests": {"memory": "256Mi", "cpu": "100m"},
                               "limits": {"memory": "512Mi", "cpu": "500m"}}
     assert len(sl["spec"]["template"]["spec"]["containers"]) == 1
@@ -96,7 +98,8 @@ def test_daemonset_mode_has_no_replicas_and_no_headless_service() -> None:
     assert "serviceName" not in ds["spec"]
     assert ("Service", "federation-daemonset-supernode-default") not in objs
     c = container(ds, "supernode")
-    assert c["args"] == ["--superlink=federation-daemonset-superlink:9092", "--isolation=subprocess", "--insecure"]
+    assert c["args"] == ["--superlink=federation-daemonset-superlink:9092", "--isolation=subprocess", "--insecure",
+                         "--health-server-address=0.0.0.0:8081"]
     assert c["resources"]["limits"] == {"memory": "1Gi", "cpu": "1000m"}
 
 
@@ -105,19 +108,25 @@ def test_process_mode_sidecars() -> None:
     sl = objs[("StatefulSet", "federation-process-superlink")]
     names = [c["name"] for c in sl["spec"]["template"]["spec"]["containers"]]
     assert names == ["superlink", "superexec-serverapp"]
-    assert [p["name"] for p in container(sl, "superlink")["ports"]] == ["fleet", "control", "serverappio"]
+    assert [p["name"] for p in container(sl, "superlink")["ports"]] == ["fleet", "control", "serverappio", "health"]
     assert container(sl, "superexec-serverapp")["args"] == [
-        "--plugin-type=serverapp", "--appio-api-address=localhost:9091", "--insecure"]
+        "--plugin-type=serverapp", "--appio-api-address=localhost:9091", "--insecure",
+        "--health-server-address=0.0.0.0:8082"]
     svc = objs[("Service", "federation-process-superlink")]
     assert [p["name"] for p in svc["spec"]["ports"]] == ["fleet", "control", "serverappio"]
     pool = objs[("StatefulSet", "federation-process-supernode-default")]
     sn = container(pool, "supernode")
     assert sn["args"] == ["--superlink=federation-process-superlink:9092", "--isolation=process", "--insecure",
-                          "--clientappio-api-address=0.0.0.0:9094"]
-    assert sn["ports"] == [{"name": "clientappio", "containerPort": 9094, "protocol": "TCP"}]
+                          "--clientappio-api-address=0.0.0.0:9094",
+                          "--health-server-address=0.0.0.0:8081"]
+    assert sn["ports"] == [{"name": "clientappio", "containerPort": 9094, "protocol": "TCP"},
+                           {"name": "health", "containerPort": 8081, "protocol": "TCP"}]
     ce = container(pool, "superexec-clientapp")
+    assert ce["ports"] == [{"name": "health-exec", "containerPort": 8082, "protocol": "TCP"}]
+    assert ce["livenessProbe"]["grpc"] == {"port": 8082}
     assert ce["image"] == "flwr/superexec:1.25.0"
-    assert ce["args"] == ["--plugin-type=clientapp", "--appio-api-address=localhost:9094", "--insecure"]
+    assert ce["args"] == ["--plugin-type=clientapp", "--appio-api-address=localhost:9094", "--insecure",
+                          "--health-server-address=0.0.0.0:8082"]
 
 
 def test_pool_image_override() -> None:
