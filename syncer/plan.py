@@ -26,12 +26,23 @@ class Policy:
 
 
 @dataclass(frozen=True)
+class NodeAuth:
+    """The SuperNode keys a Federation's SuperLink admits, registered through its Control API once
+    the unit's objects are applied (engine/nodekeys.py)."""
+
+    address: str  # host:port of the Control API
+    ca_secret: str  # Secret of the unit's namespace whose ca.crt the Control API's certificate chains to
+    keys: tuple[tuple[str, bytes], ...] = ()  # (label, SubjectPublicKeyInfo PEM), in Git's order
+
+
+@dataclass(frozen=True)
 class UnitPlan:
     unit: Unit
     manifests: list[Manifest]
     policy: Policy = Policy()
     source: str = ""  # the repo file that defines it
     revision: str = ""  # the revision its manifests were rendered from
+    node_auth: NodeAuth | None = None
 
 
 @dataclass(frozen=True)

@@ -390,7 +390,8 @@ class Agent:
             if d.severity == "error":
                 errors_by_unit.setdefault(d.unit, []).append(d)
         for unit, planned in fresh.units.items():
-            digest = fingerprint({"objects": planned.manifests, "policy": dataclasses.asdict(planned.policy)})
+            digest = fingerprint({"objects": planned.manifests, "policy": dataclasses.asdict(planned.policy),
+                                  "nodeAuth": repr(planned.node_auth)})
             if unit not in units:
                 self.metrics.init_unit(unit.id, {m["kind"] for m in planned.manifests})
             if digests.get(unit) != digest:

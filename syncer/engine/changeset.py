@@ -73,6 +73,8 @@ class UnitResult:
     skipped: SkipReason | None = None
     suspended: SkipReason | None = None
     """Set on a dry-run that measured a suspended unit's drift anyway (`diff`, `status`)."""
+    node_keys: dict[str, Any] | None = None
+    """For a Federation with SuperNode authentication: its keys on the SuperLink (engine/nodekeys.py)."""
 
     @property
     def ok(self) -> bool:
@@ -93,4 +95,6 @@ class UnitResult:
             out["skipped"] = str(self.skipped)
         if self.suspended is not None:
             out["suspended"] = str(self.suspended)
+        if self.node_keys is not None:
+            out["nodeKeys"] = self.node_keys
         return out

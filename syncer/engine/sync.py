@@ -6,6 +6,7 @@ The same engine serves the one-shot CLI (`sync`, `diff`) and the long-running ag
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import itertools
 import threading
@@ -40,7 +41,7 @@ from syncer.identity import (
     ObjectRef,
     Unit,
 )
-from syncer.plan import Claims, Plan, Policy, UnitPlan
+from syncer.plan import Claims, NodeAuth, Plan, Policy, UnitPlan
 
 
 @dataclass
@@ -293,6 +294,8 @@ class Engine:
             else:
                 res.changes.extend(Change(r, Action.SKIPPED, "not pruned: pruning is disabled") for r in leftovers)
                 entries.update({r: inv.entries[r] for r in leftovers})
+        if planned.node_auth is not None and not opts.dry_run and res.ok:
+            self._sync_node_keys(planned.node_auth, unit, res)  # before the Ready condition is written
         inv_ref = inventory_ref(unit)
         if recovered:
             res.changes.append(Change(inv_ref, Action.SKIPPED if opts.dry_run else Action.CREATED,
@@ -314,6 +317,26 @@ class Engine:
             if self._write_inventory(new, res):
                 live.inventories[unit] = new  # a resync right after need not wait for a watch event
         return res
+
+    def _sync_node_keys(self, auth: NodeAuth, unit: Unit, res: UnitResult) -> None:
+        """Register the federation's SuperNode keys with its SuperLink (and unregister the rest),
+        over TLS with the CA flower-syncer copied for the SuperNodes."""
+        from syncer.cluster.flower_control import ControlClient  # grpc: only for such federations
+        from syncer.engine.nodekeys import reconcile
+
+        secret = self.kube.get("Secret", unit.namespace, auth.ca_secret) or {}
+        ca = ((secret.get("data") or {}).get("ca.crt")) or ""
+        if not ca:
+            res.errors.append(f"cannot register SuperNode keys yet: Secret {unit.namespace}/{auth.ca_secret} "
+                              "has no ca.crt")
+            return
+        client = ControlClient(auth.address, base64.b64decode(ca))
+        try:
+            report = reconcile(client, auth.keys)
+        finally:
+            client.close()
+        res.node_keys = report.to_dict()
+        res.errors.extend(report.errors)
 
     def suspended_drift(self, planned: UnitPlan, live: LiveState, plan: Plan) -> UnitResult:
         """What differs from Git for a suspended unit: a dry-run as if it were not suspended (no

@@ -27,6 +27,15 @@ from syncer.models.netsources import (
     Source,
     parse_sources,
 )
+from syncer.models.nodeauth import (
+    ANN_CONTROL_API_ADDRESS,
+    ANN_SUPERNODE_AUTH,
+    ANN_SUPERNODE_KEYS,
+    AUTH_SINCE,
+    CONTROL_API_PORT,
+    NodeKey,
+    parse_keys,
+)
 from syncer.models.nodeconfig import (
     NODE_VAR,
     PLACEHOLDER,
@@ -36,6 +45,7 @@ from syncer.models.nodeconfig import (
     encode_template,
     unknown_placeholders,
 )
+from syncer.models.supernode.naming import image_version
 
 API_VERSION = "flwr.exalsius.ai/v1"
 KIND = "Federation"
@@ -191,6 +201,20 @@ class Federation(StrictModel):
         """NetworkPolicies for the SuperLink and the pools: on unless the annotation says disabled."""
         return self.metadata.annotations.get(ANN_NETWORK_POLICIES, "enabled") != "disabled"
 
+    @property
+    def supernode_auth(self) -> bool:
+        """The SuperLink admits only SuperNodes whose keys are registered (models/nodeauth.py)."""
+        return self.metadata.annotations.get(ANN_SUPERNODE_AUTH, "disabled") == "enabled"
+
+    def admitted_keys(self) -> list[NodeKey]:
+        return parse_keys(self.metadata.annotations.get(ANN_SUPERNODE_KEYS, ""))[0]
+
+    def control_api_address(self, namespace: str) -> str:
+        """Where flower-syncer reaches the Control API to register keys: the SuperLink's Service,
+        unless the annotation says otherwise (a SuperLink outside the cluster, tests)."""
+        default = f"{self.superlink_name()}.{namespace}.svc:{CONTROL_API_PORT}"
+        return self.metadata.annotations.get(ANN_CONTROL_API_ADDRESS, default)
+
     def api_sources(self, annotation: str) -> list[Source]:
         """Who may reach a SuperLink API besides the federation's own SuperNodes (netsources)."""
         return parse_sources(self.metadata.annotations.get(annotation, ""))[0]
@@ -239,6 +263,7 @@ class Federation(StrictModel):
         issues.extend(self._env_issues())
         issues.extend(self._extra_arg_issues())
         issues.extend(self._network_issues())
+        issues.extend(self._auth_issues())
         if not spec.insecure and not self.tls_secret():
             issues.append(Issue(("spec", "insecure"), "insecure: false needs the SuperLink's certificate, and none is "
                                 "named (Flower would exit at start-up)",
@@ -247,6 +272,45 @@ class Federation(StrictModel):
         elif self.tls_secret() and name_problem(self.tls_secret(), "Secret name"):
             issues.append(Issue(("metadata", "annotations", ANN_TLS_SECRET),
                                 str(name_problem(self.tls_secret(), "Secret name")), "use the Secret's name"))
+        return issues
+
+    def _auth_issues(self) -> list[Issue]:
+        annotations = self.metadata.annotations
+        at: FieldPath = ("metadata", "annotations", ANN_SUPERNODE_AUTH)
+        keys_at: FieldPath = ("metadata", "annotations", ANN_SUPERNODE_KEYS)
+        issues = [Issue(keys_at, f"line {i + 1} of the list: {problem}",
+                        "one OpenSSH ECDSA public key per line, as ssh-keygen -t ecdsa writes it (the .pub file)")
+                  for i, problem in parse_keys(annotations.get(ANN_SUPERNODE_KEYS, ""))[1]]
+        mode = annotations.get(ANN_SUPERNODE_AUTH, "disabled")
+        if mode not in ("enabled", "disabled"):
+            return [*issues, Issue(at, f"{mode!r} is not a setting", "write enabled or disabled (the default)")]
+        if mode == "disabled":
+            if annotations.get(ANN_SUPERNODE_KEYS, "").strip():
+                issues.append(Issue(keys_at, "public keys are listed but supernode authentication is off, so "
+                                    "any SuperNode is admitted", f"set {ANN_SUPERNODE_AUTH}: enabled",
+                                    severity="warning"))
+            return issues
+        spec = self.spec
+        if spec.insecure:
+            issues.append(Issue(at, "SuperNode authentication needs a TLS SuperLink (Flower refuses it with "
+                                "--insecure)", f"set insecure: false and name the certificate in {ANN_TLS_SECRET}"))
+        version = image_version(spec.superlink.image)
+        if version is not None and version < AUTH_SINCE:
+            issues.append(Issue(("spec", "superlink", "image"), f"SuperNode authentication with keys registered "
+                                f"through the Control API needs Flower 1.23 or newer, not {spec.superlink.image}",
+                                "use a newer SuperLink image, or set supernode-auth: disabled"))
+        for i, pool in enumerate(spec.supernodes.pools):
+            pool_at: FieldPath = ("spec", "supernodes", "pools", i)
+            if not any(a.split("=", 1)[0] == "--auth-supernode-private-key" for a in pool.extraArgs):
+                issues.append(Issue((*pool_at, "extraArgs"), f"pool {pool.name!r} has no key, so the SuperLink "
+                                    "refuses its SuperNodes", "mount a private key from a Secret (volumes, "
+                                    "volumeMounts) and pass --auth-supernode-private-key=<path> in extraArgs; "
+                                    "list its public key in " + ANN_SUPERNODE_KEYS))
+            elif spec.mode == "DaemonSet" or (pool.replicas or 1) > 1:
+                issues.append(Issue((*pool_at, "replicas"), f"the SuperNodes of pool {pool.name!r} would share one "
+                                    "key, and the SuperLink admits one SuperNode per key",
+                                    "use one pool (StatefulSet, replicas: 1) per key, or SuperNode Helm releases "
+                                    "with global.nodeAuth"))
         return issues
 
     def _network_issues(self) -> list[Issue]:
@@ -269,8 +333,9 @@ class Federation(StrictModel):
         spec = self.spec
         common = {"--isolation": "set spec.isolationMode instead", "--insecure": "set spec.insecure instead",
                   "--health-server-address": "flower-syncer runs the health server on 8081 for the probes"}
+        superlink_only = {"--enable-supernode-auth": f"set the annotation {ANN_SUPERNODE_AUTH}: enabled"}
         issues = [Issue(("spec", "superlink", "extraArgs", i), f"{flag} is already set from the document", hint)
-                  for i, flag, hint in _managed_args(spec.superlink.extraArgs, common)]
+                  for i, flag, hint in _managed_args(spec.superlink.extraArgs, {**common, **superlink_only})]
         for p, pool in enumerate(spec.supernodes.pools):
             managed = {**common, "--superlink": "flower-syncer points the pool at the federation's SuperLink"}
             if spec.isolationMode == "process":

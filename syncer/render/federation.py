@@ -35,13 +35,14 @@ from syncer.identity import (
 )
 from syncer.models.federation import GPU, GPU_ENV, ClaimTemplate, Federation, Pool
 from syncer.models.netsources import ANN_CONTROL_API_FROM, ANN_FLEET_API_FROM, Source
+from syncer.models.nodeauth import CONTROL_API_PORT
 from syncer.models.nodeconfig import INDEX_VAR, NODE_VAR, POD_NAME_VAR, encode_template, join_pairs, shell_word
-from syncer.models.supernode.naming import flower_version
+from syncer.models.supernode.naming import image_version
 from syncer.render.common import RenderContext, clone, metadata
 
 SERVERAPPIO_PORT = 9091
 FLEET_PORT = 9092
-CONTROL_PORT = 9093
+CONTROL_PORT = CONTROL_API_PORT
 CLIENTAPPIO_PORT = 9094
 HEALTH_PORT = 8081  # Flower's gRPC health server (--health-server-address, 1.21+), the SuperNode chart's port
 SUPEREXEC_HEALTH_PORT = 8082  # the SuperExec sidecar's, in the same pod
@@ -93,6 +94,8 @@ def _superlink_statefulset(fed: Federation, ctx: RenderContext) -> Manifest:
     else:
         args += [f"--ssl-ca-certfile={CERT_DIR}/ca.crt", f"--ssl-certfile={CERT_DIR}/tls.crt",
                  f"--ssl-keyfile={CERT_DIR}/tls.key"]
+        if fed.supernode_auth:  # only the keys flower-syncer registers (engine/nodekeys.py) are admitted
+            args.append("--enable-supernode-auth")
     args.extend(sl.extraArgs)
     ports = [_port("fleet", FLEET_PORT), _port("control", CONTROL_PORT)]
     if process:
@@ -373,8 +376,7 @@ def _container(name: str, image: str, *, args: list[str], env: list[dict[str, An
 def has_health_server(image: str) -> bool:
     """Whether the image's Flower has --health-server-address (1.21+); unknown tags (latest, a
     digest) are taken as recent, as on the SuperNode chart's side."""
-    last = image.split("@", 1)[0].rsplit("/", 1)[-1]
-    version = flower_version(last.split(":", 1)[1]) if ":" in last else None
+    version = image_version(image)
     return version is None or version >= HEALTH_SINCE
 
 

@@ -12,7 +12,7 @@ from syncer.diagnostics import Diagnostic
 from syncer.identity import DEFAULT_REPOSITORY, Manifest, Unit, unit_matches
 from syncer.models.federation import Federation
 from syncer.models.settings import SyncPolicy
-from syncer.plan import Claims, Plan, Policy, UnitPlan
+from syncer.plan import Claims, NodeAuth, Plan, Policy, UnitPlan
 from syncer.render.common import RenderContext, object_ref, sort_manifests
 from syncer.render.federation import render_federation
 from syncer.render.guardrails import check_guardrails
@@ -137,6 +137,15 @@ def policy_of(policy: SyncPolicy) -> Policy:
                   allow_recreate=policy.allowRecreate)
 
 
+def node_auth_of(loaded: LoadedUnit) -> NodeAuth | None:
+    """What a Federation with supernode-auth asks to be registered with its SuperLink."""
+    fed = loaded.model
+    if not isinstance(fed, Federation) or not fed.supernode_auth or fed.spec.insecure:
+        return None
+    return NodeAuth(fed.control_api_address(loaded.unit.namespace), fed.ca_secret_name(),
+                    tuple((k.label, k.pem) for k in fed.admitted_keys()))
+
+
 def plan_repo(state: RepoState, rendered: Rendered, *, selectors: Sequence[str] = (), revision: str = "",
               default_repository: str = DEFAULT_REPOSITORY) -> Plan:
     """The engine's plan for a loaded and rendered repository (`rendered` made with the same
@@ -151,7 +160,8 @@ def plan_repo(state: RepoState, rendered: Rendered, *, selectors: Sequence[str] 
             errors.setdefault(by_id[d.unit], d.render().splitlines()[0])
     defined = frozenset(loaded) | failed
     return Plan(
-        units={unit: UnitPlan(unit, manifests, policy_of(loaded[unit].policy), loaded[unit].source, revision)
+        units={unit: UnitPlan(unit, manifests, policy_of(loaded[unit].policy), loaded[unit].source, revision,
+                              node_auth_of(loaded[unit]))
                for unit, manifests in rendered.units.items()},
         repository=state.settings.name or default_repository,
         former_names=frozenset(state.settings.renamedFrom) - {state.settings.name or default_repository},

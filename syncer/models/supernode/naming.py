@@ -78,6 +78,13 @@ def flower_version(tag: str) -> tuple[int, int] | None:
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
+def image_version(image: str) -> tuple[int, int] | None:
+    """(major, minor) from an image reference such as `flwr/superlink:1.25.0` or
+    `registry:5000/flwr/supernode:1.20.0-py3.11`; None for `latest`, a digest or no tag."""
+    last = image.split("@", 1)[0].rsplit("/", 1)[-1]
+    return flower_version(last.split(":", 1)[1]) if ":" in last else None
+
+
 def supports(image: Image, since: tuple[int, int]) -> bool:
     """Whether the image's Flower version has a feature; unknown versions are taken as recent."""
     version = flower_version(image.tag)
