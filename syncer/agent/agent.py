@@ -500,6 +500,8 @@ class Agent:
         seconds = time.monotonic() - start
         self.metrics.observe_sync(result, seconds)
         self.metrics.set_suspended(unit.id, result.skipped is not None and result.skipped.suspended)
+        if result.node_keys is not None:
+            self.metrics.set_supernode_keys(unit.id, result.node_keys["admitted"], len(result.node_keys["errors"]))
         corrected = corrections_by_kind(result, known)
         if corrected:
             self.metrics.observe_drift_corrections(unit.id, corrected)
@@ -573,6 +575,7 @@ class Agent:
                 "suspended": bool(result and result.skipped is not None and result.skipped.suspended),
                 "errors": (result.errors if result else []) + [d.render() for d in st.config_errors],
                 "failedObjects": [c.to_dict() for c in result.changes if c.action is Action.FAILED] if result else [],
+                "nodeKeys": result.node_keys if result else None,
             })
         checkout = self.checkout
         return {

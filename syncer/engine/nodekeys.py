@@ -47,8 +47,10 @@ def reconcile(api: ControlApi, keys: Sequence[tuple[str, bytes]]) -> KeyReport:
         return report
     active = {n.public_key.strip(): n for n in nodes if n.status != UNREGISTERED}
     retired = {n.public_key.strip() for n in nodes if n.status == UNREGISTERED}
-    wanted = {pem.strip(): label for label, pem in keys}
-    for pem, label in wanted.items():
+    # compared without the trailing newline, registered exactly as cryptography writes PEM: the
+    # SuperLink matches a connecting SuperNode's key byte for byte against what was registered
+    wanted = {pem.strip(): (label, pem) for label, pem in keys}
+    for pem, (label, exact) in wanted.items():
         if pem in active:
             report.admitted += 1
         elif pem in retired:
@@ -56,7 +58,7 @@ def reconcile(api: ControlApi, keys: Sequence[tuple[str, bytes]]) -> KeyReport:
                                  "admits it again: make a new key pair for that SuperNode and list its public key")
         else:
             try:
-                api.register(pem)
+                api.register(exact)
             except ControlApiError as exc:
                 report.errors.append(f"cannot register key {label}: {exc.detail}")
                 continue

@@ -27,6 +27,7 @@ flower_syncer_source_last_fetch_timestamp_seconds  gauge      -                 
 flower_syncer_source_poll_interval_seconds         gauge      -                     seconds between polls
 flower_syncer_config_errors                        gauge      unit                  config errors of the unit (0: fine)
 flower_syncer_unit_suspended                       gauge      unit                  1: suspended (not applied or healed)
+flower_syncer_supernode_keys                       gauge      unit, state           SuperNode keys: admitted|failing
 flower_syncer_queue_depth                          gauge      -                     sync requests waiting
 flower_syncer_objects_applied_total                counter    unit, action          objects handled by syncs, by action
 flower_syncer_drift_objects                        gauge      unit, kind            objects differing from Git now
@@ -234,6 +235,9 @@ class Metrics:
                                    "cleanly).", ["unit"], registry=r)
         self.unit_suspended = Gauge(PREFIX + "unit_suspended", "1 while the unit is suspended (not applied or "
                                     "healed), 0 otherwise.", ["unit"], registry=r)
+        self.supernode_keys = Gauge(PREFIX + "supernode_keys", "SuperNode keys a Federation lists in Git, by state "
+                                    "on its SuperLink: admitted (registered) or failing (cannot be registered).",
+                                    ["unit", "state"], registry=r)
         self.queue_depth = Gauge(PREFIX + "queue_depth", "Sync requests waiting to be worked on.", registry=r)
         self.objects_applied = Counter(PREFIX + "objects_applied_total", "Objects handled by syncs of the unit, "
                                        "by action.", ["unit", "action"], registry=r)
@@ -324,6 +328,10 @@ class Metrics:
 
     def set_config_errors(self, unit: str, n: int) -> None:
         self.config_errors.labels(unit).set(n)
+
+    def set_supernode_keys(self, unit: str, admitted: int, failing: int) -> None:
+        self.supernode_keys.labels(unit, "admitted").set(admitted)
+        self.supernode_keys.labels(unit, "failing").set(failing)
 
     def set_suspended(self, unit: str, suspended: bool) -> None:
         self.unit_suspended.labels(unit).set(1 if suspended else 0)
@@ -419,6 +427,8 @@ class Metrics:
             _remove(self.objects_applied, unit, action)
         for kind in drift_kinds:
             _remove(self.drift_objects, unit, kind)
+        for state in ("admitted", "failing"):
+            _remove(self.supernode_keys, unit, state)
         for kind in corrected:
             _remove(self.drift_corrections, unit, kind)
 

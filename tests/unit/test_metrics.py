@@ -295,7 +295,11 @@ def test_forget_unit_drops_every_series_of_the_unit() -> None:
         m.set_config_errors(unit, 1)
         m.set_drift(unit, {"StatefulSet": 1})
         m.observe_drift_corrections(unit, {"StatefulSet": 1})
+        m.observe_unit_commit_applied(unit, 0.2)
+        m.set_supernode_keys(unit, 2, 1)
     m.observe_status(_statuses(), [NodeGPU("gpu-nvidia-0", "nvidia.com/gpu", 4, 4)])
+    assert value(m, "flower_syncer_supernode_keys", unit=SN, state="failing") == 1
+    assert value(m, "flower_syncer_unit_commit_to_applied_seconds", unit=SN) == 0.2
     m.forget_unit(SN)
     units = {dict(labels).get("unit") for (_, labels) in samples(m)} - {None}
     assert units == {FED}

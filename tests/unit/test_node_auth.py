@@ -136,12 +136,13 @@ class FakeSuperLink:
 def test_reconcile_registers_what_git_lists_and_unregisters_the_rest() -> None:
     api = FakeSuperLink([RegisteredNode(1, "online", b"PEM-A\n"), RegisteredNode(2, "registered", b"PEM-HAND"),
                          RegisteredNode(3, "unregistered", b"PEM-OLD")])
-    report = reconcile(api, [("a", b"PEM-A"), ("b", b"PEM-B"), ("old", b"PEM-OLD")])
+    report = reconcile(api, [("a", b"PEM-A"), ("b", b"PEM-B\n"), ("old", b"PEM-OLD")])
     assert report.registered == ["b"] and report.unregistered == [2] and report.admitted == 2
+    assert RegisteredNode(103, "registered", b"PEM-B\n") in api.nodes  # registered byte for byte
     assert report.errors == ["key old was unregistered from this SuperLink before, and Flower never admits it again: "
                              "make a new key pair for that SuperNode and list its public key"]
     api.calls.clear()
-    again = reconcile(api, [("a", b"PEM-A"), ("b", b"PEM-B")])
+    again = reconcile(api, [("a", b"PEM-A"), ("b", b"PEM-B\n")])
     assert api.calls == [] and not again.changed and again.admitted == 2  # in step: no calls but the list
 
 
