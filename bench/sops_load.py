@@ -5,7 +5,7 @@ Makes N SuperNode releases whose values.yaml is encrypted by the real sops CLI (
 for a fresh age key, then times `load_repo` (the loader: read, pre-scan, parse, decrypt, validate)
 for the encrypted and the plain repository, best of R rounds. Prints the figures.
 
-    python3 bench/sops_load.py [N=100] [R=5]
+    python3 bench/sops_load.py [N=100] [R=5]   (R >= 2)
 """
 
 from __future__ import annotations
@@ -57,18 +57,24 @@ def main() -> None:
             (encrypted / "supernodes" / f"r{i}" / "values.yaml").write_text(out.stdout)
         keys = Decryption((identity,))
 
-        def best(repo: Path) -> float:
+        def timed(repo: Path) -> tuple[float, float]:
+            """(first load, best of the loads after it): cold, then with the agent's caches warm, as
+            when a new revision changed none of these files."""
             times = []
             for _ in range(rounds):
                 start = time.perf_counter()
                 state = load_repo(repo, keys)
                 times.append(time.perf_counter() - start)
                 assert len(state.units) == n and not state.errors, state.errors[:3]
-            return min(times)
+            return times[0], min(times[1:])
 
-        t_plain, t_enc = best(plain), best(encrypted)
-        print(f"{n} releases, best of {rounds}: plain {t_plain * 1000:.1f} ms, encrypted {t_enc * 1000:.1f} ms "
-              f"(+{(t_enc / t_plain - 1) * 100:.0f} %); decrypt per file {(t_enc - t_plain) / n * 1000:.2f} ms")
+        load_repo(plain, keys)  # imports and first-use costs out of the figures
+        (p_cold, p_warm), (e_cold, e_warm) = timed(plain), timed(encrypted)
+        print(f"{n} releases, {rounds} loads each")
+        print(f"  first load:  plain {p_cold * 1000:.1f} ms, encrypted {e_cold * 1000:.1f} ms "
+              f"(decrypt {(e_cold - p_cold) / n * 1000:.2f} ms per file)")
+        print(f"  unchanged:   plain {p_warm * 1000:.1f} ms, encrypted {e_warm * 1000:.1f} ms "
+              f"({(e_warm / p_warm - 1) * 100:+.0f} %; target: at most +10 %)")
 
 
 if __name__ == "__main__":

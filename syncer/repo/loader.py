@@ -12,7 +12,9 @@ listed in `failed` (by identity, where it can be told) so the engine keeps their
 
 from __future__ import annotations
 
+import copy
 import errno
+import hashlib
 import os
 import stat
 from collections.abc import Callable
@@ -75,6 +77,20 @@ class RepoState:
         return not self.errors
 
 
+@dataclass(frozen=True)
+class _OpenedFile:
+    docs: tuple[YamlDoc, ...]
+    problems: tuple[Diagnostic, ...]
+    encrypted: bool  # held a SOPS document (only such files are cached)
+    secrets: frozenset[str]
+    opaque: tuple[str, ...]
+
+
+# SOPS files by path, content and keys, parsed and decrypted: in memory only, bounded.
+OPENED_SIZE = 4096
+_OPENED: dict[tuple[str, str, bool, tuple[str, ...]], _OpenedFile] = {}
+
+
 class _Reader:
     """Reads files under the root, refusing anything that resolves outside it; decrypts SOPS files."""
 
@@ -87,9 +103,37 @@ class _Reader:
         self.encrypted: set[str] = set()  # files that were SOPS-encrypted
 
     def documents(self, text: str, rel: str) -> tuple[list[YamlDoc], list[Diagnostic]]:
-        """The YAML documents of a file, SOPS-encrypted ones decrypted in memory (see syncer.secrets)."""
+        """The YAML documents of a file, SOPS-encrypted ones decrypted in memory (see syncer.secrets).
+        A SOPS file seen before with the same content and keys is not parsed or decrypted again: a
+        new revision costs only the encrypted files that changed."""
+        key = (rel, hashlib.sha256(text.encode()).hexdigest(), self.decryption.required,
+               tuple(str(i) for i in self.decryption.identities))
+        hit = _OPENED.get(key)
+        if hit is not None:
+            return self._remember(rel, hit)
+        opened = self._open(text, rel)
+        if opened.encrypted:
+            if len(_OPENED) >= OPENED_SIZE:
+                _OPENED.pop(next(iter(_OPENED)))
+            _OPENED[key] = opened
+        return self._remember(rel, opened)
+
+    def _remember(self, rel: str, opened: _OpenedFile) -> tuple[list[YamlDoc], list[Diagnostic]]:
+        if opened.encrypted:
+            self.encrypted.add(rel)
+        if opened.secrets:
+            self.secrets[rel] = self.secrets.get(rel, frozenset()) | opened.secrets
+        if opened.opaque:
+            self.opaque.setdefault(rel, []).extend(opened.opaque)
+        # the callers own what they get: the cached documents stay as they were opened
+        return [replace(d, data=copy.deepcopy(d.data)) for d in opened.docs], list(opened.problems)
+
+    def _open(self, text: str, rel: str) -> _OpenedFile:
         docs, problems = load_documents(text, rel)
         out = []
+        encrypted = False
+        secrets: frozenset[str] = frozenset()
+        opaque: list[str] = []
         for doc in docs:
             if not is_encrypted(doc.data):
                 out.append(doc)
@@ -99,13 +143,12 @@ class _Reader:
                 problems.append(problem)
             if opened is None:
                 continue
-            self.encrypted.add(rel)
-            if opened.secrets:
-                self.secrets[rel] = self.secrets.get(rel, frozenset()) | opened.secrets
-            if opened.opaque:
-                self.opaque.setdefault(rel, []).extend(opened.opaque)
+            encrypted = True
+            secrets |= opened.secrets
+            opaque.extend(opened.opaque)
             out.append(opened.doc)
-        return out, problems
+        return _OpenedFile(tuple(out), tuple(problems), encrypted, secrets, tuple(opaque))
+
 
     def rel(self, path: Path) -> str:
         return path.relative_to(self.root).as_posix() if path.is_absolute() else path.as_posix()
