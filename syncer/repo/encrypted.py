@@ -4,9 +4,6 @@ free of the plaintext."""
 
 from __future__ import annotations
 
-import copy
-import hashlib
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -14,7 +11,7 @@ from typing import Any
 
 from syncer.diagnostics import Diagnostic, format_path
 from syncer.secrets.keys import Decryption
-from syncer.secrets.sops import METADATA_KEY, Decrypted, SopsError, decrypt_document
+from syncer.secrets.sops import METADATA_KEY, SopsError, decrypt_documents
 from syncer.yamldoc import YamlDoc
 
 REDACTED = "**redacted**"
@@ -32,36 +29,31 @@ class Opened:
 def open_document(doc: YamlDoc, decryption: Decryption) -> tuple[Opened | None, Diagnostic | None]:
     """The document decrypted; or, without a key when none is required, with placeholders where
     values are encrypted (and a warning); or None and an error naming the file."""
-    data: dict[str, Any] = doc.data
-    line = doc.position((METADATA_KEY,))[0] or doc.start_line
+    opened, problems = open_documents([doc], decryption)
+    return opened[0], (problems[0] if problems else None)
+
+
+def open_documents(docs: Sequence[YamlDoc], decryption: Decryption) -> tuple[list[Opened | None], list[Diagnostic]]:
+    """The SOPS documents of one file, decrypted together (sops computes one MAC over all the
+    documents of a file); see `open_document`. The loader keeps what it opened by file content, so
+    an unchanged file is not decrypted again."""
+    first = docs[0]
+    line = first.position((METADATA_KEY,))[0] or first.start_line
     if not decryption.identities and not decryption.required:
-        opaque: list[str] = []
-        body = _placeholders({k: v for k, v in data.items() if k != METADATA_KEY}, (), opaque)
-        warning = Diagnostic(doc.file, line, 1, "", "encrypted with SOPS: its encrypted values are not checked "
+        out: list[Opened | None] = []
+        for doc in docs:
+            opaque: list[str] = []
+            body = _placeholders({k: v for k, v in doc.data.items() if k != METADATA_KEY}, (), opaque)
+            out.append(Opened(replace(doc, data=body), opaque=tuple(opaque)))
+        warning = Diagnostic(first.file, line, 1, "", "encrypted with SOPS: its encrypted values are not checked "
                              "(no decryption key)", "pass --decryption-key-file to check them too", "warning")
-        return Opened(replace(doc, data=body), opaque=tuple(opaque)), warning
-    key = (doc.file, _fingerprint(data), tuple(str(i) for i in decryption.identities))
-    cached = _CACHE.get(key)
-    if cached is None:
-        try:
-            cached = decrypt_document(data, decryption.identities)
-        except SopsError as exc:
-            return None, Diagnostic(doc.file, line, 1, "", f"cannot decrypt this SOPS file: {exc.detail}",
-                                    exc.hint or "check the file and the decryption keys")
-        if len(_CACHE) >= CACHE_SIZE:
-            _CACHE.pop(next(iter(_CACHE)))
-        _CACHE[key] = cached
-    return Opened(replace(doc, data=copy.deepcopy(cached.data)), cached.secrets), None
-
-
-# Decrypted documents by file, content and keys: a new revision decrypts only the encrypted files
-# that changed (an age decryption costs ~0.5 ms). In memory only, bounded.
-CACHE_SIZE = 4096
-_CACHE: dict[tuple[str, str, tuple[str, ...]], Decrypted] = {}
-
-
-def _fingerprint(data: Any) -> str:
-    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+        return out, [warning]
+    try:
+        decrypted = decrypt_documents([d.data for d in docs], decryption.identities)
+    except SopsError as exc:
+        return [None] * len(docs), [Diagnostic(first.file, line, 1, "", f"cannot decrypt this SOPS file: "
+                                               f"{exc.detail}", exc.hint or "check the file and the decryption keys")]
+    return [Opened(replace(doc, data=d.data), d.secrets) for doc, d in zip(docs, decrypted, strict=True)], []
 
 
 def _placeholders(value: Any, path: tuple[str | int, ...], opaque: list[str]) -> Any:

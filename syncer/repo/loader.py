@@ -30,7 +30,7 @@ from syncer.models.names import name_problem
 from syncer.models.secret import SecretManifest
 from syncer.models.settings import ReleaseSettings, RepoSettings, SyncPolicy
 from syncer.models.supernode import SuperNodeValues, validate_values
-from syncer.repo.encrypted import open_document, scrub
+from syncer.repo.encrypted import Opened, open_documents, scrub
 from syncer.secrets.keys import Decryption
 from syncer.secrets.sops import is_encrypted
 from syncer.yamldoc import MAX_FILE_BYTES, YamlDoc, decode_text, load_documents
@@ -130,25 +130,20 @@ class _Reader:
 
     def _open(self, text: str, rel: str) -> _OpenedFile:
         docs, problems = load_documents(text, rel)
-        out = []
-        encrypted = False
-        secrets: frozenset[str] = frozenset()
-        opaque: list[str] = []
-        for doc in docs:
-            if not is_encrypted(doc.data):
-                out.append(doc)
-                continue
-            opened, problem = open_document(doc, self.decryption)
-            if problem is not None:
-                problems.append(problem)
-            if opened is None:
-                continue
-            encrypted = True
-            secrets |= opened.secrets
-            opaque.extend(opened.opaque)
-            out.append(opened.doc)
-        return _OpenedFile(tuple(out), tuple(problems), encrypted, secrets, tuple(opaque))
-
+        sealed = [d for d in docs if is_encrypted(d.data)]
+        if not sealed:
+            return _OpenedFile(tuple(docs), tuple(problems), False, frozenset(), ())
+        opened, more = open_documents(sealed, self.decryption)
+        problems += more
+        results = iter(opened)
+        kept = []
+        for doc in docs:  # in the file's order; a document that did not open is left out
+            result = next(results) if is_encrypted(doc.data) else Opened(doc)
+            if result is not None:
+                kept.append(result.doc)
+        good = [o for o in opened if o is not None]
+        return _OpenedFile(tuple(kept), tuple(problems), bool(good), frozenset().union(*(o.secrets for o in good)),
+                           tuple(p for o in good for p in o.opaque))
 
     def rel(self, path: Path) -> str:
         return path.relative_to(self.root).as_posix() if path.is_absolute() else path.as_posix()

@@ -58,18 +58,30 @@ def decrypt_document(data: dict[str, Any], identities: Sequence[Any]) -> Decrypt
     """Decrypt a sops document with any of the age identities (pyrage x25519 Identity objects).
     Raises SopsError for a missing key, a wrong key, a tampered or truncated file, and for
     what flower-syncer does not support (PGP/KMS/Vault-only files, several key groups)."""
-    meta = data[METADATA_KEY]
+    return decrypt_documents([data], identities)[0]
+
+
+def decrypt_documents(docs: Sequence[dict[str, Any]], identities: Sequence[Any]) -> list[Decrypted]:
+    """The documents of one multi-document file: sops encrypts them with one data key, writes the
+    same metadata into each, and computes one MAC over all of them in order, so they are
+    decrypted and verified together (a document moved, dropped or added fails the MAC)."""
+    meta = docs[0][METADATA_KEY]
+    if any(d.get(METADATA_KEY) != meta for d in docs[1:]):
+        raise SopsError("the documents of this file carry different sops metadata (files encrypted apart and "
+                        "joined?)", "encrypt the whole file with one `sops encrypt`, or keep one file per document")
     _check_supported(meta)
     key = _data_key(meta, identities)
-    body = {k: v for k, v in data.items() if k != METADATA_KEY}
     rules = _Rules.of(meta)
     digest = hashlib.sha512()
     if rules.mac_only_encrypted:
         digest.update(_MAC_ONLY_ENCRYPTED_INIT)
-    secrets: set[str] = set()
-    plain = _walk_mapping(body, [], key, rules, digest, secrets)
+    out = []
+    for data in docs:
+        secrets: set[str] = set()
+        body = {k: v for k, v in data.items() if k != METADATA_KEY}
+        out.append((_walk_mapping(body, [], key, rules, digest, secrets), secrets))
     _verify_mac(meta, key, digest.hexdigest().upper())
-    return Decrypted(plain, frozenset(s for s in secrets if s))
+    return [Decrypted(plain, frozenset(s for s in secrets if s)) for plain, secrets in out]
 
 
 # -- metadata and keys -------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -28,10 +28,13 @@ from syncer.engine.sync import Engine, SyncOptions, SyncReport
 from syncer.models.nodeauth import parse_key
 from syncer.render.repo import plan_repo, render_repo
 from syncer.repo.loader import load_repo
-from tests.conftest import IN_CI, wait_until
+from tests.conftest import IN_CI, KubeCluster, wait_until
 from tests.integration.gitservers import free_port
+from tests.integration.test_agent import AgentProc, Repos, repos, start_agent
+from tests.reliability.test_sops_corpus import new_key, sops_encrypt
 from tests.unit.test_node_auth import FED, keypair
 
+__all__ = ["repos", "start_agent"]  # fixtures of the agent tests, used below
 pytestmark = pytest.mark.cluster
 BIN = Path(sys.executable).parent
 
@@ -183,3 +186,53 @@ def test_keys_listed_in_git_are_the_keys_the_superlink_admits(superlink: SuperLi
     # a key Flower will never admit again is an error with the fix, on the unit's Ready condition too
     report = sync(["site-a", "site-b"])
     assert not report.ok and "never admits it again" in report.units[0].errors[0]
+
+
+def test_the_agent_applies_an_encrypted_tls_secret_and_registers_the_keys(
+        superlink: SuperLink, repos: Repos, start_agent: Callable[..., AgentProc], kube_cluster: KubeCluster,
+        namespace: str, tmp_path: Path) -> None:
+    """End to end from a commit (issue 12, tests): the SuperLink's TLS Secret SOPS-encrypted beside
+    the Federation, keys listed in it; the agent applies the Secret (its data is the plaintext),
+    registers the keys with the real SuperLink (the metric says so), and its log never shows the
+    server's private key."""
+    keys_dir = tmp_path / "agekeys"
+    keys_dir.mkdir()
+    age_pub = new_key(keys_dir / "agent.agekey")
+    site_key, site_pub = keypair(tmp_path, "site-a")
+    fed = FED.format(mode="enabled", keys=f"      {site_pub}", insecure="false", replicas=1,
+                     image="flwr/superlink:1.26.0", args="--auth-supernode-private-key=/keys/a")
+    fed = fed.replace("    flower-syncer.io/supernode-auth:",
+                      f"    flower-syncer.io/control-api-address: 127.0.0.1:{superlink.control}\n"
+                      "    flower-syncer.io/supernode-auth:")
+    tls = superlink.tls
+    secret = ("apiVersion: v1\nkind: Secret\nmetadata:\n  name: superlink-tls\ntype: kubernetes.io/tls\nstringData:\n"
+              + "".join(f"  {k}: |\n" + "".join(f"    {line}\n" for line in v.decode().splitlines())
+                        for k, v in tls.items()))
+    work = tmp_path / "enc"
+    work.mkdir()
+    encrypted = sops_encrypt(fed + "---\n" + secret, work, age_pub, args=("--encrypted-regex", "^stringData$"))
+    assert "PRIVATE KEY" not in encrypted
+    repos.commit({"federations/fed.yaml": encrypted}, "a federation with node auth")
+    agent = start_agent(str(repos.bare), "--decryption-key-file", str(keys_dir))
+    kube = Kube.from_kubeconfig(kube_cluster.kubeconfig)
+    applied = wait_until("the TLS Secret applied", lambda: kube.get("Secret", namespace, "superlink-tls"),
+                        log=agent.log)
+    assert base64.b64decode(applied["data"]["tls.key"]) == tls["tls.key"]
+    unit = f"federation/{namespace}/fed"
+    wait_until("the key registered", lambda: agent.metric("flower_syncer_supernode_keys", unit=unit,
+                                                          state="admitted") == 1, timeout=60, log=agent.log)
+    client = superlink.client()
+    try:
+        (node,) = [n for n in client.list_nodes() if n.status != "unregistered"]
+    finally:
+        client.close()
+    key, _ = parse_key(site_pub)
+    assert key is not None and node.public_key == key.pem
+    admitted = superlink.supernode(site_key, tmp_path / "site-a.log")
+    try:
+        wait_until("site-a admitted", lambda: "SuperNode ID" in (tmp_path / "site-a.log").read_text(errors="replace"),
+                   timeout=60, log=tmp_path / "site-a.log")
+    finally:
+        stop(admitted)
+    private = tls["tls.key"].decode().splitlines()[1]
+    assert private not in agent.log.read_text(errors="replace")

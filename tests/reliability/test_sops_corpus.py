@@ -223,6 +223,27 @@ def test_an_encrypted_values_file_loads_with_the_key(tmp_path: Path, keys: tuple
     assert unit.model.supernode.replicas == 2 and unit.model.supernode.node.config["token"] == "s3cr3t-token-value"
 
 
+def test_a_multi_document_file_decrypts_as_one_and_its_documents_stay_together(
+        tmp_path: Path, keys: tuple[Path, str, Path, str]) -> None:
+    """sops writes the same metadata into every document of a file and one MAC over all of them:
+    they are decrypted together, and a document dropped from the file fails the MAC."""
+    a_file, a_pub, _, _ = keys
+    second = SECRET.replace("edge-credentials", "edge-other").replace("hunter2-very-secret", "second-plain")
+    text = sops_encrypt(SECRET + "---\n" + second, tmp_path, a_pub)
+    repo = tmp_path / "repo"
+    (repo / "supernodes" / "edge").mkdir(parents=True)
+    (repo / "flower-syncer.yaml").write_text(f"name: sops\ndefaultNamespace: {NS}\n")
+    (repo / "supernodes" / "edge" / "values.yaml").write_text("tls:\n  enabled: false\n")
+    (repo / "supernodes" / "edge" / "secrets.yaml").write_text(text)
+    keyring = Decryption(load_identities([a_file]))
+    state = load_repo(repo, keyring)
+    assert [d for d in state.diagnostics if d.severity == "error"] == []
+    assert {"hunter2-very-secret", "second-plain"} <= state.secrets
+    (repo / "supernodes" / "edge" / "secrets.yaml").write_text(text.split("\n---\n")[0] + "\n")
+    errors = [d for d in load_repo(repo, keyring).diagnostics if d.severity == "error"]
+    assert errors and "MAC does not match" in errors[0].message
+
+
 def test_an_unchanged_encrypted_file_is_not_parsed_or_decrypted_again(
         tmp_path: Path, keys: tuple[Path, str, Path, str], monkeypatch: pytest.MonkeyPatch) -> None:
     """A new revision costs only the encrypted files that changed (issue 12: a no-op resync with
