@@ -27,7 +27,7 @@ from tests.integration.gitservers import free_port
 from tests.unit.test_federation_tls import FED
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-from build_cert_manager import binary_path, crd_paths  # noqa: E402
+from build_cert_manager import binary_path, crd_paths
 
 pytestmark = pytest.mark.cluster
 BIN = Path(sys.executable).parent
@@ -91,9 +91,11 @@ def test_a_certificate_cert_manager_issues_serves_a_tls_superlink(cert_manager: 
                     ipAddresses=["127.0.0.1"], usages=["server auth", "digital signature"]),
     ]
     kube_cluster.kubectl("-n", namespace, "apply", "-f", "-", input="---\n".join(objects))
-    issued = wait_until("cert-manager issued the SuperLink's certificate", lambda: (
-        lambda s: s if s and {"tls.crt", "tls.key", "ca.crt"} <= set(s.get("data") or {}) else None)(
-        kube.get("Secret", namespace, "superlink-tls")), timeout=90, log=cert_manager)
+    def issued_secret() -> dict[str, Any] | None:
+        secret = kube.get("Secret", namespace, "superlink-tls")
+        return secret if secret and {"tls.crt", "tls.key", "ca.crt"} <= set(secret.get("data") or {}) else None
+
+    issued = wait_until("cert-manager issued the SuperLink's certificate", issued_secret, timeout=90, log=cert_manager)
     assert issued["type"] == "kubernetes.io/tls"
     data = {k: base64.b64decode(v) for k, v in issued["data"].items()}
 
