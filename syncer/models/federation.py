@@ -291,6 +291,11 @@ class Federation(StrictModel):
                                     severity="warning"))
             return issues
         spec = self.spec
+        if self.network_policies and not annotations.get(ANN_CONTROL_API_FROM, "").strip() \
+                and ANN_CONTROL_API_ADDRESS not in annotations:
+            issues.append(Issue(at, "flower-syncer registers the keys through the SuperLink's Control API, which "
+                                "the federation's NetworkPolicy closes to everyone not named",
+                                f"name the agent's namespace in {ANN_CONTROL_API_FROM}", severity="warning"))
         if spec.insecure:
             issues.append(Issue(at, "SuperNode authentication needs a TLS SuperLink (Flower refuses it with "
                                 "--insecure)", f"set insecure: false and name the certificate in {ANN_TLS_SECRET}"))

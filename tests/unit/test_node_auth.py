@@ -160,3 +160,14 @@ def test_the_codec_speaks_flowers_messages(tmp_path: Path) -> None:
     assert decode_list_nodes(response.SerializeToString()) == [
         RegisteredNode(2**63 + 5, "online", pem.pem), RegisteredNode(7, "unregistered", b"")]
 
+
+
+def test_a_closed_control_api_is_a_warning(tmp_path: Path) -> None:
+    state = load(tmp_path, [])
+    (warning,) = [d for d in state.diagnostics if d.severity == "warning"]
+    assert "closes to everyone not named" in warning.message and "control-api-from" in warning.hint
+    text = (tmp_path / "repo" / "federations" / "fed.yaml").read_text()
+    (tmp_path / "repo" / "federations" / "fed.yaml").write_text(text.replace(
+        "    flower-syncer.io/supernode-auth:", "    flower-syncer.io/control-api-from: flower-syncer\n"
+                                               "    flower-syncer.io/supernode-auth:"))
+    assert not [d for d in load_repo(tmp_path / "repo").diagnostics if d.severity == "warning"]
