@@ -303,7 +303,7 @@ class Engine:
         res.changes.extend(Change(inv_ref, Action.SKIPPED, f"inventory entry not understood, left alone in the "
                                   f"cluster and dropped from the inventory: {entry}") for entry in inv.ignored)
         condition = (Condition(False, "ConfigError", _short(plan.errors[unit]), _now(), plan.revision)
-                     if unit in plan.errors else outcome_condition(res, planned.revision))
+                     if unit in plan.errors else outcome_condition(res, plan.revision or planned.revision))
         recorded = inv.condition if condition.same(inv.condition) else condition
         if not opts.dry_run and (entries != inv.entries or recovered or inv.ignored or recorded is condition):
             changed = res.changed

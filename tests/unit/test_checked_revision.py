@@ -93,3 +93,25 @@ def test_progress_reports_each_unit_and_the_revision_and_when_all_were_checked()
     assert checked == ["r1", "r3"]
     progress.installed("r4", 30.0, {})  # changed nothing: checked at once
     assert checked[-1] == "r4"
+
+
+def test_a_units_condition_is_observed_at_the_repositorys_revision(tmp_path: Path) -> None:
+    """The agent keeps a unit's manifests with the revision that last changed them; a sync at a
+    later commit observed it at that commit (found in a newcomer's tour: after `resume`, the unit's
+    REVISION fell back to its older commit)."""
+    import dataclasses
+
+    from syncer.engine.inventory import decode as decode_inventory
+    from syncer.engine.inventory import inventory_name
+
+    server = FakeApiServer()
+    server.add_namespace(NS)
+    kube = FakeKube(server)
+    state = load_repo(write(tmp_path / "repo", pools=pool("a")))
+    plan = plan_repo(state, render_repo(state), revision="newer")
+    plan = dataclasses.replace(plan, units={u: dataclasses.replace(p, revision="older") for u, p in plan.units.items()})
+    assert Engine(kube).sync(plan, SyncOptions()).ok
+    unit = next(iter(plan.units))
+    inv = decode_inventory(kube.get("ConfigMap", NS, inventory_name(unit)) or {})
+    assert inv is not None and inv.condition is not None
+    assert (inv.condition.revision, inv.revision) == ("newer", "older")
