@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from syncer.render.repo import plan_repo, render_repo
 from syncer.repo.loader import load_repo
 from tests.conftest import IN_CI, KubeCluster, wait_until
 from tests.integration.gitservers import free_port
+from tests.integration.test_node_auth import stop
 from tests.unit.test_federation_tls import FED
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
@@ -31,16 +31,6 @@ from build_cert_manager import binary_path, crd_paths
 
 pytestmark = pytest.mark.cluster
 BIN = Path(sys.executable).parent
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 @pytest.fixture
