@@ -56,6 +56,7 @@ INVENTORY_SELECTOR = f"{LABEL_INVENTORY}=true,{MANAGED_SELECTOR}"
 APPLY_ORDER = {
     "Namespace": 0,
     "ServiceAccount": 1,
+    "Certificate": 2,  # cert-manager.io/v1: cert-manager writes its Secret
     "Secret": 2,
     "ConfigMap": 3,
     "Service": 4,
@@ -64,8 +65,11 @@ APPLY_ORDER = {
     "StatefulSet": 6,
     "DaemonSet": 6,
 }
-MANAGED_KINDS = tuple(k for k in APPLY_ORDER if k != "Namespace")
-"""The kinds flower-syncer applies into a unit's namespace (and lists, watches and prunes)."""
+OPTIONAL_KINDS = ("Certificate",)
+"""Kinds of an API that may not be installed (a CRD): applied and pruned, but not listed or watched
+(a missing API would stop every sync); their live objects are read one by one when needed."""
+MANAGED_KINDS = tuple(k for k in APPLY_ORDER if k != "Namespace" and k not in OPTIONAL_KINDS)
+"""The kinds flower-syncer applies into a unit's namespace, and lists, watches and prunes."""
 
 # -- units -------------------------------------------------------------------------------------------
 

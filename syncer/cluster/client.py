@@ -54,6 +54,7 @@ RESOURCES: dict[str, Resource] = {
     "StatefulSet": Resource("apps/v1", "statefulsets"),
     "DaemonSet": Resource("apps/v1", "daemonsets"),
     "Lease": Resource("coordination.k8s.io/v1", "leases"),
+    "Certificate": Resource("cert-manager.io/v1", "certificates"),
 }
 
 

@@ -37,6 +37,7 @@ from syncer.identity import (
     APPLY_ORDER,
     LABEL_MANAGED_BY,
     MANAGED_BY,
+    OPTIONAL_KINDS,
     Manifest,
     ObjectRef,
     Unit,
@@ -373,6 +374,8 @@ class Engine:
         pending = []
         for i, m in enumerate(stage):
             ref = ObjectRef.of(m)
+            if ref.kind in OPTIONAL_KINDS:  # not watched: read fresh each time
+                self._read_optional(ref, live)
             conflict = write_conflict(unit, {plan.repository, *plan.former_names}, live.objects.get(ref), plan.claims,
                                       live.inventories)
             if conflict:
@@ -401,6 +404,15 @@ class Engine:
         for i, future in futures:
             outcomes[i] = future.result()
         return [o for o in outcomes if o is not None]
+
+    def _read_optional(self, ref: ObjectRef, live: LiveState) -> None:
+        """The live object of a kind that is not listed (identity.OPTIONAL_KINDS), into `live`, so
+        the no-request check and the ownership check see it (one GET; no write when unchanged)."""
+        obj = self.kube.get(ref.kind, ref.namespace, ref.name)
+        if obj is not None:
+            live.objects[ref] = obj
+        else:
+            live.objects.pop(ref, None)
 
     def _unmountable(self, m: Manifest, own_secrets: set[str]) -> list[str]:
         """Keys the workload's pods mount from Secrets it does not render itself and that exist

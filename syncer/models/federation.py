@@ -6,6 +6,8 @@ are flower-syncer additions; the operator would reject them.
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
@@ -14,6 +16,7 @@ from syncer.diagnostics import FieldPath
 from syncer.models.base import StrictModel
 from syncer.models.k8s import Issue, K8sType, env_issues
 from syncer.models.names import (
+    DNS1123_SUBDOMAIN,
     MAX_NAME,
     MAX_WORKLOAD_NAME,
     label_key_problem,
@@ -114,6 +117,10 @@ class PoolImages(StrictModel):
 # The kubernetes.io/tls Secret (tls.crt, tls.key, and ca.crt or a self-signed tls.crt) of a
 # Federation with `insecure: false`: an annotation, so the document stays a valid operator document.
 ANN_TLS_SECRET = "flower-syncer.io/superlink-tls-secret"
+# Or a cert-manager Issuer (`name`, or `ClusterIssuer/name`): flower-syncer renders the SuperLink's
+# Certificate for its Service names (and the extra names), into the Secret above or <name>-superlink-tls.
+ANN_TLS_ISSUER = "flower-syncer.io/superlink-issuer"
+ANN_TLS_EXTRA_NAMES = "flower-syncer.io/superlink-tls-extra-names"  # DNS names and IPs, comma-separated
 
 GPU_ENV = {"nvidia": "NVIDIA_VISIBLE_DEVICES", "amd": "ROCR_VISIBLE_DEVICES"}  # what gpu.mountAll sets
 
@@ -186,8 +193,21 @@ class Federation(StrictModel):
         return f"{self.name}-superlink"
 
     def tls_secret(self) -> str:
-        """The kubernetes.io/tls Secret of the SuperLink (`insecure: false`), named by annotation."""
-        return self.metadata.annotations.get(ANN_TLS_SECRET, "")
+        """The kubernetes.io/tls Secret of the SuperLink (`insecure: false`): named by annotation,
+        or the one cert-manager writes for the Certificate flower-syncer renders."""
+        default = f"{self.superlink_name()}-tls" if self.tls_issuer() else ""
+        return self.metadata.annotations.get(ANN_TLS_SECRET, default)
+
+    def tls_issuer(self) -> tuple[str, str] | None:
+        """(kind, name) of the cert-manager issuer that signs the SuperLink's certificate."""
+        value = self.metadata.annotations.get(ANN_TLS_ISSUER, "").strip()
+        if not value:
+            return None
+        kind, _, name = value.rpartition("/")
+        return (kind or "Issuer", name)
+
+    def tls_extra_names(self) -> list[str]:
+        return [n for n in re.split(r"[,\s]+", self.metadata.annotations.get(ANN_TLS_EXTRA_NAMES, "")) if n]
 
     def ca_secret_name(self) -> str:
         """The Secret flower-syncer fills with the CA (ca.crt, else tls.crt) for the SuperNodes."""
@@ -264,14 +284,38 @@ class Federation(StrictModel):
         issues.extend(self._extra_arg_issues())
         issues.extend(self._network_issues())
         issues.extend(self._auth_issues())
+        issues.extend(self._issuer_issues())
         if not spec.insecure and not self.tls_secret():
             issues.append(Issue(("spec", "insecure"), "insecure: false needs the SuperLink's certificate, and none is "
                                 "named (Flower would exit at start-up)",
                                 f"name the kubernetes.io/tls Secret (tls.crt, tls.key, ca.crt) in the annotation "
-                                f"{ANN_TLS_SECRET}, e.g. one cert-manager issues; or set insecure: true"))
+                                f"{ANN_TLS_SECRET}, or a cert-manager issuer in {ANN_TLS_ISSUER}; "
+                                "or set insecure: true"))
         elif self.tls_secret() and name_problem(self.tls_secret(), "Secret name"):
             issues.append(Issue(("metadata", "annotations", ANN_TLS_SECRET),
                                 str(name_problem(self.tls_secret(), "Secret name")), "use the Secret's name"))
+        return issues
+
+    def _issuer_issues(self) -> list[Issue]:
+        issuer = self.tls_issuer()
+        at: FieldPath = ("metadata", "annotations", ANN_TLS_ISSUER)
+        issues = []
+        if issuer is not None:
+            kind, name = issuer
+            if kind not in ("Issuer", "ClusterIssuer") or len(name) > 253 or not DNS1123_SUBDOMAIN.match(name):
+                issues.append(Issue(at, f"{self.metadata.annotations[ANN_TLS_ISSUER]!r} is not an issuer",
+                                    "write the Issuer's name, or ClusterIssuer/<name>"))
+            elif self.spec.insecure:
+                issues.append(Issue(at, "a certificate is issued but the SuperLink runs with insecure: true",
+                                    "set insecure: false", severity="warning"))
+        for name in self.tls_extra_names():
+            try:
+                ipaddress.ip_address(name)
+            except ValueError:
+                if len(name) > 253 or not DNS1123_SUBDOMAIN.match(name.removeprefix("*.")):
+                    issues.append(Issue(("metadata", "annotations", ANN_TLS_EXTRA_NAMES),
+                                        f"{name!r} is neither a DNS name nor an IP address",
+                                        "list names such as flower.example.com or 10.0.0.7"))
         return issues
 
     def _auth_issues(self) -> list[Issue]:

@@ -20,6 +20,7 @@ models/netsources.py). Differences from the operator, on purpose:
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
 from syncer.identity import (
@@ -63,6 +64,8 @@ def render_federation(fed: Federation, ctx: RenderContext) -> list[Manifest]:
     out: list[Manifest] = [_superlink_statefulset(fed, ctx), _superlink_service(fed, ctx)]
     if not fed.spec.insecure:
         out.append(_ca_secret(fed, ctx))
+        if fed.tls_issuer() is not None:
+            out.append(_superlink_certificate(fed, ctx))
     for pool in fed.spec.supernodes.pools:
         out.append(_pool_workload(fed, pool, ctx))
         if fed.stateful:
@@ -184,6 +187,33 @@ def _policy(fed: Federation, ctx: RenderContext, name: str, selector: dict[str, 
     return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
             "metadata": metadata(ctx, name, {LABEL_NAME: "flower-federation", LABEL_INSTANCE: fed.name}),
             "spec": {"podSelector": {"matchLabels": selector}, "policyTypes": ["Ingress"], "ingress": ingress}}
+
+
+def _superlink_certificate(fed: Federation, ctx: RenderContext) -> Manifest:
+    """A cert-manager Certificate for the SuperLink's Service names (and the extra names), written
+    by cert-manager into the TLS Secret the SuperLink mounts; its ca.crt is what the SuperNodes
+    trust (copied into <name>-superlink-ca at sync time). A fresh key at every renewal."""
+    kind, name = fed.tls_issuer() or ("Issuer", "")
+    service, ns = fed.superlink_name(), ctx.unit.namespace
+    names = [service, f"{service}.{ns}", f"{service}.{ns}.svc", f"{service}.{ns}.svc.cluster.local"]
+    ips = []
+    for extra in fed.tls_extra_names():
+        try:
+            ips.append(str(ipaddress.ip_address(extra)))
+        except ValueError:
+            names.append(extra)
+    spec: dict[str, Any] = {
+        "secretName": fed.tls_secret(),
+        "issuerRef": {"group": "cert-manager.io", "kind": kind, "name": name},
+        "commonName": service,
+        "dnsNames": list(dict.fromkeys(names)),
+        "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"},
+        "usages": ["server auth", "digital signature", "key encipherment"],
+    }
+    if ips:
+        spec["ipAddresses"] = list(dict.fromkeys(ips))
+    return {"apiVersion": "cert-manager.io/v1", "kind": "Certificate",
+            "metadata": metadata(ctx, service, superlink_selector(fed)), "spec": spec}
 
 
 def _ca_secret(fed: Federation, ctx: RenderContext) -> Manifest:

@@ -131,3 +131,53 @@ def _listed(client: ControlClient) -> str | None:
     except Exception:  # the server may still be starting
         return None
     return "ok"
+
+
+def test_flower_syncer_renders_the_certificate_and_cert_manager_issues_it(
+        cert_manager: Path, kube_cluster: KubeCluster, namespace: str, tmp_path: Path) -> None:
+    """The Federation names an Issuer: flower-syncer applies the SuperLink's Certificate, the real
+    cert-manager issues it, the next sync copies its CA, and an unchanged repository writes nothing."""
+    kube = Kube.from_kubeconfig(kube_cluster.kubeconfig)
+    kube_cluster.kubectl("-n", namespace, "apply", "-f", "-", input="---\n".join([
+        yaml.safe_dump({"apiVersion": "cert-manager.io/v1", "kind": "Issuer", "metadata": {"name": "selfsigned"},
+                        "spec": {"selfSigned": {}}}),
+        certificate("flower-ca", "flower-ca", "selfsigned", isCA=True, commonName="flower-ca"),
+        yaml.safe_dump({"apiVersion": "cert-manager.io/v1", "kind": "Issuer", "metadata": {"name": "flower-ca"},
+                        "spec": {"ca": {"secretName": "flower-ca"}}})]))
+    repo = tmp_path / "repo"
+    (repo / "federations").mkdir(parents=True)
+    (repo / "flower-syncer.yaml").write_text(f"name: {namespace}\ndefaultNamespace: {namespace}\n")
+    (repo / "federations" / "fed.yaml").write_text(FED.replace(
+        "{annotations}", '{"flower-syncer.io/superlink-issuer": flower-ca, '
+                         '"flower-syncer.io/superlink-tls-extra-names": "127.0.0.1, localhost"}'))
+    state = load_repo(repo)
+    assert state.diagnostics == []
+
+    def sync() -> Any:
+        return Engine(kube).sync(plan_repo(state, render_repo(state)), SyncOptions())
+
+    first = sync()
+    assert {str(c.ref): c.action.value for c in first.units[0].changes}[
+        f"Certificate/{namespace}/fed-superlink"] == "created"
+    issued = wait_until("cert-manager issued the Certificate flower-syncer applied", lambda: (
+        kube.get("Secret", namespace, "fed-superlink-tls") or {}).get("data", {}).get("ca.crt"),
+        timeout=90, log=cert_manager)
+    def synced_ok() -> Any:
+        report = sync()
+        return report if report.ok else None
+
+    assert wait_until("a sync that copies the CA", synced_ok, timeout=30).ok
+    copied = (kube.get("Secret", namespace, "fed-superlink-ca") or {})["data"]["ca.crt"]
+    assert copied == issued
+    cert = x509_of(kube, namespace)
+    assert "127.0.0.1" in cert and f"fed-superlink.{namespace}.svc" in cert
+    assert sync().writes == 0
+
+
+def x509_of(kube: Kube, namespace: str) -> str:
+    """The issued certificate's subject alternative names, as text."""
+    from cryptography import x509
+
+    secret = kube.get("Secret", namespace, "fed-superlink-tls") or {}
+    cert = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    return str(cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value)

@@ -46,6 +46,7 @@ NAMESPACED_RULES = {
     **{("", r): MANAGED_VERBS for r in ("serviceaccounts", "secrets", "configmaps", "services")},
     ("networking.k8s.io", "networkpolicies"): MANAGED_VERBS,
     **{("apps", r): MANAGED_VERBS for r in ("deployments", "statefulsets", "daemonsets")},
+    ("cert-manager.io", "certificates"): ["get", "create", "patch", "delete"],  # read one by one, never listed
     ("", "pods"): ["list"],
     ("events.k8s.io", "events"): ["create", "patch"],  # Kubernetes Events about the units
 }

@@ -81,3 +81,47 @@ def test_the_ca_is_copied_from_the_tls_secret(tmp_path: Path) -> None:
     assert Engine(kube).sync(plan_repo(state, render_repo(state)), SyncOptions()).ok
     ca = kube.get("Secret", NS, "fed-superlink-ca")
     assert ca is not None and ca["data"] == {"ca.crt": cert}  # no ca.crt: the self-signed tls.crt is the CA
+
+
+def test_a_named_issuer_renders_the_superlinks_certificate(tmp_path: Path) -> None:
+    """cert-manager path (issue 12): the Certificate for the SuperLink's Service names, into the
+    Secret the SuperLink mounts; applied like any object, read with one GET (it is not watched)."""
+    state = load_repo(repo(tmp_path, '{"flower-syncer.io/superlink-issuer": ClusterIssuer/flower-ca, '
+                                     '"flower-syncer.io/superlink-tls-extra-names": "fl.example.com, 10.0.0.7"}'))
+    assert state.diagnostics == []
+    manifests = next(iter(render_repo(state).units.values()))
+    cert = by_kind(manifests, "Certificate", "fed-superlink")
+    assert cert["apiVersion"] == "cert-manager.io/v1"
+    assert cert["spec"]["secretName"] == "fed-superlink-tls"
+    assert cert["spec"]["issuerRef"] == {"group": "cert-manager.io", "kind": "ClusterIssuer", "name": "flower-ca"}
+    assert cert["spec"]["dnsNames"] == ["fed-superlink", f"fed-superlink.{NS}", f"fed-superlink.{NS}.svc",
+                                        f"fed-superlink.{NS}.svc.cluster.local", "fl.example.com"]
+    assert cert["spec"]["ipAddresses"] == ["10.0.0.7"]
+    sl = by_kind(manifests, "StatefulSet", "fed-superlink")["spec"]["template"]["spec"]
+    (tls,) = [v for v in sl["volumes"] if v["name"] == "superlink-tls"]
+    assert tls["projected"]["sources"][0]["secret"]["name"] == "fed-superlink-tls"
+    ca = by_kind(manifests, "Secret", "fed-superlink-ca")
+    assert ca["metadata"]["annotations"]["flower-syncer.io/copy-from"] == "fed-superlink-tls"
+
+    server = FakeApiServer()
+    server.add_namespace(NS)
+    kube = FakeKube(server)
+    first = Engine(kube).sync(plan_repo(state, render_repo(state)), SyncOptions())
+    changes = {str(c.ref): c.action.value for u in first.units for c in u.changes}
+    assert changes[f"Certificate/{NS}/fed-superlink"] == "created"
+    assert "does not exist" in first.units[0].errors[0]  # until cert-manager has written the Secret
+    kube.create({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+                 "metadata": {"name": "fed-superlink-tls", "namespace": NS},
+                 "data": {"tls.crt": "Y2VydA==", "tls.key": "a2V5", "ca.crt": "Y2E="}})
+    assert Engine(kube).sync(plan_repo(state, render_repo(state)), SyncOptions()).ok
+    before = dict(kube.counts)
+    again = Engine(kube).sync(plan_repo(state, render_repo(state)), SyncOptions())
+    assert again.ok and again.writes == 0
+    assert kube.counts["GET"] - before.get("GET", 0) >= 1  # the Certificate, read by name
+
+
+def test_bad_issuer_and_names_are_validation_errors(tmp_path: Path) -> None:
+    state = load_repo(repo(tmp_path, '{"flower-syncer.io/superlink-issuer": Vault/x, '
+                                     '"flower-syncer.io/superlink-tls-extra-names": "bad_name"}'))
+    messages = sorted(d.message for d in state.diagnostics if d.severity == "error")
+    assert messages == ["'Vault/x' is not an issuer", "'bad_name' is neither a DNS name nor an IP address"]
