@@ -321,11 +321,13 @@ class Agent:
                 self._suspended[unit] = event.inventory.suspended
                 self.work.add(unit)
         elif isinstance(event, DriftCheckDue):
-            # suspended units go through the work queue like any other: the worker measures them
+            # suspended units go through the work queue like any other: the worker measures them;
+            # so do federations with SuperNode keys, whose SuperLink no watch sees (a restart, a key
+            # registered by hand): their objects are known unchanged, so only the keys are checked
             plan = self.installed.plan
             for unit, desired in plan.units.items():
                 inv = self.cache.state.inventories.get(unit)
-                if desired.policy.suspend or (inv is not None and inv.suspended):
+                if desired.policy.suspend or (inv is not None and inv.suspended) or desired.node_auth is not None:
                     self.work.add(unit)
         elif isinstance(event, InventoryDeleted):
             # rebuilt from the objects' labels by the next sync, so nothing becomes an orphan

@@ -236,3 +236,16 @@ def test_the_agent_applies_an_encrypted_tls_secret_and_registers_the_keys(
         stop(admitted)
     private = tls["tls.key"].decode().splitlines()[1]
     assert private not in agent.log.read_text(errors="replace")
+
+    # drift on the SuperLink's side: a key registered by hand is unregistered by the agent's checks
+    _, stranger = keypair(tmp_path, "stranger")
+    stranger_key, _ = parse_key(stranger)
+    assert stranger_key is not None
+    client = superlink.client()
+    try:
+        client.register(stranger_key.pem)
+        wait_until("the hand-registered key unregistered", lambda: {
+            n.public_key for n in client.list_nodes() if n.status != "unregistered"} == {key.pem},
+            timeout=60, log=agent.log)
+    finally:
+        client.close()
