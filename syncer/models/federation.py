@@ -36,6 +36,7 @@ from syncer.models.nodeauth import (
     ANN_SUPERNODE_KEYS,
     AUTH_SINCE,
     CONTROL_API_PORT,
+    GRPC_CONTROL_DEPRECATED,
     NodeKey,
     parse_keys,
 )
@@ -344,6 +345,12 @@ class Federation(StrictModel):
             issues.append(Issue(at, "SuperNode authentication needs a TLS SuperLink (Flower refuses it with "
                                 "--insecure)", f"set insecure: false and name the certificate in {ANN_TLS_SECRET}"))
         version = image_version(spec.superlink.image)
+        if version is not None and version >= GRPC_CONTROL_DEPRECATED:
+            issues.append(Issue(("spec", "superlink", "image"), f"flower-syncer registers keys through the gRPC "
+                                f"Control API, which Flower 1.37 deprecated for HTTP; tested with Flower 1.23 to "
+                                f"1.26, not with {spec.superlink.image}", "check that the keys get registered "
+                                "(flower_syncer_supernode_keys), or use a SuperLink from 1.23 to 1.36",
+                                severity="warning"))
         if version is not None and version < AUTH_SINCE:
             issues.append(Issue(("spec", "superlink", "image"), f"SuperNode authentication with keys registered "
                                 f"through the Control API needs Flower 1.23 or newer, not {spec.superlink.image}",

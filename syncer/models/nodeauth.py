@@ -26,6 +26,9 @@ ANN_SUPERNODE_KEYS = "flower-syncer.io/supernode-public-keys"  # one OpenSSH pub
 ANN_CONTROL_API_ADDRESS = "flower-syncer.io/control-api-address"  # where the agent reaches the Control API
 CONTROL_API_PORT = 9093
 AUTH_SINCE = (1, 23)  # --enable-supernode-auth with keys registered through the Control API
+# From 1.37 Flower serves the Control API over HTTP and marks its gRPC address flag deprecated
+# (checked in the wheels: HTTP routers since 1.33, the flag deprecated since 1.37).
+GRPC_CONTROL_DEPRECATED = (1, 37)
 
 _NIST = (ec.SECP256R1, ec.SECP384R1, ec.SECP521R1)
 

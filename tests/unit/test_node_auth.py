@@ -92,6 +92,13 @@ def test_node_auth_mistakes_are_validation_errors(tmp_path: Path, kwargs: dict[s
                for d in errors), errors
 
 
+def test_a_superlink_past_the_grpc_control_api_is_a_warning(tmp_path: Path) -> None:
+    state = load(tmp_path, [], image="flwr/superlink:1.42.0")
+    warnings = [d for d in state.diagnostics if d.severity == "warning" and d.path == "spec.superlink.image"]
+    assert len(warnings) == 1 and "deprecated for HTTP" in warnings[0].message
+    assert not [d for d in state.diagnostics if d.severity == "error"]
+
+
 def test_bad_keys_name_their_line(tmp_path: Path) -> None:
     _, k1 = keypair(tmp_path, "k1")
     _, ed = keypair(tmp_path, "ked", "ed25519")
