@@ -65,6 +65,8 @@ APPLY_ORDER = {
     "StatefulSet": 6,
     "DaemonSet": 6,
 }
+WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet")
+"""The kinds flower-syncer applies that run pods (a pod template)."""
 OPTIONAL_KINDS = ("Certificate",)
 """Kinds of an API that may not be installed (a CRD): applied and pruned, but not listed or watched
 (a missing API would stop every sync); their live objects are read one by one when needed."""

@@ -129,9 +129,8 @@ def decode_list_nodes(data: bytes) -> list[RegisteredNode]:
     for number, value in _fields(data):
         if number == 1 and isinstance(value, bytes):
             info = dict(_fields(value))
-            status = info.get(4, b"")
-            key = info.get(11, b"")
-            nodes.append(RegisteredNode(int(info.get(1, 0)) if isinstance(info.get(1, 0), int) else 0,
+            node_id, status, key = info.get(1, 0), info.get(4, b""), info.get(11, b"")
+            nodes.append(RegisteredNode(node_id if isinstance(node_id, int) else 0,
                                         status.decode() if isinstance(status, bytes) else "",
                                         key if isinstance(key, bytes) else b""))
     return nodes

@@ -17,7 +17,6 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from syncer.identity import (
@@ -70,7 +69,3 @@ def decode(cm: dict[str, Any] | None) -> Checked | None:
         return Checked(str(data["repository"]), str(data["revision"]), str(data.get("checkedAt", "")))
     except (ValueError, TypeError, KeyError):
         return None
-
-
-def now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet")
+from syncer.identity import WORKLOAD_KINDS
 
 
 def mounted_secret_keys(manifest: Mapping[str, Any]) -> dict[str, set[str]]:

@@ -24,7 +24,6 @@ from syncer.cluster.fence import Fenced
 from syncer.engine.apply import Applier, Outcome
 from syncer.engine.changeset import Action, Change, SkipReason, UnitResult
 from syncer.engine.checked import Checked
-from syncer.engine.checked import now as checked_now
 from syncer.engine.inventory import HISTORY_LIMIT, Applied, Condition, Entry, Inventory, inventory_name, inventory_ref
 from syncer.engine.live import LiveState
 from syncer.engine.mounts import missing_keys, mounted_secret_keys
@@ -213,7 +212,7 @@ class Engine:
             if current is not None and current.revision == revision:
                 continue
             try:
-                record = Checked(repository, revision, checked_now())
+                record = Checked(repository, revision, _now())
                 self.kube.apply(record.manifest(ns), force=True)
                 live.checked[(ns, repository)] = record
             except (ApiError, ClusterUnreachable, OSError) as exc:
@@ -296,7 +295,7 @@ class Engine:
                 res.changes.extend(Change(r, Action.SKIPPED, "not pruned: pruning is disabled") for r in leftovers)
                 entries.update({r: inv.entries[r] for r in leftovers})
         if planned.node_auth is not None and not opts.dry_run and res.ok:
-            self._sync_node_keys(planned.node_auth, unit, res)  # before the Ready condition is written
+            self._sync_node_keys(planned.node_auth, unit, desired, res)  # before the Ready condition is written
         inv_ref = inventory_ref(unit)
         if recovered:
             res.changes.append(Change(inv_ref, Action.SKIPPED if opts.dry_run else Action.CREATED,
@@ -319,14 +318,14 @@ class Engine:
                 live.inventories[unit] = new  # a resync right after need not wait for a watch event
         return res
 
-    def _sync_node_keys(self, auth: NodeAuth, unit: Unit, res: UnitResult) -> None:
+    def _sync_node_keys(self, auth: NodeAuth, unit: Unit, desired: list[Manifest], res: UnitResult) -> None:
         """Register the federation's SuperNode keys with its SuperLink (and unregister the rest),
-        over TLS with the CA flower-syncer copied for the SuperNodes."""
+        over TLS with the CA flower-syncer copied for the SuperNodes (filled by this sync)."""
         from syncer.cluster.flower_control import ControlClient  # grpc: only for such federations
         from syncer.engine.nodekeys import reconcile
 
-        secret = self.kube.get("Secret", unit.namespace, auth.ca_secret) or {}
-        ca = ((secret.get("data") or {}).get("ca.crt")) or ""
+        copy = next((m for m in desired if m["kind"] == "Secret" and m["metadata"]["name"] == auth.ca_secret), {})
+        ca = (copy.get("data") or {}).get("ca.crt") or ""
         if not ca:
             res.errors.append(f"cannot register SuperNode keys yet: Secret {unit.namespace}/{auth.ca_secret} "
                               "has no ca.crt")

@@ -28,6 +28,7 @@ from syncer.identity import (
     LABEL_UNIT,
     LABEL_UNIT_KIND,
     MANAGED_SELECTOR,
+    WORKLOAD_KINDS,
     Manifest,
     Unit,
     unit_matches,
@@ -47,7 +48,6 @@ from syncer.observe.health import (
 if TYPE_CHECKING:
     from syncer.engine.sync import SyncReport
 
-WORKLOAD_KINDS = ("StatefulSet", "DaemonSet", "Deployment")
 UNIT_WORKLOAD_KINDS: dict[str, tuple[str, ...]] = {
     "federation": ("StatefulSet", "DaemonSet"),
     "supernode": ("Deployment",),

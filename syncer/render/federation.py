@@ -38,7 +38,8 @@ from syncer.models.federation import GPU, GPU_ENV, ClaimTemplate, Federation, Po
 from syncer.models.netsources import ANN_CONTROL_API_FROM, ANN_FLEET_API_FROM, Source
 from syncer.models.nodeauth import CONTROL_API_PORT
 from syncer.models.nodeconfig import INDEX_VAR, NODE_VAR, POD_NAME_VAR, encode_template, join_pairs, shell_word
-from syncer.models.supernode.naming import image_version
+from syncer.models.supernode.naming import image_supports
+from syncer.models.supernode.schema import HEALTH_SINCE
 from syncer.render.common import RenderContext, clone, metadata
 
 SERVERAPPIO_PORT = 9091
@@ -47,7 +48,6 @@ CONTROL_PORT = CONTROL_API_PORT
 CLIENTAPPIO_PORT = 9094
 HEALTH_PORT = 8081  # Flower's gRPC health server (--health-server-address, 1.21+), the SuperNode chart's port
 SUPEREXEC_HEALTH_PORT = 8082  # the SuperExec sidecar's, in the same pod
-HEALTH_SINCE = (1, 21)
 
 
 # podTemplate.spec lists that are added to ours (by name) instead of replacing them.
@@ -406,8 +406,7 @@ def _container(name: str, image: str, *, args: list[str], env: list[dict[str, An
 def has_health_server(image: str) -> bool:
     """Whether the image's Flower has --health-server-address (1.21+); unknown tags (latest, a
     digest) are taken as recent, as on the SuperNode chart's side."""
-    version = image_version(image)
-    return version is None or version >= HEALTH_SINCE
+    return image_supports(image, HEALTH_SINCE)
 
 
 def _with_health(container: dict[str, Any], port: int, port_name: str) -> dict[str, Any]:

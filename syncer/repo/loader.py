@@ -125,6 +125,8 @@ class _Reader:
             self.secrets[rel] = self.secrets.get(rel, frozenset()) | opened.secrets
         if opened.opaque:
             self.opaque.setdefault(rel, []).extend(opened.opaque)
+        if not opened.encrypted:  # not cached: the documents are the caller's already
+            return list(opened.docs), list(opened.problems)
         # the callers own what they get: the cached documents stay as they were opened
         return [replace(d, data=copy.deepcopy(d.data)) for d in opened.docs], list(opened.problems)
 

@@ -87,5 +87,13 @@ def image_version(image: str) -> tuple[int, int] | None:
 
 def supports(image: Image, since: tuple[int, int]) -> bool:
     """Whether the image's Flower version has a feature; unknown versions are taken as recent."""
-    version = flower_version(image.tag)
+    return _at_least(flower_version(image.tag), since)
+
+
+def image_supports(image: str, since: tuple[int, int]) -> bool:
+    """`supports` for an image reference written as one string (a Federation's images)."""
+    return _at_least(image_version(image), since)
+
+
+def _at_least(version: tuple[int, int] | None, since: tuple[int, int]) -> bool:
     return version is None or version >= since
