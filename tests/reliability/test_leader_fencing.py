@@ -182,9 +182,12 @@ def test_a_paused_leader_writes_nothing_after_its_lease_expired(audited: Audited
     wait_until("a leads", lambda: leader(a) == 1, log=a.log)
     b = agents(str(repos.bare), "fence-b")
     assert leader(b) == 0
+    # the first commit's writes (objects, inventory, Events, the checked record) are not the big sync's
+    before = settled_writes(audited, ns, "fence-a")
     big_commit(repos, replicas=2)  # both replicas see it (local repository watch); only a writes
     wait_until("a in the middle of the sync", lambda: len([e for e in by("fence-a", audited.writes(ns))
-                                                            if not is_lease(e)]) >= 10, interval=0.01, log=a.log)
+                                                            if not is_lease(e)]) >= before + 10, interval=0.01,
+               log=a.log)
     a.proc.send_signal(signal.SIGSTOP)
     paused_at = time.time()
     wait_until("b takes the lease over", lambda: leader(b) == 1, timeout=LEASE_DURATION + 15, log=b.log)
@@ -214,6 +217,22 @@ def test_a_paused_leader_writes_nothing_after_its_lease_expired(audited: Audited
     assert len(synced_by_a) >= 10 and not converged_by(synced_by_a), "a was not paused mid-sync"
 
 
+def settled_writes(audited: AuditedCluster, ns: str, agent: str) -> int:
+    """How many non-lease writes `agent` made for what it synced so far, once they stop growing (the
+    first commit's sync, its Events and the record of the commit it checked arrive over a moment)."""
+    def count() -> int:
+        return len([e for e in by(agent, audited.writes(ns)) if not is_lease(e)])
+
+    seen: list[int] = []
+
+    def steady() -> bool:
+        seen.append(count())
+        return len(seen) >= 10 and seen[-1] > 0 and len(set(seen[-10:])) == 1
+
+    wait_until(f"{agent}'s first sync written", steady, interval=0.1)
+    return seen[-1]
+
+
 def converged_by(writes: list[dict[str, Any]]) -> bool:
     """Did these writes touch every StatefulSet of the big commit (a sync that was not interrupted)?"""
     names = {e["objectRef"].get("name") for e in writes if e["objectRef"].get("resource") == "statefulsets"}
@@ -226,9 +245,11 @@ def test_a_killed_leader_is_replaced_and_the_sync_completes(audited: AuditedClus
     a = agents(str(repos.bare), "kill-a")
     wait_until("a leads", lambda: leader(a) == 1, log=a.log)
     b = agents(str(repos.bare), "kill-b")
+    before = settled_writes(audited, ns, "kill-a")
     big_commit(repos, replicas=3)
     wait_until("a in the middle of the sync", lambda: len([e for e in by("kill-a", audited.writes(ns))
-                                                            if not is_lease(e)]) >= 10, interval=0.01, log=a.log)
+                                                            if not is_lease(e)]) >= before + 10, interval=0.01,
+               log=a.log)
     a.proc.kill()
     a.proc.wait(10)
     killed_at = time.time()
