@@ -23,56 +23,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.benchcluster import bench_cluster  # noqa: E402
+from bench.repogen import expected_pods, make_repo, nodes_for  # noqa: E402
 from syncer.cluster.client import Kube  # noqa: E402
 from syncer.engine.sync import Engine, SyncOptions  # noqa: E402
 from syncer.render.repo import plan_repo, render_repo  # noqa: E402
 from syncer.repo.loader import load_repo  # noqa: E402
 
-FEDERATION = """\
-apiVersion: flwr.exalsius.ai/v1
-kind: Federation
-metadata:
-  name: fed-{i}
-spec:
-  mode: StatefulSet
-  isolationMode: subprocess
-  superlink:
-    image: flwr/superlink:1.25.0
-    resources: {{requests: {{cpu: 10m, memory: 16Mi}}}}
-  supernodes:
-    image: flwr/supernode:1.25.0
-    pools:
-"""
-POOL = """\
-      - name: pool-{p}
-        replicas: 1
-        images: {{}}
-        supernodeResources: {{requests: {{cpu: 10m, memory: 16Mi}}}}
-        nodeConfig: {{partition-id: "{{index}}", num-partitions: "{{replicas}}"}}
-"""
-RELEASE = """\
-supernode:
-  superlink: {{address: fed-{i}-superlink, port: 9092}}
-  resources: {{requests: {{cpu: 10m, memory: 16Mi}}}}
-tls:
-  enabled: false
-"""
-
 
 def rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def make_repo(root: Path, namespace: str, feds: int, pools: int, releases: int) -> None:
-    (root / "federations").mkdir(parents=True)
-    (root / "flower-syncer.yaml").write_text(f"name: {namespace}\ndefaultNamespace: {namespace}\n")
-    for i in range(feds):
-        text = FEDERATION.format(i=i) + "".join(POOL.format(p=p) for p in range(pools))
-        (root / "federations" / f"fed-{i}.yaml").write_text(text)
-    for i in range(releases):
-        folder = root / "supernodes" / f"rel-{i}"
-        folder.mkdir(parents=True)
-        (folder / "values.yaml").write_text(RELEASE.format(i=i))
 
 
 def main() -> int:
@@ -88,7 +47,8 @@ def main() -> int:
     pools_total = args.federations * args.pools
     print(f"flower-syncer sync benchmark: {args.federations} federations x {args.pools} pools "
           f"({pools_total} pools), {args.releases} SuperNode releases, namespace {namespace}")
-    with bench_cluster(args.kubeconfig, "--cpu-nodes", "24", keep=args.keep) as kubeconfig, \
+    nodes = nodes_for(expected_pods(args.federations, args.pools, args.releases))
+    with bench_cluster(args.kubeconfig, "--cpu-nodes", str(nodes), keep=args.keep) as kubeconfig, \
             tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp) / "repo"
         make_repo(repo, namespace, args.federations, args.pools, args.releases)
@@ -108,7 +68,7 @@ def main() -> int:
               f"{rate:.0f} objects/s")
 
         # a steady-state resync: let the controllers finish creating the pods first
-        expected = args.federations * (args.pools + 1) + args.releases
+        expected = expected_pods(args.federations, args.pools, args.releases)
         t = time.perf_counter()
         while time.perf_counter() - t < 300:
             pods, _ = kube.list("Pod", namespace, metadata_only=True)
