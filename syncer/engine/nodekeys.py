@@ -8,11 +8,15 @@ use"): such a key is reported, with the fix (a new key pair), not retried foreve
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from syncer.cluster.flower_control import UNREGISTERED, ControlApiError, RegisteredNode
+from syncer.cluster.flower_control import UNREGISTERED, ControlApiError, ControlClient, RegisteredNode
+from syncer.engine.changeset import UnitResult
+from syncer.identity import Manifest, Unit
+from syncer.plan import NodeAuth
 
 
 class ControlApi(Protocol):
@@ -73,3 +77,22 @@ def reconcile(api: ControlApi, keys: Sequence[tuple[str, bytes]]) -> KeyReport:
                 continue
             report.unregistered.append(node.node_id)
     return report
+
+
+def sync_node_keys(auth: NodeAuth, unit: Unit, desired: list[Manifest], res: UnitResult) -> None:
+    """Register a federation's SuperNode keys with its SuperLink (and unregister the rest), over
+    TLS with the CA flower-syncer copied for the SuperNodes (filled by this sync in `desired`);
+    the outcome and errors go into `res`."""
+    copy = next((m for m in desired if m["kind"] == "Secret" and m["metadata"]["name"] == auth.ca_secret), {})
+    ca = (copy.get("data") or {}).get("ca.crt") or ""
+    if not ca:
+        res.errors.append(f"cannot register SuperNode keys yet: Secret {unit.namespace}/{auth.ca_secret} "
+                          "has no ca.crt")
+        return
+    client = ControlClient(auth.address, base64.b64decode(ca))
+    try:
+        report = reconcile(client, auth.keys)
+    finally:
+        client.close()
+    res.node_keys = report.to_dict()
+    res.errors.extend(report.errors)

@@ -6,8 +6,8 @@ The same engine serves the one-shot CLI (`sync`, `diff`) and the long-running ag
 
 from __future__ import annotations
 
-import base64
 import dataclasses
+import functools
 import itertools
 import threading
 import time
@@ -16,14 +16,15 @@ from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from itertools import groupby
-from typing import Any
+from functools import cached_property
+from typing import Any, TypeVar
 
 from syncer.cluster.client import FIELD_MANAGER, ApiError, ClusterUnreachable, Kube
 from syncer.cluster.fence import Fenced
 from syncer.engine.apply import Applier, Outcome
 from syncer.engine.changeset import Action, Change, SkipReason, UnitResult
 from syncer.engine.checked import Checked
+from syncer.engine.copies import fill_copies
 from syncer.engine.inventory import HISTORY_LIMIT, Applied, Condition, Entry, Inventory, inventory_name, inventory_ref
 from syncer.engine.live import LiveState
 from syncer.engine.mounts import missing_keys, mounted_secret_keys
@@ -31,8 +32,6 @@ from syncer.engine.normalize import with_fingerprint
 from syncer.engine.ownership import owner_of, recover_inventory, stamp_repository, write_conflict
 from syncer.engine.prune import prune
 from syncer.identity import (
-    ANN_COPY_FROM,
-    ANN_COPY_KEYS,
     APPLY_ORDER,
     LABEL_MANAGED_BY,
     MANAGED_BY,
@@ -41,7 +40,7 @@ from syncer.identity import (
     ObjectRef,
     Unit,
 )
-from syncer.plan import Claims, NodeAuth, Plan, Policy, UnitPlan
+from syncer.plan import Claims, Plan, Policy, UnitPlan
 
 
 @dataclass
@@ -78,6 +77,32 @@ class SyncReport:
 
 
 Progress = Callable[[str], None]
+_T = TypeVar("_T")
+
+
+def _level(m: Manifest) -> int:
+    return APPLY_ORDER.get(m["kind"], 9)
+
+
+@dataclass
+class _UnitRun:
+    """One unit between its checks and its inventory: what it wants and what it applied so far."""
+
+    planned: UnitPlan
+    res: UnitResult
+    inv: Inventory
+    recovered: bool
+    desired: list[Manifest]
+    applier: Applier
+    entries: dict[ObjectRef, Entry] = field(default_factory=dict)
+    failed: str | None = None  # why the rest of this unit's sync was given up
+
+    @cached_property
+    def own_secrets(self) -> set[str]:
+        return {m["metadata"]["name"] for m in self.desired if m["kind"] == "Secret"}
+
+    def levels(self) -> list[int]:
+        return sorted({_level(m) for m in self.desired})
 
 
 class Engine:
@@ -99,19 +124,8 @@ class Engine:
         live = self._snapshot(plan, opts)
         report = SyncReport()
         units = sorted(plan.units)
-        finished = itertools.count(1)  # next() on it is atomic, unlike `+= 1` across threads
-
-        def one(unit: Unit) -> UnitResult:
-            try:
-                result = self.sync_unit(plan.units[unit], live, opts, plan)
-            except (ApiError, ClusterUnreachable, OSError) as exc:  # one unit's failure never stops the others
-                result = UnitResult(unit.id, errors=[f"sync failed: {exc}"])
-            self.progress(f"[{next(finished)}/{len(units)}] {unit.id}")
-            return result
-
-        # Units are independent: sync a few at once (each also applies its objects in parallel).
         with ThreadPoolExecutor(max_workers=max(1, min(self.unit_workers, len(units)))) as pool:
-            report.units.extend(pool.map(one, units))
+            report.units.extend(self._staged(pool, [plan.units[u] for u in units], live, opts, plan))
         for unit in sorted(plan.failed):
             if plan.selected(unit):
                 report.units.append(UnitResult(unit.id, errors=["configuration has errors; nothing was changed "
@@ -125,6 +139,48 @@ class Engine:
         report.writes = self.kube.writes - before_writes
         report.seconds = time.monotonic() - start
         return report
+
+    def _staged(self, pool: ThreadPoolExecutor, planned: list[UnitPlan], live: LiveState, opts: SyncOptions,
+                plan: Plan) -> list[UnitResult]:
+        """Sync many units level by level, as kubectl and Flux apply a file: every unit's
+        ServiceAccounts, then every unit's Secrets, ... every unit's workloads last, then the
+        inventories. Pods start only once everything before them exists, instead of competing with
+        the rest of the apply from its first seconds. One unit's failure never stops the others."""
+        begun = list(pool.map(lambda p: self._try(lambda: self._begin(p, live, opts, plan), p.unit), planned))
+        runs = [r for r in begun if isinstance(r, _UnitRun)]
+        levels = sorted({level for r in runs for level in r.levels()})
+
+        def step(level: int, run: _UnitRun) -> None:
+            if run.failed is None:
+                self._try(lambda: self._apply_level(run, level, live, opts, plan), run.planned.unit, run)
+
+        for i, level in enumerate(levels, 1):
+            kinds = sorted({m["kind"] for r in runs for m in r.desired if _level(m) == level})
+            self.progress(f"stage {i}/{len(levels)}: {', '.join(kinds)} of {len(runs)} units")
+            list(pool.map(functools.partial(step, level), runs))
+        finished = itertools.count(1)  # next() on it is atomic, unlike `+= 1` across threads
+
+        def finish(run: _UnitRun | UnitResult) -> UnitResult:
+            if isinstance(run, UnitResult):
+                return run
+            result = self._try(lambda: self._finish(run, live, opts, plan), run.planned.unit, run)
+            self.progress(f"[{next(finished)}/{len(runs)}] {run.planned.unit.id}")
+            return result if isinstance(result, UnitResult) else run.res
+
+        return list(pool.map(finish, begun))
+
+    @staticmethod
+    def _try(step: Callable[[], _T], unit: Unit, run: _UnitRun | None = None) -> _T | UnitResult | None:
+        """`step()`, or, when the cluster fails it, the failure: on the unit's run (which then goes
+        no further) or as the unit's result."""
+        try:
+            return step()
+        except (ApiError, ClusterUnreachable, OSError) as exc:
+            if run is None:
+                return UnitResult(unit.id, errors=[f"sync failed: {exc}"])
+            run.failed = f"sync failed: {exc}"
+            run.res.errors.append(run.failed)
+            return None
 
     def _snapshot(self, plan: Plan, opts: SyncOptions) -> LiveState:
         """What we manage, cluster-wide; or, when RBAC only grants some namespaces (the chart's
@@ -224,10 +280,19 @@ class Engine:
     def sync_unit(self, planned: UnitPlan, live: LiveState, opts: SyncOptions, plan: Plan) -> UnitResult:
         """Apply one unit of `plan`. The plan's claims (which unit renders which object) let it take
         over an object another unit left behind and keep it from pruning one another unit took."""
+        run = self._begin(planned, live, opts, plan)
+        if isinstance(run, UnitResult):
+            return run
+        for level in run.levels():
+            self._apply_level(run, level, live, opts, plan)
+        return self._finish(run, live, opts, plan)
+
+    def _begin(self, planned: UnitPlan, live: LiveState, opts: SyncOptions, plan: Plan) -> _UnitRun | UnitResult:
+        """A unit's checks before anything is applied: whose it is, whether it is suspended, its
+        desired objects and namespace. A UnitResult when there is nothing to apply."""
         unit, manifests, policy = planned.unit, planned.manifests, planned.policy
         res = UnitResult(unit.id)
         repository = plan.repository
-        claims = plan.claims
         inv = live.inventories.get(unit)
         recovered = False
         if inv is None:  # a new unit, or its inventory was deleted: its objects still carry its labels
@@ -248,7 +313,7 @@ class Engine:
             res.suspended = reason  # a dry-run that shows what differs all the same (diff, status)
         desired: list[Manifest] = []
         for m in manifests:
-            filled = self._fill_copies(m, res)
+            filled = fill_copies(self.kube, m, res)
             if filled is not None:
                 desired.append(with_fingerprint(stamp_repository(filled, repository)))
         if not manifests and inv.entries and not opts.allow_empty:
@@ -260,27 +325,40 @@ class Engine:
         if not ready:  # dry-run into a namespace that does not exist yet: everything would be created
             res.changes.extend(Change(ObjectRef.of(m), Action.CREATED, "would create") for m in desired)
             return res
-        applier = Applier(self.kube, dry_run=opts.dry_run, with_diff=opts.with_diff)
-        own_secrets = {m["metadata"]["name"] for m in desired if m["kind"] == "Secret"}
-        entries: dict[ObjectRef, Entry] = {}
-        for _, stage_iter in groupby(desired, key=lambda m: APPLY_ORDER.get(m["kind"], 9)):
-            stage = list(stage_iter)
-            outcomes = self._apply_stage(applier, stage, live, inv, policy, opts, unit, plan, own_secrets)
-            if any(o.namespace_missing for o in outcomes):
-                # deleted since we last made sure of it: create it again on the next try
-                self._namespaces_seen.discard(unit.namespace)
-            for m, out in zip(stage, outcomes, strict=True):
-                ref = ObjectRef.of(m)
-                res.changes.append(out.change)
-                entry = out.entry or inv.entries.get(ref)
-                if entry is not None:
-                    entries[ref] = entry
-        wanted = {ObjectRef.of(m) for m in manifests}
+        return _UnitRun(planned, res, inv, recovered, desired,
+                        Applier(self.kube, dry_run=opts.dry_run, with_diff=opts.with_diff))
+
+    def _apply_level(self, run: _UnitRun, level: int, live: LiveState, opts: SyncOptions, plan: Plan) -> None:
+        """Apply the unit's objects of one APPLY_ORDER level (e.g. its Services)."""
+        stage = [m for m in run.desired if _level(m) == level]
+        if not stage:
+            return
+        unit = run.planned.unit
+        outcomes = self._apply_stage(run.applier, stage, live, run.inv, run.planned.policy, opts, unit, plan,
+                                     run.own_secrets)
+        if any(o.namespace_missing for o in outcomes):
+            # deleted since we last made sure of it: create it again on the next try
+            self._namespaces_seen.discard(unit.namespace)
+        for m, out in zip(stage, outcomes, strict=True):
+            ref = ObjectRef.of(m)
+            run.res.changes.append(out.change)
+            entry = out.entry or run.inv.entries.get(ref)
+            if entry is not None:
+                run.entries[ref] = entry
+
+    def _finish(self, run: _UnitRun, live: LiveState, opts: SyncOptions, plan: Plan) -> UnitResult:
+        """After the unit's objects are applied: prune what it no longer renders, register node
+        keys, and record the inventory (only when something in it changed)."""
+        planned, res, inv, entries = run.planned, run.res, run.inv, run.entries
+        if run.failed:
+            return res
+        unit, policy, repository = planned.unit, planned.policy, plan.repository
+        wanted = {ObjectRef.of(m) for m in planned.manifests}
         leftovers = [r for r in inv.entries if r not in wanted]
         # objects we could not build this time (e.g. a missing TLS source) are kept, not pruned
         leftovers = [r for r in leftovers if r not in entries]
         # objects another unit renders now are handed over to it, never pruned (nor kept: they are its)
-        leftovers, handed = _hand_over(unit, leftovers, claims)
+        leftovers, handed = _hand_over(unit, leftovers, plan.claims)
         res.changes.extend(handed)
         if leftovers:
             if policy.prune and opts.prune:
@@ -295,9 +373,12 @@ class Engine:
                 res.changes.extend(Change(r, Action.SKIPPED, "not pruned: pruning is disabled") for r in leftovers)
                 entries.update({r: inv.entries[r] for r in leftovers})
         if planned.node_auth is not None and not opts.dry_run and res.ok:
-            self._sync_node_keys(planned.node_auth, unit, desired, res)  # before the Ready condition is written
+            # before the Ready condition is written
+            from syncer.engine.nodekeys import sync_node_keys  # grpc: only for such federations
+
+            sync_node_keys(planned.node_auth, unit, run.desired, res)
         inv_ref = inventory_ref(unit)
-        if recovered:
+        if run.recovered:
             res.changes.append(Change(inv_ref, Action.SKIPPED if opts.dry_run else Action.CREATED,
                                       f"inventory was missing; rebuilt from {len(inv.entries)} labelled objects"))
         res.changes.extend(Change(inv_ref, Action.SKIPPED, f"inventory entry not understood, left alone in the "
@@ -305,7 +386,7 @@ class Engine:
         condition = (Condition(False, "ConfigError", _short(plan.errors[unit]), _now(), plan.revision)
                      if unit in plan.errors else outcome_condition(res, plan.revision or planned.revision))
         recorded = inv.condition if condition.same(inv.condition) else condition
-        if not opts.dry_run and (entries != inv.entries or recovered or inv.ignored or recorded is condition):
+        if not opts.dry_run and (entries != inv.entries or run.recovered or inv.ignored or recorded is condition):
             changed = res.changed
             history = inv.history
             if changed and res.ok:
@@ -317,26 +398,6 @@ class Engine:
             if self._write_inventory(new, res):
                 live.inventories[unit] = new  # a resync right after need not wait for a watch event
         return res
-
-    def _sync_node_keys(self, auth: NodeAuth, unit: Unit, desired: list[Manifest], res: UnitResult) -> None:
-        """Register the federation's SuperNode keys with its SuperLink (and unregister the rest),
-        over TLS with the CA flower-syncer copied for the SuperNodes (filled by this sync)."""
-        from syncer.cluster.flower_control import ControlClient  # grpc: only for such federations
-        from syncer.engine.nodekeys import reconcile
-
-        copy = next((m for m in desired if m["kind"] == "Secret" and m["metadata"]["name"] == auth.ca_secret), {})
-        ca = (copy.get("data") or {}).get("ca.crt") or ""
-        if not ca:
-            res.errors.append(f"cannot register SuperNode keys yet: Secret {unit.namespace}/{auth.ca_secret} "
-                              "has no ca.crt")
-            return
-        client = ControlClient(auth.address, base64.b64decode(ca))
-        try:
-            report = reconcile(client, auth.keys)
-        finally:
-            client.close()
-        res.node_keys = report.to_dict()
-        res.errors.extend(report.errors)
 
     def suspended_drift(self, planned: UnitPlan, live: LiveState, plan: Plan) -> UnitResult:
         """What differs from Git for a suspended unit: a dry-run as if it were not suspended (no
@@ -430,29 +491,6 @@ class Engine:
 
     def close(self) -> None:
         self._requests.shutdown(wait=True)
-
-    def _fill_copies(self, m: Manifest, res: UnitResult) -> Manifest | None:
-        """Fill a Secret that copies keys from another Secret in its namespace (the SuperNode chart's
-        copyFromExistingSecret), reading the source now so a rotated certificate is followed."""
-        annotations = m["metadata"].get("annotations", {})
-        source = annotations.get(ANN_COPY_FROM)
-        if m["kind"] != "Secret" or not source:
-            return m
-        ns = m["metadata"]["namespace"]
-        try:
-            src = self.kube.get("Secret", ns, source)
-        except ApiError as exc:
-            res.errors.append(f"cannot read Secret {ns}/{source} to copy from: {exc.message}")
-            return None
-        keys = [k.strip() for k in annotations.get(ANN_COPY_KEYS, "ca.crt").split(",") if k.strip()]
-        data = (src or {}).get("data") or {}
-        key = next((k for k in keys if data.get(k)), None)
-        if key is None:
-            res.errors.append(f"Secret {ns}/{source} (to copy {' or '.join(keys)} from) "
-                              f"{'has none of those keys' if src else 'does not exist'}; "
-                              f"{m['metadata']['name']} is not applied until it does")
-            return None
-        return {**m, "data": {keys[0]: data[key]}}
 
     def _ensure_namespace(self, namespace: str, dry_run: bool, res: UnitResult) -> bool | None:
         """True when the namespace exists (creating it if needed), False when it does not and this

@@ -5,6 +5,7 @@ safety, ownership and inventories. The integration tests prove the same on a rea
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -216,3 +217,30 @@ def test_the_last_outcome_is_kept_on_the_inventory(kube: FakeKube, tmp_path: Pat
     assert again.writes == 0  # the same error again: nothing new to record
     write(tmp_path)
     assert sync(kube, repo).ok and condition() == ("True", "Synced", "in sync with Git")
+
+
+def test_many_units_are_applied_level_by_level_workloads_last_then_inventories(kube: FakeKube,
+                                                                                 tmp_path: Path) -> None:
+    """As kubectl and Flux apply a file: every unit's Services before any unit's workload, so pods
+    start once everything they need exists; the inventories (the record) after all workloads."""
+    sent: list[tuple[str, str]] = []
+    handle = kube.server.handle
+
+    def recording(method: str, url: str, headers: Any, body: Any) -> Any:
+        if method != "GET":
+            sent.append((method, url.split("?", maxsplit=1)[0]))
+        return handle(method, url, headers, body)
+
+    kube.server.handle = recording  # type: ignore[method-assign]
+    for name in ("one", "two", "three"):
+        write(tmp_path, name, pools=pool("a") + pool("b"))
+    assert sync(kube, tmp_path).ok
+
+    def positions(plural: str) -> list[int]:
+        return [i for i, (_, path) in enumerate(sent) if f"/{plural}/" in path]
+
+    services, workloads, inventories = positions("services"), positions("statefulsets"), [
+        i for i, (_, path) in enumerate(sent) if "/configmaps/flower-syncer.federation." in path]
+    assert len(workloads) == 3 * 3 and len(services) >= 3 and len(inventories) == 3
+    assert max(services) < min(workloads)
+    assert max(workloads) < min(inventories)
