@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -11,6 +11,7 @@ from syncer.cluster.client import Kube
 from syncer.engine.checked import Checked
 from syncer.engine.checked import decode as decode_checked
 from syncer.engine.inventory import Inventory, decode
+from syncer.engine.ownership import owner_of
 from syncer.identity import INVENTORY_SELECTOR, MANAGED_KINDS, MANAGED_SELECTOR, ObjectRef, Unit
 
 
@@ -32,12 +33,66 @@ def managed_reads(namespaces: Iterable[str] | None = None, kinds: Iterable[str] 
     return reads + [Read("ConfigMap", ns, INVENTORY_SELECTOR, True) for ns in scopes]
 
 
+class ManagedObjects(dict[ObjectRef, dict[str, Any]]):
+    """The live objects by reference, indexed by the unit their labels name, so the objects of one
+    unit (`owned_by`) cost that unit's objects, not a scan of all of them (at 26,000 objects, 2,000
+    new units each scanning everything was 52 million label reads). Writes go through item
+    assignment, `del` and `pop`, which keep the index."""
+
+    def __init__(self, items: Mapping[ObjectRef, dict[str, Any]] | None = None) -> None:
+        super().__init__()
+        self._unit_of: dict[ObjectRef, Unit] = {}
+        self._by_unit: dict[Unit, dict[ObjectRef, None]] = {}  # insertion-ordered sets
+        for ref, obj in (items or {}).items():
+            self[ref] = obj
+
+    def __setitem__(self, ref: ObjectRef, obj: dict[str, Any]) -> None:
+        self._unindex(ref)
+        super().__setitem__(ref, obj)
+        owner = owner_of(obj)
+        if owner is not None:
+            self._unit_of[ref] = owner.unit
+            self._by_unit.setdefault(owner.unit, {})[ref] = None
+
+    def __delitem__(self, ref: ObjectRef) -> None:
+        super().__delitem__(ref)
+        self._unindex(ref)
+
+    def pop(self, ref: ObjectRef, *default: Any) -> Any:
+        self._unindex(ref)
+        return super().pop(ref, *default)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for ref, obj in dict(*args, **kwargs).items():
+            self[ref] = obj
+
+    def setdefault(self, ref: ObjectRef, default: dict[str, Any] | None = None) -> dict[str, Any]:
+        raise TypeError("ManagedObjects.setdefault would bypass the owner index; assign instead")
+
+    def _unindex(self, ref: ObjectRef) -> None:
+        unit = self._unit_of.pop(ref, None)
+        if unit is not None:
+            refs = self._by_unit[unit]
+            refs.pop(ref, None)
+            if not refs:
+                del self._by_unit[unit]
+
+    def owned_by(self, unit: Unit) -> Iterator[tuple[ObjectRef, dict[str, Any]]]:
+        """The objects whose labels name `unit` (of any repository)."""
+        for ref in list(self._by_unit.get(unit, ())):
+            yield ref, self[ref]
+
+    def labelled_units(self) -> list[Unit]:
+        """Every unit some live object's labels name."""
+        return list(self._by_unit)
+
+
 @dataclass
 class LiveState:
     """Metadata (labels, annotations, managedFields, uid) of every managed object, and the
     inventories. Full objects are fetched only for the few that need a closer look."""
 
-    objects: dict[ObjectRef, dict[str, Any]] = field(default_factory=dict)
+    objects: ManagedObjects = field(default_factory=ManagedObjects)
     inventories: dict[Unit, Inventory] = field(default_factory=dict)
     checked: dict[tuple[str, str], Checked] = field(default_factory=dict)
     """(namespace, repository) -> the revision the repository was last checked at (engine.checked)."""

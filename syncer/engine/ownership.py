@@ -12,7 +12,7 @@ still want) is a conflict: reported, never adopted, never recreated, never prune
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,13 +78,14 @@ def _recorded_repository(unit: Unit, inventories: Mapping[Unit, Inventory]) -> s
     return inv.repository if inv is not None else ""
 
 
-def recover_inventory(unit: Unit, objects: Mapping[ObjectRef, Mapping[str, Any]], repository: str,
+def recover_inventory(unit: Unit, objects: Iterable[tuple[ObjectRef, Mapping[str, Any]]], repository: str,
                       field_manager: str, former: Collection[str] = ()) -> Inventory | None:
-    """An inventory rebuilt from the live objects that carry `unit`'s labels (and this repository,
-    one of its `former` names, or no repository label at all), for a unit whose inventory ConfigMap
-    is gone. None if no live object names the unit."""
+    """An inventory rebuilt from the live `objects` (pairs of reference and object; the unit's
+    own, `LiveState.objects.owned_by(unit)`, suffice) that carry `unit`'s labels and this
+    repository, one of its `former` names, or no repository label at all, for a unit whose
+    inventory ConfigMap is gone. None if no live object names the unit."""
     entries: dict[ObjectRef, Entry] = {}
-    for ref, obj in objects.items():
+    for ref, obj in objects:
         owner = owner_of(obj)
         if owner is None or owner.unit != unit or owner.repository not in ("", repository, *former):
             continue

@@ -219,7 +219,7 @@ class Engine:
         repository = plan.repository
         inv = live.inventories.get(unit)
         if inv is None:
-            inv = recover_inventory(unit, live.objects, repository, FIELD_MANAGER, plan.former_names)
+            inv = recover_inventory(unit, live.objects.owned_by(unit), repository, FIELD_MANAGER, plan.former_names)
             if inv is None:
                 return res
             res.changes.append(Change(inventory_ref(unit), Action.SKIPPED,
@@ -296,7 +296,7 @@ class Engine:
         inv = live.inventories.get(unit)
         recovered = False
         if inv is None:  # a new unit, or its inventory was deleted: its objects still carry its labels
-            inv = recover_inventory(unit, live.objects, repository, FIELD_MANAGER, plan.former_names)
+            inv = recover_inventory(unit, live.objects.owned_by(unit), repository, FIELD_MANAGER, plan.former_names)
             recovered = inv is not None
             inv = inv or Inventory(unit, repository=repository)
         if not plan.owns(inv.repository):
@@ -558,10 +558,11 @@ def vanished_units(live: LiveState, repository: str, former: Collection[str] = (
     inventories or, where an inventory was deleted, from objects labelled with the unit and it."""
     ours = {repository, *former}
     units = {u for u, inv in live.inventories.items() if inv.repository in ours}
-    for obj in live.objects.values():
-        owner = owner_of(obj)
-        if owner is not None and owner.repository in ours and owner.unit not in live.inventories:
-            units.add(owner.unit)
+    for unit in live.objects.labelled_units():
+        if unit not in live.inventories and any(
+                (owner := owner_of(obj)) is not None and owner.repository in ours
+                for _, obj in live.objects.owned_by(unit)):
+            units.add(unit)
     return sorted(units)
 
 

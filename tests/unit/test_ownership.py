@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from syncer.engine.inventory import INVENTORY_KEY, Inventory, decode
+from syncer.engine.live import LiveState, ManagedObjects
 from syncer.engine.ownership import owner_of, recover_inventory, stamp_repository, write_conflict
 from syncer.engine.prune import prune_blocker
+from syncer.engine.sync import vanished_units
 from syncer.identity import LABEL_REPOSITORY, ObjectRef, Unit
 from syncer.plan import Claims
 from syncer.render.repo import render_repo
@@ -80,12 +82,12 @@ def test_recover_inventory_from_labelled_objects_only() -> None:
     live = {ObjectRef("Service", "ns", n): o for n, o in [
         ("mine", obj("mine", A)), ("legacy", obj("legacy", A, repository=None)),
         ("theirs", obj("theirs", A, repository="other")), ("b", obj("b", B)), ("plain", obj("plain", None))]}
-    inv = recover_inventory(A, live, "repo", "flower-syncer")
+    inv = recover_inventory(A, live.items(), "repo", "flower-syncer")
     assert inv is not None
     assert sorted(r.name for r in inv.entries) == ["legacy", "mine"]
     assert inv.entries[ObjectRef("Service", "ns", "mine")].applied == "h-mine"
     assert inv.repository == "repo"
-    assert recover_inventory(Unit("supernode", "ns", "none"), live, "repo", "flower-syncer") is None
+    assert recover_inventory(Unit("supernode", "ns", "none"), live.items(), "repo", "flower-syncer") is None
 
 
 def test_stamp_repository_copies() -> None:
@@ -175,3 +177,30 @@ def test_a_clash_with_an_unselected_unit_still_fails_the_selected_one(tmp_path: 
     only_fed = render_repo(load_repo(tmp_path), ["fed"])
     assert list(only_fed.units) == [Unit("federation", "default", "fed")]
     assert not only_fed.unselected  # the clashing units are failed, not merely unselected
+
+
+def test_live_objects_index_follows_every_write() -> None:
+    objects = ManagedObjects({ObjectRef("Service", "ns", "x"): obj("x", A), ObjectRef("Service", "ns", "p"):
+                              obj("p", None)})
+    x, y = ObjectRef("Service", "ns", "x"), ObjectRef("Service", "ns", "y")
+    assert [r for r, _ in objects.owned_by(A)] == [x]
+    objects[y] = obj("y", A)
+    objects[x] = obj("x", B)  # relabelled: moves to B
+    assert ([r for r, _ in objects.owned_by(A)], [r for r, _ in objects.owned_by(B)]) == ([y], [x])
+    assert objects.pop(y)["metadata"]["name"] == "y"
+    assert objects.pop(y, None) is None
+    del objects[x]
+    assert (list(objects.owned_by(A)), list(objects.owned_by(B)), objects.labelled_units()) == ([], [], [])
+    objects.update({y: obj("y", B)})
+    assert [r for r, _ in objects.owned_by(B)] == [y] and len(objects) == 2  # "p" (unlabelled) stays
+
+
+def test_vanished_units_come_from_inventories_and_labels_of_this_repository() -> None:
+    live = LiveState()
+    live.inventories[A] = Inventory(A, repository="repo")
+    live.objects[ObjectRef("Service", "ns", "b")] = obj("b", B)  # inventory lost; labels say ours
+    live.objects[ObjectRef("Service", "ns", "c")] = obj("c", Unit("federation", "ns", "c"), repository="other")
+    assert vanished_units(live, "repo") == [A, B]
+    assert vanished_units(live, "new-name", former=["repo"]) == [A, B]
+    assert vanished_units(live, "other") == [Unit("federation", "ns", "c")]
+
