@@ -6,6 +6,8 @@ import hashlib
 import json
 from typing import Any
 
+import orjson
+
 from syncer.identity import ANN_APPLIED_HASH, Manifest
 
 MASK_BEFORE = "*** (before)"
@@ -16,10 +18,20 @@ _SERVER_META = ("managedFields", "resourceVersion", "generation", "uid", "creati
                 "deletionTimestamp", "deletionGracePeriodSeconds", "ownerReferences", "finalizers")
 
 
+def canonical_json(value: Any) -> bytes:
+    """Compact JSON with sorted keys and UTF-8 text: the bytes every fingerprint is taken of.
+    orjson writes exactly what `json.dumps(sort_keys=True, separators=(",", ":"),
+    ensure_ascii=False)` writes (the fingerprints of objects applied by earlier versions stay
+    valid), about 10x faster; integers beyond 64 bits, which orjson refuses, go the slow way."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
 def fingerprint(manifest: Manifest) -> str:
     """A stable hash of a desired object (before our own hash annotation is added)."""
-    blob = json.dumps(manifest, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(blob.encode()).hexdigest()[:32]
+    return hashlib.sha256(canonical_json(manifest)).hexdigest()[:32]
 
 
 def with_fingerprint(manifest: Manifest) -> Manifest:
@@ -35,8 +47,15 @@ def managed_fields_hash(obj: dict[str, Any], manager: str) -> str:
     fields takes it from this set, which is how drift shows without comparing values."""
     entries = [m.get("fieldsV1", {}) for m in obj.get("metadata", {}).get("managedFields", [])
                if m.get("manager") == manager and m.get("operation") == "Apply" and not m.get("subresource")]
-    blob = json.dumps(entries, separators=(",", ":"))  # the server writes fieldsV1 in a fixed order
-    return hashlib.sha256(blob.encode()).hexdigest()[:32]
+    # the server writes fieldsV1 in a fixed order: keys as they come. json.dumps's ASCII escapes
+    # for anything else, so hashes recorded by earlier versions stay valid
+    try:
+        blob = orjson.dumps(entries)
+    except orjson.JSONEncodeError:
+        blob = b""
+    if not blob or not blob.isascii():
+        blob = json.dumps(entries, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()[:32]
 
 
 def strip_server_fields(obj: dict[str, Any]) -> dict[str, Any]:

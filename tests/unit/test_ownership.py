@@ -204,3 +204,19 @@ def test_vanished_units_come_from_inventories_and_labels_of_this_repository() ->
     assert vanished_units(live, "new-name", former=["repo"]) == [A, B]
     assert vanished_units(live, "other") == [Unit("federation", "ns", "c")]
 
+
+def test_hashes_stay_those_of_earlier_versions() -> None:
+    """Fingerprints and managed-field hashes are recorded in the cluster: a faster encoder must
+    write the very bytes json.dumps wrote, or every object would be applied again after an upgrade."""
+    import hashlib
+
+    from syncer.engine.normalize import fingerprint, managed_fields_hash
+
+    tricky = {"b": "é\u2028\x7f\x01\n\t\"\\/", "a": [1.5, 0.1, 1e20, -0.0, 2**62, True, None],
+              "ä": {"z": 1, "Z": 2, "\U0001F600": 3, "\uffff": 4}, "big": 2**70}
+    old = json.dumps(tricky, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert fingerprint(tricky) == hashlib.sha256(old.encode()).hexdigest()[:32]
+    for fields in ({"f:metadata": {"f:labels": {"f:app": {}}}}, {"f:data": {"f:é": {}}}):
+        live = {"metadata": {"managedFields": [{"manager": "m", "operation": "Apply", "fieldsV1": fields}]}}
+        old = json.dumps([fields], separators=(",", ":"))
+        assert managed_fields_hash(live, "m") == hashlib.sha256(old.encode()).hexdigest()[:32]
