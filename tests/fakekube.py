@@ -13,7 +13,8 @@ engine's decisions depend on:
 - create (409 AlreadyExists), delete with a uid precondition (409), 404s with `details.kind`;
 - writes into a namespace that does not exist fail with 404 `namespaces "x" not found`;
 - immutable `spec.selector` of workloads (422 "field is immutable");
-- LIST with equality label selectors, metadata-only lists, resourceVersion.
+- LIST with equality label selectors, metadata-only lists, resourceVersion;
+- 429 Too Many Requests with a Retry-After header, for the next requests listed in `throttle`.
 
 It is not a full API server (no defaulting, no admission, no watch); integration tests on the
 local control plane prove the real thing.
@@ -42,9 +43,13 @@ class _Response:
     status: int
     body: bytes
     reason: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
 
     def read(self) -> bytes:
         return self.body
+
+    def getheader(self, name: str, default: str | None = None) -> str | None:
+        return self.headers.get(name, default)
 
 
 def _status(code: int, reason: str, message: str, details: Mapping[str, Any] | None = None) -> _Response:
@@ -141,6 +146,8 @@ def _matches(labels: Mapping[str, str], selector: str) -> bool:
 class FakeApiServer:
     objects: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
     namespaces_required: bool = True
+    throttle: list[str | None] = field(default_factory=list)
+    """Retry-After values (None: no header) of the next requests to turn away with 429, in order."""
     _rv: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _uid: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -174,6 +181,11 @@ class FakeApiServer:
         kind = _PLURALS[(api_version, segments[0])]
         name = segments[1] if len(segments) > 1 else ""
         with self._lock:
+            if self.throttle:
+                retry_after = self.throttle.pop(0)
+                resp = _status(429, "TooManyRequests", "Too many requests, please try again later.")
+                resp.headers = {"Retry-After": retry_after} if retry_after is not None else {}
+                return resp
             if method == "GET" and name:
                 obj = self.objects.get((kind, namespace, name))
                 if obj is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import os
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ log = structlog.get_logger("syncer.cluster")
 FIELD_MANAGER = "flower-syncer"
 METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 METADATA_WATCH = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+THROTTLE_RETRIES = 10  # as client-go: a request the server turned away with 429 is tried this many more times
+THROTTLE_MAX_WAIT = 10.0  # seconds; a longer Retry-After is cut to this
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,8 @@ class _Connection:
     config_arg: str | None = None  # what the caller named (None: $KUBECONFIG, possibly a list, or the default)
     unreachable: str = ""  # why the last request did not reach the API server; "" when it did
     user_agent: str | None = None  # e.g. one per agent replica, so audit logs tell them apart
+    not_before: float = 0.0  # monotonic time before which no request is sent (the server said 429)
+    throttled: int = 0  # requests the server turned away with 429 (and that were tried again)
 
 
 class Kube:
@@ -195,6 +200,12 @@ class Kube:
                    context=context, config_arg=kubeconfig, user_agent=user_agent)
 
     @property
+    def throttled(self) -> int:
+        """How many requests the API server turned away with 429 Too Many Requests (API Priority
+        and Fairness queues full, or max-requests-inflight reached); each was tried again."""
+        return self._conn.throttled
+
+    @property
     def writes(self) -> int:
         return sum(n for verb, n in self.counts.items() if verb in ("POST", "PUT", "PATCH", "DELETE"))
 
@@ -263,11 +274,39 @@ class Kube:
         with self._lock:
             self.counts[method + (" dry-run" if dry else "")] += 1
         headers = {"Accept": accept, "Content-Type": content_type}
-        resp = self._send_reloading(method, path, params, headers, body, timeout)
+        for attempt in range(THROTTLE_RETRIES + 1):
+            self._wait_out_throttling()
+            resp = self._send_reloading(method, path, params, headers, body, timeout)
+            if resp.status != 429 or attempt == THROTTLE_RETRIES:
+                break
+            self._throttled_by(resp, method, path)
         raw = resp.read()
         if resp.status >= 400:
             raise _api_error(resp.status, resp.reason, raw)
         return (orjson.loads(raw) if raw else None), resp.status
+
+    def _wait_out_throttling(self) -> None:
+        wait = self._conn.not_before - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+
+    def _throttled_by(self, resp: Any, method: str, path: str) -> None:
+        """A 429: the server did not act on the request (so even a write is safe to send again).
+        Every request through this connection, not only this one, waits the Retry-After it names
+        (1 s if none), so a busy server sees the load drop at once instead of a retry storm."""
+        resp.read()
+        header = (getattr(resp, "getheader", None) or (lambda _name: None))("Retry-After")
+        try:
+            wait = min(max(float(header), 0.0), THROTTLE_MAX_WAIT) if header else 1.0
+        except ValueError:  # an HTTP date, say: a second is what client-go falls back to as well
+            wait = 1.0
+        now = time.monotonic()
+        with self._lock:
+            self._conn.throttled += 1
+            first = self._conn.not_before <= now  # the others of a burst are not logged again
+            self._conn.not_before = max(self._conn.not_before, now + wait)
+        if first:
+            log.info("API server is throttling requests; waiting", method=method, path=path, seconds=wait)
 
     # -- verbs ---------------------------------------------------------------------------------
 

@@ -61,6 +61,7 @@ class SyncReport:
     units: list[UnitResult] = field(default_factory=list)
     requests: int = 0
     writes: int = 0
+    throttled: int = 0  # requests the API server turned away with 429 and that were tried again
     seconds: float = 0.0
 
     @property
@@ -73,7 +74,8 @@ class SyncReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "changed": self.changed, "requests": self.requests, "writes": self.writes,
-                "seconds": round(self.seconds, 3), "units": [u.to_dict() for u in self.units]}
+                "throttled": self.throttled, "seconds": round(self.seconds, 3),
+                "units": [u.to_dict() for u in self.units]}
 
 
 Progress = Callable[[str], None]
@@ -120,7 +122,8 @@ class Engine:
 
     def sync(self, plan: Plan, opts: SyncOptions) -> SyncReport:
         start = time.monotonic()
-        before_requests, before_writes = sum(self.kube.counts.values()), self.kube.writes
+        before_requests, before_writes, before_throttled = (sum(self.kube.counts.values()), self.kube.writes,
+                                                            self.kube.throttled)
         live = self._snapshot(plan, opts)
         report = SyncReport()
         units = sorted(plan.units)
@@ -137,6 +140,7 @@ class Engine:
             self.record_checked(plan.repository, plan.revision, unit_namespaces(plan, opts.namespaces), live)
         report.requests = sum(self.kube.counts.values()) - before_requests
         report.writes = self.kube.writes - before_writes
+        report.throttled = self.kube.throttled - before_throttled
         report.seconds = time.monotonic() - start
         return report
 
