@@ -10,8 +10,14 @@
 Prints p50/p95/max of both. Targets: commit-to-applied p50 < 0.5 s and p95 < 1 s;
 drift-to-corrected p50 < 1 s.
 
+At scale (`--idle-federations`, `--idle-releases`): the repository also holds that many generated
+units (bench/repogen.py) that sit idle while the commits land. The agent applies them all first;
+the run waits for their pods, then prints the agent's resident memory with its watch caches warm
+(and its peak), and holds commit-to-applied p95 to 0.5 s and the agent's RSS to 400 MiB.
+
     python3 bench/latency.py                      # starts a dedicated devcluster, stops it after
     python3 bench/latency.py --kubeconfig FILE    # use a running (loopback) cluster
+    python3 bench/latency.py --idle-federations 1000 --idle-releases 1000 --commits 20 --edits 20
 """
 
 from __future__ import annotations
@@ -37,7 +43,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.benchcluster import bench_cluster  # noqa: E402
+from bench.repogen import expected_pods, make_repo, nodes_for  # noqa: E402
 from syncer.cluster.client import Kube, path_for  # noqa: E402
+from syncer.identity import INVENTORY_SELECTOR  # noqa: E402
 
 FED = """\
 apiVersion: flwr.exalsius.ai/v1
@@ -127,9 +135,44 @@ def main() -> int:
     ap.add_argument("--commits", type=int, default=50)
     ap.add_argument("--edits", type=int, default=50)
     ap.add_argument("--kubeconfig", default=None)
+    ap.add_argument("--idle-federations", type=int, default=0, metavar="N",
+                    help="also N generated federations that sit idle (e.g. 1000)")
+    ap.add_argument("--idle-pools", type=int, default=10, metavar="P", help="pools of each (default 10)")
+    ap.add_argument("--idle-releases", type=int, default=0, metavar="R",
+                    help="also R generated SuperNode releases that sit idle (e.g. 1000)")
     args = ap.parse_args()
-    with bench_cluster(args.kubeconfig) as kubeconfig:
+    up: list[str] = []
+    if args.idle_federations or args.idle_releases:
+        pods = expected_pods(args.idle_federations, args.idle_pools, args.idle_releases)
+        up = ["--cpu-nodes", str(nodes_for(pods)), "--nvidia-nodes", "0", "--amd-nodes", "0",
+              "--controller-qps", "200"]
+    with bench_cluster(args.kubeconfig, *up) as kubeconfig:
         return run(args, kubeconfig)
+
+
+def memory_mib(pid: int) -> tuple[float, float]:
+    """(resident now, peak resident) of process `pid`, MiB."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+
+
+def settle_idle_units(kube: Kube, namespace: str, args: argparse.Namespace, agent: subprocess.Popen[bytes]) -> None:
+    """Waits until the agent has applied every idle unit (an inventory each) and the controllers
+    have created their pods; prints how long each took and the agent's memory then."""
+    units = args.idle_federations + args.idle_releases + 1
+    t = time.perf_counter()
+    while len(kube.list("ConfigMap", namespace, labels=INVENTORY_SELECTOR, metadata_only=True)[0]) < units:
+        if agent.poll() is not None or time.perf_counter() - t > 3600:
+            raise RuntimeError("the agent did not apply every idle unit")
+        time.sleep(2)
+    print(f"agent's first sync   {time.perf_counter() - t:8.1f} s   {units} units", flush=True)
+    pods = expected_pods(args.idle_federations, args.idle_pools, args.idle_releases)
+    t = time.perf_counter()
+    while len(kube.list("Pod", namespace, metadata_only=True)[0]) < pods and time.perf_counter() - t < 1800:
+        time.sleep(5)
+    print(f"pods created         {time.perf_counter() - t:8.1f} s   {pods} pods", flush=True)
+    rss, peak = memory_mib(agent.pid)
+    print(f"agent memory         {rss:8.0f} MiB resident with warm caches (peak {peak:.0f} MiB)", flush=True)
 
 
 def run(args: argparse.Namespace, kubeconfig: str) -> int:
@@ -143,7 +186,9 @@ def run(args: argparse.Namespace, kubeconfig: str) -> int:
             git(Path(tmp), "init", "-q", "--bare", "-b", "main", str(bare))
             git(Path(tmp), "clone", "-q", str(bare), str(work))
             git(work, "checkout", "-q", "-b", "main")
-            (work / "federations").mkdir()
+            if args.idle_federations or args.idle_releases:
+                make_repo(work, namespace, args.idle_federations, args.idle_pools, args.idle_releases)
+            (work / "federations").mkdir(exist_ok=True)
             (work / "flower-syncer.yaml").write_text(f"name: {namespace}\ndefaultNamespace: {namespace}\n")
             (work / "federations" / "bench.yaml").write_text(FED.format(round=0))
             git(work, "add", "-A")
@@ -156,13 +201,16 @@ def run(args: argparse.Namespace, kubeconfig: str) -> int:
                                       "--lease-namespace", namespace, "--cache-dir", str(Path(tmp) / "cache"),
                                       "--log-format", "json", "--log-level", "warning"], stderr=log)
             watcher = Watcher(kube, namespace, "bench-supernode-a")
-            deadline = time.monotonic() + 60
+            idle = args.idle_federations + args.idle_releases
+            deadline = time.monotonic() + 60 + idle  # the bench unit may come last of all
             while kube.get("StatefulSet", namespace, "bench-supernode-a") is None:
                 if time.monotonic() > deadline or agent.poll() is not None:
                     raise RuntimeError("the agent did not apply the first revision")
                 time.sleep(0.1)
             while urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5).status != 200:
                 time.sleep(0.1)
+            if idle:
+                settle_idle_units(kube, namespace, args, agent)
             time.sleep(1)
 
             commit_lat = []
@@ -191,6 +239,11 @@ def run(args: argparse.Namespace, kubeconfig: str) -> int:
             checks = [(f"commit-to-applied p50 < 0.5 s ({c50:.3f} s)", c50 < 0.5),
                       (f"commit-to-applied p95 < 1 s ({c95:.3f} s)", c95 < 1.0),
                       (f"drift-to-corrected p50 < 1 s ({d50:.3f} s)", d50 < 1.0)]
+            if idle:
+                rss, peak = memory_mib(agent.pid)
+                print(f"agent memory         {rss:8.0f} MiB resident at the end (peak {peak:.0f} MiB)")
+                checks += [(f"commit-to-applied p95 < 0.5 s with {idle} idle units ({c95:.3f} s)", c95 < 0.5),
+                           (f"agent resident memory < 400 MiB ({rss:.0f} MiB)", rss < 400)]
             for label, ok in checks:
                 print(f"  {'PASS' if ok else 'FAIL'}  {label}")
             return 0 if all(ok for _, ok in checks) else 1

@@ -3,10 +3,15 @@
 releases) from cold, then a no-op resync.
 
 Prints objects applied per second, the no-op resync time and its write count, and peak RSS.
-Targets: >= 100 objects/s; no-op resync of 1,000 pools under 2 s with 0 writes; RSS under 200 MiB.
+Targets: >= 100 objects/s; a no-op resync with 0 writes in under 2 s up to 1,000 pools (3 s
+beyond, up to 10,000 pools); peak RSS under 200 MiB up to 1,000 pools (400 MiB beyond).
 
     python3 bench/sync_scale.py                      # starts a dedicated devcluster, stops it after
+    python3 bench/sync_scale.py --federations 1000 --releases 1000   # ~26,000 objects, 12,000 pods
     python3 bench/sync_scale.py --kubeconfig FILE    # use a running (loopback) cluster
+
+The no-op resync runs once the controllers have created every pod (at most --pods-timeout
+seconds); the dedicated cluster's controller-manager may send 200 requests/s for that.
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ def main() -> int:
     ap.add_argument("--releases", type=int, default=100)
     ap.add_argument("--kubeconfig", default=None, help="use this cluster instead of starting one")
     ap.add_argument("--keep", action="store_true", help="leave the objects and the cluster running")
+    ap.add_argument("--pods-timeout", type=float, default=900,
+                    help="seconds to wait for the pods before the no-op resync (default 900)")
     args = ap.parse_args()
 
     namespace = f"bench-{uuid.uuid4().hex[:6]}"
@@ -48,7 +55,8 @@ def main() -> int:
     print(f"flower-syncer sync benchmark: {args.federations} federations x {args.pools} pools "
           f"({pools_total} pools), {args.releases} SuperNode releases, namespace {namespace}")
     nodes = nodes_for(expected_pods(args.federations, args.pools, args.releases))
-    with bench_cluster(args.kubeconfig, "--cpu-nodes", str(nodes), keep=args.keep) as kubeconfig, \
+    with bench_cluster(args.kubeconfig, "--cpu-nodes", str(nodes), "--controller-qps", "200",
+                       keep=args.keep) as kubeconfig, \
             tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp) / "repo"
         make_repo(repo, namespace, args.federations, args.pools, args.releases)
@@ -70,7 +78,7 @@ def main() -> int:
         # a steady-state resync: let the controllers finish creating the pods first
         expected = expected_pods(args.federations, args.pools, args.releases)
         t = time.perf_counter()
-        while time.perf_counter() - t < 300:
+        while time.perf_counter() - t < args.pods_timeout:
             pods, _ = kube.list("Pod", namespace, metadata_only=True)
             if len(pods) >= expected:
                 break
@@ -84,11 +92,13 @@ def main() -> int:
         full = time.perf_counter() - t
         print(f"no-op incl. load     {full:8.2f} s")
         print(f"peak RSS             {rss_mib():8.1f} MiB")
+        noop_target, rss_target = (2, 200) if pools_total <= 1000 else (3, 400)
         checks = [
             (f"apply rate >= 100 objects/s ({rate:.0f})", rate >= 100),
-            (f"no-op resync of {pools_total} pools < 2 s ({noop.seconds:.2f} s)", noop.seconds < 2),
+            (f"no-op resync of {pools_total} pools < {noop_target} s ({noop.seconds:.2f} s)",
+             noop.seconds < noop_target),
             (f"no-op resync makes 0 writes ({noop.writes})", noop.writes == 0),
-            (f"peak RSS < 200 MiB ({rss_mib():.0f} MiB)", rss_mib() < 200),
+            (f"peak RSS < {rss_target} MiB ({rss_mib():.0f} MiB)", rss_mib() < rss_target),
         ]
         for label, ok in checks:
             print(f"  {'PASS' if ok else 'FAIL'}  {label}")

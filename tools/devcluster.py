@@ -663,10 +663,13 @@ class Cluster:
 
     # ---- up / down ---------------------------------------------------------------------------
 
-    def up(self, nodes: list[NodeSpec], timeout: float = 90, audit: bool = False) -> float:
+    def up(self, nodes: list[NodeSpec], timeout: float = 90, audit: bool = False,
+           controller_qps: float | None = None) -> float:
         """Start the cluster. With `audit`, the apiserver writes an audit log (`audit_log`, JSON
         lines): one event per write (create, update, patch, delete) at the end of its response,
-        with verb, object, user, user agent and times, so tests can attribute every write."""
+        with verb, object, user, user agent and times, so tests can attribute every write.
+        `controller_qps` raises the controller-manager's client rate limit (default 20/s, burst 30),
+        for benchmarks that wait until tens of thousands of pods exist."""
         start = time.monotonic()
         if not binaries_ready(self.bin_dir):
             script = TOOLS_DIR / "devcluster.py"
@@ -689,7 +692,7 @@ class Cluster:
                 log(f"found a partly running devcluster ({', '.join(alive)}); stopping it first")
                 self._stop()
             try:
-                self._start(nodes, deadline=start + timeout, audit=audit)
+                self._start(nodes, deadline=start + timeout, audit=audit, controller_qps=controller_qps)
             except BaseException:
                 log(f"startup failed; logs are in {self.logs}")
                 self._stop()
@@ -712,7 +715,8 @@ class Cluster:
         return [f"--audit-policy-file={policy}", f"--audit-log-path={self.audit_log}", "--audit-log-format=json",
                 "--audit-log-mode=blocking", "--audit-log-maxbackup=1", "--audit-log-maxsize=200"]
 
-    def _start(self, nodes: list[NodeSpec], deadline: float, audit: bool = False) -> None:
+    def _start(self, nodes: list[NodeSpec], deadline: float, audit: bool = False,
+               controller_qps: float | None = None) -> None:
         t0 = time.monotonic()
         self.logs.mkdir(parents=True, exist_ok=True)
         with step("certificates"):
@@ -810,6 +814,8 @@ class Cluster:
                     "--controllers=*",
                     f"--flex-volume-plugin-dir={sd / 'flexvolume'}",  # default is under /usr/libexec
                     "--profiling=false",
+                    *([f"--kube-api-qps={controller_qps:g}", f"--kube-api-burst={int(controller_qps * 2)}"]
+                      if controller_qps else []),
                 ],
             )
             sch_kc = sd / "kube-scheduler.kubeconfig"
@@ -1166,6 +1172,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_up.add_argument("--build", action="store_true", help="build missing binaries first")
     p_up.add_argument("--audit", action="store_true",
                       help="write an apiserver audit log of every write (logs/audit.log in the state dir)")
+    p_up.add_argument("--controller-qps", type=float, default=None, metavar="QPS",
+                      help="the controller-manager's API rate limit (its default: 20/s); raise it for "
+                           "benchmarks that wait for many pods")
     p_down = sub.add_parser("down", parents=[common], help="stop the processes started by `up`")
     p_down.add_argument("--purge", action="store_true", help="also delete certificates, kubeconfigs and logs")
     p_status = sub.add_parser("status", parents=[common], help="processes, RSS, readiness (exit 1 if not up)")
@@ -1184,7 +1193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.build:
                 build(bin_dir)
             cluster.up(default_nodes(args.cpu_nodes, args.nvidia_nodes, args.amd_nodes), timeout=args.timeout,
-                       audit=args.audit)
+                       audit=args.audit, controller_qps=args.controller_qps)
         elif args.command == "down":
             cluster.down(purge=args.purge)
         elif args.command == "status":
