@@ -5,7 +5,9 @@ on the same rendered manifests, each on a fresh local control plane of its own.
 For every engine: start a dedicated cluster, apply cold, wait until the controllers have created
 every pod, apply again (the no-op pass), stop the cluster. Engines run as child processes, so
 their wall time, peak RSS and CPU time are measured the same way (the child's rusage); requests
-and writes are counted by each client itself. The order of the engines alternates over rounds.
+and writes are counted by each client itself; "server CPU s" is what the control plane's
+processes (apiserver, etcd, controller-manager, scheduler, kwok) spent during the cold pass.
+The order of the engines alternates over rounds.
 
   engine          what runs
   flower-syncer   flower-syncer sync DIR (loads, renders and applies the repository)
@@ -19,13 +21,17 @@ and writes are counted by each client itself. The order of the engines alternate
     python3 bench/compare.py --rounds 3 -o json
 
 Background load (`--background-load`): `cpu` runs --hogs busy loops, each pinned to one core
-(0, 1, ...), from before the cold apply until after the no-op pass of every engine. The default
-size takes about 8 minutes per round on 2 cores.
+(0, 1, ...), from before the cold apply until after the no-op pass of every engine.
+
+The default size takes about 15 minutes per round on 2 cores: 3 x 190 s of it is waiting for the
+controller-manager, which creates 6 pods a second at its default rate limit (20 requests/s, as
+in production); --controller-qps 100 shortens that, --cold-only skips it.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -64,6 +70,33 @@ class Pass:
     rss_mib: float
     cpu_seconds: float
     load: float
+    server_cpu_seconds: float = 0.0  # the control plane's (apiserver, etcd, controllers, kwok) during the pass
+
+
+def control_plane_pids() -> list[int]:
+    status = json.loads(devcluster("status", "--json", name=CLUSTER))
+    return [p["pid"] for p in status["processes"].values() if p["alive"]]
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """utime + stime of `pids` so far (/proc/PID/stat), in seconds."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def measured(engine: Engine, kubeconfig: str) -> Pass:
+    """`engine.apply`, with the control plane's CPU time over the same pass."""
+    pids = control_plane_pids()
+    before = cpu_seconds(pids)
+    result = engine.apply(kubeconfig)
+    result.server_cpu_seconds = cpu_seconds(pids) - before
+    return result
 
 
 @dataclass
@@ -103,7 +136,8 @@ class Engine:
 class FlowerSyncer(Engine):
     name = "flower-syncer"
 
-    def __init__(self, repo: Path, src: Path) -> None:
+    def __init__(self, repo: Path, src: Path, name: str = "flower-syncer") -> None:
+        self.name = name
         self.repo = repo
         self.env = {**os.environ, "PYTHONPATH": str(src)}  # which checkout's flower-syncer runs
 
@@ -204,15 +238,25 @@ def main() -> int:
                     help="the Flux engine's client-side rate limit (default 50, Flux controllers' --kube-api-qps "
                          "default; a negative value turns the limit off)")
     ap.add_argument("--flux-burst", type=int, default=300, help="its burst (default 300, as --kube-api-burst)")
+    ap.add_argument("--controller-qps", type=float, default=None,
+                    help="the clusters' controller-manager API rate limit (default: its own, 20/s)")
     ap.add_argument("--cpu-nodes", type=int, default=None,
                     help="kwok nodes of each cluster (default: 24, or enough for 100 pods a node)")
     ap.add_argument("--flower-syncer-src", type=Path, default=ROOT, metavar="DIR",
                     help="run flower-syncer from this checkout, e.g. a worktree of an older commit to measure "
                          "a change (default: this one)")
+    ap.add_argument("--also", action="append", default=[], metavar="NAME=DIR",
+                    help="one more engine NAME: flower-syncer run from checkout DIR (repeatable), to compare "
+                         "versions in the same run, e.g. --also before=/tmp/worktree-of-main")
+    ap.add_argument("--cold-only", action="store_true",
+                    help="measure the cold apply alone (no waiting for pods, no no-op pass): quick A/B runs")
     ap.add_argument("-o", "--output", choices=["table", "json"], default="table")
     args = ap.parse_args()
-    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
-    unknown = sorted(set(engines) - set(ENGINES))
+    variants = dict(a.split("=", 1) for a in args.also if "=" in a)
+    if len(variants) != len(args.also) or set(variants) & set(ENGINES):
+        ap.error("--also takes NAME=DIR, NAME not one of " + ", ".join(ENGINES))
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()] + list(variants)
+    unknown = sorted(set(engines) - set(ENGINES) - set(variants))
     if unknown:
         ap.error(f"unknown engine(s): {', '.join(unknown)}")
 
@@ -230,6 +274,8 @@ def main() -> int:
             "flux": lambda: Flux(manifests, args.flux_qps, args.flux_burst),
             "kubectl": lambda: Kubectl(manifests, Path(bin_dir) / "kubectl"),
         }
+        for name, src in variants.items():
+            factories[name] = functools.partial(FlowerSyncer, repo, Path(src).resolve(), name)
         made = {name: factories[name]() for name in engines}
         log(f"peer benchmark: {objects} objects ({args.federations} federations x {args.pools} pools, "
             f"{args.releases} releases, 1 namespace), {want} pods, engines {', '.join(engines)}, "
@@ -250,13 +296,17 @@ def main() -> int:
 def one_run(engine: Engine, round_: int, args: argparse.Namespace, namespace: str, want: int) -> Run:
     log(f"round {round_ + 1}, {engine.name}: fresh cluster ...")
     nodes = str(args.cpu_nodes or nodes_for(want))
-    with bench_cluster(None, "--cpu-nodes", nodes, "--nvidia-nodes", "0", "--amd-nodes", "0",
+    qps = ["--controller-qps", f"{args.controller_qps:g}"] if args.controller_qps else []
+    with bench_cluster(None, "--cpu-nodes", nodes, "--nvidia-nodes", "0", "--amd-nodes", "0", *qps,
                        name=CLUSTER) as kubeconfig, background_load(args.background_load, args.hogs):
-        cold = engine.apply(kubeconfig)
-        log(f"  cold   {cold.seconds:7.2f} s  {cold.requests} requests, {cold.writes} writes (load {cold.load:.2f})")
+        cold = measured(engine, kubeconfig)
+        log(f"  cold   {cold.seconds:7.2f} s  {cold.requests} requests, {cold.writes} writes (load {cold.load:.2f}, "
+            f"control plane CPU {cold.server_cpu_seconds:.1f} s)")
+        if args.cold_only:
+            return Run(engine.name, round_, cold, Pass(0, 0, 0, 0, 0, 0), 0)
         pods = wait_for_pods(kubeconfig, namespace, want)
         log(f"  pods   {pods:7.2f} s  {want} pods created")
-        noop = engine.apply(kubeconfig)
+        noop = measured(engine, kubeconfig)
         log(f"  no-op  {noop.seconds:7.2f} s  {noop.requests} requests, {noop.writes} writes")
     return Run(engine.name, round_, cold, noop, pods)
 
@@ -270,7 +320,7 @@ def print_table(runs: list[Run], objects: int, engines: list[str]) -> None:
         return statistics.median(values)
 
     header = (f"{'engine':<14} {'cold s':>8} {'obj/s':>6} {'no-op s':>8} {'requests cold/no-op':>20} "
-              f"{'writes cold/no-op':>18} {'peak RSS MiB':>12} {'CPU s cold':>10} {'load':>10}")
+              f"{'writes cold/no-op':>18} {'peak RSS MiB':>12} {'CPU s cold':>10} {'server CPU s':>12} {'load':>10}")
     print(header)
     print("-" * len(header))
     for name in engines:
@@ -283,9 +333,12 @@ def print_table(runs: list[Run], objects: int, engines: list[str]) -> None:
               f"{f'{int(med([r.cold.requests for r in mine]))} / {int(med([r.noop.requests for r in mine]))}':>20} "
               f"{f'{int(med([r.cold.writes for r in mine]))} / {int(med([r.noop.writes for r in mine]))}':>18} "
               f"{max(max(r.cold.rss_mib, r.noop.rss_mib) for r in mine):12.0f} "
-              f"{med([r.cold.cpu_seconds for r in mine]):10.1f} {f'{min(loads):.1f}-{max(loads):.1f}':>10}")
+              f"{med([r.cold.cpu_seconds for r in mine]):10.1f} {med([r.cold.server_cpu_seconds for r in mine]):12.1f} "
+              f"{f'{min(loads):.1f}-{max(loads):.1f}':>10}")
     if len(runs) > len(engines):
         print(f"(medians over {len(runs) // len(engines)} rounds; load = 1-min load average when each cold pass began)")
+        for name in engines:
+            print(f"  {name}: cold s by round " + ", ".join(f"{r.cold.seconds:.2f}" for r in runs if r.engine == name))
 
 
 if __name__ == "__main__":
