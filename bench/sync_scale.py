@@ -17,6 +17,7 @@ seconds); the dedicated cluster's controller-manager may send 200 requests/s for
 from __future__ import annotations
 
 import argparse
+import gc
 import resource
 import sys
 import tempfile
@@ -40,6 +41,7 @@ def rss_mib() -> float:
 
 
 def main() -> int:
+    gc.set_threshold(50_000, 20, 100)  # as the CLI and the agent run (syncer/cli.py main)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--federations", type=int, default=100)
     ap.add_argument("--pools", type=int, default=10)
