@@ -140,6 +140,8 @@ def main() -> int:
     ap.add_argument("--idle-pools", type=int, default=10, metavar="P", help="pools of each (default 10)")
     ap.add_argument("--idle-releases", type=int, default=0, metavar="R",
                     help="also R generated SuperNode releases that sit idle (e.g. 1000)")
+    ap.add_argument("--pods-timeout", type=float, default=1800,
+                    help="seconds to wait for the idle units' pods before the commits (default 1800)")
     args = ap.parse_args()
     up: list[str] = []
     if args.idle_federations or args.idle_releases:
@@ -168,9 +170,14 @@ def settle_idle_units(kube: Kube, namespace: str, args: argparse.Namespace, agen
     print(f"agent's first sync   {time.perf_counter() - t:8.1f} s   {units} units", flush=True)
     pods = expected_pods(args.idle_federations, args.idle_pools, args.idle_releases)
     t = time.perf_counter()
-    while len(kube.list("Pod", namespace, metadata_only=True)[0]) < pods and time.perf_counter() - t < 1800:
+    created = 0
+    while time.perf_counter() - t < args.pods_timeout:
+        created = len(kube.list("Pod", namespace, metadata_only=True)[0])
+        if created >= pods:
+            break
         time.sleep(5)
-    print(f"pods created         {time.perf_counter() - t:8.1f} s   {pods} pods", flush=True)
+    print(f"pods created         {time.perf_counter() - t:8.1f} s   {created} of {pods} pods"
+          f"{'' if created >= pods else ' (the controllers go on creating them during the commits)'}", flush=True)
     rss, peak = memory_mib(agent.pid)
     print(f"agent memory         {rss:8.0f} MiB resident with warm caches (peak {peak:.0f} MiB)", flush=True)
 
