@@ -187,8 +187,8 @@ def run(args: argparse.Namespace, kubeconfig: str) -> int:
     namespace = f"latency-{uuid.uuid4().hex[:6]}"
     kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     agent = None
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp:  # removed after the agent stopped writing into it
+        try:
             bare, work = Path(tmp) / "config.git", Path(tmp) / "work"
             git(Path(tmp), "init", "-q", "--bare", "-b", "main", str(bare))
             git(Path(tmp), "clone", "-q", str(bare), str(work))
@@ -254,11 +254,11 @@ def run(args: argparse.Namespace, kubeconfig: str) -> int:
             for label, ok in checks:
                 print(f"  {'PASS' if ok else 'FAIL'}  {label}")
             return 0 if all(ok for _, ok in checks) else 1
-    finally:
-        if agent is not None and agent.poll() is None:
-            agent.send_signal(signal.SIGTERM)
-            agent.wait(30)
-        kube.delete("Namespace", None, namespace)
+        finally:
+            if agent is not None and agent.poll() is None:
+                agent.send_signal(signal.SIGTERM)
+                agent.wait(30)
+            kube.delete("Namespace", None, namespace)
 
 
 if __name__ == "__main__":
