@@ -255,4 +255,8 @@ def test_a_killed_leader_is_replaced_and_the_sync_completes(audited: AuditedClus
     killed_at = time.time()
     wait_until("b takes over", lambda: leader(b) == 1, timeout=LEASE_DURATION + 15, log=b.log)
     wait_until("b finishes the sync", lambda: converged(kube, ns, 3), timeout=120, log=b.log)
-    assert [e for e in by("kill-a", audited.writes(ns)) if at(e) > killed_at] == []
+    # A request a had begun to send when it died can reach the server's handler after the kill
+    # (its headers were in the socket). Its body is incomplete, so it fails (504, context
+    # canceled) and changes nothing; a CI run saw exactly that. Nothing of a's may succeed after.
+    after = [e for e in by("kill-a", audited.writes(ns)) if at(e) > killed_at]
+    assert [e for e in after if ok(e)] == []
