@@ -65,6 +65,12 @@ APPLY_ORDER = {
     "StatefulSet": 6,
     "DaemonSet": 6,
 }
+
+
+def apply_level(kind: str) -> int:
+    """Where `kind` comes in APPLY_ORDER; a kind it does not name comes last."""
+    return APPLY_ORDER.get(kind, 9)
+
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet")
 """The kinds flower-syncer applies that run pods (a pod template)."""
 OPTIONAL_KINDS = ("Certificate",)

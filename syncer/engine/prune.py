@@ -13,7 +13,7 @@ from typing import Any
 
 from syncer.cluster.client import FIELD_MANAGER, ApiError, Kube
 from syncer.engine.changeset import Action, Change
-from syncer.identity import ANN_PRUNE, APPLY_ORDER, LABEL_MANAGED_BY, LABEL_REPOSITORY, MANAGED_BY, ObjectRef, Unit
+from syncer.identity import ANN_PRUNE, LABEL_MANAGED_BY, LABEL_REPOSITORY, MANAGED_BY, ObjectRef, Unit, apply_level
 
 NEVER_PRUNED = frozenset({"PersistentVolumeClaim", "PersistentVolume", "Namespace"})
 
@@ -50,7 +50,7 @@ def prune(kube: Kube, unit: Unit, refs: list[ObjectRef], live: dict[ObjectRef, d
     must stay in the inventory (deletion failed; they are retried next time)."""
     changes: list[Change] = []
     keep: list[ObjectRef] = []
-    for ref in sorted(refs, key=lambda r: (-APPLY_ORDER.get(r.kind, 9), r.kind, r.namespace, r.name)):
+    for ref in sorted(refs, key=lambda r: (-apply_level(r.kind), r.kind, r.namespace, r.name)):
         obj = live.get(ref) or kube.get(ref.kind, ref.namespace, ref.name)
         if obj is None:
             continue  # already gone

@@ -32,13 +32,13 @@ from syncer.engine.normalize import with_fingerprint
 from syncer.engine.ownership import owner_of, recover_inventory, stamp_repository, write_conflict
 from syncer.engine.prune import prune
 from syncer.identity import (
-    APPLY_ORDER,
     LABEL_MANAGED_BY,
     MANAGED_BY,
     OPTIONAL_KINDS,
     Manifest,
     ObjectRef,
     Unit,
+    apply_level,
 )
 from syncer.plan import Claims, Plan, Policy, UnitPlan
 
@@ -82,10 +82,6 @@ Progress = Callable[[str], None]
 _T = TypeVar("_T")
 
 
-def _level(m: Manifest) -> int:
-    return APPLY_ORDER.get(m["kind"], 9)
-
-
 @dataclass
 class _UnitRun:
     """One unit between its checks and its inventory: what it wants and what it applied so far."""
@@ -103,8 +99,13 @@ class _UnitRun:
     def own_secrets(self) -> set[str]:
         return {m["metadata"]["name"] for m in self.desired if m["kind"] == "Secret"}
 
-    def levels(self) -> list[int]:
-        return sorted({_level(m) for m in self.desired})
+    @cached_property
+    def by_level(self) -> dict[int, list[Manifest]]:
+        """The desired objects by APPLY_ORDER level, levels ascending."""
+        grouped: dict[int, list[Manifest]] = {}
+        for m in self.desired:
+            grouped.setdefault(apply_level(m["kind"]), []).append(m)
+        return dict(sorted(grouped.items()))
 
 
 class Engine:
@@ -152,14 +153,14 @@ class Engine:
         the rest of the apply from its first seconds. One unit's failure never stops the others."""
         begun = list(pool.map(lambda p: self._try(lambda: self._begin(p, live, opts, plan), p.unit), planned))
         runs = [r for r in begun if isinstance(r, _UnitRun)]
-        levels = sorted({level for r in runs for level in r.levels()})
+        levels = sorted({level for r in runs for level in r.by_level})
 
         def step(level: int, run: _UnitRun) -> None:
             if run.failed is None:
                 self._try(lambda: self._apply_level(run, level, live, opts, plan), run.planned.unit, run)
 
         for i, level in enumerate(levels, 1):
-            kinds = sorted({m["kind"] for r in runs for m in r.desired if _level(m) == level})
+            kinds = sorted({m["kind"] for r in runs for m in r.by_level.get(level, ())})
             self.progress(f"stage {i}/{len(levels)}: {', '.join(kinds)} of {len(runs)} units")
             list(pool.map(functools.partial(step, level), runs))
         finished = itertools.count(1)  # next() on it is atomic, unlike `+= 1` across threads
@@ -287,7 +288,7 @@ class Engine:
         run = self._begin(planned, live, opts, plan)
         if isinstance(run, UnitResult):
             return run
-        for level in run.levels():
+        for level in run.by_level:
             self._apply_level(run, level, live, opts, plan)
         return self._finish(run, live, opts, plan)
 
@@ -334,7 +335,7 @@ class Engine:
 
     def _apply_level(self, run: _UnitRun, level: int, live: LiveState, opts: SyncOptions, plan: Plan) -> None:
         """Apply the unit's objects of one APPLY_ORDER level (e.g. its Services)."""
-        stage = [m for m in run.desired if _level(m) == level]
+        stage = run.by_level.get(level)
         if not stage:
             return
         unit = run.planned.unit

@@ -12,9 +12,9 @@ import yaml
 
 from syncer.identity import (
     ANN_SOURCE,
-    APPLY_ORDER,
     Manifest,
     Unit,
+    apply_level,
 )
 
 # Re-exported for modules that still import them from here; syncer.identity defines them.
@@ -56,7 +56,7 @@ def metadata(ctx: RenderContext, name: str, labels: Mapping[str, str] | None = N
 
 def object_key(m: Manifest) -> tuple[int, str, str, str]:
     meta = m["metadata"]
-    return APPLY_ORDER.get(m["kind"], 9), m["kind"], meta.get("namespace", ""), meta["name"]
+    return apply_level(m["kind"]), m["kind"], meta.get("namespace", ""), meta["name"]
 
 
 def sort_manifests(manifests: Iterable[Manifest]) -> list[Manifest]:
