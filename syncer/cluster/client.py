@@ -295,7 +295,7 @@ class Kube:
         Every request through this connection, not only this one, waits the Retry-After it names
         (1 s if none), so a busy server sees the load drop at once instead of a retry storm."""
         resp.read()
-        header = (getattr(resp, "getheader", None) or (lambda _name: None))("Retry-After")
+        header = resp.getheader("Retry-After")
         try:
             wait = min(max(float(header), 0.0), THROTTLE_MAX_WAIT) if header else 1.0
         except ValueError:  # an HTTP date, say: a second is what client-go falls back to as well
