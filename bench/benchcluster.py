@@ -7,9 +7,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from syncer.cluster.client import Kube
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,3 +40,15 @@ def bench_cluster(kubeconfig: str | None, *up_args: str, keep: bool = False, nam
     finally:
         if not keep:
             devcluster("down", name=name)
+
+
+def wait_for_pods(kube: Kube, namespace: str, want: int, timeout: float, interval: float) -> tuple[int, float]:
+    """Waits until `namespace` has `want` pods or `timeout` seconds passed; returns how many it
+    has and the seconds waited."""
+    start = time.perf_counter()
+    while True:
+        count = len(kube.list("Pod", namespace, metadata_only=True)[0])
+        waited = time.perf_counter() - start
+        if count >= want or waited > timeout:
+            return count, waited
+        time.sleep(interval)

@@ -50,7 +50,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.benchcluster import bench_cluster, devcluster  # noqa: E402
+from bench.benchcluster import bench_cluster, devcluster, wait_for_pods  # noqa: E402
 from bench.peers.build import build as build_fluxapply  # noqa: E402
 from bench.repogen import expected_pods, make_repo, nodes_for  # noqa: E402
 from syncer.cluster.client import Kube  # noqa: E402
@@ -196,16 +196,11 @@ def render_manifests(repo: Path, namespace: str, path: Path) -> int:
     return len(docs) + 1
 
 
-def wait_for_pods(kubeconfig: str, namespace: str, want: int, timeout: float = 900) -> float:
-    kube = Kube.from_kubeconfig(kubeconfig)
-    start = time.perf_counter()
-    while True:
-        pods, _ = kube.list("Pod", namespace, metadata_only=True)
-        if len(pods) >= want:
-            return time.perf_counter() - start
-        if time.perf_counter() - start > timeout:
-            raise SystemExit(f"only {len(pods)} of {want} pods after {timeout:.0f}s")
-        time.sleep(1)
+def pods_created(kubeconfig: str, namespace: str, want: int, timeout: float = 900) -> float:
+    count, waited = wait_for_pods(Kube.from_kubeconfig(kubeconfig), namespace, want, timeout, interval=1)
+    if count < want:
+        raise SystemExit(f"only {count} of {want} pods after {timeout:.0f}s")
+    return waited
 
 
 @contextmanager
@@ -304,7 +299,7 @@ def one_run(engine: Engine, round_: int, args: argparse.Namespace, namespace: st
             f"control plane CPU {cold.server_cpu_seconds:.1f} s)")
         if args.cold_only:
             return Run(engine.name, round_, cold, Pass(0, 0, 0, 0, 0, 0), 0)
-        pods = wait_for_pods(kubeconfig, namespace, want)
+        pods = pods_created(kubeconfig, namespace, want)
         log(f"  pods   {pods:7.2f} s  {want} pods created")
         noop = measured(engine, kubeconfig)
         log(f"  no-op  {noop.seconds:7.2f} s  {noop.requests} requests, {noop.writes} writes")

@@ -42,7 +42,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.benchcluster import bench_cluster  # noqa: E402
+from bench.benchcluster import bench_cluster, wait_for_pods  # noqa: E402
 from bench.repogen import expected_pods, make_repo, nodes_for  # noqa: E402
 from syncer.cluster.client import Kube, path_for  # noqa: E402
 from syncer.identity import INVENTORY_SELECTOR  # noqa: E402
@@ -168,15 +168,10 @@ def settle_idle_units(kube: Kube, namespace: str, args: argparse.Namespace, agen
             raise RuntimeError("the agent did not apply every idle unit")
         time.sleep(2)
     print(f"agent's first sync   {time.perf_counter() - t:8.1f} s   {units} units", flush=True)
-    pods = expected_pods(args.idle_federations, args.idle_pools, args.idle_releases)
-    t = time.perf_counter()
-    created = 0
-    while time.perf_counter() - t < args.pods_timeout:
-        created = len(kube.list("Pod", namespace, metadata_only=True)[0])
-        if created >= pods:
-            break
-        time.sleep(5)
-    print(f"pods created         {time.perf_counter() - t:8.1f} s   {created} of {pods} pods"
+    # the bench federation's own pods too: a SuperLink and 2 SuperNodes
+    pods = expected_pods(args.idle_federations, args.idle_pools, args.idle_releases) + 3
+    created, waited = wait_for_pods(kube, namespace, pods, args.pods_timeout, interval=5)
+    print(f"pods created         {waited:8.1f} s   {created} of {pods} pods"
           f"{'' if created >= pods else ' (the controllers go on creating them during the commits)'}", flush=True)
     rss, peak = memory_mib(agent.pid)
     print(f"agent memory         {rss:8.0f} MiB resident with warm caches (peak {peak:.0f} MiB)", flush=True)

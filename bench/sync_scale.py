@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.benchcluster import bench_cluster  # noqa: E402
+from bench.benchcluster import bench_cluster, wait_for_pods  # noqa: E402
 from bench.repogen import expected_pods, make_repo, nodes_for  # noqa: E402
 from syncer.cluster.client import Kube  # noqa: E402
 from syncer.engine.sync import Engine, SyncOptions  # noqa: E402
@@ -79,13 +79,8 @@ def main() -> int:
 
         # a steady-state resync: let the controllers finish creating the pods first
         expected = expected_pods(args.federations, args.pools, args.releases)
-        t = time.perf_counter()
-        while time.perf_counter() - t < args.pods_timeout:
-            pods, _ = kube.list("Pod", namespace, metadata_only=True)
-            if len(pods) >= expected:
-                break
-            time.sleep(2)
-        print(f"pods created         {time.perf_counter() - t:8.2f} s   {len(pods)} pods (after the sync)")
+        count, waited = wait_for_pods(kube, namespace, expected, args.pods_timeout, interval=2)
+        print(f"pods created         {waited:8.2f} s   {count} pods (after the sync)")
         noop = Engine(kube).sync(plan_repo(state, rendered, revision="bench-1"), SyncOptions())
         print(f"no-op resync         {noop.seconds:8.2f} s   {noop.writes} writes, {noop.requests} requests")
         t = time.perf_counter()
