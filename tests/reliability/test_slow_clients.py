@@ -319,7 +319,10 @@ def test_flood_over_max_open_is_bounded_and_health_answers(make_server: Callable
         results = probe_throughout(server, lambda: watch() and time.monotonic() - trickle.started > 4.5, limit=5)
         assert_all_healthy(results)
         assert peak <= 128 + 1, peak
-        assert len(trickle.cut_at) >= 300 - 128  # the ones that did not fit were refused or dropped
+        # the ones that did not fit were refused or dropped. The trickler learns of a cut at its
+        # next send (every 0.2 s), and the server may hold 129 for a moment while it swaps one
+        # for a newcomer: a count taken at an instant can lag, so wait for it (a CI run saw 171)
+        wait_until("every connection beyond max_open cut", lambda: len(trickle.cut_at) >= 300 - 128, timeout=5)
 
 
 def test_burst_of_many_fast_clients(make_server: Callable[..., AgentServer]) -> None:
