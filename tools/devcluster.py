@@ -47,6 +47,11 @@ from pathlib import Path
 from typing import IO, Any
 
 TOOLS_DIR = Path(__file__).resolve().parent
+sys.path.insert(0, str(TOOLS_DIR))
+
+import realnode  # noqa: E402
+from devutil import DevclusterError, cache_root, ensure_apt_packages, fmt_secs, log, step  # noqa: E402
+
 GOBUILD_DIR = TOOLS_DIR / "gobuild"
 
 # Bump when the build recipe (flags, names, extra files) changes, to force a rebuild.
@@ -60,11 +65,16 @@ GO_PACKAGES: dict[str, str] = {
     "kubectl": "k8s.io/kubernetes/cmd/kubectl",
     "etcd": "go.etcd.io/etcd/server/v3",
     "kwok": "sigs.k8s.io/kwok/cmd/kwok",
+    # for real nodes (`up --real-nodes N`, tools/realnode.py)
+    "kubelet": "k8s.io/kubernetes/cmd/kubelet",
+    "kube-proxy": "k8s.io/kubernetes/cmd/kube-proxy",
 }
+# CoreDNS with only the plugins a real node needs, from its own wrapper module (tools/coredns).
+COREDNS_DIR = TOOLS_DIR / "coredns"
 # Helm is its own module without replace directives, so `go install pkg@version` works.
 HELM_MODULE = "helm.sh/helm/v4"
 HELM_VERSION = "v4.3.1"
-BINARIES = (*GO_PACKAGES, "helm")
+BINARIES = (*GO_PACKAGES, "helm", "coredns")
 
 # kwok stage files shipped in the kwok module (same set kwokctl uses by default).
 KWOK_STAGE_FILES = (
@@ -94,37 +104,6 @@ rules:
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 
 
-class DevclusterError(Exception):
-    """A failure with a message meant for the user (no traceback needed)."""
-
-
-# --------------------------------------------------------------------------------------------
-# small helpers
-
-
-def log(msg: str) -> None:
-    print(msg, flush=True)
-
-
-def fmt_secs(seconds: float) -> str:
-    if seconds >= 60:
-        return f"{int(seconds // 60)}m{seconds % 60:04.1f}s"
-    return f"{seconds:.1f}s"
-
-
-@contextlib.contextmanager
-def step(title: str) -> Iterator[None]:
-    """Print a progress line before and the elapsed time after a step."""
-    log(f"==> {title}")
-    start = time.monotonic()
-    yield
-    log(f"    done in {fmt_secs(time.monotonic() - start)}")
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("FLOWER_SYNCER_CACHE", "~/.cache/flower-syncer")).expanduser()
-
-
 def read_gomod_versions() -> dict[str, str]:
     """Versions pinned in tools/gobuild/go.mod (the single source of truth)."""
     text = (GOBUILD_DIR / "go.mod").read_text()
@@ -140,6 +119,8 @@ def read_gomod_versions() -> dict[str, str]:
             raise DevclusterError(f"{module} is not required in {GOBUILD_DIR / 'go.mod'}")
         found[key] = m.group(1)
     found["helm"] = HELM_VERSION
+    m = re.search(r"^require github.com/coredns/coredns (v\S+)", (COREDNS_DIR / "go.mod").read_text(), re.MULTILINE)
+    found["coredns"] = m.group(1) if m else "unknown"
     return found
 
 
@@ -152,8 +133,8 @@ def default_bin_dir() -> Path:
 
 def build_key() -> str:
     h = hashlib.sha256()
-    for name in ("go.mod", "go.sum"):
-        h.update((GOBUILD_DIR / name).read_bytes())
+    for path in (GOBUILD_DIR / "go.mod", GOBUILD_DIR / "go.sum", *sorted(COREDNS_DIR.iterdir())):
+        h.update(path.read_bytes())
     h.update(f"{BUILD_RECIPE}|{HELM_MODULE}@{HELM_VERSION}|{sys.platform}".encode())
     return h.hexdigest()
 
@@ -165,21 +146,6 @@ def _which_go() -> str:
     if go is None:
         raise DevclusterError("the Go toolchain (`go`) is not on PATH; install Go 1.26 or newer")
     return go
-
-
-def ensure_apt_packages(commands: dict[str, str]) -> None:
-    """Install Debian packages for missing commands ({command: package}), idempotently."""
-    missing = sorted({pkg for cmd, pkg in commands.items() if shutil.which(cmd) is None})
-    if not missing:
-        return
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        raise DevclusterError(f"missing commands; please install the packages: {' '.join(missing)}")
-    with step(f"apt-get install {' '.join(missing)}"):
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *missing]):
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-            if proc.returncode != 0:
-                raise DevclusterError(f"{' '.join(cmd)} failed:\n{proc.stdout}{proc.stderr}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -312,6 +278,13 @@ def build(bin_dir: Path, *, force: bool = False) -> None:
                 env=helm_env,
                 label="go install",
             )
+        with step("go build CoreDNS (tools/coredns: bind, cache, errors, health, kubernetes, log, ready)"):
+            _run_go(
+                [go, "build", "-v", "-trimpath", "-ldflags", "-s -w", "-o", f"{work}/coredns", "."],
+                cwd=COREDNS_DIR,
+                env=env,
+                label="go build",
+            )
         with step("collect kwok stage files from the kwok module"):
             proc = subprocess.run(
                 [go, "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kwok"],
@@ -346,6 +319,9 @@ def _check_versions(bin_dir: Path, versions: dict[str, str]) -> None:
         "etcd": (["--version"], f"etcd Version: {versions['etcd'].lstrip('v')}"),
         "kwok": (["--version"], versions["kwok"].lstrip("v")),
         "helm": (["version", "--short"], versions["helm"]),
+        "kubelet": (["--version"], f"Kubernetes {versions['kubernetes']}"),
+        "kube-proxy": (["--version"], f"Kubernetes {versions['kubernetes']}"),
+        "coredns": (["-version"], "CoreDNS-"),
     }
     for name, (args, expect) in checks.items():
         proc = subprocess.run(
@@ -525,9 +501,14 @@ class Cluster:
             time.sleep(0.5)
         return False
 
+    @staticmethod
+    def components(state: dict[str, Any] | None) -> tuple[str, ...]:
+        """The control plane, plus the daemons of the real nodes when it has some."""
+        return COMPONENTS + tuple((state or {}).get("node_components", ()))
+
     def is_up(self) -> bool:
         state = self.load_state()
-        if not state or set(self.running_pids(state)) != set(COMPONENTS):
+        if not state or set(self.running_pids(state)) != set(self.components(state)):
             return False
         return self._readyz()
 
@@ -543,7 +524,7 @@ class Cluster:
         port = state.get("ports", {}).get("apiserver")
         if not port:
             raise DevclusterError("cluster is not running (no state)")
-        return f"https://127.0.0.1:{port}"
+        return f"https://{state.get('host', '127.0.0.1')}:{port}"
 
     def api_request(
         self,
@@ -579,8 +560,11 @@ class Cluster:
 
     # ---- certificates and kubeconfigs ----------------------------------------------------------
 
-    def ensure_pki(self) -> None:
-        """Create a CA, serving/client certificates and service-account keys (kept across restarts)."""
+    def ensure_pki(self, extra_sans: Sequence[str] = ()) -> None:
+        """Create a CA, serving/client certificates and service-account keys (kept across restarts).
+        `extra_sans` (a real node's host address) re-issue the apiserver's certificate when they change."""
+        sans = [*APISERVER_SANS, *extra_sans]
+        sans_file = self.pki / "apiserver.sans"
         needed = [
             "ca.crt",
             "ca.key",
@@ -595,6 +579,9 @@ class Cluster:
         needed += [f"{c}.crt" for c in CLIENTS] + [f"{c}.key" for c in CLIENTS]
         fresh = all((self.pki / n).exists() for n in needed)
         if fresh and time.time() - (self.pki / "ca.crt").stat().st_mtime < 300 * 86400:
+            if not sans_file.exists() or sans_file.read_text() != "\n".join(sans):
+                self._leaf("apiserver", "/CN=kube-apiserver", "serverAuth", sans)
+                sans_file.write_text("\n".join(sans))
             return
         shutil.rmtree(self.pki, ignore_errors=True)
         self.pki.mkdir(parents=True, mode=0o700)
@@ -605,7 +592,8 @@ class Cluster:
             openssl(*args, "-keyout", p / f"{ca}.key", "-out", p / f"{ca}.crt")
         openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", p / "sa.key")
         openssl("ec", "-in", p / "sa.key", "-pubout", "-out", p / "sa.pub")
-        self._leaf("apiserver", "/CN=kube-apiserver", "serverAuth", APISERVER_SANS)
+        self._leaf("apiserver", "/CN=kube-apiserver", "serverAuth", sans)
+        sans_file.write_text("\n".join(sans))
         for name, subject in CLIENTS.items():
             self._leaf(name, subject, "clientAuth", [])
         self._leaf("front-proxy-client", "/CN=front-proxy-client", "clientAuth", [], ca="front-proxy-ca")
@@ -627,8 +615,9 @@ class Cluster:
         openssl("x509", "-req", "-days", "365", *ca_args, *io_args)
         csr.unlink()
         extfile.unlink()
+        (p / f"{name}.key").chmod(0o600)
 
-    def write_kubeconfig(self, path: Path, user: str, port: int) -> None:
+    def write_kubeconfig(self, path: Path, user: str, port: int, host: str = "127.0.0.1") -> None:
         def b64(name: str) -> str:
             return base64.b64encode((self.pki / name).read_bytes()).decode()
 
@@ -639,7 +628,7 @@ class Cluster:
                 {
                     "name": "devcluster",
                     "cluster": {
-                        "server": f"https://127.0.0.1:{port}",
+                        "server": f"https://{host}:{port}",
                         "certificate-authority-data": b64("ca.crt"),
                     },
                 }
@@ -664,22 +653,27 @@ class Cluster:
     # ---- up / down ---------------------------------------------------------------------------
 
     def up(self, nodes: list[NodeSpec], timeout: float = 90, audit: bool = False,
-           controller_qps: float | None = None) -> float:
+           controller_qps: float | None = None, real_nodes: int = 0) -> float:
         """Start the cluster. With `audit`, the apiserver writes an audit log (`audit_log`, JSON
         lines): one event per write (create, update, patch, delete) at the end of its response,
         with verb, object, user, user agent and times, so tests can attribute every write.
         `controller_qps` raises the controller-manager's client rate limit (default 20/s, burst 30),
-        for benchmarks that wait until tens of thousands of pods exist."""
+        for benchmarks that wait until tens of thousands of pods exist.
+        `real_nodes` (0 or 1) adds a real worker (tools/realnode.py) beside the fake nodes."""
         start = time.monotonic()
         if not binaries_ready(self.bin_dir):
             script = TOOLS_DIR / "devcluster.py"
             raise DevclusterError(f"binaries missing or stale in {self.bin_dir}; run: python3 {script} build")
+        archives: list[Path] = []
+        if real_nodes:
+            archives = realnode.preflight(real_nodes)
         with self.locked():
             if self.is_up():
                 log(f"devcluster already running ({self.server_url()}); kubeconfig: {self.kubeconfig}")
                 return 0.0
-            alive = self.running_pids()
-            if set(alive) == set(COMPONENTS):
+            state = self.load_state()
+            alive = self.running_pids(state)
+            if alive and set(alive) == set(self.components(state)):
                 # All processes run but /readyz failed: maybe just busy. Never restart a cluster
                 # someone may be using because of one slow answer.
                 if self._wait_ready(30):
@@ -692,7 +686,8 @@ class Cluster:
                 log(f"found a partly running devcluster ({', '.join(alive)}); stopping it first")
                 self._stop()
             try:
-                self._start(nodes, deadline=start + timeout, audit=audit, controller_qps=controller_qps)
+                self._start(nodes, deadline=start + timeout, audit=audit, controller_qps=controller_qps,
+                            archives=archives if real_nodes else None)
             except BaseException:
                 log(f"startup failed; logs are in {self.logs}")
                 self._stop()
@@ -716,11 +711,20 @@ class Cluster:
                 "--audit-log-mode=blocking", "--audit-log-maxbackup=1", "--audit-log-maxsize=200"]
 
     def _start(self, nodes: list[NodeSpec], deadline: float, audit: bool = False,
-               controller_qps: float | None = None) -> None:
+               controller_qps: float | None = None, archives: list[Path] | None = None) -> None:
         t0 = time.monotonic()
         self.logs.mkdir(parents=True, exist_ok=True)
+        net = None
+        if archives is not None:
+            with step("real node: network namespace and veth link"):
+                net = realnode.plan_node(self.state_dir)
+                realnode.wipe_node_dir(net)
+                # recorded before anything is created, so a failed start is cleaned up by _stop
+                self.save_state({"processes": {}, "real_nodes": [realnode.node_record(net)]})
+                realnode.create_network(net)
+        host = net.host_ip if net else "127.0.0.1"
         with step("certificates"):
-            self.ensure_pki()
+            self.ensure_pki(extra_sans=[f"IP:{host}"] if net else ())
         ports = {
             name: free_port() for name in ("etcd", "etcd-peer", "apiserver", "controller-manager", "scheduler", "kwok")
         }
@@ -734,10 +738,12 @@ class Cluster:
             "bin_dir": str(self.bin_dir),
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "versions": json.loads((self.bin_dir / STAMP_NAME).read_text())["versions"],
+            "host": host,
+            **({"real_nodes": [realnode.node_record(net)]} if net else {}),
         }
-        self.write_kubeconfig(self.kubeconfig, "admin", ports["apiserver"])
+        self.write_kubeconfig(self.kubeconfig, "admin", ports["apiserver"], host)
         for comp in ("kube-controller-manager", "kube-scheduler", "kwok"):
-            self.write_kubeconfig(self.state_dir / f"{comp}.kubeconfig", comp, ports["apiserver"])
+            self.write_kubeconfig(self.state_dir / f"{comp}.kubeconfig", comp, ports["apiserver"], host)
         self.save_state(state)  # ports are known now; server_url() works for the readiness checks
 
         p, sd = self.pki, self.state_dir
@@ -768,10 +774,14 @@ class Cluster:
                 "kube-apiserver",
                 [
                     f"--etcd-servers={etcd_url}",
-                    "--bind-address=127.0.0.1",
+                    f"--bind-address={host}",
                     f"--secure-port={ports['apiserver']}",
-                    "--advertise-address=127.0.0.1",
-                    "--endpoint-reconciler-type=none",
+                    f"--advertise-address={host}",
+                    # the `kubernetes` Service only has an endpoint pods can reach with real nodes
+                    f"--endpoint-reconciler-type={'lease' if net else 'none'}",
+                    f"--kubelet-client-certificate={p / 'kube-apiserver-kubelet-client.crt'}",
+                    f"--kubelet-client-key={p / 'kube-apiserver-kubelet-client.key'}",
+                    "--kubelet-preferred-address-types=InternalIP",
                     f"--tls-cert-file={p / 'apiserver.crt'}",
                     f"--tls-private-key-file={p / 'apiserver.key'}",
                     f"--client-ca-file={p / 'ca.crt'}",
@@ -873,17 +883,48 @@ class Cluster:
                 self,
                 "kube-controller-manager",
             )
+        if net is not None and archives is not None:
+            self._start_real_node(state, net, archives, ports["apiserver"], deadline)
         state["startup_seconds"] = round(time.monotonic() - t0, 1)
         self.save_state(state)
 
-    def _spawn(self, state: dict[str, Any], name: str, args: list[str], env: dict[str, str] | None = None) -> None:
-        binary = str(self.bin_dir / name)
+    def _start_real_node(
+        self, state: dict[str, Any], net: realnode.NodeNet, archives: list[Path], port: int, deadline: float
+    ) -> None:
+        t0 = time.monotonic()
+        with step(f"real node {net.name}: mount namespace, cgroups {net.cgroup_root}, containerd"):
+            args = realnode.write_configs(self, net, port)
+            realnode.create_cgroups(net)
+            net.holder_pid = realnode.start_holder(net)
+            state["real_nodes"] = [realnode.node_record(net)]
+            state["node_components"] = list(realnode.DAEMONS)
+            prefix = realnode.node_prefix(net)
+            self._spawn(state, "containerd", args["containerd"], binary=realnode.containerd_binary(), prefix=prefix)
+            wait_for(lambda: realnode.containerd_ready(net), deadline, "containerd", self, "containerd")
+        with step(f"import images ({', '.join(a.name for a in archives)})"):
+            realnode.import_images(net, archives)
+        with step("kubelet, kube-proxy, CoreDNS; wait until the node is Ready"):
+            for path, body in realnode.COREDNS_RBAC:
+                status, payload = self.api_request("POST", path, body)
+                if status not in (201, 409):
+                    raise DevclusterError(f"POST {path}: HTTP {status}: {payload}")
+            for daemon in ("kubelet", "kube-proxy", "coredns"):
+                self._spawn(state, daemon, args[daemon], prefix=prefix)
+            wait_for(lambda: self._nodes_ready({net.name}), deadline, f"node {net.name} Ready", self, "kubelet")
+            wait_for(lambda: http_ok(f"http://{net.node_ip}:8181/ready"), deadline, "CoreDNS /ready", self, "coredns")
+        state["real_node_seconds"] = round(time.monotonic() - t0, 1)
+
+    def _spawn(self, state: dict[str, Any], name: str, args: list[str], env: dict[str, str] | None = None,
+               binary: str | None = None, prefix: Sequence[str] = ()) -> None:
+        """Start a component; `prefix` (nsenter) runs it in a real node's namespaces, and execs it,
+        so the pid and its command line are the component's own."""
+        binary = binary or str(self.bin_dir / name)
         logfile = self.logs / f"{name}.log"
         with logfile.open("ab") as out:
             out.write(f"\n==== {time.strftime('%Y-%m-%dT%H:%M:%S')} starting {name}\n".encode())
             out.flush()
             proc = subprocess.Popen(
-                [binary, *args],
+                [*prefix, binary, *args],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -940,6 +981,12 @@ class Cluster:
         state = self.load_state() or {}
         alive = self.running_pids(state)
         stopped: list[str] = []
+        for record in state.get("real_nodes", []):
+            net = realnode.node_from_record(record)
+            daemons = {n: alive[n] for n in realnode.DAEMONS if n in alive}
+            for problem in realnode.stop_node(net, daemons):
+                log(f"warning: could not remove the real node's {problem}")
+            stopped += daemons
         for group in (("kwok", "kube-scheduler", "kube-controller-manager"), ("kube-apiserver",), ("etcd",)):
             procs = {n: (alive[n], str(state["processes"][n]["binary"])) for n in group if n in alive}
             for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
@@ -973,7 +1020,7 @@ class Cluster:
             return info
         alive = self.running_pids(state)
         total = 0
-        for name in COMPONENTS:
+        for name in self.components(state):
             proc = state.get("processes", {}).get(name)
             if not proc:
                 continue
@@ -989,7 +1036,13 @@ class Cluster:
         info["versions"] = state.get("versions", {})
         info["startup_seconds"] = state.get("startup_seconds")
         info["started_at"] = state.get("started_at")
-        if set(alive) == set(COMPONENTS):
+        info["real_nodes"] = [
+            {"name": r["name"], "netns": r["netns"], "node_ip": r["node_ip"], "cgroup_root": r["cgroup_root"]}
+            for r in state.get("real_nodes", [])
+        ]
+        if state.get("real_node_seconds") is not None:
+            info["real_node_seconds"] = state["real_node_seconds"]
+        if set(alive) == set(self.components(state)):
             info["server"] = self.server_url()
             info["readyz"] = self._readyz()
             info["running"] = bool(info["readyz"])
@@ -1029,6 +1082,8 @@ CLIENTS = {
     "kube-scheduler": "/CN=system:kube-scheduler",
     # kwok plays every kubelet (node status, leases, pod status and deletion); kept simple here.
     "kwok": "/O=system:masters/CN=kwok-controller",
+    # the apiserver's client certificate towards real kubelets (logs, exec)
+    "kube-apiserver-kubelet-client": "/O=system:masters/CN=kube-apiserver-kubelet-client",
 }
 
 
@@ -1070,8 +1125,9 @@ def is_our_process(pid: int, binary: str) -> bool:
             return False
         if stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X"):
             return False
-        if cmdline:
-            return cmdline.split(b"\0")[0].decode(errors="replace") == binary
+        argv0 = cmdline.split(b"\0")[0].decode(errors="replace")
+        if cmdline and argv0 != "nsenter":  # a real node's daemon is nsenter until it has exec'd
+            return argv0 == binary
         time.sleep(0.005)
     return False  # still no command line after 0.5 s: a kernel thread, not ours
 
@@ -1172,6 +1228,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_up.add_argument("--build", action="store_true", help="build missing binaries first")
     p_up.add_argument("--audit", action="store_true",
                       help="write an apiserver audit log of every write (logs/audit.log in the state dir)")
+    p_up.add_argument("--real-nodes", type=int, default=0, choices=(0, 1), metavar="N",
+                      help="real workers beside the fake nodes: containerd, kubelet, kube-proxy, CoreDNS in "
+                           "network/mount namespaces of their own (needs root; images from tools/images.py)")
     p_up.add_argument("--controller-qps", type=float, default=None, metavar="QPS",
                       help="the controller-manager's API rate limit (its default: 20/s); raise it for "
                            "benchmarks that wait for many pods")
@@ -1193,7 +1252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.build:
                 build(bin_dir)
             cluster.up(default_nodes(args.cpu_nodes, args.nvidia_nodes, args.amd_nodes), timeout=args.timeout,
-                       audit=args.audit, controller_qps=args.controller_qps)
+                       audit=args.audit, controller_qps=args.controller_qps, real_nodes=args.real_nodes)
         elif args.command == "down":
             cluster.down(purge=args.purge)
         elif args.command == "status":

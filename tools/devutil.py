@@ -1,0 +1,53 @@
+"""Helpers shared by the devcluster tools (devcluster.py, realnode.py, images.py): standard library only."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+
+class DevclusterError(Exception):
+    """A failure with a message meant for the user (no traceback needed)."""
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def fmt_secs(seconds: float) -> str:
+    if seconds >= 60:
+        return f"{int(seconds // 60)}m{seconds % 60:04.1f}s"
+    return f"{seconds:.1f}s"
+
+
+@contextlib.contextmanager
+def step(title: str) -> Iterator[None]:
+    """Print a progress line before and the elapsed time after a step."""
+    log(f"==> {title}")
+    start = time.monotonic()
+    yield
+    log(f"    done in {fmt_secs(time.monotonic() - start)}")
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("FLOWER_SYNCER_CACHE", "~/.cache/flower-syncer")).expanduser()
+
+
+def ensure_apt_packages(commands: dict[str, str]) -> None:
+    """Install Debian packages for missing commands ({command: package}), idempotently."""
+    missing = sorted({pkg for cmd, pkg in commands.items() if shutil.which(cmd) is None})
+    if not missing:
+        return
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        raise DevclusterError(f"missing commands; please install the packages: {' '.join(missing)}")
+    with step(f"apt-get install {' '.join(missing)}"):
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *missing]):
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                raise DevclusterError(f"{' '.join(cmd)} failed:\n{proc.stdout}{proc.stderr}")

@@ -1,0 +1,331 @@
+#!/usr/bin/env python3
+"""Container images for the devcluster's real nodes, built here without a registry or a Docker engine.
+
+No container registry is reachable from these machines, so every image a real node runs is built
+locally and imported into the node's containerd:
+
+- ``docker.io/flwr/superlink:<v>``, ``docker.io/flwr/supernode:<v>``, ``docker.io/flwr/superexec:<v>``:
+  the layout of Flower's own images (``src/docker`` in the Flower repository): a Debian root
+  filesystem (``debootstrap --variant=minbase bookworm``) with python3, a virtualenv at
+  ``/python/venv`` holding the ``flwr`` wheel of that version and its dependencies from PyPI, the
+  user ``app`` (uid/gid 49999), WORKDIR and HOME ``/app``, ``PYTHONUNBUFFERED=1`` and the
+  entrypoints ``flower-superlink``, ``flower-supernode``, ``flower-superexec``. The three share one
+  layer.
+- ``registry.k8s.io/pause:3.10``: the sandbox image containerd asks for, a static ``pause`` built
+  with gcc from ``tools/pause.c``.
+
+Each image set is written as an OCI archive (``oci-layout``, ``index.json``, ``blobs/``) under
+``~/.cache/flower-syncer/images/`` with a stamp keyed by the recipe, so it is built once.
+``ctr images import`` reads it.
+
+    python3 tools/images.py build [--flwr 1.25.0 ...]     # build (cached) and print the archives
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+TOOLS_DIR = Path(__file__).resolve().parent
+sys.path.insert(0, str(TOOLS_DIR))
+
+from devutil import DevclusterError, cache_root, ensure_apt_packages, fmt_secs, log, step  # noqa: E402
+
+# Bump when the way the images are made changes, to force a rebuild.
+IMAGE_RECIPE = "1"
+DEBIAN_SUITE = "bookworm"
+DEBIAN_MIRROR = "http://deb.debian.org/debian"
+DEBIAN_PACKAGES = ("python3", "python3-venv", "ca-certificates", "libsqlite3-0")
+FLWR_VERSIONS = ("1.25.0", "1.26.0")  # config/examples use 1.25.0; the e2e tests 1.26.0 (their `flwr run`)
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+FLWR_USER = "49999:49999"
+# What a layer leaves out: what the runtime mounts over, package caches and documentation.
+LAYER_EXCLUDES = (
+    "./proc/*", "./sys/*", "./dev/*", "./run/*", "./tmp/*", "./var/tmp/*",
+    "./var/cache/apt/*", "./var/lib/apt/lists/*", "./var/log/*",
+    "./usr/share/doc/*", "./usr/share/man/*", "./usr/share/info/*", "./usr/share/locale/*",
+)
+# Wheels only, for Debian bookworm's CPython 3.11 on glibc 2.36.
+WHEEL_TARGET = (
+    "--only-binary", ":all:", "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
+    *(arg for glibc in range(17, 37) for arg in ("--platform", f"manylinux_2_{glibc}_x86_64")),
+    "--platform", "manylinux2014_x86_64", "--platform", "linux_x86_64",
+)
+FLWR_ENTRYPOINTS = {"superlink": "flower-superlink", "supernode": "flower-supernode", "superexec": "flower-superexec"}
+
+
+@dataclass(frozen=True)
+class ImageConfig:
+    """One image of an archive: its name and the parts of the OCI config that matter here."""
+
+    name: str
+    entrypoint: list[str]
+    user: str = ""
+    workdir: str = "/"
+    env: tuple[str, ...] = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",)
+
+
+def images_dir() -> Path:
+    return cache_root() / "images"
+
+
+def _key(*parts: str) -> str:
+    return hashlib.sha256("|".join((IMAGE_RECIPE, *parts)).encode()).hexdigest()[:16]
+
+
+def _run(args: Sequence[str | Path], what: str, env: dict[str, str] | None = None) -> None:
+    proc = subprocess.run([str(a) for a in args], capture_output=True, text=True, check=False, env=env)
+    if proc.returncode != 0:
+        tail = (proc.stdout + proc.stderr)[-4000:]
+        raise DevclusterError(f"{what} failed (exit {proc.returncode}):\n{tail}")
+
+
+def _cached(name: str, key: str) -> Path | None:
+    archive = images_dir() / f"{name}.oci.tar"
+    try:
+        stamp = json.loads((images_dir() / f"{name}.stamp.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return archive if stamp.get("key") == key and archive.exists() else None
+
+
+def _save(name: str, key: str, work: Path, images: list[ImageConfig], layers: list[Path], started: float) -> Path:
+    images_dir().mkdir(parents=True, exist_ok=True)
+    archive = images_dir() / f"{name}.oci.tar"
+    tmp = archive.with_suffix(".tmp")
+    write_oci_archive(tmp, images, layers, work)
+    tmp.replace(archive)
+    stamp = {"key": key, "images": [i.name for i in images], "seconds": round(time.monotonic() - started, 1)}
+    (images_dir() / f"{name}.stamp.json").write_text(json.dumps(stamp, indent=2) + "\n")
+    return archive
+
+
+# ---- OCI archives --------------------------------------------------------------------------------
+
+
+def _blob(blobs: Path, data: bytes) -> tuple[str, int]:
+    digest = hashlib.sha256(data).hexdigest()
+    (blobs / digest).write_bytes(data)
+    return f"sha256:{digest}", len(data)
+
+
+def _file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write_oci_archive(out: Path, images: list[ImageConfig], layers: list[Path], work: Path) -> None:
+    """An OCI image layout as one tar: every image shares `layers` (uncompressed tars, in order)."""
+    layout = work / "oci"
+    blobs = layout / "blobs" / "sha256"
+    blobs.mkdir(parents=True)
+    layer_descs = []
+    diff_ids = []
+    for layer in layers:
+        digest = _file_digest(layer)
+        os.link(layer, blobs / digest)  # same filesystem (the images cache); the archive copies it
+        size = (blobs / digest).stat().st_size
+        layer_descs.append(
+            {"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": f"sha256:{digest}", "size": size}
+        )
+        diff_ids.append(f"sha256:{digest}")
+    manifests = []
+    for image in images:
+        config = {
+            "architecture": "amd64",
+            "os": "linux",
+            "config": {
+                "Entrypoint": image.entrypoint,
+                "Env": list(image.env),
+                "WorkingDir": image.workdir,
+                **({"User": image.user} if image.user else {}),
+            },
+            "rootfs": {"type": "layers", "diff_ids": diff_ids},
+        }
+        cdigest, csize = _blob(blobs, json.dumps(config, sort_keys=True).encode())
+        manifest = {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": cdigest, "size": csize},
+            "layers": layer_descs,
+        }
+        mdigest, msize = _blob(blobs, json.dumps(manifest, sort_keys=True).encode())
+        manifests.append(
+            {
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "digest": mdigest,
+                "size": msize,
+                "annotations": {
+                    "io.containerd.image.name": image.name,
+                    "org.opencontainers.image.ref.name": image.name.rsplit(":", 1)[1],
+                },
+            }
+        )
+    (layout / "oci-layout").write_text(json.dumps({"imageLayoutVersion": "1.0.0"}))
+    (layout / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": manifests}, sort_keys=True))
+    with tarfile.open(out, "w") as tar:
+        for path in sorted(layout.rglob("*")):
+            tar.add(path, arcname=str(path.relative_to(layout)), recursive=False)
+
+
+def _layer_from_dir(root: Path, out: Path) -> None:
+    """A layer tar of `root`: names sorted, owners numeric, mtimes clamped, so rebuilds compare."""
+    args: list[str | Path] = ["tar", "-C", root, "--sort=name", "--numeric-owner", "--xattrs"]
+    args += ["--mtime=2020-01-01 00:00:00Z", "--clamp-mtime"]
+    args += [f"--exclude={pattern}" for pattern in LAYER_EXCLUDES]
+    _run([*args, "-cf", out, "."], f"tar of {root}")
+
+
+# ---- pause ---------------------------------------------------------------------------------------
+
+
+def build_pause(force: bool = False) -> Path:
+    key = _key("pause", (TOOLS_DIR / "pause.c").read_text())
+    if not force and (cached := _cached("pause", key)):
+        return cached
+    started = time.monotonic()
+    ensure_apt_packages({"gcc": "gcc"})
+    with tempfile.TemporaryDirectory(prefix="pause-", dir=_scratch()) as tmp:
+        work = Path(tmp)
+        root = work / "root"
+        root.mkdir()
+        _run(["gcc", "-static", "-Os", "-s", "-o", root / "pause", TOOLS_DIR / "pause.c"], "gcc pause.c")
+        _layer_from_dir(root, work / "layer.tar")
+        image = ImageConfig(name=PAUSE_IMAGE, entrypoint=["/pause"], user="65535:65535", env=())
+        return _save("pause", key, work, [image], [work / "layer.tar"], started)
+
+
+# ---- Flower --------------------------------------------------------------------------------------
+
+
+def _scratch() -> Path:
+    path = images_dir() / "scratch"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _chroot(root: Path, script: str) -> None:
+    """Run `script` in `root` with /proc and /dev mounted, in a mount namespace that dies with it."""
+    inner = (f"mount -t proc proc {root}/proc && mount --rbind /dev {root}/dev && "
+             f"exec chroot {root} /bin/sh -ec '{script}'")
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C.UTF-8"}
+    _run(["unshare", "--mount", "--propagation", "private", "sh", "-ec", inner], f"chroot: {script}", env=env)
+
+
+def build_base(force: bool = False) -> Path:
+    """The Debian layer every Flower image starts from (cached: the only part that needs apt)."""
+    layer = images_dir() / f"debian-{DEBIAN_SUITE}.layer.tar"
+    key = _key("base", DEBIAN_SUITE, *DEBIAN_PACKAGES)
+    stamp = layer.with_suffix(".stamp")
+    if not force and layer.exists() and stamp.exists() and stamp.read_text() == key:
+        return layer
+    ensure_apt_packages({"debootstrap": "debootstrap"})
+    with tempfile.TemporaryDirectory(prefix="base-", dir=_scratch()) as tmp:
+        root = Path(tmp) / "root"
+        with step(f"debootstrap {DEBIAN_SUITE} (minbase + {', '.join(DEBIAN_PACKAGES)}; cold ~1-2 min)"):
+            _run(
+                ["debootstrap", "--variant=minbase", f"--include={','.join(DEBIAN_PACKAGES)}",
+                 DEBIAN_SUITE, root, DEBIAN_MIRROR],
+                "debootstrap",
+            )
+        _layer_from_dir(root, layer)
+    stamp.write_text(key)
+    return layer
+
+
+def build_flwr(version: str, force: bool = False) -> Path:
+    name = f"flwr-{version}"
+    base = build_base()
+    key = _key(name, (base.with_suffix(".stamp")).read_text())
+    if not force and (cached := _cached(name, key)):
+        return cached
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix=f"{name}-", dir=_scratch()) as tmp:
+        work = Path(tmp)
+        root = work / "root"
+        root.mkdir()
+        with step(f"flwr=={version} and its dependencies from PyPI into /python/venv"):
+            _run(["tar", "-C", root, "-xf", base], "unpack the base layer")
+            wheels = root / "tmp" / "wheels"
+            # The host's pip knows this machine's index and CA; it fetches wheels for the image's
+            # CPython 3.11 on glibc 2.36 (whatever Python runs this), so the install inside needs no network.
+            _run([sys.executable, "-m", "pip", "download", "-q", "-d", wheels, *WHEEL_TARGET, f"flwr=={version}"],
+                 f"pip download flwr=={version}")
+            _chroot(
+                root,
+                "python3 -m venv /python/venv; "
+                f"/python/venv/bin/pip install -q --no-cache-dir --no-index --find-links /tmp/wheels flwr=={version}; "
+                "/python/venv/bin/flower-superlink --help >/dev/null; "
+                "groupadd --gid 49999 app; "
+                "useradd --uid 49999 --gid 49999 --home-dir /app --no-create-home --shell /usr/sbin/nologin app; "
+                "mkdir -p /app; chown app:app /app",
+            )
+        with step("layer"):
+            # Only what the install added or changed goes on top of the base layer.
+            paths = ["./python", "./app", *(f"./etc/{f}" for f in ("passwd", "group", "shadow", "gshadow"))]
+            _run(["tar", "-C", root, "--sort=name", "--numeric-owner", "--mtime=2020-01-01 00:00:00Z",
+                  "--clamp-mtime", "--exclude=__pycache__", "-cf", work / "flwr.tar", *paths], "tar of the venv")
+            shutil.rmtree(root)
+        env = (
+            "PATH=/python/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1", "PYTHONIOENCODING=UTF-8",
+            "LANG=C.UTF-8", "LC_ALL=C.UTF-8", "HOME=/app",
+        )
+        images = [
+            ImageConfig(name=f"docker.io/flwr/{component}:{version}", entrypoint=[command],
+                        user=FLWR_USER, workdir="/app", env=env)
+            for component, command in FLWR_ENTRYPOINTS.items()
+        ]
+        return _save(name, key, work, images, [base, work / "flwr.tar"], started)
+
+
+def build_all(flwr_versions: Sequence[str] = FLWR_VERSIONS, force: bool = False) -> list[Path]:
+    started = time.monotonic()
+    archives = [build_pause(force)]
+    build_base(force)
+    for version in flwr_versions:
+        archives.append(build_flwr(version, force))
+    log(f"images ready in {fmt_secs(time.monotonic() - started)}: {', '.join(a.name for a in archives)}")
+    return archives
+
+
+def image_names(archive: Path) -> list[str]:
+    stamp = json.loads(archive.with_name(archive.name.replace(".oci.tar", ".stamp.json")).read_text())
+    return list(stamp["images"])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="build the images (cached) and print the archive paths")
+    b.add_argument("--flwr", action="append", metavar="VERSION", help=f"Flower versions (default {FLWR_VERSIONS})")
+    b.add_argument("--force", action="store_true", help="rebuild even when the cache is current")
+    args = parser.parse_args(argv)
+    if os.geteuid() != 0:
+        print("images.py needs root (debootstrap, chroot)", file=sys.stderr)
+        return 2
+    try:
+        for archive in build_all(tuple(args.flwr or FLWR_VERSIONS), args.force):
+            print(archive)
+    except DevclusterError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
