@@ -1,0 +1,219 @@
+"""End-to-end fixtures: a devcluster with a real node (containerd, kubelet, CNI, CoreDNS), the agent
+running against it from a Git repository, and a way to reach Services from this machine.
+
+The cluster is this session's own (``e2e-<pid>``), started with ``--real-nodes 1`` and no fake
+nodes, so every pod runs in a real container; it is stopped and purged at the end. It needs root
+and the images from tools/images.py (``up`` builds them when missing). Under ``CI=true`` anything
+missing is a failure, never a skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pytest
+
+from tests.conftest import REPO, wait_until
+
+DEVCLUSTER = REPO / "tools" / "devcluster.py"
+IN_CI = os.environ.get("CI", "").lower() == "true"
+CLUSTER_NAME = f"e2e-{os.getpid()}"
+UP_TIMEOUT_S = 900  # a cold image build is part of it
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@localhost", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@localhost"}
+
+
+def _unavailable(reason: str) -> NoReturn:
+    if IN_CI:
+        pytest.fail(f"end-to-end cluster unavailable: {reason}", pytrace=False)
+    pytest.skip(f"end-to-end cluster unavailable: {reason}")
+
+
+def _devcluster(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    command, rest = args[0], args[1:]
+    return subprocess.run([sys.executable, str(DEVCLUSTER), command, "--name", CLUSTER_NAME, *rest],
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@dataclass
+class RealCluster:
+    kubeconfig: str
+    bin_dir: Path
+    node: dict[str, Any]
+    state_dir: Path
+
+    def kubectl(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(self.bin_dir / "kubectl"), *args], capture_output=True, text=True, check=check,
+                              timeout=timeout, env={**os.environ, "KUBECONFIG": self.kubeconfig})
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self.kubectl(*args, "-o", "json").stdout)
+
+    @contextmanager
+    def port_forward(self, namespace: str, target: str, port: int) -> Iterator[int]:
+        """`kubectl port-forward` to `target` (svc/name or pod/name): a local port on 127.0.0.1."""
+        local = free_port()
+        proc = subprocess.Popen(
+            [str(self.bin_dir / "kubectl"), "-n", namespace, "port-forward", "--address", "127.0.0.1", target,
+             f"{local}:{port}"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, "KUBECONFIG": self.kubeconfig},
+        )
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            assert "Forwarding from" in line, f"kubectl port-forward {target}: {line}{proc.stdout.read()}"
+            yield local
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(10)
+
+    def logs(self, namespace: str, pod: str, container: str | None = None) -> str:
+        args = ["-n", namespace, "logs", pod, *(["-c", container] if container else [])]
+        return self.kubectl(*args, check=False).stdout
+
+
+@pytest.fixture(scope="session")
+def real_cluster() -> Iterator[RealCluster]:
+    if os.geteuid() != 0:
+        _unavailable("a real node needs root (network namespaces, cgroups, mounts)")
+    up = _devcluster("up", "--real-nodes", "1", "--cpu-nodes", "0", "--nvidia-nodes", "0", "--amd-nodes", "0",
+                     "--timeout", "240", "--build", timeout=UP_TIMEOUT_S)
+    if up.returncode != 0:
+        _devcluster("down", "--purge")
+        _unavailable(f"`devcluster up --real-nodes 1` failed:\n{up.stdout[-4000:]}{up.stderr[-4000:]}")
+    sys.stderr.write(up.stdout)
+    info = json.loads(_devcluster("status", "--json").stdout)
+    try:
+        yield RealCluster(kubeconfig=info["kubeconfig"], bin_dir=Path(info["bin_dir"]), node=info["real_nodes"][0],
+                          state_dir=Path(info["state_dir"]))
+    finally:
+        down = _devcluster("down", "--purge")
+        if down.returncode != 0:
+            sys.stderr.write(f"devcluster down failed:\n{down.stdout}{down.stderr}")
+        shutil.rmtree(info["state_dir"], ignore_errors=True)
+
+
+@pytest.fixture
+def e2e_namespace(real_cluster: RealCluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    name = "e2e-" + re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:50].strip("-")
+    real_cluster.kubectl("create", "namespace", name)
+    wait_until("default ServiceAccount", lambda: real_cluster.kubectl(
+        "-n", name, "get", "serviceaccount", "default", check=False).returncode == 0)
+    yield name
+    real_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def git(cwd: Path, *args: str) -> str:
+    out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True,
+                         env={**os.environ, **GIT_ENV})
+    return out.stdout.strip()
+
+
+@dataclass
+class ConfigRepo:
+    """A bare remote and a working clone: `commit` is a user's commit and push."""
+
+    bare: Path
+    work: Path
+
+    def commit(self, files: dict[str, str], message: str = "change") -> str:
+        for rel, text in files.items():
+            path = self.work / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        git(self.work, "add", "-A")
+        git(self.work, "commit", "-qm", message)
+        git(self.work, "push", "-q", "origin", "HEAD:main")
+        return git(self.work, "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def config_repo(tmp_path: Path) -> ConfigRepo:
+    bare = tmp_path / "config.git"
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
+    work = tmp_path / "work"
+    git(tmp_path, "clone", "-q", str(bare), str(work))
+    git(work, "checkout", "-q", "-b", "main")
+    return ConfigRepo(bare, work)
+
+
+@dataclass
+class Agent:
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+
+@pytest.fixture
+def run_agent(tmp_path: Path, real_cluster: RealCluster) -> Iterator[Callable[[ConfigRepo, str], Agent]]:
+    """`flower-syncer run` on this machine against the real cluster, watching `repo`."""
+    agents: list[Agent] = []
+
+    def start(repo: ConfigRepo, namespace: str) -> Agent:
+        log = tmp_path / "agent.log"
+        args = [sys.executable, "-m", "syncer", "run", "--repo", str(repo.bare), "--kubeconfig",
+                real_cluster.kubeconfig, "--listen", f"127.0.0.1:{free_port()}", "--namespaces", namespace,
+                "--lease-namespace", namespace, "--cache-dir", str(tmp_path / "agent-cache"), "--identity", "e2e",
+                "--interval", "3600"]
+        agent = Agent(subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log.open("w")), log)
+        agents.append(agent)
+        return agent
+
+    yield start
+    for agent in agents:
+        agent.proc.send_signal(signal.SIGTERM)
+        try:
+            agent.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            agent.proc.kill()
+
+
+def flwr_run(app: Path, address: str, home: Path, timeout: float = 300) -> str:
+    """`flwr run APP e2e --stream` against the Control API at `address`; returns its output."""
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text(
+        f'[superlink]\ndefault = "e2e"\n\n[superlink.e2e]\naddress = "{address}"\ninsecure = true\n'
+    )
+    work = home / "app"
+    shutil.copytree(app, work, dirs_exist_ok=True)
+    flwr = Path(sys.executable).with_name("flwr")
+    proc = subprocess.run([str(flwr), "run", str(work), "e2e", "--stream"], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "FLWR_HOME": str(home)}, check=False)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"flwr run failed ({proc.returncode}):\n{output[-4000:]}"
+    return output
+
+
+def ready_replicas(cluster: RealCluster, namespace: str, kind: str, name: str) -> int:
+    obj = cluster.kubectl("-n", namespace, "get", kind, name, "-o", "json", check=False)
+    if obj.returncode != 0:
+        return 0
+    return int(json.loads(obj.stdout).get("status", {}).get("readyReplicas") or 0)
+
+
+def wait_ready(cluster: RealCluster, namespace: str, kind: str, name: str, want: int, agent: Agent,
+               timeout: float = 180) -> None:
+    started = time.monotonic()
+    wait_until(f"{kind}/{name} {want} ready", lambda: ready_replicas(cluster, namespace, kind, name) >= want,
+               timeout=timeout, interval=0.5, log=agent.log)
+    sys.stderr.write(f"{kind}/{name}: {want} ready after {time.monotonic() - started:.1f}s\n")
