@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -162,6 +163,19 @@ def config_repo(tmp_path: Path) -> ConfigRepo:
 class Agent:
     proc: subprocess.Popen[bytes]
     log: Path
+    url: str
+
+    def metric(self, name: str, **labels: str) -> float | None:
+        """A sample of the agent's /metrics with these labels, or None."""
+        try:
+            with urllib.request.urlopen(self.url + "/metrics", timeout=10) as resp:
+                body = resp.read().decode()
+        except OSError:
+            return None
+        for line in body.splitlines():
+            if line.startswith((name + "{", name + " ")) and all(f'{k}="{v}"' in line for k, v in labels.items()):
+                return float(line.rsplit(" ", 1)[1])
+        return None
 
 
 @pytest.fixture
@@ -171,11 +185,13 @@ def run_agent(tmp_path: Path, real_cluster: RealCluster) -> Iterator[Callable[[C
 
     def start(repo: ConfigRepo, namespace: str) -> Agent:
         log = tmp_path / "agent.log"
+        listen = f"127.0.0.1:{free_port()}"
         args = [sys.executable, "-m", "syncer", "run", "--repo", str(repo.bare), "--kubeconfig",
-                real_cluster.kubeconfig, "--listen", f"127.0.0.1:{free_port()}", "--namespaces", namespace,
+                real_cluster.kubeconfig, "--listen", listen, "--namespaces", namespace,
                 "--lease-namespace", namespace, "--cache-dir", str(tmp_path / "agent-cache"), "--identity", "e2e",
                 "--interval", "3600"]
-        agent = Agent(subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log.open("w")), log)
+        with log.open("w") as err:
+            agent = Agent(subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err), log, f"http://{listen}")
         agents.append(agent)
         return agent
 
@@ -202,6 +218,14 @@ def flwr_run(app: Path, address: str, home: Path, timeout: float = 300) -> str:
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"flwr run failed ({proc.returncode}):\n{output[-4000:]}"
     return output
+
+
+def syncer_status(cluster: RealCluster, namespace: str) -> Any:
+    """`flower-syncer status -n NS -o json`, as a user would run it."""
+    proc = subprocess.run([sys.executable, "-m", "syncer", "status", "--kubeconfig", cluster.kubeconfig, "-n",
+                           namespace, "-o", "json"], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode in (0, 1), proc.stderr
+    return json.loads(proc.stdout)
 
 
 def ready_replicas(cluster: RealCluster, namespace: str, kind: str, name: str) -> int:
