@@ -64,9 +64,9 @@ class RealCluster:
         return json.loads(self.kubectl(*args, "-o", "json").stdout)
 
     @contextmanager
-    def port_forward(self, namespace: str, target: str, port: int) -> Iterator[int]:
+    def port_forward(self, namespace: str, target: str, port: int, local: int = 0) -> Iterator[int]:
         """`kubectl port-forward` to `target` (svc/name or pod/name): a local port on 127.0.0.1."""
-        local = free_port()
+        local = local or free_port()
         proc = subprocess.Popen(
             [str(self.bin_dir / "kubectl"), "-n", namespace, "port-forward", "--address", "127.0.0.1", target,
              f"{local}:{port}"],
@@ -204,16 +204,19 @@ def run_agent(tmp_path: Path, real_cluster: RealCluster) -> Iterator[Callable[[C
             agent.proc.kill()
 
 
-def flwr_run(app: Path, address: str, home: Path, timeout: float = 300) -> str:
-    """`flwr run APP e2e --stream` against the Control API at `address`; returns its output."""
+def flwr_run(app: Path, address: str, home: Path, timeout: float = 300, run_config: str = "",
+             root_certificates: Path | None = None) -> str:
+    """`flwr run APP e2e --stream` against the Control API at `address` (TLS when given the CA);
+    returns its output."""
     home.mkdir(parents=True, exist_ok=True)
-    (home / "config.toml").write_text(
-        f'[superlink]\ndefault = "e2e"\n\n[superlink.e2e]\naddress = "{address}"\ninsecure = true\n'
-    )
+    tls = f'root-certificates = "{root_certificates}"' if root_certificates else "insecure = true"
+    connection = f'[superlink.e2e]\naddress = "{address}"\n{tls}\n'
+    (home / "config.toml").write_text(f'[superlink]\ndefault = "e2e"\n\n{connection}')
     work = home / "app"
     shutil.copytree(app, work, dirs_exist_ok=True)
     flwr = Path(sys.executable).with_name("flwr")
-    proc = subprocess.run([str(flwr), "run", str(work), "e2e", "--stream"], capture_output=True, text=True,
+    extra = ["--run-config", run_config] if run_config else []
+    proc = subprocess.run([str(flwr), "run", str(work), "e2e", "--stream", *extra], capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, "FLWR_HOME": str(home)}, check=False)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"flwr run failed ({proc.returncode}):\n{output[-4000:]}"
