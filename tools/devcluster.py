@@ -3,7 +3,8 @@
 
 It runs etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok as plain
 processes bound to 127.0.0.1 (no containers, no kubelet), and registers fake CPU and GPU
-nodes that kwok keeps Ready.  Pods are really created by controllers, bound by the
+nodes that kwok keeps Ready. `up --real-nodes 1` adds a real worker as well (containerd,
+kubelet, kube-proxy, CoreDNS; see realnode.py).  Pods are really created by controllers, bound by the
 scheduler and turned Running/Ready by kwok, so readiness and GPU placement are observable.
 
 Subcommands::
@@ -350,6 +351,7 @@ class NodeSpec:
     memory: str
     labels: dict[str, str]
     extended: dict[str, str] = field(default_factory=dict)
+    taints: list[dict[str, str]] = field(default_factory=list)
 
 
 def default_nodes(cpu_nodes: int = 4, nvidia_nodes: int = 2, amd_nodes: int = 1) -> list[NodeSpec]:
@@ -415,6 +417,19 @@ def default_nodes(cpu_nodes: int = 4, nvidia_nodes: int = 2, amd_nodes: int = 1)
     return nodes
 
 
+def real_node_layout(nodes: list[NodeSpec]) -> list[NodeSpec]:
+    """With a real node, the fake GPU nodes are tainted the way GPU node pools usually are
+    (`<vendor>/gpu=present:NoSchedule`), so only pods that tolerate it (GPU pools) land there and
+    everything else runs in containers on the real node; the fake CPU nodes are left out."""
+    out = []
+    for node in nodes:
+        vendor = {"gpu-nvidia": "nvidia.com/gpu", "gpu-amd": "amd.com/gpu"}.get(node.node_class)
+        if vendor:
+            node.taints = [{"key": vendor, "value": "present", "effect": "NoSchedule"}]
+            out.append(node)
+    return out
+
+
 def node_manifest(node: NodeSpec) -> dict[str, Any]:
     resources = {
         "cpu": node.cpu,
@@ -427,7 +442,7 @@ def node_manifest(node: NodeSpec) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": node.name, "labels": node.labels, "annotations": {KWOK_ANNOTATION: "fake"}},
-        "spec": {},
+        "spec": {"taints": node.taints} if node.taints else {},
         "status": {
             "capacity": resources,
             "allocatable": resources,
@@ -955,7 +970,9 @@ class Cluster:
         ready = set()
         for item in payload.get("items", []):
             conds = {c["type"]: c["status"] for c in item.get("status", {}).get("conditions", [])}
-            taints = item.get("spec", {}).get("taints") or []
+            # the node lifecycle's taints (not-ready, unreachable); not the GPU taints of real_node_layout
+            taints = [t for t in item.get("spec", {}).get("taints") or []
+                      if t["key"].startswith("node.kubernetes.io/")]
             if conds.get("Ready") == "True" and not taints:
                 ready.add(item["metadata"]["name"])
         return names <= ready
@@ -998,6 +1015,9 @@ class Cluster:
                 while any(is_our_process(*p) for p in procs.values()) and time.monotonic() < deadline:
                     time.sleep(0.05)
             stopped += procs
+        for record in state.get("real_nodes", []):
+            for problem in realnode.remove_network(realnode.node_from_record(record)):
+                log(f"warning: could not remove the real node's {problem}")
         data_dir = state.get("etcd_data_dir")
         if data_dir:
             shutil.rmtree(Path(data_dir).parent if Path(data_dir).name == "etcd" else data_dir, ignore_errors=True)
@@ -1229,8 +1249,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_up.add_argument("--audit", action="store_true",
                       help="write an apiserver audit log of every write (logs/audit.log in the state dir)")
     p_up.add_argument("--real-nodes", type=int, default=0, choices=(0, 1), metavar="N",
-                      help="real workers beside the fake nodes: containerd, kubelet, kube-proxy, CoreDNS in "
-                           "network/mount namespaces of their own (needs root; images from tools/images.py)")
+                      help="real workers: containerd, kubelet, kube-proxy, CoreDNS in network/mount namespaces "
+                           "of their own (needs root; images from tools/images.py). The fake GPU nodes stay, "
+                           "tainted <vendor>/gpu=present:NoSchedule; there are no fake CPU nodes")
     p_up.add_argument("--controller-qps", type=float, default=None, metavar="QPS",
                       help="the controller-manager's API rate limit (its default: 20/s); raise it for "
                            "benchmarks that wait for many pods")
@@ -1251,8 +1272,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "up":
             if args.build:
                 build(bin_dir)
-            cluster.up(default_nodes(args.cpu_nodes, args.nvidia_nodes, args.amd_nodes), timeout=args.timeout,
-                       audit=args.audit, controller_qps=args.controller_qps, real_nodes=args.real_nodes)
+            nodes = default_nodes(args.cpu_nodes, args.nvidia_nodes, args.amd_nodes)
+            if args.real_nodes:
+                nodes = real_node_layout(nodes)
+            cluster.up(nodes, timeout=args.timeout, audit=args.audit, controller_qps=args.controller_qps,
+                       real_nodes=args.real_nodes)
         elif args.command == "down":
             cluster.down(purge=args.purge)
         elif args.command == "status":

@@ -47,7 +47,8 @@ IMAGE_RECIPE = "1"
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 DEBIAN_PACKAGES = ("python3", "python3-venv", "ca-certificates", "libsqlite3-0")
-FLWR_VERSIONS = ("1.25.0", "1.26.0")  # config/examples use 1.25.0; the e2e tests 1.26.0 (their `flwr run`)
+# config/examples use 1.25.0 (and 1.24.0 for one pool); the e2e tests 1.26.0, the version of their `flwr run`
+FLWR_VERSIONS = ("1.24.0", "1.25.0", "1.26.0")
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 FLWR_USER = "49999:49999"
 # What a layer leaves out: what the runtime mounts over, package caches and documentation.

@@ -464,7 +464,7 @@ def _mnt_ns(pid: int) -> str:
 
 def stop_node(net: NodeNet, daemon_pids: dict[str, int]) -> list[str]:
     """Stop the node: kubelet first, then every container, the shims and containerd, the rest, the
-    namespace holder; then the cgroups and the network namespace. Returns what could not be removed."""
+    namespace holder; then the cgroups. Returns what could not be removed."""
     problems = []
     holder_ns = _mnt_ns(net.holder_pid) if net.holder_pid else ""
 
@@ -491,18 +491,27 @@ def stop_node(net: NodeNet, daemon_pids: dict[str, int]) -> list[str]:
             break
         kill(pids, signal.SIGKILL)
         wait_gone(pids, 5)
-    # Shims (and anything else) living in the node's mount namespace, then the daemons and holder.
-    in_ns = {int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and holder_ns
-             and _mnt_ns(int(p.name)) == holder_ns and int(p.name) != net.holder_pid}
-    rest = in_ns | set(daemon_pids.values())
-    kill(rest, signal.SIGTERM)
-    if left := wait_gone(rest, 5):
+    # The daemons get SIGTERM; the shims (whatever else lives in the node's mount namespace) have
+    # nothing left to stop and ignore it, so they get SIGKILL at once.
+    daemons = set(daemon_pids.values())
+    others = {int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and holder_ns
+              and _mnt_ns(int(p.name)) == holder_ns and int(p.name) != net.holder_pid} - daemons
+    kill(others, signal.SIGKILL)
+    kill(daemons, signal.SIGTERM)
+    if left := wait_gone(daemons | others, 5):
         kill(left, signal.SIGKILL)
         wait_gone(left, 5)
     if net.holder_pid:
         kill({net.holder_pid}, signal.SIGKILL)
         wait_gone({net.holder_pid}, 5)
     problems += [f"cgroup {p}" for p in _remove_cgroups(net)]
+    return problems
+
+
+def remove_network(net: NodeNet) -> list[str]:
+    """Delete the node's network namespace (its veth pair and rules go with it). After the
+    apiserver has stopped: it listens on the host end and talks to itself there until it exits."""
+    problems = []
     if _run("ip", "netns", "del", net.netns, check=False).returncode != 0 and net.netns in _netns_names():
         problems.append(f"network namespace {net.netns}")
     _run("ip", "link", "del", net.host_if, check=False)  # gone with the namespace; just in case
