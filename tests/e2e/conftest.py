@@ -56,9 +56,10 @@ class RealCluster:
     node: dict[str, Any]
     state_dir: Path
 
-    def kubectl(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    def kubectl(self, *args: str, check: bool = True, timeout: float = 60,
+                input: str | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(self.bin_dir / "kubectl"), *args], capture_output=True, text=True, check=check,
-                              timeout=timeout, env={**os.environ, "KUBECONFIG": self.kubeconfig})
+                              timeout=timeout, input=input, env={**os.environ, "KUBECONFIG": self.kubeconfig})
 
     def json(self, *args: str) -> Any:
         return json.loads(self.kubectl(*args, "-o", "json").stdout)

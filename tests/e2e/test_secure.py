@@ -143,8 +143,7 @@ def _secret(cluster: RealCluster, namespace: str, name: str, data: dict[str, byt
     manifest = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
                 "metadata": {"name": name, "namespace": namespace},
                 "data": {k: base64.b64encode(v).decode() for k, v in data.items()}}
-    subprocess.run([str(cluster.bin_dir / "kubectl"), "apply", "-f", "-"], input=json.dumps(manifest), text=True,
-                   check=True, capture_output=True, env={"KUBECONFIG": cluster.kubeconfig})
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(manifest))
 
 
 def _pool(report: Any, unit: str) -> dict[str, Any]:
