@@ -1,8 +1,8 @@
 # syntax=docker/dockerfile:1
 # flower-syncer agent image: `docker build -t flower-syncer .`
 #
-# NOTE: written without being built. The project machine has no Docker engine, so this file has not
-# been through `docker build` or a container run; check both in CI before relying on it.
+# Built without a Docker engine by `python3 tools/images.py agent` (Debian's buildah), and run by
+# tests/e2e/test_agent_pod.py: installed with the Helm chart on a real node, it syncs a push.
 #
 # Runs `flower-syncer run` as the non-root user 65532 (the Helm chart in charts/flower-syncer
 # sets the same user, a read-only root filesystem and writable emptyDirs for the cache and /tmp).

@@ -1057,7 +1057,7 @@ class Cluster:
         info["startup_seconds"] = state.get("startup_seconds")
         info["started_at"] = state.get("started_at")
         info["real_nodes"] = [
-            {"name": r["name"], "netns": r["netns"], "node_ip": r["node_ip"], "cgroup_root": r["cgroup_root"]}
+            {k: r[k] for k in ("name", "netns", "host_if", "host_ip", "node_ip", "cgroup_root", "dir")}
             for r in state.get("real_nodes", [])
         ]
         if state.get("real_node_seconds") is not None:
@@ -1259,6 +1259,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_down.add_argument("--purge", action="store_true", help="also delete certificates, kubeconfigs and logs")
     p_status = sub.add_parser("status", parents=[common], help="processes, RSS, readiness (exit 1 if not up)")
     p_status.add_argument("--json", action="store_true")
+    p_load = sub.add_parser("load-image", parents=[common],
+                            help="import image archives (OCI or docker-archive) into the real node's containerd")
+    p_load.add_argument("archives", nargs="+", type=Path, metavar="ARCHIVE")
     sub.add_parser("env", parents=[common], help="print export lines for KUBECONFIG and PATH")
     sub.add_parser("kubeconfig", parents=[common], help="print the kubeconfig path")
     args = parser.parse_args(argv)
@@ -1286,6 +1289,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 print_status(info, sys.stdout)
             return 0 if info["running"] else 1
+        elif args.command == "load-image":
+            state = cluster.load_state() or {}
+            if not state.get("real_nodes") or not cluster.is_up():
+                raise DevclusterError("no running cluster with a real node (up --real-nodes 1)")
+            for record in state["real_nodes"]:
+                realnode.import_images(realnode.node_from_record(record), args.archives)
+            log(f"imported {', '.join(str(a) for a in args.archives)}")
         elif args.command == "env":
             print(f"export KUBECONFIG={cluster.kubeconfig}")
             print(f"export PATH={bin_dir}:$PATH")

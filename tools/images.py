@@ -24,6 +24,7 @@ Each image set is written as an OCI archive (``oci-layout``, ``index.json``, ``b
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -38,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 TOOLS_DIR = Path(__file__).resolve().parent
+ROOT = TOOLS_DIR.parent
 sys.path.insert(0, str(TOOLS_DIR))
 
 from devutil import DevclusterError, cache_root, ensure_apt_packages, fmt_secs, log, step  # noqa: E402
@@ -46,10 +48,13 @@ from devutil import DevclusterError, cache_root, ensure_apt_packages, fmt_secs, 
 IMAGE_RECIPE = "1"
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
-DEBIAN_PACKAGES = ("python3", "python3-venv", "ca-certificates", "libsqlite3-0")
+DEBIAN_PACKAGES = ("python3", "python3-venv", "python3-pip", "ca-certificates", "libsqlite3-0")
 # config/examples use 1.25.0 (and 1.24.0 for one pool); the e2e tests 1.26.0, the version of their `flwr run`
 FLWR_VERSIONS = ("1.24.0", "1.25.0", "1.26.0")
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+PYTHON_BASE_IMAGE = "localhost/flower-syncer-build/python:3.11-bookworm"
+AGENT_IMAGE = "localhost/flower-syncer:dev"
+BUILDAH_LEFTOVERS = (Path("/var/lib/containers"), Path("/run/containers"), Path("/etc/containers/networks"))
 FLWR_USER = "49999:49999"
 # What a layer leaves out: what the runtime mounts over, package caches and documentation.
 LAYER_EXCLUDES = (
@@ -235,15 +240,21 @@ def build_base(force: bool = False) -> Path:
     if not force and layer.exists() and stamp.exists() and stamp.read_text() == key:
         return layer
     ensure_apt_packages({"debootstrap": "debootstrap"})
+    stamp.unlink(missing_ok=True)
     with tempfile.TemporaryDirectory(prefix="base-", dir=_scratch()) as tmp:
         root = Path(tmp) / "root"
-        with step(f"debootstrap {DEBIAN_SUITE} (minbase + {', '.join(DEBIAN_PACKAGES)}; cold ~1-2 min)"):
-            _run(
-                ["debootstrap", "--variant=minbase", f"--include={','.join(DEBIAN_PACKAGES)}",
-                 DEBIAN_SUITE, root, DEBIAN_MIRROR],
-                "debootstrap",
-            )
-        _layer_from_dir(root, layer)
+        try:
+            with step(f"debootstrap {DEBIAN_SUITE} (minbase + {', '.join(DEBIAN_PACKAGES)}; cold ~1-2 min)"):
+                _run(
+                    ["debootstrap", "--variant=minbase", f"--include={','.join(DEBIAN_PACKAGES)}",
+                     DEBIAN_SUITE, root, DEBIAN_MIRROR],
+                    "debootstrap",
+                )
+        finally:  # debootstrap mounts /proc and /sys in the target; a failed run may leave them
+            subprocess.run(["umount", "--recursive", "--lazy", root / "proc", root / "sys"], capture_output=True,
+                           check=False)
+        _layer_from_dir(root, Path(tmp) / "layer.tar")
+        (Path(tmp) / "layer.tar").replace(layer)
     stamp.write_text(key)
     return layer
 
@@ -294,6 +305,81 @@ def build_flwr(version: str, force: bool = False) -> Path:
         return _save(name, key, work, images, [base, work / "flwr.tar"], started)
 
 
+# ---- the agent's own image, from the project's Dockerfile ---------------------------------------
+
+
+def _python_base() -> Path:
+    """The Dockerfile's base image (PYTHON_IMAGE) made here: Debian bookworm with its CPython 3.11
+    and pip, the same base layer as the Flower images."""
+    base = build_base()
+    name = "python-base"
+    key = _key(name, base.with_suffix(".stamp").read_text())
+    if cached := _cached(name, key):
+        return cached
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix=f"{name}-", dir=_scratch()) as tmp:
+        image = ImageConfig(name=PYTHON_BASE_IMAGE, entrypoint=["python3"])
+        return _save(name, key, Path(tmp), [image], [base], started)
+
+
+def _source_digest() -> str:
+    h = hashlib.sha256()
+    for path in sorted([ROOT / "Dockerfile", ROOT / "pyproject.toml", ROOT / "README.md",
+                        *(ROOT / "syncer").rglob("*.py")]):
+        h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def build_agent(force: bool = False) -> Path:
+    """flower-syncer's image from the project's Dockerfile, built with Debian's buildah (no Docker
+    engine): `localhost/flower-syncer:dev`, as a docker-archive that `ctr images import` names."""
+    base = _python_base()
+    name = "agent"
+    key = _key(name, _file_digest(base), _source_digest())
+    archive = images_dir() / f"{name}.docker.tar"
+    stamp = images_dir() / f"{name}.stamp.json"
+    with contextlib.suppress(OSError, ValueError):
+        if not force and archive.exists() and json.loads(stamp.read_text()).get("key") == key:
+            return archive
+    ensure_apt_packages({"buildah": "buildah"})
+    started = time.monotonic()
+    # buildah writes a blob-info cache and network lock files in fixed places whatever its --root;
+    # what was not there before the build is removed after it.
+    fresh = [path for path in BUILDAH_LEFTOVERS if not path.exists()]
+    with contextlib.ExitStack() as cleanup, tempfile.TemporaryDirectory(prefix=f"{name}-", dir=_scratch()) as tmp:
+        for path in fresh:
+            cleanup.callback(shutil.rmtree, path, ignore_errors=True)
+        work = Path(tmp)
+        # A storage of its own, thrown away after: nothing lands in the host's /var/lib/containers.
+        buildah = ["buildah", "--root", str(work / "storage"), "--runroot", str(work / "run")]
+        # pip in the build reaches PyPI the way this machine's pip does (its CA bundle, its index);
+        # Debian's pip needs break-system-packages to install outside a venv, as python:3.11-slim's does.
+        cert = os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt"
+        index = os.environ.get("PIP_INDEX_URL")
+        (work / "pip.conf").write_text("[global]\ncert = /etc/ssl/certs/build-ca.crt\n"
+                                       + (f"index-url = {index}\n" if index else "")
+                                       + "[install]\nbreak-system-packages = true\n")
+        try:
+            with step(f"buildah: the base image {PYTHON_BASE_IMAGE}"):
+                _run([*buildah, "pull", "-q", f"oci-archive:{base}"], "buildah pull")
+                ids = subprocess.run([*buildah, "images", "-q"], capture_output=True, text=True, check=True)
+                _run([*buildah, "tag", ids.stdout.split()[0], PYTHON_BASE_IMAGE], "buildah tag")
+            with step(f"buildah bud Dockerfile -> {AGENT_IMAGE} (cold ~2 min: the wheels of every dependency)"):
+                _run([*buildah, "bud", "--isolation", "chroot", "--pull-never", "--build-arg",
+                      f"PYTHON_IMAGE={PYTHON_BASE_IMAGE}", "-v", f"{work / 'pip.conf'}:/etc/pip.conf:ro",
+                      "-v", f"{cert}:/etc/ssl/certs/build-ca.crt:ro", "-t", AGENT_IMAGE, "-f",
+                      str(ROOT / "Dockerfile"), str(ROOT)], "buildah bud")
+                _run([*buildah, "push", "-q", AGENT_IMAGE, f"docker-archive:{work / 'agent.tar'}:{AGENT_IMAGE}"],
+                     "buildah push")
+        finally:  # buildah's overlay mounts live under the storage root
+            subprocess.run(["umount", "--recursive", "--lazy", work / "storage" / "overlay"], capture_output=True,
+                           check=False)
+        (work / "agent.tar").replace(archive)
+    stamp.write_text(json.dumps({"key": key, "images": [AGENT_IMAGE],
+                                 "seconds": round(time.monotonic() - started, 1)}, indent=2) + "\n")
+    return archive
+
+
 def build_all(flwr_versions: Sequence[str] = FLWR_VERSIONS, force: bool = False) -> list[Path]:
     started = time.monotonic()
     archives = [build_pause(force)]
@@ -315,11 +401,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     b = sub.add_parser("build", help="build the images (cached) and print the archive paths")
     b.add_argument("--flwr", action="append", metavar="VERSION", help=f"Flower versions (default {FLWR_VERSIONS})")
     b.add_argument("--force", action="store_true", help="rebuild even when the cache is current")
+    a = sub.add_parser("agent", help=f"build {AGENT_IMAGE} from the Dockerfile with buildah; print the archive")
+    a.add_argument("--force", action="store_true", help="rebuild even when the cache is current")
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print("images.py needs root (debootstrap, chroot)", file=sys.stderr)
         return 2
     try:
+        if args.command == "agent":
+            print(build_agent(args.force))
+            return 0
         for archive in build_all(tuple(args.flwr or FLWR_VERSIONS), args.force):
             print(archive)
     except DevclusterError as exc:

@@ -107,6 +107,30 @@ def real_cluster() -> Iterator[RealCluster]:
         if down.returncode != 0:
             sys.stderr.write(f"devcluster down failed:\n{down.stdout}{down.stderr}")
         shutil.rmtree(info["state_dir"], ignore_errors=True)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert host_leftovers(info["real_nodes"][0]) == [], "`down` left these on the host"
+
+
+def host_leftovers(node: dict[str, Any]) -> list[str]:
+    """What of a real node is still on the host after `down`: its network namespace, the host end
+    of its veth, cgroups, mounts, processes."""
+    left = []
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False).stdout
+    if node["netns"] in namespaces.split():
+        left.append(f"network namespace {node['netns']}")
+    if subprocess.run(["ip", "link", "show", node["host_if"]], capture_output=True, check=False).returncode == 0:
+        left.append(f"link {node['host_if']}")
+    left += [str(p) for p in Path("/sys/fs/cgroup").glob(f"*/{node['cgroup_root'].lstrip('/')}")]
+    left += [line.split()[1] for line in Path("/proc/self/mountinfo").read_text().splitlines()
+             if node["dir"] in line.split()[4]]
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if node["dir"].encode() in (proc / "cmdline").read_bytes():
+                    left.append(f"process {proc.name}")
+            except OSError:
+                pass
+    return left
 
 
 @pytest.fixture
