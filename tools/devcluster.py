@@ -732,10 +732,10 @@ class Cluster:
         net = None
         if archives is not None:
             with step("real node: network namespace and veth link"):
-                net = realnode.plan_node(self.state_dir)
-                realnode.wipe_node_dir(net)
-                # recorded before anything is created, so a failed start is cleaned up by _stop
+                net = realnode.claim_node(self.state_dir)
+                # recorded at once, so a failed start is cleaned up by _stop
                 self.save_state({"processes": {}, "real_nodes": [realnode.node_record(net)]})
+                realnode.wipe_node_dir(net)
                 realnode.create_network(net)
         host = net.host_ip if net else "127.0.0.1"
         with step("certificates"):

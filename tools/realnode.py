@@ -127,26 +127,30 @@ def _used_indexes() -> set[int]:
     return used
 
 
-def plan_node(cluster_dir: Path, ordinal: int = 0) -> NodeNet:
+def claim_node(cluster_dir: Path, ordinal: int = 0) -> NodeNet:
+    """Claim a free slot n by creating its network namespace `fsc-<n>`: `ip netns add` fails when
+    the name exists, so two clusters starting at once never share (or later delete) a slot."""
     used = _used_indexes()
-    index = next((i for i in range(1, 251) if i not in used), None)
-    if index is None:
-        raise RealNodeError("all 250 real-node network slots are taken; `down` some clusters")
-    return NodeNet(
-        index=index,
-        name=f"real-node-{ordinal}",
-        netns=f"{NETNS_PREFIX}{index}",
-        host_if=f"fsc{index}h",
-        host_ip=f"{HOST_NET}.{index}.1",
-        node_ip=f"{HOST_NET}.{index}.2",
-        cgroup_root=f"/{NETNS_PREFIX}{index}",
-        dir=str(cluster_dir / f"node-{ordinal}"),
-    )
+    for index in (i for i in range(1, 251) if i not in used):
+        claimed = _run("ip", "netns", "add", f"{NETNS_PREFIX}{index}", check=False)
+        if claimed.returncode == 0:
+            return NodeNet(
+                index=index,
+                name=f"real-node-{ordinal}",
+                netns=f"{NETNS_PREFIX}{index}",
+                host_if=f"fsc{index}h",
+                host_ip=f"{HOST_NET}.{index}.1",
+                node_ip=f"{HOST_NET}.{index}.2",
+                cgroup_root=f"/{NETNS_PREFIX}{index}",
+                dir=str(cluster_dir / f"node-{ordinal}"),
+            )
+        if "exists" not in claimed.stderr:
+            raise RealNodeError(f"ip netns add {NETNS_PREFIX}{index}: {claimed.stderr.strip()}")
+    raise RealNodeError("all 250 real-node network slots are taken; `down` some clusters")
 
 
 def create_network(net: NodeNet) -> None:
-    """The node's network namespace and its veth link to the host (host end gets the apiserver)."""
-    _run("ip", "netns", "add", net.netns)
+    """The node's veth link to the host (the host end gets the apiserver), in its claimed namespace."""
     _run("ip", "link", "add", net.host_if, "type", "veth", "peer", "name", f"fsc{net.index}n", "netns", net.netns)
     _run("ip", "link", "set", f"fsc{net.index}n", "name", "eth0", netns=net.netns)
     _run("ip", "addr", "add", f"{net.host_ip}/30", "dev", net.host_if)
