@@ -239,9 +239,9 @@ def build(bin_dir: Path, *, force: bool = False) -> None:
             if proc.returncode != 0:
                 raise DevclusterError(f"go mod download failed:\n{proc.stdout}{proc.stderr}")
         with step(
-            "go build kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok "
+            "go build kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok kubelet kube-proxy "
             f"(one invocation, build cache {modcache[1] if len(modcache) > 1 else '?'}; "
-            "cold on 2 cores: ~5.5 min; helm ~2 min more)"
+            "cold on 2 cores: ~7.5 min; helm ~2-3 min and CoreDNS ~1.5 min more)"
         ):
             _run_go(
                 [
@@ -684,6 +684,10 @@ class Cluster:
             archives = realnode.preflight(real_nodes)
         with self.locked():
             if self.is_up():
+                has_real = bool((self.load_state() or {}).get("real_nodes"))
+                if has_real != bool(real_nodes):
+                    raise DevclusterError(f"devcluster is running {'with' if has_real else 'without'} a real node; "
+                                          "`down` it first to change that")
                 log(f"devcluster already running ({self.server_url()}); kubeconfig: {self.kubeconfig}")
                 return 0.0
             state = self.load_state()

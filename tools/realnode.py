@@ -51,6 +51,7 @@ APT_COMMANDS = {
     "conntrack": "conntrack",
     "debootstrap": "debootstrap",
     "nsenter": "util-linux",
+    str(CNI_BIN_DIR / "bridge"): "containernetworking-plugins",  # shutil.which takes a path as it is
 }
 # The processes of a real node, as named in the cluster's state (one node per cluster for now).
 DAEMONS = ("containerd", "kubelet", "kube-proxy", "coredns")
@@ -94,9 +95,7 @@ def preflight(count: int) -> list[Path]:
     if not Path("/sys/fs/cgroup/memory").is_dir() and not Path("/sys/fs/cgroup/cgroup.controllers").exists():
         raise RealNodeError("no cgroup hierarchy at /sys/fs/cgroup")
     ensure_apt_packages(APT_COMMANDS)
-    if not (CNI_BIN_DIR / "bridge").exists():
-        ensure_apt_packages({"/nonexistent/cni-bridge": "containernetworking-plugins"})
-    import images
+    import images  # here: devcluster without real nodes never needs it
 
     return images.build_all()
 
