@@ -44,6 +44,7 @@ from syncer.agent.messages import (
 )
 from syncer.agent.progress import RevisionProgress
 from syncer.agent.reporting import config_error_event, suspension_event, sync_events
+from syncer.agent.revision import RevisionLoader
 from syncer.agent.workqueue import WorkQueue
 from syncer.cluster.client import FIELD_MANAGER, ClusterUnreachable, Kube
 from syncer.cluster.events import Event as ReportedEvent
@@ -57,10 +58,8 @@ from syncer.identity import ANN_APPLIED_HASH, DEFAULT_REPOSITORY, ObjectRef, Uni
 from syncer.observe.metrics import Metrics, corrections_by_kind, drift_by_kind
 from syncer.observe.notify import Notification, Notifier
 from syncer.plan import Claims, Plan, UnitPlan
-from syncer.render.repo import Rendered, plan_repo, render_repo
-from syncer.repo.loader import RepoState, load_repo
-from syncer.secrets.keys import Decryption, load_identities
-from syncer.secrets.sops import SopsError
+from syncer.render.repo import Rendered, plan_repo
+from syncer.repo.loader import RepoState
 from syncer.source.git import Checkout, GitSource
 from syncer.source.refs import SourceError
 
@@ -122,6 +121,7 @@ class Agent:
                                on_inventory=lambda inv: self.events.put(InventoryChanged(inv)),
                                on_inventory_deleted=lambda unit: self.events.put(InventoryDeleted(unit)))
         self.installed = Installed()  # replaced, never changed in place
+        self.revisions = RevisionLoader(options.decryption_key_files)
         self.units: dict[Unit, UnitState] = {}
         self.checkout: Checkout | None = None
         self.fetch_error: str = ""
@@ -349,14 +349,13 @@ class Agent:
         self.metrics.fetch_ok()
         same = self.checkout is not None and self.checkout.revision == checkout.revision
         if not same or not self.loaded.is_set():
-            state = load_repo(checkout.root, self._decryption())
-            rendered = render_repo(state)
+            loaded = self.revisions.load(checkout.root)
             self.metrics.set_revision(checkout.revision)
-            changed = self._install(state, rendered, checkout.revision)
+            changed = self._install(loaded.state, loaded.rendered, checkout.revision)
             self.checkout = checkout
             log.info("revision loaded", revision=checkout.revision[:12], subject=checkout.subject,
-                     units=len(rendered.units), changed=len(changed),
-                     errors=len([d for d in state.diagnostics + rendered.diagnostics if d.severity == "error"]))
+                     units=len(loaded.rendered.units), changed=len(changed), errors=loaded.errors,
+                     parsed=loaded.parsed, reused=loaded.reused, ms=loaded.ms)
             plan = self.installed.plan
             self.progress.installed(checkout.revision, seen_at, {
                 u: plan.units[u].revision if u in plan.units else plan.revision for u in changed})
@@ -392,6 +391,10 @@ class Agent:
             if d.severity == "error":
                 errors_by_unit.setdefault(d.unit, []).append(d)
         for unit, planned in fresh.units.items():
+            before = units.get(unit)
+            if before is not None and before.manifests is planned.manifests and before.policy == planned.policy \
+                    and before.node_auth == planned.node_auth and unit in digests:
+                continue  # rendered from the same LoadedUnit: nothing changed (see RenderCache)
             digest = fingerprint({"objects": planned.manifests, "policy": dataclasses.asdict(planned.policy),
                                   "nodeAuth": repr(planned.node_auth)})
             if unit not in units:
@@ -547,16 +550,6 @@ class Agent:
             self.units.pop(unit, None)
             self.metrics.forget_unit(unit.id)
         return res
-
-    def _decryption(self) -> Decryption:
-        """The SOPS keys, read again for every revision (a rotated key needs no restart). A key
-        file that cannot be read leaves encrypted units failing (kept as they are), not the agent."""
-        try:
-            identities = load_identities(self.options.decryption_key_files)
-        except SopsError as exc:
-            log.error("cannot read the decryption keys; encrypted files fail to load", error=exc.detail)
-            identities = ()
-        return Decryption(identities, required=True)
 
     def request_drift_check(self) -> None:
         self.events.put(DriftCheckDue())

@@ -1,5 +1,9 @@
 """Render every loaded unit of a repo, check what no single unit can (that two units do not render
-the same object), and turn the result into the engine's Plan."""
+the same object), and turn the result into the engine's Plan.
+
+Given a `RenderCache` (the agent keeps one, beside its loader cache), a unit whose `LoadedUnit` is
+the very object rendered last time (the loader's cache hands back the same object for files that
+did not change) is not rendered or checked again: its manifests are the same list as before."""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from dataclasses import dataclass, field
 from syncer.diagnostics import Diagnostic
 from syncer.identity import DEFAULT_REPOSITORY, Manifest, Unit, unit_matches
 from syncer.models.federation import Federation
-from syncer.models.settings import SyncPolicy
+from syncer.models.settings import Guardrails, SyncPolicy
 from syncer.plan import Claims, NodeAuth, Plan, Policy, UnitPlan
 from syncer.render.common import RenderContext, object_ref, sort_manifests
 from syncer.render.federation import render_federation
@@ -37,6 +41,36 @@ class Rendered:
     def manifests(self) -> list[Manifest]:
         """All objects of all units, in apply order."""
         return sort_manifests(m for ms in self.units.values() for m in ms)
+
+
+@dataclass(frozen=True)
+class _Done:
+    loaded: LoadedUnit  # held, so its id is not reused while the entry lives
+    rails: Guardrails
+    manifests: list[Manifest]
+    crossed: list[Diagnostic]
+    refs: tuple[str, ...]
+
+
+class RenderCache:
+    """What each loaded unit rendered to in the previous render, by the LoadedUnit object itself
+    and the guardrails it was checked against. Keeps only what the latest render used. Rendering
+    is pure, and nobody changes a rendered manifest in place (the engine copies what it stamps), so
+    handing back the same list is safe."""
+
+    def __init__(self) -> None:
+        self._done: dict[int, _Done] = {}
+        self.hits = 0
+
+    def __len__(self) -> int:
+        return len(self._done)
+
+    def _get(self, loaded: LoadedUnit, rails: Guardrails) -> _Done | None:
+        done = self._done.get(id(loaded))
+        if done is None or done.loaded is not loaded or (done.rails is not rails and done.rails != rails):
+            return None
+        self.hits += 1
+        return done
 
 
 def render_unit(loaded: LoadedUnit) -> list[Manifest]:
@@ -78,12 +112,22 @@ def _no_gc_pauses() -> Iterator[None]:
             gc.enable()
 
 
-def render_repo(state: RepoState, selectors: list[str] | None = None) -> Rendered:
+def render_repo(state: RepoState, selectors: list[str] | None = None, cache: RenderCache | None = None) -> Rendered:
     with _no_gc_pauses():
-        return _render_repo(state, selectors)
+        return _render_repo(state, selectors, cache)
 
 
-def _render_repo(state: RepoState, selectors: list[str] | None) -> Rendered:
+def _render(loaded: LoadedUnit, rails: Guardrails, cache: RenderCache | None, used: dict[int, _Done]) -> _Done:
+    done = cache._get(loaded, rails) if cache is not None else None
+    if done is None:
+        manifests = render_unit(loaded)
+        crossed = check_guardrails(loaded.unit, manifests, rails, loaded.source, loaded.line)
+        done = _Done(loaded, rails, manifests, crossed, tuple(dict.fromkeys(object_ref(m) for m in manifests)))
+    used[id(loaded)] = done
+    return done
+
+
+def _render_repo(state: RepoState, selectors: list[str] | None, cache: RenderCache | None) -> Rendered:
     """Every unit is rendered, selected or not: a clash with an unselected unit must still fail the
     selected one, and the engine must know every object some unit claims."""
     result = Rendered(failed=set(state.failed))
@@ -91,16 +135,20 @@ def _render_repo(state: RepoState, selectors: list[str] | None) -> Rendered:
     rendered: dict[Unit, tuple[LoadedUnit, list[Manifest]]] = {}
     owners: dict[str, list[LoadedUnit]] = {}
     rails = state.settings.guardrails
+    used: dict[int, _Done] = {}
+    if cache is not None:
+        cache.hits = 0
     for loaded in state.units:
-        manifests = render_unit(loaded)
-        crossed = check_guardrails(loaded.unit, manifests, rails, loaded.source, loaded.line)
-        if crossed:  # nothing of it is applied, and it claims nothing
-            result.diagnostics.extend(crossed)
+        done = _render(loaded, rails, cache, used)
+        if done.crossed:  # nothing of it is applied, and it claims nothing
+            result.diagnostics.extend(done.crossed)
             result.failed.add(loaded.unit)
             continue
-        rendered[loaded.unit] = (loaded, manifests)
-        for ref in dict.fromkeys(object_ref(m) for m in manifests):
+        rendered[loaded.unit] = (loaded, done.manifests)
+        for ref in done.refs:
             owners.setdefault(ref, []).append(loaded)
+    if cache is not None:
+        cache._done = used
     # Two units rendering the same object: both fail (neither may take the other's object, and
     # which one came first is not something Git can tell us). Each names the other.
     clashes: dict[Unit, tuple[LoadedUnit, list[str], dict[Unit, LoadedUnit]]] = {}

@@ -8,15 +8,16 @@ Layout:
 
 Loading never raises on bad input: every problem becomes a `Diagnostic`, and units that fail are
 listed in `failed` (by identity, where it can be told) so the engine keeps their last applied state.
+
+Given a `LoadCache` (the agent keeps one), a load parses and validates only the federation files
+and release folders whose content changed since the previous load; the others contribute what they
+contributed then (the very same `LoadedUnit` objects, which the renderer's cache recognises).
 """
 
 from __future__ import annotations
 
-import copy
-import errno
+import functools
 import hashlib
-import os
-import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -30,10 +31,10 @@ from syncer.models.names import name_problem
 from syncer.models.secret import SecretManifest
 from syncer.models.settings import ReleaseSettings, RepoSettings, SyncPolicy
 from syncer.models.supernode import SuperNodeValues, validate_values
-from syncer.repo.encrypted import Opened, open_documents, scrub
+from syncer.repo.encrypted import scrub
+from syncer.repo.reader import YAML_SUFFIXES, Reader
 from syncer.secrets.keys import Decryption
-from syncer.secrets.sops import is_encrypted
-from syncer.yamldoc import MAX_FILE_BYTES, YamlDoc, decode_text, load_documents
+from syncer.yamldoc import YamlDoc
 
 SETTINGS_FILE = "flower-syncer.yaml"
 FEDERATIONS_DIR = "federations"
@@ -41,7 +42,6 @@ SUPERNODES_DIR = "supernodes"
 VALUES_FILE = "values.yaml"
 RELEASE_FILE = "release.yaml"
 SECRETS_FILE = "secrets.yaml"  # the release's Secret manifests (usually SOPS-encrypted)
-YAML_SUFFIXES = (".yaml", ".yml")
 MAX_RELEASE_NAME = 53  # Helm's limit for release names
 
 
@@ -78,167 +78,120 @@ class RepoState:
 
 
 @dataclass(frozen=True)
-class _OpenedFile:
-    docs: tuple[YamlDoc, ...]
-    problems: tuple[Diagnostic, ...]
-    encrypted: bool  # held a SOPS document (only such files are cached)
-    secrets: frozenset[str]
-    opaque: tuple[str, ...]
+class _Piece:
+    """What one federation file or one release folder added to a load."""
+
+    units: tuple[LoadedUnit, ...]
+    diagnostics: tuple[Diagnostic, ...]
+    failed: frozenset[Unit]
+    files: int
+    secrets: tuple[tuple[str, frozenset[str]], ...]
+    opaque: tuple[tuple[str, tuple[str, ...]], ...]
+    encrypted: frozenset[str]
 
 
-# SOPS files by path, content and keys, parsed and decrypted: in memory only, bounded.
-OPENED_SIZE = 4096
-_OPENED: dict[tuple[str, str, bool, tuple[str, ...]], _OpenedFile] = {}
+class LoadCache:
+    """What each federation file and release folder contributed to the previous load, keyed by its
+    path, the content of its files, the repository settings and the decryption keys it was loaded
+    with. It keeps only what the latest load used, so it holds one repository's worth. In memory
+    only; one load at a time."""
+
+    def __init__(self) -> None:
+        self._pieces: dict[tuple[Any, ...], _Piece] = {}
+        self._used: dict[tuple[Any, ...], _Piece] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._pieces)
+
+    def _begin(self) -> None:
+        self._used = {}
+        self.hits = self.misses = 0
+
+    def _get(self, key: tuple[Any, ...]) -> _Piece | None:
+        piece = self._pieces.get(key)
+        if piece is not None:
+            self.hits += 1
+            self._used[key] = piece
+        return piece
+
+    def _put(self, key: tuple[Any, ...], piece: _Piece) -> None:
+        self.misses += 1
+        self._used[key] = piece
+
+    def _end(self) -> None:
+        self._pieces, self._used = self._used, {}
 
 
-class _Reader:
-    """Reads files under the root, refusing anything that resolves outside it; decrypts SOPS files."""
-
-    def __init__(self, root: Path, diags: list[Diagnostic], decryption: Decryption | None = None) -> None:
-        self.root = root.resolve()
-        self.diags = diags
-        self.decryption = decryption or Decryption(required=False)
-        self.secrets: dict[str, frozenset[str]] = {}  # file -> plaintext values it held
-        self.opaque: dict[str, list[str]] = {}  # file -> paths left encrypted (no key, validate only)
-        self.encrypted: set[str] = set()  # files that were SOPS-encrypted
-
-    def documents(self, text: str, rel: str) -> tuple[list[YamlDoc], list[Diagnostic]]:
-        """The YAML documents of a file, SOPS-encrypted ones decrypted in memory (see syncer.secrets).
-        A SOPS file seen before with the same content and keys is not parsed or decrypted again: a
-        new revision costs only the encrypted files that changed."""
-        key = (rel, hashlib.sha256(text.encode()).hexdigest(), self.decryption.required,
-               tuple(str(i) for i in self.decryption.identities))
-        hit = _OPENED.get(key)
-        if hit is not None:
-            return self._remember(rel, hit)
-        opened = self._open(text, rel)
-        if opened.encrypted:
-            if len(_OPENED) >= OPENED_SIZE:
-                _OPENED.pop(next(iter(_OPENED)))
-            _OPENED[key] = opened
-        return self._remember(rel, opened)
-
-    def _remember(self, rel: str, opened: _OpenedFile) -> tuple[list[YamlDoc], list[Diagnostic]]:
-        if opened.encrypted:
-            self.encrypted.add(rel)
-        if opened.secrets:
-            self.secrets[rel] = self.secrets.get(rel, frozenset()) | opened.secrets
-        if opened.opaque:
-            self.opaque.setdefault(rel, []).extend(opened.opaque)
-        if not opened.encrypted:  # not cached: the documents are the caller's already
-            return list(opened.docs), list(opened.problems)
-        # the callers own what they get: the cached documents stay as they were opened
-        return [replace(d, data=copy.deepcopy(d.data)) for d in opened.docs], list(opened.problems)
-
-    def _open(self, text: str, rel: str) -> _OpenedFile:
-        docs, problems = load_documents(text, rel)
-        sealed = [d for d in docs if is_encrypted(d.data)]
-        if not sealed:
-            return _OpenedFile(tuple(docs), tuple(problems), False, frozenset(), ())
-        opened, more = open_documents(sealed, self.decryption)
-        problems += more
-        results = iter(opened)
-        kept = []
-        for doc in docs:  # in the file's order; a document that did not open is left out
-            result = next(results) if is_encrypted(doc.data) else Opened(doc)
-            if result is not None:
-                kept.append(result.doc)
-        good = [o for o in opened if o is not None]
-        return _OpenedFile(tuple(kept), tuple(problems), bool(good), frozenset().union(*(o.secrets for o in good)),
-                           tuple(p for o in good for p in o.opaque))
-
-    def rel(self, path: Path) -> str:
-        return path.relative_to(self.root).as_posix() if path.is_absolute() else path.as_posix()
-
-    def inside(self, path: Path) -> bool:
-        try:
-            path.resolve(strict=False).relative_to(self.root)
-        except RuntimeError:  # a symlink loop (Python < 3.13)
-            self._problem(path, "symlink loop", "replace the symlink with the file itself")
-            return False
-        except (ValueError, OSError):
-            self._problem(path, "symlink points outside the config repository",
-                          "replace the symlink with the file itself")
-            return False
-        return True
-
-    def _problem(self, path: Path, message: str, hint: str) -> None:
-        self.diags.append(Diagnostic(self.rel(path), 0, 0, "", message, hint))
-
-    def read(self, path: Path) -> str | None:
-        """The text of a regular file of at most MAX_FILE_BYTES; anything else is a diagnostic. Opened
-        without blocking, so a FIFO named *.yaml cannot hang the loader."""
-        rel = self.rel(path)
-        if not self.inside(path):
-            return None
-        try:
-            kind = _special_kind(path.stat().st_mode)  # a socket cannot even be opened
-            if kind:
-                self._problem(path, f"not a regular file: it is {kind}", "config files must be plain files; remove it")
-                return None
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                self._problem(path, "symlink loop", "replace the symlink with the file itself")
-            else:
-                self._problem(path, f"cannot read file: {exc.strerror}", "check that it exists and is readable")
-            return None
-        try:
-            kind = _special_kind(os.fstat(fd).st_mode)  # again: it may have been swapped since
-            if kind:
-                self._problem(path, f"not a regular file: it is {kind}", "config files must be plain files; remove it")
-                return None
-            os.set_blocking(fd, True)
-            with os.fdopen(fd, "rb", closefd=False) as fh:
-                raw = fh.read(MAX_FILE_BYTES + 1)
-        except OSError as exc:
-            self._problem(path, f"cannot read file: {exc.strerror}", "check permissions")
-            return None
-        finally:
-            os.close(fd)
-        text, problems = decode_text(raw, rel)
-        self.diags.extend(problems)
-        return text
-
-    def yaml_files(self, folder: Path) -> list[Path]:
-        out: list[Path] = []
-        for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
-            here = Path(dirpath)
-            kept = []
-            for d in sorted(dirnames):
-                sub = here / d
-                if sub.is_symlink() and not self.inside(sub):
-                    continue
-                if d.startswith("."):
-                    continue
-                kept.append(d)
-            dirnames[:] = kept
-            out.extend(here / f for f in sorted(filenames) if f.endswith(YAML_SUFFIXES) and not f.startswith("."))
-        return sorted(out)
-
-
-def _special_kind(mode: int) -> str:
-    """What a file that is not a regular file is ("" for a regular file)."""
-    if stat.S_ISREG(mode):
-        return ""
-    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device")):
-        if test(mode):
-            return kind
-    return "not a regular file"
-
-
-def load_repo(root: Path, decryption: Decryption | None = None) -> RepoState:
+def load_repo(root: Path, decryption: Decryption | None = None, cache: LoadCache | None = None) -> RepoState:
     """Load every unit of the repository at `root`. SOPS-encrypted files are decrypted with
-    `decryption`'s keys (none given: checked with their encrypted values left opaque)."""
+    `decryption`'s keys (none given: checked with their encrypted values left opaque). With a
+    `cache`, what did not change since the cache's previous load is not parsed again."""
+    if cache is not None:
+        cache._begin()
     diags: list[Diagnostic] = []
-    reader = _Reader(root, diags, decryption)
+    reader = Reader(root, diags, decryption)
     settings = _load_settings(reader)
     state = RepoState(root=reader.root, settings=settings, diagnostics=diags)
     if not reader.root.is_dir():
         diags.append(Diagnostic(str(root), 0, 0, "", "config repository directory does not exist",
                                 "pass the path of a directory holding federations/ and supernodes/"))
         return state
+    pieces = _Pieces(reader, state, cache)
+    try:
+        _load_units(reader, state, pieces)
+    finally:
+        if cache is not None:
+            cache._end()
+    _check_duplicates(state)
+    state.diagnostics[:] = scrub(state.diagnostics, reader.secrets, reader.opaque)
+    state.secrets = frozenset().union(*reader.secrets.values()) if reader.secrets else frozenset()
+    state.diagnostics.sort()
+    return state
+
+
+class _Pieces:
+    """Loads a federation file or a release folder into the state, or replays what it added to the
+    cache's previous load when its files and the load's settings and keys are the same."""
+
+    def __init__(self, reader: Reader, state: RepoState, cache: LoadCache | None) -> None:
+        self.reader, self.state, self.cache = reader, state, cache
+        keys = hashlib.sha256("\0".join(str(i) for i in reader.decryption.identities).encode()).digest()
+        self.context = (state.settings.model_dump_json(), reader.decryption.required, keys)
+
+    def load(self, what: str, rels: list[str], texts: list[str | None], load: Callable[[RepoState], None]) -> None:
+        """`load` adds the piece to the state it is given; `rels` are the files it reads, `texts`
+        every input it depends on besides the settings and keys (already read)."""
+        if self.cache is None:
+            load(self.state)
+            return
+        key = (self.context, what, tuple(hashlib.sha256(t.encode()).digest() if t is not None else None
+                                         for t in texts))
+        piece = self.cache._get(key)
+        if piece is None:
+            scratch = RepoState(root=self.state.root, settings=self.state.settings)
+            load(scratch)
+            r = self.reader
+            piece = _Piece(tuple(scratch.units), tuple(scratch.diagnostics), frozenset(scratch.failed), scratch.files,
+                           tuple((f, r.secrets[f]) for f in rels if f in r.secrets),
+                           tuple((f, tuple(r.opaque[f])) for f in rels if f in r.opaque),
+                           frozenset(f for f in rels if f in r.encrypted))
+            self.cache._put(key, piece)
+        else:
+            for f, values in piece.secrets:
+                self.reader.secrets[f] = self.reader.secrets.get(f, frozenset()) | values
+            for f, paths in piece.opaque:
+                self.reader.opaque.setdefault(f, []).extend(paths)
+            self.reader.encrypted |= piece.encrypted
+        self.state.units.extend(piece.units)
+        self.state.diagnostics.extend(piece.diagnostics)
+        self.state.failed |= piece.failed
+        self.state.files += piece.files
+
+
+def _load_units(reader: Reader, state: RepoState, pieces: _Pieces) -> None:
+    diags = state.diagnostics
     fed_dir = reader.root / FEDERATIONS_DIR
     sn_dir = reader.root / SUPERNODES_DIR
     if not fed_dir.is_dir() and not sn_dir.is_dir():
@@ -247,24 +200,33 @@ def load_repo(root: Path, decryption: Decryption | None = None) -> RepoState:
                                 "is this the root of the config repository? (see README: config repo format)"))
     if fed_dir.is_dir():
         for path in reader.yaml_files(fed_dir):
-            state.files += 1
-            _load_federation_file(reader, path, state)
+            rel = reader.rel(path)
+            text = reader.read(path)
+            pieces.load(rel, [rel], [text], functools.partial(_load_federation_file, reader, path))
     if sn_dir.is_dir():
         for release_dir in sorted(p for p in sn_dir.iterdir() if not p.name.startswith(".")):
             if release_dir.is_dir():
-                _load_release(reader, release_dir, state)
+                _load_release_folder(reader, release_dir, pieces)
             elif release_dir.suffix in YAML_SUFFIXES:
                 diags.append(Diagnostic(reader.rel(release_dir), 0, 0, "",
                                         "SuperNode values must be in supernodes/<release>/values.yaml",
                                         f"move it to supernodes/{release_dir.stem}/values.yaml"))
-    _check_duplicates(state)
-    state.diagnostics[:] = scrub(state.diagnostics, reader.secrets, reader.opaque)
-    state.secrets = frozenset().union(*reader.secrets.values()) if reader.secrets else frozenset()
-    state.diagnostics.sort()
-    return state
 
 
-def _load_settings(reader: _Reader) -> RepoSettings:
+def _load_release_folder(reader: Reader, folder: Path, pieces: _Pieces) -> None:
+    """A release folder as one piece: its file names and the files _load_release reads."""
+    if name_problem(folder.name, "release name", max_len=MAX_RELEASE_NAME):
+        _load_release(reader, folder, pieces.state)  # reads nothing; says why
+        return
+    names = sorted(p.name for p in folder.iterdir())
+    values = VALUES_FILE if (folder / VALUES_FILE).exists() or not (folder / "values.yml").exists() else "values.yml"
+    read = [folder / n for n in (RELEASE_FILE, values, SECRETS_FILE) if (folder / n).exists()]
+    texts = [reader.read(path) for path in read]
+    pieces.load(reader.rel(folder), [reader.rel(p) for p in read], ["\0".join(names), *texts],
+                functools.partial(_load_release, reader, folder))
+
+
+def _load_settings(reader: Reader) -> RepoSettings:
     path = reader.root / SETTINGS_FILE
     if not path.exists():
         return RepoSettings()
@@ -302,8 +264,9 @@ def _raw_name(data: Any) -> tuple[str | None, str | None]:
     return (name if isinstance(name, str) else None), (ns if isinstance(ns, str) else None)
 
 
-def _load_federation_file(reader: _Reader, path: Path, state: RepoState) -> None:
+def _load_federation_file(reader: Reader, path: Path, state: RepoState) -> None:
     rel = reader.rel(path)
+    state.files += 1
     text = reader.read(path)
     if text is None:
         return
@@ -358,7 +321,7 @@ def _load_federation_file(reader: _Reader, path: Path, state: RepoState) -> None
             state.units[i] = replace(state.units[i], secrets=tuple(secrets))
 
 
-def _load_secrets(reader: _Reader, path: Path, state: RepoState,
+def _load_secrets(reader: Reader, path: Path, state: RepoState,
                   unit: Unit) -> tuple[list[tuple[str, SecretManifest]], bool]:
     """`supernodes/<release>/secrets.yaml`: the release's Secret manifests (one per document)."""
     rel = reader.rel(path)
@@ -372,7 +335,7 @@ def _load_secrets(reader: _Reader, path: Path, state: RepoState,
     return _validate_secrets(reader, rel, docs, state, unit.id)
 
 
-def _validate_secrets(reader: _Reader, rel: str, docs: list[YamlDoc], state: RepoState,
+def _validate_secrets(reader: Reader, rel: str, docs: list[YamlDoc], state: RepoState,
                       unit: str) -> tuple[list[tuple[str, SecretManifest]], bool]:
     out: list[tuple[str, SecretManifest]] = []
     ok = True
@@ -392,7 +355,7 @@ def _validate_secrets(reader: _Reader, rel: str, docs: list[YamlDoc], state: Rep
     return out, ok
 
 
-def _load_release(reader: _Reader, folder: Path, state: RepoState) -> None:
+def _load_release(reader: Reader, folder: Path, state: RepoState) -> None:
     release = folder.name
     rel_dir = reader.rel(folder)
     values_path = folder / VALUES_FILE
@@ -447,7 +410,7 @@ def _load_release(reader: _Reader, folder: Path, state: RepoState) -> None:
     state.units.append(LoadedUnit(unit, reader.rel(values_path), 1, values, policy, tuple(secrets)))
 
 
-def _load_single(reader: _Reader, path: Path, cls: type[Any], state: RepoState, unit: str = "",
+def _load_single(reader: Reader, path: Path, cls: type[Any], state: RepoState, unit: str = "",
                  empty_ok: bool = False,
                  validate: Callable[[YamlDoc], tuple[Any, list[Diagnostic]]] | None = None) -> Any:
     rel = reader.rel(path)

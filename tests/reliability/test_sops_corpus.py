@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from syncer.repo.loader import load_repo
+from syncer.repo.loader import LoadCache, load_repo
 from syncer.secrets.keys import Decryption, load_identities
 from syncer.secrets.sops import SopsError, decrypt_document
 from tests.unit.test_engine_fake import NS
@@ -248,14 +248,14 @@ def test_an_unchanged_encrypted_file_is_not_parsed_or_decrypted_again(
         tmp_path: Path, keys: tuple[Path, str, Path, str], monkeypatch: pytest.MonkeyPatch) -> None:
     """A new revision costs only the encrypted files that changed (issue 12: a no-op resync with
     encrypted files at most 10 % slower than without; bench/sops_load.py measures it)."""
-    from syncer.repo import loader
+    from syncer.repo import reader
 
     a_file, a_pub, _, b_pub = keys
     repo = repo_with(tmp_path, sops_encrypt(VALUES, tmp_path, a_pub))
     keyring = Decryption(load_identities([a_file]))
     parsed: list[str] = []
-    real = loader.load_documents
-    monkeypatch.setattr(loader, "load_documents", lambda text, rel: (parsed.append(rel), real(text, rel))[1])
+    real = reader.load_documents
+    monkeypatch.setattr(reader, "load_documents", lambda text, rel: (parsed.append(rel), real(text, rel))[1])
     first = load_repo(repo, keyring)
     second = load_repo(repo, keyring)
     assert parsed.count("supernodes/edge/values.yaml") == 1
@@ -286,6 +286,26 @@ def test_plaintext_never_reaches_a_diagnostic(tmp_path: Path, keys: tuple[Path, 
     state = load_repo(repo, Decryption(load_identities([a_file])))
     rendered = "\n".join(d.render() for d in state.diagnostics)
     assert "supernode.replicas" in rendered and "not-a-number-s3cr3t" not in rendered, rendered
+
+
+def test_a_cached_load_keeps_the_plaintext_it_did_not_decrypt_again_out_of_diagnostics(
+        tmp_path: Path, keys: tuple[Path, str, Path, str]) -> None:
+    """The agent's LoadCache replays an unchanged encrypted file: its plaintext values must still be
+    known to the load (state.secrets), so its diagnostics and the status stay scrubbed."""
+    a_file, a_pub, _, _ = keys
+    wrong = VALUES.replace("  replicas: 2\n", "  replicas: not-a-number-s3cr3t\n")
+    repo = repo_with(tmp_path, sops_encrypt(wrong, tmp_path, a_pub))
+    keyring = Decryption(load_identities([a_file]))
+    cache = LoadCache()
+    first = load_repo(repo, keyring, cache)
+    second = load_repo(repo, keyring, cache)
+    assert (cache.hits, cache.misses) == (1, 0)
+    assert second.secrets == first.secrets and "s3cr3t-token-value" in second.secrets
+    assert second.diagnostics == first.diagnostics and second.failed == first.failed
+    rendered = "\n".join(d.render() for d in second.diagnostics)
+    assert "supernode.replicas" in rendered and "not-a-number-s3cr3t" not in rendered, rendered
+    # another key set is another load: nothing is replayed across keys
+    assert load_repo(repo, Decryption(required=True), cache).units == [] and cache.misses == 1
 
 
 def test_the_cli_keeps_plaintext_out_of_its_output(tmp_path: Path, keys: tuple[Path, str, Path, str],

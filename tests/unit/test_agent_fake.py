@@ -38,8 +38,9 @@ def repo_at(root: Path, files: dict[str, str]) -> Path:
 
 
 def install(agent: Agent, root: Path, revision: str) -> list[Unit]:
-    state = load_repo(root)
-    changed = agent._install(state, render_repo(state), revision)
+    """As the dispatcher does: load with the agent's caches, then install."""
+    loaded = agent.revisions.load(root)
+    changed = agent._install(loaded.state, loaded.rendered, revision)
     agent.loaded.set()
     return changed
 
@@ -57,6 +58,8 @@ def test_a_revision_installs_units_with_their_revision(agent: Agent, tmp_path: P
     assert changed == [Unit("federation", NS, "other")]
     assert agent.desired[FED_UNIT].revision == "r1"  # unchanged units keep the revision that made them
     assert agent.installed.plan.revision == "r2"
+    loaded = agent.revisions.load(other)  # the new file parsed once; both replayed now
+    assert (loaded.parsed, loaded.reused, loaded.errors) == (0, 2, 0)
 
 
 def test_a_clash_never_removes_a_unit_still_in_git(agent: Agent, tmp_path: Path) -> None:

@@ -1,0 +1,56 @@
+"""Loading a fetched revision for the agent: read the SOPS keys again (a rotated key needs no
+restart), then load and render the checkout with the caches kept from the previous revision, so
+a commit that changes one file parses, validates and renders one file's units. Dispatcher thread
+only."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from syncer.render.repo import RenderCache, Rendered, render_repo
+from syncer.repo.loader import LoadCache, RepoState, load_repo
+from syncer.secrets.keys import Decryption, load_identities
+from syncer.secrets.sops import SopsError
+
+log = structlog.get_logger("syncer.agent")
+
+
+@dataclass(frozen=True)
+class LoadedRevision:
+    state: RepoState
+    rendered: Rendered
+    parsed: int  # federation files and release folders parsed and validated anew
+    reused: int  # ... taken from the previous revision unchanged
+    ms: int  # to load and render
+
+    @property
+    def errors(self) -> int:
+        return sum(1 for d in self.state.diagnostics + self.rendered.diagnostics if d.severity == "error")
+
+
+class RevisionLoader:
+    def __init__(self, key_files: tuple[Path, ...] = ()) -> None:
+        self.key_files = key_files
+        self._files = LoadCache()
+        self._renders = RenderCache()
+
+    def load(self, root: Path) -> LoadedRevision:
+        started = time.monotonic()
+        state = load_repo(root, self.decryption(), self._files)
+        rendered = render_repo(state, cache=self._renders)
+        return LoadedRevision(state, rendered, self._files.misses, self._files.hits,
+                              round((time.monotonic() - started) * 1000))
+
+    def decryption(self) -> Decryption:
+        """The SOPS keys, read again for every revision. A key file that cannot be read leaves
+        encrypted units failing (kept as they are), not the agent."""
+        try:
+            identities = load_identities(self.key_files)
+        except SopsError as exc:
+            log.error("cannot read the decryption keys; encrypted files fail to load", error=exc.detail)
+            identities = ()
+        return Decryption(identities, required=True)

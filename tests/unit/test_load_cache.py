@@ -1,0 +1,145 @@
+"""The agent's caches across revisions (issue 14): a load given a LoadCache parses only the files
+that changed, a render given a RenderCache renders only the units whose LoadedUnit is new, and
+neither changes what comes out: every case of the broken-input corpus, and the example repo,
+load and render the same with a warm cache as without one."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from syncer.render.repo import RenderCache, Rendered, render_repo
+from syncer.repo import reader
+from syncer.repo.loader import LoadCache, RepoState, load_repo
+from tests.unit.test_broken_inputs import CASES, GOOD_SPEC, Case, _write, fed
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def outcome(state: RepoState, rendered: Rendered) -> dict[str, Any]:
+    """Everything a load and render hand on to the plan, the status and the CLI."""
+    return {
+        "units": [(u.unit, u.source, u.line, u.model.model_dump(), u.policy, u.secrets) for u in state.units],
+        "diagnostics": [d.render() for d in state.diagnostics + rendered.diagnostics],
+        "failed": (sorted(state.failed), sorted(rendered.failed)),
+        "files": state.files,
+        "secrets": state.secrets,
+        "manifests": rendered.units,
+    }
+
+
+def uncached(root: Path) -> dict[str, Any]:
+    state = load_repo(root)
+    return outcome(state, render_repo(state))
+
+
+def cached(root: Path, files: LoadCache, renders: RenderCache) -> dict[str, Any]:
+    state = load_repo(root, cache=files)
+    return outcome(state, render_repo(state, cache=renders))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_a_warm_cache_changes_nothing_for_broken_input(case: Case, tmp_path: Path) -> None:
+    """Each broken case beside a good federation and release: parsed, then replayed, then reached
+    from a good revision (only the broken files parsed anew), always the same as a fresh load."""
+    good = tmp_path / "good"
+    _write(good, {"federations/other.yaml": fed().replace("name: fed\n", "name: other\n"),
+                  "supernodes/ok/values.yaml": "tls:\n  enabled: false\n"})
+    broken = tmp_path / "broken"
+    shutil.copytree(good, broken)
+    _write(broken, case.files)
+    files, renders = LoadCache(), RenderCache()
+    assert cached(good, files, renders) == uncached(good)
+    expected = uncached(broken)
+    assert cached(broken, files, renders) == expected  # from the good revision's cache
+    assert cached(broken, files, renders) == expected  # all replayed
+    assert files.misses == 0
+    assert cached(good, files, renders) == uncached(good)  # and back
+
+
+def test_the_example_repo_loads_the_same_from_a_warm_cache(tmp_path: Path) -> None:
+    files, renders = LoadCache(), RenderCache()
+    root = REPO / "config" / "examples"
+    first = cached(root, files, renders)
+    again = cached(root, files, renders)
+    assert first == again == uncached(root)
+    assert files.misses == 0 and files.hits == len(files) >= 5
+    assert renders.hits == len(renders) == len(first["units"])
+
+
+def three_units(root: Path) -> None:
+    _write(root, {"federations/a.yaml": fed().replace("name: fed\n", "name: a\n"),
+                  "federations/b.yaml": fed().replace("name: fed\n", "name: b\n"),
+                  "supernodes/r/values.yaml": "tls:\n  enabled: false\n"})
+
+
+def test_a_commit_to_one_file_parses_and_renders_that_file_only(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    three_units(tmp_path)
+    parsed: list[str] = []
+    real = reader.load_documents  # type: ignore[attr-defined]
+
+    def counting(text: str, rel: str) -> Any:
+        parsed.append(rel)
+        return real(text, rel)
+
+    monkeypatch.setattr(reader, "load_documents", counting)
+    files, renders = LoadCache(), RenderCache()
+    before = load_repo(tmp_path, cache=files)
+    before_rendered = render_repo(before, cache=renders)
+    assert sorted(parsed) == ["federations/a.yaml", "federations/b.yaml", "supernodes/r/values.yaml"]
+    parsed.clear()
+    (tmp_path / "federations/b.yaml").write_text(
+        fed(GOOD_SPEC.replace("replicas: 2", "replicas: 3")).replace("name: fed\n", "name: b\n"))
+    after = load_repo(tmp_path, cache=files)
+    after_rendered = render_repo(after, cache=renders)
+    assert parsed == ["federations/b.yaml"] and (files.hits, files.misses) == (2, 1)
+    assert renders.hits == 2
+    old = {u.unit.name: u for u in before.units}
+    new = {u.unit.name: u for u in after.units}
+    assert new["a"] is old["a"] and new["r"] is old["r"] and new["b"] is not old["b"]
+    by_name = {u.name: ms for u, ms in after_rendered.units.items()}
+    was = {u.name: ms for u, ms in before_rendered.units.items()}
+    assert by_name["a"] is was["a"] and by_name["b"] != was["b"]
+    assert [m["spec"]["replicas"] for m in by_name["b"] if m["kind"] == "StatefulSet"] == [1, 3]  # SuperLink, pool
+
+
+def test_a_release_folder_is_one_piece_with_its_file_names(tmp_path: Path) -> None:
+    three_units(tmp_path)
+    files = LoadCache()
+    load_repo(tmp_path, cache=files)
+    (tmp_path / "supernodes/r/release.yaml").write_text("namespace: elsewhere\n")
+    moved = load_repo(tmp_path, cache=files)
+    assert files.misses == 1 and {u.unit.namespace for u in moved.units if u.unit.name == "r"} == {"elsewhere"}
+    (tmp_path / "supernodes/r/notes.yaml").write_text("x: 1\n")  # a stray file: a warning, from the folder's names
+    warned = load_repo(tmp_path, cache=files)
+    assert files.misses == 1 and [d.file for d in warned.diagnostics] == ["supernodes/r/notes.yaml"]
+    assert load_repo(tmp_path, cache=files).diagnostics == warned.diagnostics and files.misses == 0
+
+
+def test_settings_and_guardrails_are_part_of_what_is_cached(tmp_path: Path) -> None:
+    three_units(tmp_path)
+    files, renders = LoadCache(), RenderCache()
+    render_repo(load_repo(tmp_path, cache=files), cache=renders)
+    (tmp_path / "flower-syncer.yaml").write_text("defaultNamespace: team-b\n")
+    state = load_repo(tmp_path, cache=files)
+    assert files.misses == 3 and {u.unit.namespace for u in state.units} == {"team-b"}
+    render_repo(state, cache=renders)
+    (tmp_path / "flower-syncer.yaml").write_text("defaultNamespace: team-b\nguardrails:\n"
+                                                 "  allowedNamespaces: [team-a]\n")
+    state = load_repo(tmp_path, cache=files)  # new settings: parsed again, and checked again
+    refused = render_repo(state, cache=renders)
+    assert refused.units == {} and len(refused.failed) == 3
+    assert render_repo(state, cache=renders).failed == refused.failed and renders.hits == 3
+
+
+def test_the_cache_holds_only_what_the_latest_load_used(tmp_path: Path) -> None:
+    three_units(tmp_path)
+    files, renders = LoadCache(), RenderCache()
+    render_repo(load_repo(tmp_path, cache=files), cache=renders)
+    (tmp_path / "federations/b.yaml").unlink()
+    render_repo(load_repo(tmp_path, cache=files), cache=renders)
+    assert len(files) == 2 and len(renders) == 2
