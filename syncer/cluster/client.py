@@ -12,7 +12,7 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -320,21 +320,24 @@ class Kube:
         return obj
 
     def list(self, kind: str, namespace: str | None = None, *, labels: str | None = None,
-             fields: str | None = None, metadata_only: bool = False) -> tuple[list[dict[str, Any]], str]:
+             fields: str | None = None, metadata_only: bool = False,
+             each: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+             page_size: int = 5000) -> tuple[list[dict[str, Any]], str]:
         """All items (following `continue`), and the list's resourceVersion. `metadata_only` asks
         the server for metadata alone (much smaller): items then have only kind, apiVersion and
-        metadata."""
+        metadata. `each` turns every item into what the caller keeps as its page arrives (with a
+        small `page_size`, only one page of whole objects is ever held)."""
         items: list[dict[str, Any]] = []
         token: str | None = None
         accept = METADATA_LIST if metadata_only else "application/json"
         while True:
             page, _ = self.request_status("GET", path_for(kind, namespace), accept=accept, query={
-                "labelSelector": labels, "fieldSelector": fields, "limit": 5000, "continue": token})
+                "labelSelector": labels, "fieldSelector": fields, "limit": page_size, "continue": token})
             page_items = page.get("items") or []  # a metadata list says null when empty
             for item in page_items:
                 item["kind"] = kind
                 item["apiVersion"] = RESOURCES[kind].api_version
-            items.extend(page_items)
+            items.extend(map(each, page_items) if each is not None else page_items)
             token = page.get("metadata", {}).get("continue")
             if not token:
                 return items, page.get("metadata", {}).get("resourceVersion", "")

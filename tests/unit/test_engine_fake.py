@@ -244,3 +244,30 @@ def test_many_units_are_applied_level_by_level_workloads_last_then_inventories(k
     assert len(workloads) == 3 * 3 and len(services) >= 3 and len(inventories) == 3
     assert max(services) < min(workloads)
     assert max(workloads) < min(inventories)
+
+
+def test_live_objects_share_equal_field_sets_and_keep_their_managed_fields_hash() -> None:
+    """At 26,000 objects the agent holds every managed object's metadata; the field sets repeat
+    across objects of one template and are stored once (issue 14: agent RSS)."""
+    import json
+
+    from syncer.cluster.client import FIELD_MANAGER
+    from syncer.engine.live import ManagedObjects
+    from syncer.engine.normalize import managed_fields_hash
+    from syncer.identity import ObjectRef
+
+    def obj(name: str, fields: dict[str, Any]) -> dict[str, Any]:
+        return {"kind": "Service", "apiVersion": "v1", "metadata": {
+            "name": name, "namespace": NS, "labels": {},
+            "managedFields": [{"manager": FIELD_MANAGER, "operation": "Apply", "fieldsV1": fields}]}}
+
+    same = {"f:spec": {"f:ports": {'k:{"port":9092}': {".": {}}}, "f:selector": {}}}
+    a, b = obj("a", same), obj("b", json.loads(json.dumps(same)))
+    c = obj("c", {"f:selector": {}, "f:spec": {}})
+    hashes = [managed_fields_hash(o, FIELD_MANAGER) for o in (a, b, c)]
+    live = ManagedObjects()
+    for o in (a, b, c):
+        live[ObjectRef.of(o)] = o
+    fields = [live[ObjectRef.of(o)]["metadata"]["managedFields"][0]["fieldsV1"] for o in (a, b, c)]
+    assert fields[0] is fields[1] and fields[2] is not fields[0]
+    assert [managed_fields_hash(live[ObjectRef.of(o)], FIELD_MANAGER) for o in (a, b, c)] == hashes

@@ -16,7 +16,10 @@ from syncer.observe.health import (
     GPUCount,
     NodeGPU,
     deployment_health,
+    holds_resources,
     is_gpu_resource,
+    is_terminated,
+    is_terminating,
     node_gpus,
     parse_quantity,
     pod_gpu_requests,
@@ -25,6 +28,7 @@ from syncer.observe.health import (
     pod_requests,
     pool_gpus,
     selector_matches,
+    slim_pod,
     statefulset_health,
     summarize_problems,
     workload_health,
@@ -495,3 +499,46 @@ def test_node_over_committed_or_without_the_resource() -> None:
     got = node_gpus(nodes, pods)
     assert got == [NodeGPU("gone", "nvidia.com/gpu", 0, 1), NodeGPU("n", "nvidia.com/gpu", 1, 2)]
     assert got[1].free == 0
+
+
+def full_pod(**status: Any) -> dict[str, Any]:
+    """A pod as the API server lists it: managedFields, volumes, env, probes and all."""
+    container = {"name": "supernode", "image": "flwr/supernode:1.25.0", "args": ["--insecure"],
+                 "env": [{"name": "A", "value": "x" * 200}], "volumeMounts": [{"name": "v", "mountPath": "/v"}],
+                 "readinessProbe": {"tcpSocket": {"port": 9094}},
+                 "resources": {"requests": {"cpu": "100m", "nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}
+    sidecar = {"name": "exec", "restartPolicy": "Always", "image": "flwr/superexec:1.25.0",
+               "resources": {"requests": {"amd.com/gpu": "1"}}}
+    return {
+        "kind": "Pod", "apiVersion": "v1",
+        "metadata": {"name": "p-0", "namespace": "ns", "labels": {"app": "x"},
+                     "deletionTimestamp": "2026-01-01T00:00:00Z",
+                     "managedFields": [{"manager": "kube-controller-manager", "operation": "Update",
+                                        "fieldsV1": {"f:spec": {"f:containers": {}}}}]},
+        "spec": {"nodeName": "gpu-nvidia-0", "overhead": {"nvidia.com/gpu": "0"}, "containers": [container],
+                 "initContainers": [sidecar], "volumes": [{"name": "v", "emptyDir": {}}], "tolerations": []},
+        "status": {"phase": "Running", **status},
+    }
+
+
+@pytest.mark.parametrize("status", [
+    {},
+    {"containerStatuses": [{"name": "supernode", "restartCount": 4, "state": {"waiting": {
+        "reason": "CrashLoopBackOff", "message": "back-off"}}, "lastState": {"terminated": {"exitCode": 2}}}]},
+    {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes"}]},
+    {"initContainerStatuses": [{"name": "exec", "state": {"waiting": {"reason": "ErrImagePull"}}}]},
+], ids=["running", "crashloop", "unschedulable", "init-image-pull"])
+def test_a_slim_pod_tells_health_and_gpus_what_the_whole_pod_does(status: dict[str, Any]) -> None:
+    pod = full_pod(**status)
+    slim = slim_pod(pod)
+    assert pod_problems(slim) == pod_problems(pod) and pod_problem(slim) == pod_problem(pod)
+    assert is_terminating(slim) and is_terminated(slim) == is_terminated(pod)
+    assert holds_resources(slim) == holds_resources(pod)
+    assert pod_requests(slim["spec"]) == pod_requests(pod["spec"]) == {
+        "cpu": Decimal("0.1"), "nvidia.com/gpu": Decimal(1), "amd.com/gpu": Decimal(1)}
+    assert pool_gpus(pod["spec"], 1, [slim]) == pool_gpus(pod["spec"], 1, [pod])
+    node = {"metadata": {"name": "gpu-nvidia-0"}, "status": {"allocatable": {"nvidia.com/gpu": "4"}}}
+    assert node_gpus([node], [slim]) == node_gpus([node], [pod])
+    assert "managedFields" not in slim["metadata"] and "volumes" not in slim["spec"]
+    assert slim["spec"]["containers"] == [{"name": "supernode", "resources": pod["spec"]["containers"][0]["resources"]}]
+    assert pod["metadata"]["managedFields"]  # the listing's own object is left as it was

@@ -93,16 +93,19 @@ class FakeKube:
         self.fail: Exception | None = None
 
     def list(self, kind: str, namespace: str | None = None, *, labels: str | None = None,
-             fields: str | None = None) -> tuple[list[dict[str, Any]], str]:
+             fields: str | None = None, each: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+             page_size: int = 5000) -> tuple[list[dict[str, Any]], str]:
         self.calls.append((kind, namespace))
         if self.fail is not None:
             raise self.fail
         if kind == "ConfigMap":
-            return list(self.inventories), "1"
-        if kind == "Node":
-            return [{"metadata": {"name": "gpu-nvidia-0"}, "status": {"allocatable": {"nvidia.com/gpu": "4"}}},
-                    {"metadata": {"name": "gpu-nvidia-1"}, "status": {"allocatable": {"nvidia.com/gpu": "4"}}}], "1"
-        return [o for o in self.objects() if o["kind"] == kind], "1"
+            items = list(self.inventories)
+        elif kind == "Node":
+            items = [{"metadata": {"name": "gpu-nvidia-0"}, "status": {"allocatable": {"nvidia.com/gpu": "4"}}},
+                     {"metadata": {"name": "gpu-nvidia-1"}, "status": {"allocatable": {"nvidia.com/gpu": "4"}}}]
+        else:
+            items = [o for o in self.objects() if o["kind"] == kind]
+        return [each(o) for o in items] if each else items, "1"
 
 
 class Clock:
