@@ -43,6 +43,16 @@ class UnitPlan:
     source: str = ""  # the repo file that defines it
     revision: str = ""  # the revision its manifests were rendered from
     node_auth: NodeAuth | None = None
+    object_refs: tuple[ObjectRef, ...] | None = None
+    """The manifests' references, when the renderer had them already (see `refs`)."""
+
+    @property
+    def refs(self) -> tuple[ObjectRef, ...]:
+        return self.object_refs if self.object_refs is not None else refs_of(self.manifests)
+
+
+def refs_of(manifests: Iterable[Manifest]) -> tuple[ObjectRef, ...]:
+    return tuple(ObjectRef.of(m) for m in manifests)
 
 
 @dataclass(frozen=True)
@@ -56,6 +66,11 @@ class Claims:
     @classmethod
     def of(cls, units: Iterable[tuple[Unit, Iterable[Manifest]]], failed: Iterable[Unit] = ()) -> Claims:
         return cls({ObjectRef.of(m): unit for unit, manifests in units for m in manifests}, frozenset(failed))
+
+    @classmethod
+    def of_refs(cls, units: Iterable[tuple[Unit, Iterable[ObjectRef]]], failed: Iterable[Unit] = ()) -> Claims:
+        """The same from references already made (a later unit's claim wins, as in `of`)."""
+        return cls({ref: unit for unit, refs in units for ref in refs}, frozenset(failed))
 
     def claimant(self, ref: ObjectRef) -> Unit | None:
         return self.objects.get(ref)

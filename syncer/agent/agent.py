@@ -421,7 +421,7 @@ class Agent:
             changed += [u for u in vanished_units(self.cache.state, fresh.repository, fresh.former_names)
                         if not fresh.in_git(u) and u not in changed]
         # what each unit claims, from the desired state kept (a failed unit keeps its last claims)
-        claims = Claims.of(((u, p.manifests) for u, p in units.items()), fresh.failed)
+        claims = Claims.of_refs(((u, p.refs) for u, p in units.items()), fresh.failed)
         self.installed = Installed(dataclasses.replace(fresh, units=units, claims=claims), digests)
         return changed
 

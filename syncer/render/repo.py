@@ -13,10 +13,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from syncer.diagnostics import Diagnostic
-from syncer.identity import DEFAULT_REPOSITORY, Manifest, Unit, unit_matches
+from syncer.identity import DEFAULT_REPOSITORY, Manifest, ObjectRef, Unit, unit_matches
 from syncer.models.federation import Federation
 from syncer.models.settings import Guardrails, SyncPolicy
-from syncer.plan import Claims, NodeAuth, Plan, Policy, UnitPlan
+from syncer.plan import Claims, NodeAuth, Plan, Policy, UnitPlan, refs_of
 from syncer.render.common import RenderContext, object_ref, sort_manifests
 from syncer.render.federation import render_federation
 from syncer.render.guardrails import check_guardrails
@@ -32,6 +32,8 @@ class Rendered:
     failed: set[Unit] = field(default_factory=set)
     unselected: dict[Unit, list[Manifest]] = field(default_factory=dict)
     """Units rendered cleanly but left out by the selectors: they still claim their objects."""
+    refs: dict[Unit, tuple[ObjectRef, ...]] = field(default_factory=dict)
+    """The references of each unit's manifests (units and unselected), made once per render."""
 
     @property
     def clean(self) -> bool:
@@ -49,7 +51,8 @@ class _Done:
     rails: Guardrails
     manifests: list[Manifest]
     crossed: list[Diagnostic]
-    refs: tuple[str, ...]
+    refs: tuple[str, ...]  # distinct, as object_ref writes them (to find clashes)
+    object_refs: tuple[ObjectRef, ...]  # one per manifest (the claims)
 
 
 class RenderCache:
@@ -122,7 +125,8 @@ def _render(loaded: LoadedUnit, rails: Guardrails, cache: RenderCache | None, us
     if done is None:
         manifests = render_unit(loaded)
         crossed = check_guardrails(loaded.unit, manifests, rails, loaded.source, loaded.line)
-        done = _Done(loaded, rails, manifests, crossed, tuple(dict.fromkeys(object_ref(m) for m in manifests)))
+        done = _Done(loaded, rails, manifests, crossed, tuple(dict.fromkeys(object_ref(m) for m in manifests)),
+                     refs_of(manifests))
     used[id(loaded)] = done
     return done
 
@@ -145,6 +149,7 @@ def _render_repo(state: RepoState, selectors: list[str] | None, cache: RenderCac
             result.failed.add(loaded.unit)
             continue
         rendered[loaded.unit] = (loaded, done.manifests)
+        result.refs[loaded.unit] = done.object_refs
         for ref in done.refs:
             owners.setdefault(ref, []).append(loaded)
     if cache is not None:
@@ -171,6 +176,7 @@ def _render_repo(state: RepoState, selectors: list[str] | None, cache: RenderCac
         result.failed.add(unit)
     for unit, (_, manifests) in rendered.items():
         if unit in result.failed:
+            result.refs.pop(unit, None)
             continue
         if unit in chosen:
             result.units[unit] = manifests
@@ -209,7 +215,7 @@ def plan_repo(state: RepoState, rendered: Rendered, *, selectors: Sequence[str] 
     defined = frozenset(loaded) | failed
     return Plan(
         units={unit: UnitPlan(unit, manifests, policy_of(loaded[unit].policy), loaded[unit].source, revision,
-                              node_auth_of(loaded[unit]))
+                              node_auth_of(loaded[unit]), rendered.refs.get(unit))
                for unit, manifests in rendered.units.items()},
         repository=state.settings.name or default_repository,
         former_names=frozenset(state.settings.renamedFrom) - {state.settings.name or default_repository},
@@ -217,7 +223,8 @@ def plan_repo(state: RepoState, rendered: Rendered, *, selectors: Sequence[str] 
         failed=failed,
         errors=errors,
         defined=defined,
-        claims=Claims.of([*rendered.units.items(), *rendered.unselected.items()], failed),
+        claims=Claims.of_refs([(u, rendered.refs.get(u) or refs_of(ms))
+                               for u, ms in [*rendered.units.items(), *rendered.unselected.items()]], failed),
         prune_allowed=state.clean and rendered.clean,
         repo_prune=state.settings.policy.prune,
         selectors=tuple(selectors),

@@ -219,8 +219,12 @@ def _load_release_folder(reader: Reader, folder: Path, pieces: _Pieces) -> None:
         _load_release(reader, folder, pieces.state)  # reads nothing; says why
         return
     names = sorted(p.name for p in folder.iterdir())
-    values = VALUES_FILE if (folder / VALUES_FILE).exists() or not (folder / "values.yml").exists() else "values.yml"
-    read = [folder / n for n in (RELEASE_FILE, values, SECRETS_FILE) if (folder / n).exists()]
+
+    def exists(name: str) -> bool:  # as _load_release asks (a dangling symlink does not exist)
+        return name in names and (folder / name).exists()
+
+    values = VALUES_FILE if exists(VALUES_FILE) or not exists("values.yml") else "values.yml"
+    read = [folder / n for n in (RELEASE_FILE, values, SECRETS_FILE) if exists(n)]
     texts = [reader.read(path) for path in read]
     pieces.load(reader.rel(folder), [reader.rel(p) for p in read], ["\0".join(names), *texts],
                 functools.partial(_load_release, reader, folder))

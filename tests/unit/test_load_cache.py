@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
-from syncer.render.repo import RenderCache, Rendered, render_repo
+from syncer.identity import ObjectRef
+from syncer.plan import Claims
+from syncer.render.repo import RenderCache, Rendered, plan_repo, render_repo
 from syncer.repo import reader
 from syncer.repo.loader import LoadCache, RepoState, load_repo
 from tests.unit.test_broken_inputs import CASES, GOOD_SPEC, Case, _write, fed
@@ -143,3 +145,17 @@ def test_the_cache_holds_only_what_the_latest_load_used(tmp_path: Path) -> None:
     (tmp_path / "federations/b.yaml").unlink()
     render_repo(load_repo(tmp_path, cache=files), cache=renders)
     assert len(files) == 2 and len(renders) == 2
+
+
+def test_claims_from_the_renderers_references_are_the_claims_of_the_manifests(tmp_path: Path) -> None:
+    three_units(tmp_path)
+    _write(tmp_path, {"federations/clash.yaml": fed().replace("name: fed\n", "name: a\n")})  # a duplicate: failed
+    renders = RenderCache()
+    for _ in range(2):
+        state = load_repo(tmp_path, cache=LoadCache())
+        rendered = render_repo(state, ["r"], cache=renders)  # b and a unselected; a failed
+        plan = plan_repo(state, rendered)
+        assert plan.claims == Claims.of([*rendered.units.items(), *rendered.unselected.items()], plan.failed)
+        assert set(plan.claims.objects.values()) == {u.unit for u in state.units}
+        for planned in plan.units.values():
+            assert planned.refs == tuple(ObjectRef.of(m) for m in planned.manifests) and planned.object_refs
