@@ -17,6 +17,7 @@ import structlog
 from syncer import __version__
 from syncer.agent.agent import Agent, AgentOptions
 from syncer.agent.config import AgentConfig, read_secret
+from syncer.agent.memory import release_free_memory
 from syncer.cluster.client import ApiError, ClusterUnreachable, Kube, path_for
 from syncer.cluster.events import EventRecorder
 from syncer.cluster.fence import WriteFence
@@ -201,6 +202,7 @@ def _status_loop(agent: Agent, kube: Kube, metrics: Metrics, stop: threading.Eve
             statuses, nodes = collect(kube, units)
             metrics.observe_status(statuses, nodes)
             agent.request_drift_check()  # measured by a worker, like every sync
+            release_free_memory()  # what the listings and the last syncs freed
         except Exception as exc:  # status is best effort; the next round tries again
             log.warning("status collection failed", error=str(exc))
             time.sleep(1)
