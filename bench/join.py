@@ -19,7 +19,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.benchcluster import bench_cluster  # noqa: E402
+from bench.latency import free_port, git  # noqa: E402
 from syncer.cluster.client import Kube  # noqa: E402
 
 NS = "join"
@@ -59,13 +59,6 @@ spec:
           num-partitions: "{{replicas}}"
 """
 LINE = re.compile(r"^(\S+) .*\[Fleet\.(ActivateNode|DeactivateNode)\] \w+ node_id=(\d+)")
-GIT_ENV = {**os.environ, "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@localhost",
-           "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@localhost"}
-
-
-def git(cwd: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=cwd, env=GIT_ENV, check=True, capture_output=True)
-
 
 def push(work: Path, replicas: int) -> float:
     (work / "federations" / "train.yaml").write_text(FED.format(replicas=replicas))
@@ -141,9 +134,7 @@ def main() -> int:
         git(work, "add", "-A")
         git(work, "commit", "-qm", "two SuperNodes")
         git(work, "push", "-q", "origin", "HEAD:main")
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         log = Path(tmp) / "agent.log"
         with log.open("w") as err:
             agent = subprocess.Popen(
