@@ -65,7 +65,7 @@ class Claims:
 
     @classmethod
     def of(cls, units: Iterable[tuple[Unit, Iterable[Manifest]]], failed: Iterable[Unit] = ()) -> Claims:
-        return cls({ObjectRef.of(m): unit for unit, manifests in units for m in manifests}, frozenset(failed))
+        return cls.of_refs(((unit, refs_of(manifests)) for unit, manifests in units), failed)
 
     @classmethod
     def of_refs(cls, units: Iterable[tuple[Unit, Iterable[ObjectRef]]], failed: Iterable[Unit] = ()) -> Claims:
