@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,14 +26,12 @@ from typing import Any, NoReturn
 
 import pytest
 
-from tests.conftest import REPO, wait_until
+from tests.conftest import DEVCLUSTER, IN_CI, wait_until
+from tests.integration.test_agent import Repos, free_port, git
 
-DEVCLUSTER = REPO / "tools" / "devcluster.py"
-IN_CI = os.environ.get("CI", "").lower() == "true"
 CLUSTER_NAME = f"e2e-{os.getpid()}"
 UP_TIMEOUT_S = 900  # a cold image build is part of it
-GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@localhost", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@localhost"}
+ConfigRepo = Repos  # a bare remote and a working clone: `commit` is a user's commit and push
 
 
 def _unavailable(reason: str) -> NoReturn:
@@ -141,37 +138,6 @@ def e2e_namespace(real_cluster: RealCluster, request: pytest.FixtureRequest) -> 
         "-n", name, "get", "serviceaccount", "default", check=False).returncode == 0)
     yield name
     real_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def git(cwd: Path, *args: str) -> str:
-    out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True,
-                         env={**os.environ, **GIT_ENV})
-    return out.stdout.strip()
-
-
-@dataclass
-class ConfigRepo:
-    """A bare remote and a working clone: `commit` is a user's commit and push."""
-
-    bare: Path
-    work: Path
-
-    def commit(self, files: dict[str, str], message: str = "change") -> str:
-        for rel, text in files.items():
-            path = self.work / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-        git(self.work, "add", "-A")
-        git(self.work, "commit", "-qm", message)
-        git(self.work, "push", "-q", "origin", "HEAD:main")
-        return git(self.work, "rev-parse", "HEAD")
 
 
 @pytest.fixture
