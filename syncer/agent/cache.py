@@ -2,8 +2,8 @@
 
 One LIST per kind to start, then a watch per kind (metadata only, labelled managed-by
 flower-syncer) that keeps the objects and the inventories current and reports every change, so
-an outside edit is seen at once. A watch that expires (410 Gone) or breaks is re-listed and
-resumed with backoff.
+an outside edit is seen at once. The list/watch loop (resume, re-list on 410 Gone, backoff) is
+`syncer.cluster.reflector`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from typing import Any
 
 import structlog
 
-from syncer.cluster.client import ApiError, ClusterUnreachable, Kube
+from syncer.cluster.client import Kube
+from syncer.cluster.reflector import Reflector
 from syncer.engine.inventory import Inventory, decode
 from syncer.engine.live import LiveState, Read, managed_reads
 from syncer.identity import MANAGED_KINDS, ObjectRef, Unit
@@ -60,48 +61,16 @@ class LiveCache:
 
     def _run(self, read: Read, stop: threading.Event) -> None:
         kind, ns, selector, inventory = read
-        metadata_only = not inventory
-        first = True
-        backoff = 0.5
-        while not stop.is_set():
-            try:
-                items, rv = self.kube.list(kind, ns, labels=selector, metadata_only=metadata_only)
-                self._replace(kind, ns, items, inventory)
-                if first:
-                    first = False
-                    self._listed()
-                backoff = 0.5
-                while not stop.is_set():
-                    rv = self._watch(kind, ns, selector, metadata_only, rv, inventory, stop)
-                    if not rv:
-                        break  # expired: list again
-            except (ApiError, ClusterUnreachable, OSError, ValueError) as exc:
-                log.warning("watch failed; retrying", kind=kind, namespace=ns, error=str(exc), retry_in=backoff)
-                stop.wait(backoff)
-                backoff = min(backoff * 2, 30.0)
-
-    def _watch(self, kind: str, ns: str | None, selector: str, metadata_only: bool, rv: str, inventory: bool,
-               stop: threading.Event) -> str:
-        """Follow one watch stream; returns the resourceVersion to resume from ("" = list again)."""
-        for event in self.kube.watch(kind, ns, labels=selector, resource_version=rv, timeout_seconds=240,
-                                     metadata_only=metadata_only):
-            if stop.is_set():
-                return rv
-            kind_of_event = event.get("type")
-            obj = event.get("object") or {}
-            if kind_of_event == "ERROR":
-                if obj.get("code") == 410:
-                    return ""
-                raise ApiError(int(obj.get("code", 500)), str(obj.get("reason", "")), str(obj.get("message", "")))
-            rv = obj.get("metadata", {}).get("resourceVersion", rv)
-            if kind_of_event == "BOOKMARK":
-                continue
-            obj.setdefault("kind", kind)
-            if inventory:
-                self._inventory_event(str(kind_of_event), obj)
-            else:
-                self._object_event(str(kind_of_event), obj)
-        return rv
+        if inventory:
+            def replace(items: list[dict[str, Any]]) -> None:
+                self._replace(kind, ns, items, True)
+            event: Callable[[str, dict[str, Any]], None] = self._inventory_event
+        else:
+            def replace(items: list[dict[str, Any]]) -> None:
+                self._replace(kind, ns, items, False)
+            event = self._object_event
+        Reflector(self.kube, kind, ns, replace, event, labels=selector, metadata_only=not inventory,
+                  listed=self._listed).run(stop)
 
     def _replace(self, kind: str, ns: str | None, items: list[dict[str, Any]], inventory: bool) -> None:
         """Install a fresh listing (startup or after a watch expired), reporting what changed meanwhile."""

@@ -382,7 +382,7 @@ class Kube:
             raise
         return True
 
-    def watch(self, kind: str, namespace: str | None, *, labels: str | None = None,
+    def watch(self, kind: str, namespace: str | None, *, labels: str | None = None, fields: str | None = None,
               resource_version: str = "", timeout_seconds: int = 300,
               metadata_only: bool = False) -> Iterator[dict[str, Any]]:
         """Watch events (dicts with `type` and `object`), until the server closes the stream.
@@ -391,6 +391,8 @@ class Kube:
                                         ("timeoutSeconds", str(timeout_seconds))]
         if labels:
             query.append(("labelSelector", labels))
+        if fields:
+            query.append(("fieldSelector", fields))
         if resource_version:
             query.append(("resourceVersion", resource_version))
         with self._lock:
@@ -401,9 +403,10 @@ class Kube:
         if resp.status >= 400:
             raise _api_error(resp.status, resp.reason, resp.read())
         raw = resp.response
+        from urllib3.exceptions import HTTPError
         try:
             buffer = b""
-            for chunk in raw.stream(65536, decode_content=True):
+            for chunk in _stream(raw, HTTPError):
                 buffer += chunk
                 while b"\n" in buffer:
                     line, buffer = buffer.split(b"\n", 1)
@@ -416,6 +419,15 @@ class Kube:
                         yield event
         finally:
             raw.release_conn()
+
+
+def _stream(raw: Any, errors: type[Exception]) -> Iterator[bytes]:
+    """The chunks of a response; a connection that breaks mid-stream (the server restarting, a
+    proxy cutting it) is `ClusterUnreachable`, which watchers retry, not an error that ends them."""
+    try:
+        yield from raw.stream(65536, decode_content=True)
+    except errors as exc:
+        raise ClusterUnreachable(f"the watch stream broke: {exc}") from exc
 
 
 KUBECONFIG_ENV = "KUBECONFIG"
