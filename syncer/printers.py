@@ -16,7 +16,7 @@ from syncer.diagnostics import Diagnostic
 from syncer.engine.changeset import Action
 from syncer.engine.sync import SyncReport
 from syncer.identity import Manifest
-from syncer.observe.status import WaitResult
+from syncer.observe.wait import WaitResult
 from syncer.render.common import to_json
 
 REDACTED = "**redacted**"

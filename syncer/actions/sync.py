@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from syncer.actions.load import Loaded
 from syncer.cluster.client import Kube
 from syncer.engine.sync import Engine, SyncOptions, SyncReport
-from syncer.observe.status import WaitResult, wait_healthy
+from syncer.observe.wait import WaitResult, wait_healthy
 
 
 def sync(kube: Kube, loaded: Loaded, opts: SyncOptions, *, revision: str = "",

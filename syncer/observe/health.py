@@ -238,27 +238,58 @@ class PodProblem:
 
 _POD_CONTAINER_FIELDS = ("name", "resources", "restartPolicy")  # what pod_requests reads
 _POD_SPEC_FIELDS = ("nodeName", "overhead")
+_POD_META_FIELDS = ("name", "namespace", "labels", "deletionTimestamp", "resourceVersion")
+_POD_STATUS_FIELDS = ("phase", "conditions", "initContainerStatuses", "containerStatuses")
+_CONDITION_FIELDS = ("type", "status", "reason", "message")
+_CONTAINER_STATUS_FIELDS = ("name", "ready", "restartCount", "state", "lastState")
+_WORKLOAD_SPEC_FIELDS = ("replicas", "selector", "updateStrategy")
+
+
+def _pick(obj: Obj | None, keys: Sequence[str]) -> dict[str, Any]:
+    return {k: obj[k] for k in keys if k in obj} if obj else {}
+
+
+def _slim_pod_spec(spec: Obj) -> dict[str, Any]:
+    slim = _pick(spec, _POD_SPEC_FIELDS)
+    for key in ("containers", "initContainers"):
+        if key in spec:
+            slim[key] = [_pick(c, _POD_CONTAINER_FIELDS) for c in spec[key] or []]
+    return slim
 
 
 def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
-    """What the health and GPU figures read of a pod: its metadata without managedFields, its
-    status, and of its spec the node and each container's name and resources. A listing of
-    12,000 pods holds a tenth of the memory this way."""
-    spec = pod.get("spec") or {}
-    slim_spec: dict[str, Any] = {k: spec[k] for k in _POD_SPEC_FIELDS if k in spec}
-    for key in ("containers", "initContainers"):
-        if key in spec:
-            slim_spec[key] = [{k: c[k] for k in _POD_CONTAINER_FIELDS if k in c} for c in spec[key] or []]
-    return {**without_managed_fields(pod), "spec": slim_spec}
+    """What the health and GPU figures read of a pod: its name, labels and deletion mark, of its
+    status the phase, conditions and container states, and of its spec the node and each
+    container's name and resources. A listing (or watch cache) of 12,000 pods holds a fraction of
+    the memory this way."""
+    status = pod.get("status") or {}
+    slim_status = _pick(status, _POD_STATUS_FIELDS)
+    if "conditions" in slim_status:
+        slim_status["conditions"] = [_pick(c, _CONDITION_FIELDS) for c in slim_status["conditions"] or []]
+    for key in ("initContainerStatuses", "containerStatuses"):
+        if key in slim_status:
+            slim_status[key] = [_pick(c, _CONTAINER_STATUS_FIELDS) for c in slim_status[key] or []]
+    return {"kind": pod.get("kind", "Pod"), "metadata": _pick(pod.get("metadata"), _POD_META_FIELDS),
+            "spec": _slim_pod_spec(pod.get("spec") or {}), "status": slim_status}
 
 
-def without_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
-    """The object without metadata.managedFields (most of a small object's size; status never
-    reads it)."""
-    meta = obj.get("metadata")
-    if not isinstance(meta, dict) or "managedFields" not in meta:
-        return obj
-    return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+def slim_workload(obj: dict[str, Any]) -> dict[str, Any]:
+    """What `workload_health`, the pools and their GPU figures read of a StatefulSet, DaemonSet or
+    Deployment: its metadata without managedFields, its status, and of its spec the replicas,
+    selector, update strategy and the pod template's containers and resources."""
+    spec = obj.get("spec") or {}
+    slim_spec = _pick(spec, _WORKLOAD_SPEC_FIELDS)
+    template = spec.get("template") or {}
+    slim_spec["template"] = {"spec": _slim_pod_spec(template.get("spec") or {})}
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in ("managedFields", "annotations")}
+    return {"kind": obj.get("kind", ""), "metadata": meta, "spec": slim_spec, "status": obj.get("status") or {}}
+
+
+def slim_node(node: dict[str, Any]) -> dict[str, Any]:
+    """What the GPU table reads of a node: its name and the GPUs it offers."""
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    return {"kind": "Node", "metadata": {"name": (node.get("metadata") or {}).get("name", "")},
+            "status": {"allocatable": {k: v for k, v in allocatable.items() if is_gpu_resource(k)}}}
 
 
 def is_terminated(pod: Obj) -> bool:
@@ -515,23 +546,38 @@ class NodeGPU:
                 "used": self.used, "free": self.free}
 
 
+GPUUsage = dict[tuple[str, str], int]
+"""GPUs in use by (node, resource)."""
+
+
+def node_allocatable_gpus(node: Obj) -> dict[str, int]:
+    """The GPUs a node offers, by resource (none: {})."""
+    return {res: int(q) for res, q in _quantities((node.get("status") or {}).get("allocatable")).items()
+            if is_gpu_resource(res)}
+
+
+def pod_gpu_usage(pod: Obj) -> GPUUsage:
+    """The GPUs a pod holds on its node, by (node, resource): none unless it is bound and not
+    finished."""
+    if not holds_resources(pod):
+        return {}
+    node = pod["spec"]["nodeName"]
+    return {(node, res): n for res, n in pod_gpu_requests(pod.get("spec") or {}).items()}
+
+
 def node_gpus(nodes: Iterable[Obj], pods: Iterable[Obj]) -> list[NodeGPU]:
     """GPUs per node and resource: allocatable, and used by every pod bound there that has not
     finished (any namespace). Nodes without GPUs are left out; a GPU resource pods use on a node
     that no longer advertises it shows allocatable 0."""
-    allocatable: dict[tuple[str, str], int] = {}
-    for node in nodes:
-        name = (node.get("metadata") or {}).get("name", "")
-        for res, q in _quantities((node.get("status") or {}).get("allocatable")).items():
-            if is_gpu_resource(res):
-                allocatable[(name, res)] = int(q)
+    allocatable = {((node.get("metadata") or {}).get("name", ""), res): n
+                   for node in nodes for res, n in node_allocatable_gpus(node).items()}
     used: Counter[tuple[str, str]] = Counter()
     for pod in pods:
-        if not holds_resources(pod):
-            continue
-        node = pod["spec"]["nodeName"]
-        for res, n in pod_gpu_requests(pod.get("spec") or {}).items():
-            used[(node, res)] += n
-    keys = sorted(set(allocatable) | set(used))
-    return [NodeGPU(node, res, allocatable.get((node, res), 0), used.get((node, res), 0))
-            for node, res in keys]
+        used.update(pod_gpu_usage(pod))
+    return gpu_table(allocatable, used)
+
+
+def gpu_table(allocatable: Mapping[tuple[str, str], int], used: Mapping[tuple[str, str], int]) -> list[NodeGPU]:
+    """The per-node GPU rows from allocatable and used counts by (node, resource)."""
+    keys = sorted(set(allocatable) | {k for k, n in used.items() if n})
+    return [NodeGPU(node, res, allocatable.get((node, res), 0), used.get((node, res), 0)) for node, res in keys]

@@ -5,19 +5,19 @@ pods (all by the managed-by label, never a GET per object), plus one LIST of inv
 for the last applied revisions; for the cluster GPU table, the nodes once and the bound pods of
 the whole cluster once.
 
-`wait_healthy` polls the same collection until every unit is ready, a problem that will not fix
-itself persists, or the time is up (`flower-syncer sync --wait`).
+The assembly from live objects (`assemble`, `unit_status`) is pure: the agent feeds it from the
+watches of `syncer.observe.status_cache` instead of LISTs, and `syncer.observe.wait` polls it for
+`flower-syncer sync --wait`.
 """
 
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
-from syncer.cluster.client import ApiError, ClusterUnreachable, Kube
+from syncer.cluster.client import ApiError, Kube
 from syncer.engine.checked import Checked
 from syncer.engine.inventory import Condition, Inventory
 from syncer.engine.live import LiveState
@@ -41,9 +41,10 @@ from syncer.observe.health import (
     node_gpus,
     pool_gpus,
     selector_matches,
+    slim_node,
     slim_pod,
+    slim_workload,
     summarize_problems,
-    without_managed_fields,
     workload_health,
 )
 
@@ -58,12 +59,6 @@ UNIT_WORKLOAD_KINDS: dict[str, tuple[str, ...]] = {
 BOUND_PODS_FIELDS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 LIST_PAGE = 500  # whole objects held at once while a listing is slimmed
 SUPERLINK_POOL = "superlink"
-
-# Pod problems that do not go away by waiting; `wait_healthy` gives up when one persists.
-TERMINAL_REASONS = frozenset({
-    "ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CreateContainerConfigError",
-    "CreateContainerError", "RunContainerError", "CrashLoopBackOff", "OOMKilled", "Unschedulable",
-})
 
 WorkloadKey = tuple[str, str]  # (kind, name)
 
@@ -252,6 +247,12 @@ def resolve_targets(kube: Kube, units: UnitsArg = None, selectors: Sequence[str]
         given = {u: m for u, m in given.items() if any(unit_matches(u, s) for s in selectors)}
     if units is not None:
         known = _read_inventories(kube, {u.namespace for u in given}) if given else LiveState()
+    return targets_from(given, known)
+
+
+def targets_from(given: Mapping[Unit, Sequence[Manifest] | None], known: LiveState) -> list[Target]:
+    """Targets for units, given as a mapping of Unit to rendered manifests (None: the workloads
+    its inventory lists), with what `known` holds of inventories and checked records (pure)."""
     targets = []
     for unit in sorted(given):
         inv = known.inventories.get(unit)
@@ -285,36 +286,47 @@ def status(kube: Kube, units: UnitsArg = None, *, selectors: Sequence[str] = (),
     return report
 
 
-def collect(kube: Kube, units: UnitsArg = None, *,
-            nodes: bool = True) -> tuple[list[UnitStatus], ClusterGPUs | None]:
-    """`status` as a pair: the unit statuses and the cluster GPU table (None when not `nodes`)."""
-    report = status(kube, units, nodes=nodes)
-    return report.units, report.gpus
-
-
 def collect_status(kube: Kube, targets: Sequence[Target], *, nodes: bool = True) -> StatusReport:
+    """The status of targets from LISTs: per namespace, its workloads (by kind) and pods."""
     by_ns: dict[str, list[Target]] = {}
     for t in targets:
         by_ns.setdefault(t.unit.namespace, []).append(t)
-    report = StatusReport()
-    results: dict[Unit, UnitStatus] = {}
+    workloads_of: dict[Unit | None, list[dict[str, Any]]] = {}
+    pods_of: dict[Unit | None, list[dict[str, Any]]] = {}
     for ns, ns_targets in sorted(by_ns.items()):
         kinds = sorted({k for t in ns_targets for k in UNIT_WORKLOAD_KINDS[t.unit.kind]}
                        | {k for t in ns_targets for k, _ in (t.workloads or {})})
-        workloads: list[dict[str, Any]] = []
         for kind in kinds:
-            items, _ = kube.list(kind, ns, labels=MANAGED_SELECTOR, each=without_managed_fields, page_size=LIST_PAGE)
-            workloads.extend(items)
+            items, _ = kube.list(kind, ns, labels=MANAGED_SELECTOR, each=slim_workload, page_size=LIST_PAGE)
+            for obj in items:
+                workloads_of.setdefault(labelled_unit(obj, ns), []).append(obj)
         pods, _ = kube.list("Pod", ns, labels=MANAGED_SELECTOR, each=slim_pod, page_size=LIST_PAGE)
-        by_unit_w, by_unit_p = _by_unit(workloads), _by_unit(pods)
-        for t in ns_targets:
-            key = (t.unit.kind, t.unit.name)
-            results[t.unit] = unit_status(t, by_unit_w.get(key, []), by_unit_p.get(key, []))
-            _note_checked(results[t.unit], t)
-    report.units = [results[t.unit] for t in targets]
+        for pod in pods:
+            pods_of.setdefault(labelled_unit(pod, ns), []).append(pod)
+    report = assemble(targets, lambda u: workloads_of.get(u, ()), lambda u: pods_of.get(u, ()))
     if nodes:
         report.gpus = cluster_gpus(kube)
     return report
+
+
+UnitObjects = Callable[[Unit], Sequence[Mapping[str, Any]]]
+
+
+def assemble(targets: Sequence[Target], workloads_of: UnitObjects, pods_of: UnitObjects) -> StatusReport:
+    """The status report of targets from the live workloads and pods labelled with each unit
+    (pure; the GPU table is left to the caller)."""
+    report = StatusReport()
+    for t in targets:
+        result = unit_status(t, workloads_of(t.unit), pods_of(t.unit))
+        _note_checked(result, t)
+        report.units.append(result)
+    return report
+
+
+def labelled_unit(obj: Mapping[str, Any], namespace: str | None = None) -> Unit | None:
+    """The unit a live object's labels name, in its namespace (or `namespace`), if any."""
+    meta = obj.get("metadata") or {}
+    return Unit.from_labels(namespace or str(meta.get("namespace") or ""), meta.get("labels"))
 
 
 def _note_checked(result: UnitStatus, target: Target) -> None:
@@ -330,21 +342,13 @@ def _note_checked(result: UnitStatus, target: Target) -> None:
 def cluster_gpus(kube: Kube) -> ClusterGPUs:
     """GPUs of every node: allocatable and used by the pods bound there (all namespaces)."""
     try:
-        node_items, _ = kube.list("Node", each=without_managed_fields, page_size=LIST_PAGE)
+        node_items, _ = kube.list("Node", each=slim_node, page_size=LIST_PAGE)
         bound, _ = kube.list("Pod", None, fields=BOUND_PODS_FIELDS, each=slim_pod, page_size=LIST_PAGE)
     except ApiError as exc:
         if exc.forbidden:
             return ClusterGPUs(error=f"cannot read nodes and pods cluster-wide: {exc.message}")
         raise
     return ClusterGPUs(node_gpus(node_items, bound))
-
-
-def _by_unit(objs: Iterable[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
-    out: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for obj in objs:
-        labels = (obj.get("metadata") or {}).get("labels") or {}
-        out.setdefault((labels.get(LABEL_UNIT_KIND, ""), labels.get(LABEL_UNIT, "")), []).append(obj)
-    return out
 
 
 def _belongs(obj: Mapping[str, Any], unit: Unit) -> bool:
@@ -430,101 +434,6 @@ def drift_counts(report: SyncReport) -> tuple[dict[str, int], dict[str, list[str
         if u.errors:
             errors[u.unit] = list(u.errors)
     return counts, errors
-
-
-# ---------------------------------------------------------------------------------------------
-# Waiting
-
-
-class WaitResult(NamedTuple):
-    healthy: bool
-    statuses: list[UnitStatus]
-    reason: str  # why it stopped when not healthy: a persisting problem, the timeout, an error
-
-
-def _blocking(report: StatusReport) -> dict[tuple[str, str, str], str]:
-    """Problems that will not fix themselves, by (unit, pool, reason), with a description."""
-    out: dict[tuple[str, str, str], str] = {}
-    for u in report.units:
-        for p in u.pools:
-            if p.healthy:
-                continue
-            if p.stalled:
-                out[(u.unit, p.pool, "stalled")] = f"{u.unit} {p.pool}: {p.reason}"
-            if p.problem is None or p.problem.reason not in TERMINAL_REASONS:
-                continue
-            # a pod being deleted may free the node resources an unschedulable pod waits for
-            if p.problem.reason == "Unschedulable" and p.terminating:
-                continue
-            out[(u.unit, p.pool, p.problem.reason)] = f"{u.unit} {p.pool}: {p.problem}"
-    return out
-
-
-def _progress_line(report: StatusReport, elapsed: float) -> str:
-    waiting = [u for u in report.units if not u.ready]
-    parts = []
-    for u in waiting:
-        pools = [f"{p.pool} {p.ready}/{p.desired}" + (f" ({p.problem.reason})" if p.problem else "")
-                 for p in u.pools if not p.healthy]
-        parts.append(f"{u.unit} " + (", ".join(pools) if pools else "(not found)"))
-    shown = "; ".join(parts[:3]) + (f"; +{len(parts) - 3} more" if len(parts) > 3 else "")
-    return f"waiting for {len(waiting)}/{len(report.units)} unit(s) [{elapsed:.0f}s]: {shown}"
-
-
-def wait_healthy(kube: Kube, units: UnitsArg, timeout: float, progress: Callable[[str], None] | None = None,
-                 *, interval: float = 1.0, persist: float = 10.0,
-                 clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> WaitResult:
-    """Poll every `interval` seconds until every unit is ready (healthy=True), a terminal problem
-    (image pull, crash loop, OOM kill, unschedulable; see TERMINAL_REASONS) has persisted for more
-    than `persist` seconds or a Deployment exceeded its progress deadline, or `timeout` passed.
-    Returns the last statuses either way. A cluster that stops answering is retried until the
-    timeout; a request the server refuses ends the wait."""
-    say = progress or (lambda _msg: None)
-    start = clock()
-    deadline = start + timeout
-    first_seen: dict[tuple[str, str, str], float] = {}
-    statuses: list[UnitStatus] = []
-    targets: list[Target] | None = None
-    last_error = ""
-    while True:
-        now = clock()
-        try:
-            if targets is None:
-                targets = resolve_targets(kube, units)
-            report = collect_status(kube, targets, nodes=False)
-        except ClusterUnreachable as exc:
-            last_error = str(exc)
-            report = None
-        except ApiError as exc:
-            if exc.status != 429 and exc.status < 500:
-                return WaitResult(False, statuses, f"cannot read the status: {exc}")
-            last_error = str(exc)
-            report = None
-        if report is not None:
-            statuses = report.units
-            last_error = ""
-            if report.ready:
-                return WaitResult(True, statuses, "")
-            blocking = _blocking(report)
-            first_seen = {k: first_seen.get(k, now) for k in blocking}
-            stuck = [blocking[k] for k, t in sorted(first_seen.items())
-                     if k[2] == "stalled" or now - t > persist]
-            if stuck:
-                return WaitResult(False, statuses, "; ".join(stuck))
-            say(_progress_line(report, now - start))
-        if clock() >= deadline:
-            reason = f"timed out after {timeout:g}s"
-            if last_error:
-                reason += f" (last error: {last_error})"
-            elif statuses:
-                pending = [f"{u.unit} {p.pool} {p.ready}/{p.desired}"
-                           + (f": {p.summary}" if p.summary else "")
-                           for u in statuses for p in u.pools if not p.healthy]
-                pending += [f"{u.unit}: not found" for u in statuses if not u.found]
-                reason += ": " + "; ".join(pending)
-            return WaitResult(False, statuses, reason)
-        sleep(max(0.0, min(interval, deadline - clock())))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,7 +22,8 @@ from syncer.identity import Manifest, Unit
 from syncer.models.base import validate_document
 from syncer.models.federation import Federation
 from syncer.observe.health import NO_NODE_REASON, node_gpus
-from syncer.observe.status import PoolStatus, StatusReport, UnitStatus, status, wait_healthy
+from syncer.observe.status import PoolStatus, StatusReport, UnitStatus, status
+from syncer.observe.wait import wait_healthy
 from syncer.render.common import RenderContext, sort_manifests
 from syncer.render.federation import render_federation
 from syncer.yamldoc import load_documents

@@ -29,6 +29,7 @@ from syncer.observe.health import (
     pool_gpus,
     selector_matches,
     slim_pod,
+    slim_workload,
     statefulset_health,
     summarize_problems,
     workload_health,
@@ -517,7 +518,8 @@ def full_pod(**status: Any) -> dict[str, Any]:
                                         "fieldsV1": {"f:spec": {"f:containers": {}}}}]},
         "spec": {"nodeName": "gpu-nvidia-0", "overhead": {"nvidia.com/gpu": "0"}, "containers": [container],
                  "initContainers": [sidecar], "volumes": [{"name": "v", "emptyDir": {}}], "tolerations": []},
-        "status": {"phase": "Running", **status},
+        "status": {"phase": "Running", "hostIP": "10.0.0.1", "podIPs": [{"ip": "10.1.0.1"}],
+                   "qosClass": "Burstable", **status},
     }
 
 
@@ -542,3 +544,35 @@ def test_a_slim_pod_tells_health_and_gpus_what_the_whole_pod_does(status: dict[s
     assert "managedFields" not in slim["metadata"] and "volumes" not in slim["spec"]
     assert slim["spec"]["containers"] == [{"name": "supernode", "resources": pod["spec"]["containers"][0]["resources"]}]
     assert pod["metadata"]["managedFields"]  # the listing's own object is left as it was
+    assert set(slim["status"]) <= {"phase", "conditions", "containerStatuses", "initContainerStatuses"}
+
+
+@pytest.mark.parametrize("kind, status", [
+    ("StatefulSet", {"observedGeneration": 2, "replicas": 3, "readyReplicas": 2, "updatedReplicas": 3,
+                     "currentRevision": "a", "updateRevision": "a"}),
+    ("StatefulSet", {"observedGeneration": 1}),
+    ("DaemonSet", {"observedGeneration": 2, "desiredNumberScheduled": 2, "numberReady": 2,
+                   "updatedNumberScheduled": 1}),
+    ("Deployment", {"observedGeneration": 2, "replicas": 3, "readyReplicas": 3, "updatedReplicas": 3,
+                    "availableReplicas": 3, "conditions": [{"type": "Progressing", "status": "False",
+                                                             "reason": "ProgressDeadlineExceeded"}]}),
+], ids=["sts-not-ready", "sts-unobserved", "ds-rolling", "deploy-stalled"])
+def test_a_slim_workload_tells_health_and_gpus_what_the_whole_one_does(kind: str, status: dict[str, Any]) -> None:
+    template = {"metadata": {"labels": {"app": "x"}, "annotations": {"a": "b" * 300}},
+                "spec": {**full_pod()["spec"], "nodeName": None}}
+    workload = {
+        "kind": kind, "apiVersion": "apps/v1",
+        "metadata": {"name": "w", "namespace": "ns", "generation": 2, "labels": {"app": "x"},
+                     "annotations": {"deployment.kubernetes.io/revision": "3"},
+                     "managedFields": [{"manager": "flower-syncer", "fieldsV1": {"f:spec": {}}}]},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "x"}}, "serviceName": "w",
+                 "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 1}},
+                 "template": template},
+        "status": status,
+    }
+    slim = slim_workload(workload)
+    assert workload_health(slim) == workload_health(workload)
+    spec = workload["spec"]["template"]["spec"]
+    assert pool_gpus(slim["spec"]["template"]["spec"], 3, []) == pool_gpus(spec, 3, [])
+    assert slim["spec"]["selector"] == workload["spec"]["selector"]
+    assert "managedFields" not in slim["metadata"] and "volumes" not in slim["spec"]["template"]["spec"]

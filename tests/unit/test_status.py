@@ -22,8 +22,8 @@ from syncer.observe.status import (
     status,
     unit_from_id,
     unit_status,
-    wait_healthy,
 )
+from syncer.observe.wait import wait_healthy
 from tests.unit.helpers import render_federation_text
 
 FED = Unit("federation", "flower", "fed")
@@ -356,12 +356,3 @@ def test_status_command_cluster_unreachable(tmp_path: Path, capsys: pytest.Captu
     assert main(["status", "--kubeconfig", str(kubeconfig)]) == 3
     assert "cannot reach" in capsys.readouterr().err
     assert main(["status", str(tmp_path / "missing"), "--kubeconfig", str(kubeconfig)]) == 2
-
-
-def test_collect_pairs_statuses_and_nodes() -> None:
-    from syncer.observe.status import collect
-
-    statuses, nodes = collect(as_kube(FakeKube(fed_objects)), [FED])
-    assert [s.unit for s in statuses] == ["federation/flower/fed"] and statuses[0].ready
-    assert nodes is not None and len(nodes.nodes) == 2
-    assert collect(as_kube(FakeKube(fed_objects)), [FED], nodes=False)[1] is None
