@@ -27,6 +27,8 @@ from syncer.identity import UnknownUnit, derived_repository_name
 from syncer.logs import configure
 from syncer.observe.metrics import Metrics
 from syncer.observe.notify import Notifier, load_receivers
+from syncer.observe.status import targets_from
+from syncer.observe.status_cache import StatusCache
 from syncer.source.git import GitSource, SourceSpec, default_cache_dir
 from syncer.source.location import source_location
 from syncer.source.refs import SourceError
@@ -146,7 +148,9 @@ def run(config: AgentConfig) -> int:
     else:
         _leading(agent, kube, True)
 
-    status_thread = threading.Thread(target=_status_loop, args=(agent, kube, metrics, stop), name="status",
+    status_cache = StatusCache(kube, namespaces=config.namespaces)
+    status_cache.start(stop)
+    status_thread = threading.Thread(target=_status_loop, args=(agent, status_cache, metrics, stop), name="status",
                                      daemon=True)
     status_thread.start()
     stop.wait()
@@ -190,20 +194,18 @@ def _label_own_pod(kube: Kube, *, leader: bool) -> None:
         log.warning("cannot label this pod as the leader; webhooks may reach a standby", error=str(exc))
 
 
-def _status_loop(agent: Agent, kube: Kube, metrics: Metrics, stop: threading.Event) -> None:
-    """Pool readiness and GPU figures for the metrics, every few seconds."""
-    from syncer.observe.status import collect
-
+def _status_loop(agent: Agent, cache: StatusCache, metrics: Metrics, stop: threading.Event) -> None:
+    """Pool readiness and GPU figures for the metrics, every few seconds, from the status cache's
+    watches (no request)."""
     while not stop.wait(STATUS_INTERVAL if agent.loaded.is_set() else 1.0):
-        if not agent.loaded.is_set():
+        if not agent.loaded.is_set() or not cache.synced.is_set():
             continue
         try:
             units = sorted(set(agent.desired) | set(agent.cache.state.inventories))
-            statuses, nodes = collect(kube, units)
-            metrics.observe_status(statuses, nodes)
+            report = cache.report(targets_from(dict.fromkeys(units), agent.cache.state))
+            metrics.observe_status(report.units, report.gpus)
             agent.request_drift_check()  # measured by a worker, like every sync
-            release_free_memory()  # what the listings and the last syncs freed
+            release_free_memory()  # what the last syncs freed
         except Exception as exc:  # status is best effort; the next round tries again
             log.warning("status collection failed", error=str(exc))
             time.sleep(1)
-

@@ -124,6 +124,46 @@ def test_gpu_pool_lands_on_nvidia_nodes_and_is_accounted(kube: Kube, namespace: 
         {"nvidia.com/gpu": {"requested": 2, "allocated": 2}}
 
 
+def test_the_agents_watch_fed_status_reports_what_a_listing_does(kube: Kube, namespace: str) -> None:
+    """The agent's StatusCache (watches, real API server) against `status` (LISTs): the same unit
+    report once the pods settle, changes seen by the watches alone, and the GPU table the same
+    whenever nothing else moves in between."""
+    import threading
+
+    from syncer.engine.live import LiveState
+    from syncer.observe.status import targets_from
+    from syncer.observe.status_cache import StatusCache
+
+    unit, manifests = render(namespace, "watched", gpu_pool("gpu", 2, 1) + plain_pool("cpu", 1))
+    apply_all(kube, manifests)
+    assert wait_healthy(kube, {unit: manifests}, timeout=60).healthy
+    stop = threading.Event()
+    cache = StatusCache(kube, namespaces=[namespace])
+    cache.start(stop)
+    try:
+        assert cache.synced.wait(30)
+        targets = targets_from({unit: manifests}, LiveState())
+
+        def same() -> bool:
+            listed, watched = status(kube, {unit: manifests}), cache.report(targets)
+            return listed.units[0].to_dict() == watched.units[0].to_dict() and \
+                listed.gpus is not None and watched.gpus is not None and listed.gpus.nodes == watched.gpus.nodes
+
+        wait_until("the watched report to equal the listed one", same, timeout=30)
+        lists = kube.counts["GET"]
+        watches = kube.counts["WATCH"]
+        scaled = next(m for m in manifests if m["kind"] == "StatefulSet"
+                      and m["metadata"]["name"] == "watched-supernode-gpu")
+        kube.apply({**scaled, "spec": {**scaled["spec"], "replicas": 3}})
+        wait_until("the third GPU pod seen by the watches", lambda: (
+            pool_of(cache.report(targets), "gpu").gpus["nvidia.com/gpu"].allocated == 3), timeout=60)
+        assert kube.counts["GET"] == lists, "the cache followed the change without a LIST"
+        assert kube.counts["WATCH"] >= watches
+        wait_until("the watched report to equal the listed one after scaling", same, timeout=30)
+    finally:
+        stop.set()
+
+
 def test_status_reads_with_one_list_per_kind_and_namespace(kube: Kube, namespace: str) -> None:
     unit, manifests = render(namespace, "fed", plain_pool("a", 2) + plain_pool("b", 2) + plain_pool("c", 1))
     apply_all(kube, manifests)

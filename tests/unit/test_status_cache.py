@@ -1,0 +1,189 @@
+"""The agent's watch-fed status: the same report as `flower-syncer status` lists, kept current by
+events, without a request per round. A stand-in client answers LISTs from a set of objects and
+plays changes to it as watch events (with the field selector of bound pods applied)."""
+
+from __future__ import annotations
+
+import copy
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, cast
+
+import pytest
+
+from syncer.cluster.client import ApiError, Kube
+from syncer.identity import MANAGED_SELECTOR
+from syncer.observe.status import BOUND_PODS_FIELDS, StatusReport, Target, collect_status
+from syncer.observe.status_cache import StatusCache
+from tests.conftest import wait_until
+from tests.unit.test_status import FED, GPU_SEL, UNIT_LABELS, FakeKube, as_kube, fed_objects, pod
+
+Obj = dict[str, Any]
+NODES = [{"kind": "Node", "metadata": {"name": f"gpu-nvidia-{i}"},
+          "status": {"allocatable": {"nvidia.com/gpu": "4", "cpu": "8"}}} for i in range(2)]
+
+
+def _bound(o: Obj) -> bool:
+    return bool(o["spec"].get("nodeName")) and o["status"].get("phase") not in ("Succeeded", "Failed")
+
+
+class WatchedKube:
+    """Objects by (kind, namespace, name); `emit` changes one and sends the event to the watches
+    that see it. Cluster-wide kinds in `forbidden` answer 403."""
+
+    def __init__(self, objects: list[Obj], forbidden: frozenset[str] = frozenset()) -> None:
+        self.objects = {self._key(o): copy.deepcopy(o) for o in objects}
+        self.forbidden = forbidden
+        self.watches: list[tuple[str, str | None, str | None, str | None, queue.Queue[Obj]]] = []
+        self.lists = 0
+        self.lock = threading.Lock()
+
+    @staticmethod
+    def _key(o: Obj) -> tuple[str, str, str]:
+        return o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]
+
+    def _sees(self, kind: str, ns: str | None, labels: str | None, fields: str | None, o: Obj) -> bool:
+        if o["kind"] != kind or (ns is not None and o["metadata"].get("namespace") != ns):
+            return False
+        if labels == MANAGED_SELECTOR and o["metadata"].get("labels", {}).get(
+                "app.kubernetes.io/managed-by") != "flower-syncer":
+            return False
+        return fields != BOUND_PODS_FIELDS or _bound(o)
+
+    def _refuse(self, kind: str, ns: str | None) -> None:
+        if ns is None and kind in self.forbidden:
+            raise ApiError(403, "Forbidden", f'{kind.lower()}s is forbidden: cannot list at the cluster scope')
+
+    def list(self, kind: str, namespace: str | None = None, *, labels: str | None = None, fields: str | None = None,
+             metadata_only: bool = False, each: Callable[[Obj], Obj] | None = None,
+             page_size: int = 5000) -> tuple[list[Obj], str]:
+        self._refuse(kind, namespace)
+        with self.lock:
+            self.lists += 1
+            items = [copy.deepcopy(o) for o in self.objects.values() if self._sees(kind, namespace, labels, fields, o)]
+        return [each(o) if each else o for o in items], "1"
+
+    def watch(self, kind: str, namespace: str | None, *, labels: str | None = None, fields: str | None = None,
+              resource_version: str = "", timeout_seconds: int = 300,
+              metadata_only: bool = False) -> Iterator[Obj]:
+        self._refuse(kind, namespace)
+        events: queue.Queue[Obj] = queue.Queue()
+        with self.lock:
+            self.watches.append((kind, namespace, labels, fields, events))
+        try:
+            while True:
+                try:
+                    yield events.get(timeout=0.05)
+                except queue.Empty:
+                    return  # the stream ends; the reflector resumes it
+        finally:
+            with self.lock:
+                self.watches = [w for w in self.watches if w[4] is not events]
+
+    def emit(self, obj: Obj | None, *, delete: tuple[str, str, str] | None = None) -> None:
+        """Store `obj` (or delete the object `delete` names) and tell the watches, as the API
+        server does: an object leaving a watch's selection is DELETED for it."""
+        with self.lock:
+            key = delete or self._key(cast(Obj, obj))
+            before = self.objects.pop(key, None)
+            if obj is not None:
+                self.objects[key] = copy.deepcopy(obj)
+            for kind, ns, labels, fields, events in self.watches:
+                saw = before is not None and self._sees(kind, ns, labels, fields, before)
+                sees = obj is not None and self._sees(kind, ns, labels, fields, obj)
+                if sees:
+                    events.put({"type": "MODIFIED" if saw else "ADDED", "object": copy.deepcopy(obj)})
+                elif saw:
+                    events.put({"type": "DELETED", "object": copy.deepcopy(before)})
+
+
+@pytest.fixture
+def stop() -> Iterator[threading.Event]:
+    event = threading.Event()
+    yield event
+    event.set()
+
+
+def started(kube: WatchedKube, stop: threading.Event) -> StatusCache:
+    cache = StatusCache(cast(Kube, kube), namespaces=None)
+    cache.start(stop)
+    assert cache.synced.wait(10)
+    return cache
+
+
+def listed_report(objects: list[Obj], targets: list[Target]) -> StatusReport:
+    """What `flower-syncer status` reports from LISTs of the same objects."""
+    fake = FakeKube(lambda: [o for o in objects if o["kind"] != "Node"])
+    return collect_status(as_kube(fake), targets)
+
+
+TARGETS = [Target(FED, None, "abc", True)]
+
+
+def test_the_cache_reports_what_the_listing_status_reports() -> None:
+    for objects in (fed_objects(), fed_objects(ready=1, pod_problem="CrashLoopBackOff"),
+                    fed_objects(pod_problem="Unschedulable", deleting=True)):
+        stop = threading.Event()
+        try:
+            report = started(WatchedKube([*objects, *NODES]), stop).report(TARGETS)
+        finally:
+            stop.set()
+        assert report.to_dict() == listed_report(objects, TARGETS).to_dict()
+
+
+def test_events_change_the_report_without_listing_again(stop: threading.Event) -> None:
+    kube = WatchedKube([*fed_objects(), *NODES])
+    cache = started(kube, stop)
+    lists = kube.lists
+    before = cache.report(TARGETS)
+    assert before.units[0].ready and before.gpus is not None
+    assert {(n.node, n.used) for n in before.gpus.nodes} == {("gpu-nvidia-0", 1), ("gpu-nvidia-1", 1)}
+
+    # a SuperNode starts crash-looping: the pool's problem and readiness follow
+    kube.emit(pod("fed-supernode-gpu-1", {**GPU_SEL, **UNIT_LABELS}, gpus=1, node="gpu-nvidia-1",
+                  problem="CrashLoopBackOff"))
+    gpu = wait_until("the problem reported", lambda: next(
+        (p for p in cache.report(TARGETS).units[0].pools if p.problem is not None), None), timeout=10)
+    assert gpu.pool == "gpu" and gpu.problem is not None and gpu.problem.reason == "CrashLoopBackOff"
+
+    # a pod that finished holds no GPU any more (its bound-pods watch sees it leave)
+    done = pod("fed-supernode-gpu-0", {**GPU_SEL, **UNIT_LABELS}, gpus=1)
+    done["status"]["phase"] = "Succeeded"
+    kube.emit(done)
+    wait_until("the GPU freed", lambda: {(n.node, n.used) for n in cache.report(TARGETS).gpus.nodes}  # type: ignore[union-attr]
+               == {("gpu-nvidia-0", 0), ("gpu-nvidia-1", 1)} or None, timeout=10)
+
+    # the workload deleted: the pool is gone from the report
+    kube.emit(None, delete=("StatefulSet", "flower", "fed-supernode-gpu"))
+    wait_until("the pool gone", lambda: [p.pool for p in cache.report(TARGETS).units[0].pools] == ["superlink"]
+               or None, timeout=10)
+
+    # a node drops its GPUs
+    kube.emit({**NODES[1], "status": {"allocatable": {"cpu": "8"}}})
+    wait_until("the node's GPUs gone", lambda: {(n.node, n.allocatable) for n in cache.report(TARGETS).gpus.nodes}  # type: ignore[union-attr]
+               == {("gpu-nvidia-0", 4), ("gpu-nvidia-1", 0)} or None, timeout=10)
+    assert kube.lists == lists, "every change came from a watch; nothing was listed again"
+
+
+def test_without_cluster_wide_permission_the_gpu_table_says_so_and_pools_still_report(
+        stop: threading.Event) -> None:
+    kube = WatchedKube([*fed_objects(), *NODES], forbidden=frozenset({"Node", "Pod"}))
+    cache = StatusCache(cast(Kube, kube), namespaces=["flower"])
+    cache.start(stop)
+    assert cache.synced.wait(10), "a forbidden cluster-wide read does not keep the cache from being synced"
+    report = cache.report(TARGETS)
+    assert report.units[0].ready and [p.pool for p in report.units[0].pools] == ["superlink", "gpu"]
+    assert report.gpus is not None and report.gpus.nodes == []
+    assert report.gpus.error.startswith("cannot read nodes and pods cluster-wide: ")
+
+
+def test_only_labelled_objects_and_gpu_holders_are_kept(stop: threading.Event) -> None:
+    stranger = pod("other-0", {"app": "other"}, gpus=2, node="gpu-nvidia-0")
+    cpu_only = pod("other-1", {"app": "other"}, node="gpu-nvidia-0")
+    kube = WatchedKube([*fed_objects(), *NODES, stranger, cpu_only])
+    cache = started(kube, stop)
+    sizes = cache.sizes()
+    assert sizes == {"workloads": 2, "pods": 3, "nodes": 2, "gpuPods": 3}, sizes
+    gpus = cache.report(TARGETS).gpus
+    assert gpus is not None and {(n.node, n.used) for n in gpus.nodes} == {("gpu-nvidia-0", 3), ("gpu-nvidia-1", 1)}
