@@ -9,7 +9,7 @@ one per installed revision. Importing this module imports no models and no clien
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from syncer.identity import DEFAULT_REPOSITORY, Manifest, ObjectRef, Unit, selected
@@ -38,7 +38,7 @@ class NodeAuth:
 @dataclass(frozen=True)
 class UnitPlan:
     unit: Unit
-    manifests: list[Manifest]
+    manifests: Sequence[Manifest]
     policy: Policy = Policy()
     source: str = ""  # the repo file that defines it
     revision: str = ""  # the revision its manifests were rendered from

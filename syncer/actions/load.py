@@ -54,7 +54,7 @@ class Loaded:
         return [d for d in self.diagnostics if d.severity == "warning"]
 
     @property
-    def units(self) -> dict[Unit, list[Manifest]]:
+    def units(self) -> dict[Unit, Sequence[Manifest]]:
         return self.rendered.units
 
     def selected_diagnostics(self) -> list[Diagnostic]:

@@ -395,7 +395,7 @@ class Agent:
             if before is not None and before.manifests is planned.manifests and before.policy == planned.policy \
                     and before.node_auth == planned.node_auth and unit in digests:
                 continue  # rendered from the same LoadedUnit: nothing changed (see RenderCache)
-            digest = fingerprint({"objects": planned.manifests, "policy": dataclasses.asdict(planned.policy),
+            digest = fingerprint({"objects": list(planned.manifests), "policy": dataclasses.asdict(planned.policy),
                                   "nodeAuth": repr(planned.node_auth)})
             if unit not in units:
                 self.metrics.init_unit(unit.id, {m["kind"] for m in planned.manifests})

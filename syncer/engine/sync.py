@@ -358,7 +358,7 @@ class Engine:
         if run.failed:
             return res
         unit, policy, repository = planned.unit, planned.policy, plan.repository
-        wanted = {ObjectRef.of(m) for m in planned.manifests}
+        wanted = set(planned.refs)
         leftovers = [r for r in inv.entries if r not in wanted]
         # objects we could not build this time (e.g. a missing TLS source) are kept, not pruned
         leftovers = [r for r in leftovers if r not in entries]

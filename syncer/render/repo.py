@@ -3,7 +3,8 @@ the same object), and turn the result into the engine's Plan.
 
 Given a `RenderCache` (the agent keeps one, beside its loader cache), a unit whose `LoadedUnit` is
 the very object rendered last time (the loader's cache hands back the same object for files that
-did not change) is not rendered or checked again: its manifests are the same list as before."""
+did not change) is not rendered or checked again: its manifests are the same object as before,
+kept packed (`syncer.render.packed`) for as long as the cache holds them."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from syncer.plan import Claims, NodeAuth, Plan, Policy, UnitPlan, refs_of
 from syncer.render.common import RenderContext, object_ref, sort_manifests
 from syncer.render.federation import render_federation
 from syncer.render.guardrails import check_guardrails
+from syncer.render.packed import pack
 from syncer.render.secret import render_secret
 from syncer.render.supernode import render_supernode
 from syncer.repo.loader import LoadedUnit, RepoState
@@ -27,10 +29,10 @@ from syncer.repo.loader import LoadedUnit, RepoState
 
 @dataclass
 class Rendered:
-    units: dict[Unit, list[Manifest]] = field(default_factory=dict)
+    units: dict[Unit, Sequence[Manifest]] = field(default_factory=dict)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     failed: set[Unit] = field(default_factory=set)
-    unselected: dict[Unit, list[Manifest]] = field(default_factory=dict)
+    unselected: dict[Unit, Sequence[Manifest]] = field(default_factory=dict)
     """Units rendered cleanly but left out by the selectors: they still claim their objects."""
     refs: dict[Unit, tuple[ObjectRef, ...]] = field(default_factory=dict)
     """The references of each unit's manifests (units and unselected), made once per render."""
@@ -49,7 +51,7 @@ class Rendered:
 class _Done:
     loaded: LoadedUnit  # held, so its id is not reused while the entry lives
     rails: Guardrails
-    manifests: list[Manifest]
+    manifests: Sequence[Manifest]
     crossed: list[Diagnostic]
     refs: tuple[str, ...]  # distinct, as object_ref writes them (to find clashes)
     object_refs: tuple[ObjectRef, ...]  # one per manifest (the claims)
@@ -125,8 +127,9 @@ def _render(loaded: LoadedUnit, rails: Guardrails, cache: RenderCache | None, us
     if done is None:
         manifests = render_unit(loaded)
         crossed = check_guardrails(loaded.unit, manifests, rails, loaded.source, loaded.line)
-        done = _Done(loaded, rails, manifests, crossed, tuple(dict.fromkeys(object_ref(m) for m in manifests)),
-                     refs_of(manifests))
+        # kept across revisions by the cache (the agent): compact (see syncer.render.packed)
+        done = _Done(loaded, rails, pack(manifests) if cache is not None else manifests, crossed,
+                     tuple(dict.fromkeys(object_ref(m) for m in manifests)), refs_of(manifests))
     used[id(loaded)] = done
     return done
 
@@ -136,7 +139,7 @@ def _render_repo(state: RepoState, selectors: list[str] | None, cache: RenderCac
     selected one, and the engine must know every object some unit claims."""
     result = Rendered(failed=set(state.failed))
     chosen = {u.unit for u in select_units(state.units, selectors or [])[0]}
-    rendered: dict[Unit, tuple[LoadedUnit, list[Manifest]]] = {}
+    rendered: dict[Unit, tuple[LoadedUnit, Sequence[Manifest]]] = {}
     owners: dict[str, list[LoadedUnit]] = {}
     rails = state.settings.guardrails
     used: dict[int, _Done] = {}

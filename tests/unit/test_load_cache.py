@@ -13,6 +13,7 @@ import pytest
 
 from syncer.identity import ObjectRef
 from syncer.plan import Claims
+from syncer.render.packed import PackedManifests
 from syncer.render.repo import RenderCache, Rendered, plan_repo, render_repo
 from syncer.repo import reader
 from syncer.repo.loader import LoadCache, RepoState, load_repo
@@ -70,6 +71,11 @@ def test_the_example_repo_loads_the_same_from_a_warm_cache(tmp_path: Path) -> No
     assert first == again == uncached(root)
     assert files.misses == 0 and files.hits == len(files) >= 5
     assert renders.hits == len(renders) == len(first["units"])
+    # kept packed across revisions, and read back as the very objects a fresh render makes
+    state = load_repo(root, cache=files)
+    kept = render_repo(state, cache=renders).units
+    assert kept and all(isinstance(ms, PackedManifests) for ms in kept.values())
+    assert {u: list(ms) for u, ms in kept.items()} == render_repo(load_repo(root)).units
 
 
 def three_units(root: Path) -> None:
