@@ -13,15 +13,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import structlog
-
 from syncer.cluster.client import Kube
 from syncer.cluster.reflector import Reflector
 from syncer.engine.inventory import Inventory, decode
 from syncer.engine.live import LiveState, Read, managed_reads
 from syncer.identity import MANAGED_KINDS, ObjectRef, Unit
-
-log = structlog.get_logger("syncer.agent.cache")
 
 OnChange = Callable[[str, ObjectRef, dict[str, Any] | None], None]
 """Called with (event type, object ref, object or None when deleted)."""
@@ -61,14 +57,11 @@ class LiveCache:
 
     def _run(self, read: Read, stop: threading.Event) -> None:
         kind, ns, selector, inventory = read
-        if inventory:
-            def replace(items: list[dict[str, Any]]) -> None:
-                self._replace(kind, ns, items, True)
-            event: Callable[[str, dict[str, Any]], None] = self._inventory_event
-        else:
-            def replace(items: list[dict[str, Any]]) -> None:
-                self._replace(kind, ns, items, False)
-            event = self._object_event
+
+        def replace(items: list[dict[str, Any]]) -> None:
+            self._replace(kind, ns, items, inventory)
+
+        event = self._inventory_event if inventory else self._object_event
         Reflector(self.kube, kind, ns, replace, event, labels=selector, metadata_only=not inventory,
                   listed=self._listed).run(stop)
 
