@@ -47,6 +47,10 @@ class Reflector:
     page_size: int = 5000
     listed: Callable[[], None] = lambda: None
     failed: Callable[[Exception], None] = lambda _exc: None
+    optional: bool = False
+    """A read the agent works without (e.g. cluster-wide, under namespaced permissions): a refusal
+    (403) is logged once as information, not as a warning, and tried again every `max_backoff`."""
+    max_backoff: float = BACKOFF_MAX
 
     def run(self, stop: threading.Event) -> None:
         """Until `stop` is set."""
@@ -69,13 +73,16 @@ class Reflector:
                         break  # expired: list again
             except (ApiError, ClusterUnreachable, OSError, ValueError) as exc:
                 self.failed(exc)
+                refused = self.optional and isinstance(exc, ApiError) and exc.forbidden
+                if refused:
+                    backoff = self.max_backoff
                 # the same error again (a missing permission, a server down for a while) is logged once
-                report = log.warning if str(exc) != last_error else log.debug
-                report("watch failed; retrying", kind=self.kind, namespace=self.namespace, error=str(exc),
-                       retry_in=backoff)
+                report = log.debug if str(exc) == last_error else log.info if refused else log.warning
+                report("not permitted; going on without it" if refused else "watch failed; retrying",
+                       kind=self.kind, namespace=self.namespace, error=str(exc), retry_in=backoff)
                 last_error = str(exc)
                 stop.wait(backoff)
-                backoff = min(backoff * 2, BACKOFF_MAX)
+                backoff = min(backoff * 2, self.max_backoff)
 
     def _follow(self, rv: str, stop: threading.Event) -> str:
         """Follow one watch stream; returns the resourceVersion to resume from ("" = list again)."""

@@ -181,7 +181,7 @@ class StatusCache:
             replace(items)
 
         return Reflector(self.kube, kind, None, replaced, event, fields=fields, transform=transform,
-                         page_size=LIST_PAGE, listed=listed, failed=failed)
+                         page_size=LIST_PAGE, listed=listed, failed=failed, optional=True)
 
     def _nodes_replace(self, items: list[Obj]) -> None:
         with self._lock:

@@ -47,7 +47,7 @@ NAMESPACED_RULES = {
     ("networking.k8s.io", "networkpolicies"): MANAGED_VERBS,
     **{("apps", r): MANAGED_VERBS for r in ("deployments", "statefulsets", "daemonsets")},
     ("cert-manager.io", "certificates"): ["get", "create", "patch", "delete"],  # read one by one, never listed
-    ("", "pods"): ["list"],
+    ("", "pods"): ["list", "watch"],
     ("events.k8s.io", "events"): ["create", "patch"],  # Kubernetes Events about the units
 }
 DIGEST = "sha256:" + "ab" * 32
@@ -205,7 +205,7 @@ def test_default_values(helm: str) -> None:
     # RBAC: cluster-wide, exactly what the agent does
     cluster_role = one(objs, "ClusterRole")
     assert rules_of(cluster_role) == {**NAMESPACED_RULES, ("", "namespaces"): ["get", "create"],
-                                      ("", "nodes"): ["list"]}
+                                      ("", "nodes"): ["list", "watch"]}
     binding = one(objs, "ClusterRoleBinding")
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                                   "name": cluster_role["metadata"]["name"]}
@@ -327,7 +327,7 @@ def test_custom_values(helm: str) -> None:
     cluster_role = one(objs, "ClusterRole")
     assert cluster_role["rules"] == [
         {"apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["team-a", "team-b"], "verbs": ["get"]},
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
     ]
     assert one(objs, "ClusterRoleBinding")["roleRef"]["name"] == cluster_role["metadata"]["name"]
     lease_role = one(objs, "Role", name="fs-flower-syncer-leader-election", namespace="flower-system")

@@ -138,3 +138,16 @@ def test_a_watch_stream_that_breaks_midway_is_unreachable_so_watchers_retry_it()
     assert next(chunks) == b'{"type": "ADDED"}\n'
     with pytest.raises(ClusterUnreachable, match="the watch stream broke: Response ended prematurely"):
         next(chunks)
+
+
+@pytest.mark.parametrize("optional, level", [(False, "warning"), (True, "info")])
+def test_a_refused_optional_read_is_information_not_a_warning(optional: bool, level: str) -> None:
+    from structlog.testing import capture_logs
+
+    forbidden = ApiError(403, "Forbidden", "nodes is forbidden")
+    kube = ScriptedKube([forbidden], [])
+    with capture_logs() as logs:
+        _, errors = run(kube, optional=optional, max_backoff=0.5)
+    assert errors == [forbidden]
+    assert [(e["log_level"], e["error"]) for e in logs if e["log_level"] != "debug"][:1] == \
+        [(level, "403 Forbidden: nodes is forbidden")]
