@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from syncer.cluster.client import Kube
+from syncer.compact import share_strings
 from syncer.engine.checked import Checked
 from syncer.engine.checked import decode as decode_checked
 from syncer.engine.inventory import Inventory, decode
@@ -36,6 +37,7 @@ def managed_reads(namespaces: Iterable[str] | None = None, kinds: Iterable[str] 
 
 
 MAX_FIELD_SETS = 20_000  # distinct field sets kept for sharing
+_SHARED_ALREADY = frozenset({"fieldsV1"})
 
 
 class ManagedObjects(dict[ObjectRef, dict[str, Any]]):
@@ -46,7 +48,7 @@ class ManagedObjects(dict[ObjectRef, dict[str, Any]]):
 
     The field sets of managedFields (`fieldsV1`, most of a metadata-only object) repeat across
     objects rendered from one template: equal ones are stored once, shared (read-only, like every
-    live object here)."""
+    live object here); so are the short strings (label values, managers, timestamps)."""
 
     def __init__(self, items: Mapping[ObjectRef, dict[str, Any]] | None = None) -> None:
         super().__init__()
@@ -59,6 +61,7 @@ class ManagedObjects(dict[ObjectRef, dict[str, Any]]):
     def __setitem__(self, ref: ObjectRef, obj: dict[str, Any]) -> None:
         self._unindex(ref)
         self._share_field_sets(obj)
+        share_strings(obj, skip=_SHARED_ALREADY)
         super().__setitem__(ref, obj)
         owner = owner_of(obj)
         if owner is not None:

@@ -41,12 +41,10 @@ from syncer.observe.health import (
     node_gpus,
     pool_gpus,
     selector_matches,
-    slim_node,
-    slim_pod,
-    slim_workload,
     summarize_problems,
     workload_health,
 )
+from syncer.observe.slim import slim_node, slim_pod, slim_workload
 
 if TYPE_CHECKING:
     from syncer.engine.sync import SyncReport

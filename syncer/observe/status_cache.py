@@ -25,7 +25,8 @@ from typing import Any
 from syncer.cluster.client import ApiError, Kube
 from syncer.cluster.reflector import Reflector
 from syncer.identity import MANAGED_SELECTOR, WORKLOAD_KINDS, Unit
-from syncer.observe.health import GPUUsage, gpu_table, node_allocatable_gpus, pod_gpu_usage, slim_pod, slim_workload
+from syncer.observe.health import GPUUsage, gpu_table, node_allocatable_gpus, pod_gpu_usage
+from syncer.observe.slim import slim_pod, slim_workload
 from syncer.observe.status import (
     BOUND_PODS_FIELDS,
     LIST_PAGE,

@@ -28,12 +28,11 @@ from syncer.observe.health import (
     pod_requests,
     pool_gpus,
     selector_matches,
-    slim_pod,
-    slim_workload,
     statefulset_health,
     summarize_problems,
     workload_health,
 )
+from syncer.observe.slim import slim_pod, slim_workload
 
 UNSCHEDULABLE_GPU = ("0/7 nodes are available: 2 Insufficient nvidia.com/gpu, 5 node(s) didn't match Pod's "
                      "node affinity/selector. preemption: 0/7 nodes are available: 2 No preemption victims "

@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "syncer"
 
 # Lowest first. Modules of one floor may import each other.
 FLOORS: list[set[str]] = [
-    {"syncer", "syncer.identity", "syncer.diagnostics", "syncer.logs"},
+    {"syncer", "syncer.identity", "syncer.diagnostics", "syncer.logs", "syncer.compact"},
     {"syncer.yamldoc", "syncer.plan", "syncer.secrets"},
     {"syncer.models"},
     {"syncer.repo"},
