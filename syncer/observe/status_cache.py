@@ -87,6 +87,9 @@ class _ByUnit:
 
 
 class StatusCache:
+    """Start with `start(stop)`; `synced` is set once every read listed (or, for the optional
+    cluster-wide ones, was refused); `report(targets)` at any time after."""
+
     def __init__(self, kube: Kube, *, namespaces: Sequence[str] | None = None) -> None:
         self.kube = kube
         self.namespaces = namespaces
