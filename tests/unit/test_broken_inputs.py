@@ -260,6 +260,33 @@ def test_symlink_outside_the_repo_is_refused(tmp_path: Path) -> None:
     assert not state.units
 
 
+def test_a_symlinked_folder_is_followed_only_while_it_stays_inside_the_repo(tmp_path: Path) -> None:
+    """Files are read without resolving them when no folder on their way is a symlink; a release
+    folder, or the supernodes/ folder itself, that is one is resolved and refused when it leads
+    out, and read when it stays inside."""
+    outside = tmp_path / "outside"
+    (outside / "evil").mkdir(parents=True)
+    (outside / "evil" / "values.yaml").write_text("tls:\n  enabled: false\n")
+    repo = tmp_path / "repo"
+    _write(repo, {F: fed(), "kept/ok/values.yaml": "tls:\n  enabled: false\n"})
+    (repo / "supernodes").mkdir()
+    (repo / "supernodes" / "evil").symlink_to(outside / "evil")
+    (repo / "supernodes" / "ok").symlink_to(repo / "kept" / "ok")
+    state = load_repo(repo)
+    assert [(d.file, d.message) for d in state.errors] == [
+        ("supernodes/evil/values.yaml", "symlink points outside the config repository")]
+    assert sorted(u.unit.name for u in state.units) == ["fed", "ok"]
+
+    (repo / "supernodes" / "evil").unlink()
+    (repo / "supernodes" / "ok").unlink()
+    (repo / "supernodes").rmdir()
+    (repo / "supernodes").symlink_to(outside)
+    state = load_repo(repo)
+    assert [(d.file, d.message) for d in state.errors] == [
+        ("supernodes/evil/values.yaml", "symlink points outside the config repository")]
+    assert [u.unit.name for u in state.units] == ["fed"]
+
+
 def test_all_problems_are_reported_in_one_run(tmp_path: Path) -> None:
     text = tweak("  mode: StatefulSet\n", "  mode: StatefulSet\n  moed: x\n").replace(
         "        replicas: 2\n", "        replicas: 2\n        replica: 3\n")
