@@ -76,7 +76,10 @@ class Candidate:
 
     @property
     def leading(self) -> bool:
-        return self.elector.fence.holds()
+        """Holding the write fence, with on_started_leading called (the elector opens the fence
+        just before it calls back, so a test that waited on the fence alone could find `started`
+        still empty)."""
+        return self.elector.fence.holds() and len(self.started) > len(self.stopped)
 
 
 
