@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import orjson
 
@@ -36,6 +36,47 @@ def managed_reads(namespaces: Iterable[str] | None = None, kinds: Iterable[str] 
     return reads + [Read("ConfigMap", ns, INVENTORY_SELECTOR, True) for ns in scopes]
 
 
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class UnitIndex(Generic[K, V]):
+    """Keys grouped by the unit each belongs to, a value with each: the entries of one unit cost
+    that unit's entries, not a scan of all of them."""
+
+    def __init__(self) -> None:
+        self._unit_of: dict[K, Unit] = {}
+        self._groups: dict[Unit, dict[K, V]] = {}  # insertion-ordered
+
+    def put(self, key: K, unit: Unit, value: V) -> None:
+        """Key `key` under `unit` (moved there, last, if it was under any unit)."""
+        self.remove(key)
+        self._unit_of[key] = unit
+        self._groups.setdefault(unit, {})[key] = value
+
+    def remove(self, key: K) -> None:
+        unit = self._unit_of.pop(key, None)
+        if unit is not None:
+            group = self._groups[unit]
+            group.pop(key, None)
+            if not group:
+                del self._groups[unit]
+
+    def of(self, unit: Unit) -> Mapping[K, V]:
+        """The unit's entries (a live view: copy it to change the index while reading)."""
+        return self._groups.get(unit, {})
+
+    def units(self) -> list[Unit]:
+        return list(self._groups)
+
+    def __iter__(self) -> Iterator[K]:
+        """Every key, as a snapshot (the index may change while it is read)."""
+        return iter(list(self._unit_of))
+
+    def __len__(self) -> int:
+        return len(self._unit_of)
+
+
 MAX_FIELD_SETS = 20_000  # distinct field sets kept for sharing
 _SHARED_ALREADY = frozenset({"fieldsV1"})
 
@@ -52,28 +93,27 @@ class ManagedObjects(dict[ObjectRef, dict[str, Any]]):
 
     def __init__(self, items: Mapping[ObjectRef, dict[str, Any]] | None = None) -> None:
         super().__init__()
-        self._unit_of: dict[ObjectRef, Unit] = {}
-        self._by_unit: dict[Unit, dict[ObjectRef, None]] = {}  # insertion-ordered sets
+        self._owners: UnitIndex[ObjectRef, None] = UnitIndex()
         self._field_sets: dict[bytes, Any] = {}
         for ref, obj in (items or {}).items():
             self[ref] = obj
 
     def __setitem__(self, ref: ObjectRef, obj: dict[str, Any]) -> None:
-        self._unindex(ref)
         self._share_field_sets(obj)
         share_strings(obj, skip=_SHARED_ALREADY)
         super().__setitem__(ref, obj)
         owner = owner_of(obj)
         if owner is not None:
-            self._unit_of[ref] = owner.unit
-            self._by_unit.setdefault(owner.unit, {})[ref] = None
+            self._owners.put(ref, owner.unit, None)
+        else:
+            self._owners.remove(ref)
 
     def __delitem__(self, ref: ObjectRef) -> None:
         super().__delitem__(ref)
-        self._unindex(ref)
+        self._owners.remove(ref)
 
     def pop(self, ref: ObjectRef, *default: Any) -> Any:
-        self._unindex(ref)
+        self._owners.remove(ref)
         return super().pop(ref, *default)
 
     def update(self, *args: Any, **kwargs: Any) -> None:
@@ -98,22 +138,14 @@ class ManagedObjects(dict[ObjectRef, dict[str, Any]]):
                     continue
                 entry["fieldsV1"] = self._field_sets.setdefault(key, fields)
 
-    def _unindex(self, ref: ObjectRef) -> None:
-        unit = self._unit_of.pop(ref, None)
-        if unit is not None:
-            refs = self._by_unit[unit]
-            refs.pop(ref, None)
-            if not refs:
-                del self._by_unit[unit]
-
     def owned_by(self, unit: Unit) -> Iterator[tuple[ObjectRef, dict[str, Any]]]:
         """The objects whose labels name `unit` (of any repository)."""
-        for ref in list(self._by_unit.get(unit, ())):
+        for ref in list(self._owners.of(unit)):
             yield ref, self[ref]
 
     def labelled_units(self) -> list[Unit]:
         """Every unit some live object's labels name."""
-        return list(self._by_unit)
+        return self._owners.units()
 
 
 @dataclass

@@ -24,8 +24,9 @@ from typing import Any
 
 from syncer.cluster.client import ApiError, Kube
 from syncer.cluster.reflector import Reflector
+from syncer.engine.live import UnitIndex
 from syncer.identity import MANAGED_SELECTOR, WORKLOAD_KINDS, Unit
-from syncer.observe.health import GPUUsage, gpu_table, node_allocatable_gpus, pod_gpu_usage
+from syncer.observe.health import gpu_table, node_allocatable_gpus, pod_gpu_usage
 from syncer.observe.slim import slim_pod, slim_workload
 from syncer.observe.status import (
     BOUND_PODS_FIELDS,
@@ -50,40 +51,59 @@ class _ByUnit:
     """Objects by key, grouped by the unit their labels name (objects naming none are not kept)."""
 
     def __init__(self) -> None:
-        self._unit_of: dict[Key, Unit] = {}
-        self._groups: dict[Unit, dict[Key, Obj]] = {}
+        self._index: UnitIndex[Key, Obj] = UnitIndex()
 
     def put(self, obj: Obj) -> None:
-        key = _key(obj)
-        self.remove(key)
-        unit = labelled_unit(obj)
+        key, unit = _key(obj), labelled_unit(obj)
         if unit is not None:
-            self._unit_of[key] = unit
-            self._groups.setdefault(unit, {})[key] = obj
+            self._index.put(key, unit, obj)
+        else:
+            self._index.remove(key)
 
-    def remove(self, key: Key) -> None:
-        unit = self._unit_of.pop(key, None)
-        if unit is not None:
-            group = self._groups[unit]
-            group.pop(key, None)
-            if not group:
-                del self._groups[unit]
+    def remove(self, obj: Obj) -> None:
+        self._index.remove(_key(obj))
 
     def replace(self, kind: str, namespace: str | None, items: Iterable[Obj]) -> None:
         """A fresh listing of `kind` in `namespace` (None: all): what it lacks is gone."""
         fresh = list(items)
         keep = {_key(o) for o in fresh}
-        for key in [k for k in self._unit_of if k[0] == kind and (namespace is None or k[1] == namespace)
-                    and k not in keep]:
-            self.remove(key)
+        for key in self._index:
+            if key[0] == kind and (namespace is None or key[1] == namespace) and key not in keep:
+                self._index.remove(key)
         for obj in fresh:
             self.put(obj)
 
+    def event(self, kind_of_event: str, obj: Obj) -> None:
+        if kind_of_event == "DELETED":
+            self.remove(obj)
+        else:
+            self.put(obj)
+
     def of(self, unit: Unit) -> list[Obj]:
-        return list(self._groups.get(unit, {}).values())
+        return list(self._index.of(unit).values())
 
     def __len__(self) -> int:
-        return len(self._unit_of)
+        return len(self._index)
+
+
+class _Table:
+    """What the GPU table keeps of one kind: a value by key, from items {"key", "value"}; empty
+    values are not kept."""
+
+    def __init__(self) -> None:
+        self.values: dict[Any, Any] = {}
+
+    def replace(self, items: Iterable[Obj]) -> None:
+        self.values = {o["key"]: o["value"] for o in items if o["value"]}
+
+    def event(self, kind_of_event: str, obj: Obj) -> None:
+        if kind_of_event == "DELETED" or not obj["value"]:
+            self.values.pop(obj["key"], None)
+        else:
+            self.values[obj["key"]] = obj["value"]
+
+    def __len__(self) -> int:
+        return len(self.values)
 
 
 class StatusCache:
@@ -97,8 +117,8 @@ class StatusCache:
         self._lock = threading.Lock()
         self._workloads = _ByUnit()
         self._pods = _ByUnit()
-        self._nodes: dict[str, dict[str, int]] = {}  # node -> GPUs offered by resource
-        self._gpu_pods: dict[tuple[str, str], GPUUsage] = {}  # (namespace, name) -> GPUs held where
+        self._nodes = _Table()  # node -> GPUs offered by resource
+        self._gpu_pods = _Table()  # (namespace, name) -> the GPUs a bound pod holds, by (node, resource)
         self._gpu_error = ""
         self._pending: set[str] = set()
         self._threads: list[threading.Thread] = []
@@ -121,9 +141,9 @@ class StatusCache:
     def _gpus(self) -> ClusterGPUs:
         if self._gpu_error:
             return ClusterGPUs(error=self._gpu_error)
-        allocatable = {(node, res): n for node, offered in self._nodes.items() for res, n in offered.items()}
+        allocatable = {(node, res): n for node, offered in self._nodes.values.items() for res, n in offered.items()}
         used: Counter[tuple[str, str]] = Counter()
-        for usage in self._gpu_pods.values():
+        for usage in self._gpu_pods.values.values():
             used.update(usage)
         return ClusterGPUs(gpu_table(allocatable, used))
 
@@ -136,9 +156,8 @@ class StatusCache:
             for kind in WORKLOAD_KINDS:
                 reflectors.append(self._managed(kind, ns, slim_workload, self._workloads))
             reflectors.append(self._managed("Pod", ns, slim_pod, self._pods))
-        reflectors.append(self._cluster_wide("Node", None, _node_gpus, self._nodes_replace, self._node_event))
-        reflectors.append(self._cluster_wide("Pod", BOUND_PODS_FIELDS, _pod_gpus, self._gpu_pods_replace,
-                                             self._gpu_pod_event))
+        reflectors.append(self._cluster_wide("Node", None, _node_gpus, self._nodes))
+        reflectors.append(self._cluster_wide("Pod", BOUND_PODS_FIELDS, _pod_gpus, self._gpu_pods))
         self._pending = {f"{r.kind}/{r.namespace or ''}/{r.fields or ''}" for r in reflectors}
         for r in reflectors:
             t = threading.Thread(target=r.run, args=(stop,), name=f"status-watch-{r.kind}", daemon=True)
@@ -160,18 +179,14 @@ class StatusCache:
 
         def event(kind_of_event: str, obj: Obj) -> None:
             with self._lock:
-                if kind_of_event == "DELETED":
-                    into.remove(_key(obj))
-                else:
-                    into.put(obj)
+                into.event(kind_of_event, obj)
 
         return Reflector(self.kube, kind, ns, replace, event, labels=MANAGED_SELECTOR, transform=transform,
                          page_size=LIST_PAGE, listed=self._listed(f"{kind}/{ns or ''}/"))
 
     def _cluster_wide(self, kind: str, fields: str | None, transform: Callable[[Obj], Obj],
-                      replace: Callable[[list[Obj]], None], event: Callable[[str, Obj], None]) -> Reflector:
-        name = f"{kind}//{fields or ''}"
-        listed = self._listed(name)
+                      into: _Table) -> Reflector:
+        listed = self._listed(f"{kind}//{fields or ''}")
 
         def failed(exc: Exception) -> None:
             if isinstance(exc, ApiError) and exc.forbidden:
@@ -179,43 +194,25 @@ class StatusCache:
                     self._gpu_error = f"cannot read nodes and pods cluster-wide: {exc.message}"
                 listed()  # nothing more will come: the GPU table reports the error instead
 
-        def replaced(items: list[Obj]) -> None:
+        def replace(items: list[Obj]) -> None:
             with self._lock:
                 self._gpu_error = ""
-            replace(items)
+                into.replace(items)
 
-        return Reflector(self.kube, kind, None, replaced, event, fields=fields, transform=transform,
+        def event(kind_of_event: str, obj: Obj) -> None:
+            with self._lock:
+                into.event(kind_of_event, obj)
+
+        return Reflector(self.kube, kind, None, replace, event, fields=fields, transform=transform,
                          page_size=LIST_PAGE, listed=listed, failed=failed, optional=True)
-
-    def _nodes_replace(self, items: list[Obj]) -> None:
-        with self._lock:
-            self._nodes = {o["name"]: o["gpus"] for o in items if o["gpus"]}
-
-    def _node_event(self, kind_of_event: str, obj: Obj) -> None:
-        with self._lock:
-            if kind_of_event == "DELETED" or not obj["gpus"]:
-                self._nodes.pop(obj["name"], None)
-            else:
-                self._nodes[obj["name"]] = obj["gpus"]
-
-    def _gpu_pods_replace(self, items: list[Obj]) -> None:
-        with self._lock:
-            self._gpu_pods = {o["key"]: o["usage"] for o in items if o["usage"]}
-
-    def _gpu_pod_event(self, kind_of_event: str, obj: Obj) -> None:
-        with self._lock:
-            if kind_of_event == "DELETED" or not obj["usage"]:
-                self._gpu_pods.pop(obj["key"], None)
-            else:
-                self._gpu_pods[obj["key"]] = obj["usage"]
 
 
 def _node_gpus(node: Obj) -> Obj:
     """A node as the GPU table keeps it: its name and the GPUs it offers."""
-    return {"name": (node.get("metadata") or {}).get("name", ""), "gpus": node_allocatable_gpus(node)}
+    return {"key": (node.get("metadata") or {}).get("name", ""), "value": node_allocatable_gpus(node)}
 
 
 def _pod_gpus(pod: Obj) -> Obj:
     """A bound pod as the GPU table keeps it: the GPUs it holds, by (node, resource)."""
     meta = pod.get("metadata") or {}
-    return {"key": (meta.get("namespace", ""), meta.get("name", "")), "usage": pod_gpu_usage(pod)}
+    return {"key": (meta.get("namespace", ""), meta.get("name", "")), "value": pod_gpu_usage(pod)}
