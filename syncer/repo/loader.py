@@ -32,7 +32,7 @@ from syncer.models.secret import SecretManifest
 from syncer.models.settings import ReleaseSettings, RepoSettings, SyncPolicy
 from syncer.models.supernode import SuperNodeValues, validate_values
 from syncer.repo.encrypted import scrub
-from syncer.repo.reader import YAML_SUFFIXES, Reader
+from syncer.repo.reader import YAML_SUFFIXES, Reader, Signature
 from syncer.secrets.keys import Decryption
 from syncer.yamldoc import YamlDoc
 
@@ -99,6 +99,7 @@ class LoadCache:
     def __init__(self) -> None:
         self._pieces: dict[tuple[Any, ...], _Piece] = {}
         self._used: dict[tuple[Any, ...], _Piece] = {}
+        self._files: dict[str, tuple[Signature, bytes]] = {}  # see Reader.digest
         self.hits = 0
         self.misses = 0
 
@@ -131,7 +132,7 @@ def load_repo(root: Path, decryption: Decryption | None = None, cache: LoadCache
     if cache is not None:
         cache._begin()
     diags: list[Diagnostic] = []
-    reader = Reader(root, diags, decryption)
+    reader = Reader(root, diags, decryption, cache._files if cache is not None else None)
     settings = _load_settings(reader)
     state = RepoState(root=reader.root, settings=settings, diagnostics=diags)
     if not reader.root.is_dir():
@@ -144,6 +145,7 @@ def load_repo(root: Path, decryption: Decryption | None = None, cache: LoadCache
     finally:
         if cache is not None:
             cache._end()
+            cache._files = reader.seen
     _check_duplicates(state)
     state.diagnostics[:] = scrub(state.diagnostics, reader.secrets, reader.opaque)
     state.secrets = frozenset().union(*reader.secrets.values()) if reader.secrets else frozenset()
@@ -160,14 +162,17 @@ class _Pieces:
         keys = hashlib.sha256("\0".join(str(i) for i in reader.decryption.identities).encode()).digest()
         self.context = (state.settings.model_dump_json(), reader.decryption.required, keys)
 
-    def load(self, what: str, rels: list[str], texts: list[str | None], load: Callable[[RepoState], None]) -> None:
-        """`load` adds the piece to the state it is given; `rels` are the files it reads, `texts`
-        every input it depends on besides the settings and keys (already read)."""
+    def digest(self, path: Path) -> bytes | None:
+        """What a file the piece reads holds, for its key (without a cache no key is needed)."""
+        return self.reader.digest(path) if self.cache is not None else None
+
+    def load(self, what: str, rels: list[str], inputs: list[bytes | None], load: Callable[[RepoState], None]) -> None:
+        """`load` adds the piece to the state it is given; `rels` are the files it reads, `inputs`
+        the digests of everything it depends on besides the settings and keys."""
         if self.cache is None:
             load(self.state)
             return
-        key = (self.context, what, tuple(hashlib.sha256(t.encode()).digest() if t is not None else None
-                                         for t in texts))
+        key = (self.context, what, tuple(inputs))
         piece = self.cache._get(key)
         if piece is None:
             scratch = RepoState(root=self.state.root, settings=self.state.settings)
@@ -201,8 +206,7 @@ def _load_units(reader: Reader, state: RepoState, pieces: _Pieces) -> None:
     if fed_dir.is_dir():
         for path in reader.yaml_files(fed_dir):
             rel = reader.rel(path)
-            text = reader.read(path)
-            pieces.load(rel, [rel], [text], functools.partial(_load_federation_file, reader, path))
+            pieces.load(rel, [rel], [pieces.digest(path)], functools.partial(_load_federation_file, reader, path))
     if sn_dir.is_dir():
         for release_dir in sorted(p for p in sn_dir.iterdir() if not p.name.startswith(".")):
             if release_dir.is_dir():
@@ -225,8 +229,8 @@ def _load_release_folder(reader: Reader, folder: Path, pieces: _Pieces) -> None:
 
     values = VALUES_FILE if exists(VALUES_FILE) or not exists("values.yml") else "values.yml"
     read = [folder / n for n in (RELEASE_FILE, values, SECRETS_FILE) if exists(n)]
-    texts = [reader.read(path) for path in read]
-    pieces.load(reader.rel(folder), [reader.rel(p) for p in read], ["\0".join(names), *texts],
+    inputs = [hashlib.sha256("\0".join(names).encode()).digest(), *(pieces.digest(path) for path in read)]
+    pieces.load(reader.rel(folder), [reader.rel(p) for p in read], inputs,
                 functools.partial(_load_release, reader, folder))
 
 

@@ -10,6 +10,7 @@ import errno
 import hashlib
 import os
 import stat
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -31,6 +32,14 @@ class _OpenedFile:
     opaque: tuple[str, ...]
 
 
+# A file's identity on disk: inode, device, size, modification and change times (ns).
+Signature = tuple[int, int, int, int, int]
+# How long a file must have been left alone before it was read for its signature to be trusted
+# next time (git's "racily clean" rule: a change within the file system's clock tick of the read
+# could leave every field of the signature as it was).
+RACY_NS = 1_000_000_000
+_now_ns = time.time_ns  # the file system's clock (tests move it on)
+
 # SOPS files by path, content and keys, parsed and decrypted: in memory only, bounded.
 OPENED_SIZE = 4096
 _OPENED: dict[tuple[str, str, bool, tuple[str, ...]], _OpenedFile] = {}
@@ -39,7 +48,8 @@ _OPENED: dict[tuple[str, str, bool, tuple[str, ...]], _OpenedFile] = {}
 class Reader:
     """Reads files under the root, refusing anything that resolves outside it; decrypts SOPS files."""
 
-    def __init__(self, root: Path, diags: list[Diagnostic], decryption: Decryption | None = None) -> None:
+    def __init__(self, root: Path, diags: list[Diagnostic], decryption: Decryption | None = None,
+                 seen: dict[str, tuple[Signature, bytes]] | None = None) -> None:
         self.root = root.resolve()
         self.diags = diags
         self.decryption = decryption or Decryption(required=False)
@@ -50,6 +60,31 @@ class Reader:
         self._root_text = str(self.root)
         self._prefix = self._root_text.rstrip(os.sep) + os.sep
         self._folders: dict[str, bool] = {}  # folder -> neither it nor one above it (to the root) is a symlink
+        self._seen_before = seen or {}
+        self.seen: dict[str, tuple[Signature, bytes]] = {}  # path -> signature and digest (see digest())
+
+    def digest(self, path: Path) -> bytes | None:
+        """The SHA-256 of a file's text (None when it cannot be read; read() says why). A file
+        that a previous load (`seen`) read cleanly is not read again while its signature is the
+        same and it had not changed for RACY_NS before that read: a revision that changes one
+        file of 2,000 reads one file. Only plain files under the root (no symlink on the way)."""
+        key = str(path)
+        st = self._plain_stat(key)
+        sig: Signature | None = None
+        if st is not None:
+            sig = (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            before = self._seen_before.get(key)
+            if before is not None and before[0] == sig:
+                self.seen[key] = before
+                return before[1]
+        started, problems = _now_ns(), len(self.diags)
+        text = self.read(path)
+        if text is None:
+            return None
+        digest = hashlib.sha256(text.encode()).digest()
+        if sig is not None and len(self.diags) == problems and max(sig[3], sig[4]) < started - RACY_NS:
+            self.seen[key] = (sig, digest)
+        return digest
 
     def documents(self, text: str, rel: str) -> tuple[list[YamlDoc], list[Diagnostic]]:
         """The YAML documents of a file, SOPS-encrypted ones decrypted in memory (see syncer.secrets).
@@ -122,14 +157,19 @@ class Reader:
 
     def _plain(self, path: str) -> bool:
         """`path` lies under the root and neither it nor a folder between is a symlink."""
+        return self._plain_stat(path) is not None
+
+    def _plain_stat(self, path: str) -> os.stat_result | None:
+        """The lstat of `path` if it is _plain, else None."""
         if not path.startswith(self._prefix) or f"{os.sep}..{os.sep}" in path or path.endswith(f"{os.sep}.."):
-            return False
+            return None
         try:
-            if stat.S_ISLNK(os.lstat(path).st_mode):
-                return False
+            st = os.lstat(path)
         except OSError:
-            return False
-        return self._plain_folder(path.rpartition(os.sep)[0])
+            return None
+        if stat.S_ISLNK(st.st_mode) or not self._plain_folder(path.rpartition(os.sep)[0]):
+            return None
+        return st
 
     def _plain_folder(self, folder: str) -> bool:
         if folder == self._root_text:

@@ -5,6 +5,7 @@ load and render the same with a warm cache as without one."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -44,10 +45,16 @@ def cached(root: Path, files: LoadCache, renders: RenderCache) -> dict[str, Any]
     return outcome(state, render_repo(state, cache=renders))
 
 
+@pytest.mark.parametrize("trusted", [False, True], ids=["files-read", "signatures-trusted"])
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_a_warm_cache_changes_nothing_for_broken_input(case: Case, tmp_path: Path) -> None:
+def test_a_warm_cache_changes_nothing_for_broken_input(case: Case, trusted: bool, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Each broken case beside a good federation and release: parsed, then replayed, then reached
-    from a good revision (only the broken files parsed anew), always the same as a fresh load."""
+    from a good revision (only the broken files parsed anew), always the same as a fresh load;
+    with every file read again, and with the files whose signatures are unchanged not read."""
+    if trusted:
+        real = reader._now_ns
+        monkeypatch.setattr(reader, "_now_ns", lambda: real() + 10_000_000_000)
     good = tmp_path / "good"
     _write(good, {"federations/other.yaml": fed().replace("name: fed\n", "name: other\n"),
                   "supernodes/ok/values.yaml": "tls:\n  enabled: false\n"})
@@ -165,3 +172,102 @@ def test_claims_from_the_renderers_references_are_the_claims_of_the_manifests(tm
         assert set(plan.claims.objects.values()) == {u.unit for u in state.units}
         for planned in plan.units.values():
             assert planned.refs == tuple(ObjectRef.of(m) for m in planned.manifests) and planned.object_refs
+
+
+class Reads:
+    """The files a load reads from disk (by path under the root)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.rels: list[str] = []
+        real = reader.Reader._read
+
+        def spy(this: reader.Reader, path: Path) -> str | None:
+            self.rels.append(this.rel(path))
+            return real(this, path)
+
+        monkeypatch.setattr(reader.Reader, "_read", spy)
+
+    def take(self) -> list[str]:
+        rels, self.rels = sorted(self.rels), []
+        return rels
+
+
+@pytest.fixture
+def later(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every read happens 10 s after the files were written (as in the agent, where a revision
+    comes seconds after the previous one), so their signatures are trusted."""
+    real = reader._now_ns
+    monkeypatch.setattr(reader, "_now_ns", lambda: real() + 10_000_000_000)
+
+
+ALL = ["federations/a.yaml", "federations/b.yaml", "supernodes/r/values.yaml"]
+
+
+@pytest.mark.usefixtures("later")
+def test_a_revision_reads_only_the_files_whose_signature_changed(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    three_units(tmp_path)
+    reads, files, renders = Reads(monkeypatch), LoadCache(), RenderCache()
+    cached(tmp_path, files, renders)
+    assert reads.take() == ALL
+    assert cached(tmp_path, files, renders) == uncached(tmp_path) and files.hits == 3
+    reads.take()  # the uncached load read them all
+    assert cached(tmp_path, files, renders) == uncached(tmp_path)
+    reads.take()
+    b = tmp_path / "federations/b.yaml"
+    b.write_text(fed(GOOD_SPEC.replace("replicas: 2", "replicas: 12")).replace("name: fed\n", "name: b\n"))
+    changed = cached(tmp_path, files, renders)
+    assert reads.take() == ["federations/b.yaml"] and (files.hits, files.misses) == (2, 1)
+    assert changed == uncached(tmp_path)
+
+
+@pytest.mark.usefixtures("later")
+def test_a_file_replaced_with_the_same_size_and_times_is_read_again(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """As git checks out a file: a new file renamed over the old one. Its inode tells it apart even
+    when its size and modification time are those of the file it replaced."""
+    three_units(tmp_path)
+    reads, files, renders = Reads(monkeypatch), LoadCache(), RenderCache()
+    cached(tmp_path, files, renders)
+    b = tmp_path / "federations/b.yaml"
+    was = b.stat()
+    new = tmp_path / "federations/.b.yaml.new"
+    new.write_text(fed(GOOD_SPEC.replace("replicas: 2", "replicas: 3")).replace("name: fed\n", "name: b\n"))
+    assert new.stat().st_size == was.st_size
+    os.utime(new, ns=(was.st_atime_ns, was.st_mtime_ns))
+    new.rename(b)
+    reads.take()
+    assert cached(tmp_path, files, renders) == uncached(tmp_path)
+    assert reads.take().count("federations/b.yaml") == 2  # by the cached load, then by the uncached one
+    assert files.misses == 1
+
+
+def test_a_file_changed_within_the_last_second_is_read_at_every_load(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Git's racily-clean rule: a file changed so shortly before it was read could change again
+    within the file system's clock tick, leaving its signature as it was; so it is not trusted."""
+    three_units(tmp_path)
+    reads, files = Reads(monkeypatch), LoadCache()
+    load_repo(tmp_path, cache=files)
+    load_repo(tmp_path, cache=files)
+    assert reads.take() == sorted(ALL * 2) and files.hits == 3
+
+
+@pytest.mark.usefixtures("later")
+def test_symlinked_and_unreadable_files_are_read_at_every_load(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    three_units(tmp_path)
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "supernodes/r/values.yaml").rename(tmp_path / "shared/values.yaml")
+    (tmp_path / "supernodes/r/values.yaml").symlink_to("../../shared/values.yaml")
+    (tmp_path / "federations/bad.yaml").write_bytes(b"kind: Federation\nname: \xff\n")
+    reads, files = Reads(monkeypatch), LoadCache()
+    first = load_repo(tmp_path, cache=files)
+    assert [d.file for d in first.errors] == ["federations/bad.yaml"]
+    reads.take()
+    again = load_repo(tmp_path, cache=files)
+    assert reads.take() == ["federations/bad.yaml", "supernodes/r/values.yaml"]
+    assert again.diagnostics == first.diagnostics
+    (tmp_path / "shared/values.yaml").write_text("tls:\n  enabled: true\n")  # what the link points to
+    changed = load_repo(tmp_path, cache=files)
+    assert [u.model.model_dump()["tls"]["enabled"] for u in changed.units if u.unit.name == "r"] == [True]
