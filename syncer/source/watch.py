@@ -44,7 +44,7 @@ def _name(path: str | bytes) -> str:
 
 
 class _Handler(FileSystemEventHandler):
-    """Reports change events, optionally only for some file names (``.lock`` suffixes ignored)."""
+    """Reports change events, optionally only for some file names; git's ``.lock`` files never count."""
 
     def __init__(self, notify: Callable[[], None], names: frozenset[str] | None) -> None:
         self._notify = notify
@@ -55,10 +55,12 @@ class _Handler(FileSystemEventHandler):
             return
         if event.is_directory and event.event_type == "modified":
             return
-        if self._names is not None:
-            paths = [event.src_path, getattr(event, "dest_path", "") or ""]
-            if not any(_name(p).removesuffix(".lock") in self._names for p in paths if p):
-                return
+        # git writes a ref (HEAD, packed-refs, refs/...) as NAME.lock and renames that over NAME: the
+        # lock's own events come before the ref has its new value; the rename (or NAME deleted) is the change
+        names = [_name(p) for p in (event.src_path, getattr(event, "dest_path", "") or "") if p]
+        names = [n for n in names if not n.endswith(".lock")]
+        if not names or (self._names is not None and not any(n in self._names for n in names)):
+            return
         self._notify()
 
 
@@ -73,7 +75,7 @@ class LocalRepoWatcher:
 
     MAX_DELAY = 1.0
 
-    def __init__(self, paths: list[Path], on_change: Callable[[], None], debounce: float = 0.05) -> None:
+    def __init__(self, paths: list[Path], on_change: Callable[[], None], debounce: float = 0.01) -> None:
         self.paths = list(paths)
         self.on_change = on_change
         self.debounce = debounce

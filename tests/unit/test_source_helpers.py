@@ -5,6 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from watchdog.events import (
+    DirModifiedEvent,
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+)
 
 from syncer.source import urls
 from syncer.source.refs import (
@@ -15,6 +24,7 @@ from syncer.source.refs import (
     resolve_ref,
     validate_ref,
 )
+from syncer.source.watch import _Handler
 
 
 @pytest.mark.parametrize(
@@ -163,3 +173,27 @@ def test_subpath_escapes_are_invalid(path: str) -> None:
 )
 def test_classify(stderr: str, kind: str | None) -> None:
     assert classify(stderr) == kind
+
+
+def ref_events(names: frozenset[str] | None, *events: FileSystemEvent) -> int:
+    """How many of `events` the watcher's handler reports."""
+    seen: list[None] = []
+    handler = _Handler(lambda: seen.append(None), names)
+    for event in events:
+        handler.dispatch(event)
+    return len(seen)
+
+
+def test_a_ref_counts_once_git_renames_its_lock_over_it() -> None:
+    """How git updates a ref: NAME.lock created, written, renamed over NAME. Before the rename the ref
+    still has its old value, so a fetch then would find nothing new."""
+    lock, ref = "/r/refs/heads/main.lock", "/r/refs/heads/main"
+    assert ref_events(None, FileCreatedEvent(lock), FileModifiedEvent(lock), FileClosedEvent(lock)) == 0
+    assert ref_events(None, FileMovedEvent(lock, ref)) == 1
+    assert ref_events(None, FileDeletedEvent("/r/refs/heads/gone")) == 1  # a branch deleted
+    assert ref_events(None, FileDeletedEvent(lock)) == 0  # an update given up
+    top = frozenset({"HEAD", "packed-refs"})
+    assert ref_events(top, FileCreatedEvent("/r/HEAD.lock"), FileMovedEvent("/r/HEAD.lock", "/r/HEAD")) == 1
+    assert ref_events(top, FileMovedEvent("/r/packed-refs.lock", "/r/packed-refs")) == 1
+    assert ref_events(top, FileMovedEvent("/r/index.lock", "/r/index"), FileModifiedEvent("/r/config")) == 0
+    assert ref_events(None, DirModifiedEvent("/r/refs/heads")) == 0
