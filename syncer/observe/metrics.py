@@ -73,6 +73,7 @@ from prometheus_client.registry import Collector
 from syncer import __version__
 from syncer.engine.changeset import Action, UnitResult
 from syncer.identity import ObjectRef
+from syncer.observe.unit_metrics import UnitSeries
 
 if TYPE_CHECKING:
     from syncer.observe.health import NodeGPU
@@ -84,11 +85,9 @@ PREFIX = "flower_syncer_"
 # The classic text format: every name here is a legacy (ASCII) name, so the output is 0.0.4 whatever
 # prometheus_client's CONTENT_TYPE_LATEST says in a given version.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-RESULTS = ("success", "failed", "skipped")
 # Why a fetch of the Git source failed: the kinds of syncer.source.refs.SourceError. Anything else
 # is counted as "other".
 FETCH_ERROR_REASONS = ("unreachable", "auth", "ref-not-found", "path-not-found", "corrupt", "invalid", "other")
-SYNC_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0)
 COMMIT_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 180.0, 300.0)
 # Actions that put back an object someone changed outside Git (when the change says `drift`).
 CORRECTING = (Action.CONFIGURED, Action.RECREATED)
@@ -203,26 +202,14 @@ class Metrics:
     def __init__(self, version: str = __version__) -> None:
         self.registry = CollectorRegistry()
         self._lock = threading.Lock()
-        self._drift_kinds: dict[str, set[str]] = {}  # unit -> kinds with a drift_objects series
-        self._corrected_kinds: dict[str, set[str]] = {}  # unit -> kinds with a corrections series
-        self._actions: dict[str, set[str]] = {}  # unit -> actions with an objects_applied series
         self._revision: str | None = None
         r = self.registry
+        self._units = UnitSeries(PREFIX)  # every series with a unit label but the status figures
+        r.register(self._units)
 
-        self.sync_total = Counter(PREFIX + "sync_total", "Syncs of the unit, by result.", ["unit", "result"],
-                                  registry=r)
-        self.sync_duration = Histogram(PREFIX + "sync_duration_seconds", "How long a sync of the unit took.",
-                                       ["unit"], buckets=SYNC_BUCKETS, registry=r)
-        self.last_sync = Gauge(PREFIX + "last_sync_timestamp_seconds", "Unix time the last sync of the unit "
-                               "ended, whatever its result.", ["unit"], registry=r)
-        self.last_success = Gauge(PREFIX + "last_success_timestamp_seconds", "Unix time the last successful "
-                                  "sync of the unit ended.", ["unit"], registry=r)
         self.commit_to_applied = Histogram(PREFIX + "commit_to_applied_seconds", "Seconds from a new revision "
                                            "reaching the agent to its objects applied.", buckets=COMMIT_BUCKETS,
                                            registry=r)
-        self.unit_commit_to_applied = Gauge(PREFIX + "unit_commit_to_applied_seconds", "Seconds from the last "
-                                            "revision that changed the unit reaching the agent to the unit "
-                                            "applied.", ["unit"], registry=r)
         self.revision_info = Gauge(PREFIX + "source_revision_info", "1 for the Git revision currently synced.",
                                    ["revision"], registry=r)
         self.fetch_errors = Counter(PREFIX + "source_fetch_errors_total", "Failed fetches of the Git source, "
@@ -231,20 +218,7 @@ class Metrics:
                                 "successful fetch of the Git source (0: none yet).", registry=r)
         self.poll_interval = Gauge(PREFIX + "source_poll_interval_seconds", "Seconds between polls of the Git "
                                    "source (a fetch is due at least this often).", registry=r)
-        self.config_errors = Gauge(PREFIX + "config_errors", "Configuration errors of the unit (0 when it loads "
-                                   "cleanly).", ["unit"], registry=r)
-        self.unit_suspended = Gauge(PREFIX + "unit_suspended", "1 while the unit is suspended (not applied or "
-                                    "healed), 0 otherwise.", ["unit"], registry=r)
-        self.supernode_keys = Gauge(PREFIX + "supernode_keys", "SuperNode keys a Federation lists in Git, by state "
-                                    "on its SuperLink: admitted (registered) or failing (cannot be registered).",
-                                    ["unit", "state"], registry=r)
         self.queue_depth = Gauge(PREFIX + "queue_depth", "Sync requests waiting to be worked on.", registry=r)
-        self.objects_applied = Counter(PREFIX + "objects_applied_total", "Objects handled by syncs of the unit, "
-                                       "by action.", ["unit", "action"], registry=r)
-        self.drift_objects = Gauge(PREFIX + "drift_objects", "Objects of the unit that currently differ from "
-                                   "Git, by kind.", ["unit", "kind"], registry=r)
-        self.drift_corrections = Counter(PREFIX + "drift_corrections_total", "Objects changed outside Git that "
-                                         "a sync put back, by kind.", ["unit", "kind"], registry=r)
         self.leader = Gauge(PREFIX + "leader", "1 while this agent holds the leader lease.", registry=r)
         self.fenced = Counter(PREFIX + "fenced_syncs_total", "Syncs stopped at a write because this agent no "
                               "longer held the leader lease (not failures of the unit).", registry=r)
@@ -264,49 +238,21 @@ class Metrics:
         """Create a unit's counter and histogram series at 0 when the agent first loads it:
         `rate()` and `increase()` cannot count the event that creates a series, so its first sync,
         first applied object or first drift correction would otherwise go unseen."""
-        kinds = set(kinds)
-        actions = {a.value for a in Action}
-        with self._lock:
-            self._actions.setdefault(unit, set()).update(actions)
-            self._corrected_kinds.setdefault(unit, set()).update(kinds)
-        for r in RESULTS:
-            self.sync_total.labels(unit, r)
-        self.sync_duration.labels(unit)
-        for action in sorted(actions):
-            self.objects_applied.labels(unit, action)
-        for kind in sorted(kinds):
-            self.drift_corrections.labels(unit, kind)
+        self._units.init(unit, sorted(a.value for a in Action), sorted(set(kinds)))
 
     def observe_sync(self, report_unit: UnitResult, seconds: float) -> None:
         """One finished (not dry-run) sync of a unit that took `seconds`. Drift corrections are
         counted separately (`observe_drift_corrections`): only the caller knows whether a created
         object was one someone deleted."""
-        unit = report_unit.unit
-        result = result_of(report_unit)
-        for r in RESULTS:
-            self.sync_total.labels(unit, r)  # all three present, so ratios work from the start
-        self.sync_total.labels(unit, result).inc()
-        self.sync_duration.labels(unit).observe(max(seconds, 0.0))
-        now = time.time()
-        self.last_sync.labels(unit).set(now)
-        if result == "success":
-            self.last_success.labels(unit).set(now)
         actions: dict[str, int] = {}
         for c in report_unit.changes:
             actions[c.action.value] = actions.get(c.action.value, 0) + 1
-        with self._lock:
-            self._actions.setdefault(unit, set()).update(actions)
-        for action, n in actions.items():
-            self.objects_applied.labels(unit, action).inc(n)
+        self._units.sync(report_unit.unit, result_of(report_unit), max(seconds, 0.0), time.time(), actions)
 
     def observe_drift_corrections(self, unit: str, counts_by_kind: Mapping[str, int]) -> None:
         """Objects of `unit` changed or deleted outside Git that a sync put back, by kind (see
         `corrections_by_kind`)."""
-        with self._lock:
-            self._corrected_kinds.setdefault(unit, set()).update(k for k, n in counts_by_kind.items() if n > 0)
-        for kind, n in counts_by_kind.items():
-            if n > 0:
-                self.drift_corrections.labels(unit, kind).inc(n)
+        self._units.corrected(unit, counts_by_kind)
 
     def observe_commit_applied(self, seconds: float) -> None:
         """A new revision's objects are applied, `seconds` after it reached the agent."""
@@ -314,27 +260,21 @@ class Metrics:
 
     def observe_unit_commit_applied(self, unit: str, seconds: float) -> None:
         """The unit's part of a new revision is applied, `seconds` after the revision reached the agent."""
-        self.unit_commit_to_applied.labels(unit).set(max(seconds, 0.0))
+        self._units.set(unit, commit_to_applied=max(seconds, 0.0))
 
     def set_drift(self, unit: str, counts_by_kind: Mapping[str, int]) -> None:
         """The objects of `unit` that differ from Git now, by kind (see `drift_by_kind`). Kinds that
         drifted before and are absent now are set to 0."""
-        with self._lock:
-            known = self._drift_kinds.setdefault(unit, set())
-            known.update(counts_by_kind)
-            kinds = sorted(known)
-        for kind in kinds:
-            self.drift_objects.labels(unit, kind).set(counts_by_kind.get(kind, 0))
+        self._units.set_drift(unit, counts_by_kind)
 
     def set_config_errors(self, unit: str, n: int) -> None:
-        self.config_errors.labels(unit).set(n)
+        self._units.set(unit, config_errors=n)
 
     def set_supernode_keys(self, unit: str, admitted: int, failing: int) -> None:
-        self.supernode_keys.labels(unit, "admitted").set(admitted)
-        self.supernode_keys.labels(unit, "failing").set(failing)
+        self._units.set(unit, keys=(admitted, failing))
 
     def set_suspended(self, unit: str, suspended: bool) -> None:
-        self.unit_suspended.labels(unit).set(1 if suspended else 0)
+        self._units.set(unit, suspended=suspended)
 
     def set_queue_depth(self, n: int) -> None:
         self.queue_depth.set(n)
@@ -409,28 +349,13 @@ class Metrics:
 
     def forget_unit(self, unit: str) -> None:
         """Drop every series of a unit (it left Git)."""
+        self._units.forget(unit)
         with self._lock:
-            drift_kinds = self._drift_kinds.pop(unit, set())
-            corrected = self._corrected_kinds.pop(unit, set())
-            actions = self._actions.pop(unit, set())
             snap = self._status.snapshot
             if unit in snap.units or any(u == unit for u, _ in snap.pools):
                 self._status.snapshot = _Snapshot(
                     {u: r for u, r in snap.units.items() if u != unit},
                     {k: p for k, p in snap.pools.items() if k[0] != unit}, snap.nodes)
-        for r in RESULTS:
-            _remove(self.sync_total, unit, r)
-        for metric in (self.sync_duration, self.last_sync, self.last_success, self.config_errors,
-                       self.unit_suspended, self.unit_commit_to_applied):
-            _remove(metric, unit)
-        for action in actions:
-            _remove(self.objects_applied, unit, action)
-        for kind in drift_kinds:
-            _remove(self.drift_objects, unit, kind)
-        for state in ("admitted", "failing"):
-            _remove(self.supernode_keys, unit, state)
-        for kind in corrected:
-            _remove(self.drift_corrections, unit, kind)
 
     def exposition(self) -> bytes:
         """Everything, in the Prometheus text format (`CONTENT_TYPE`)."""

@@ -173,5 +173,6 @@ def test_suspended_drift_is_measured_by_a_worker_through_the_queue(tmp_path: Pat
     assert agent.work.depth() == 1
     agent.work.shutdown()
     agent._worker()
-    assert metrics.drift_objects.labels(FED_UNIT.id, "StatefulSet")._value.get() == 1
+    assert metrics.registry.get_sample_value("flower_syncer_drift_objects",
+                                             {"unit": FED_UNIT.id, "kind": "StatefulSet"}) == 1
     assert kube.writes == writes  # measured, not healed

@@ -366,3 +366,73 @@ def test_pool_problem_reason_is_exported_and_cleared() -> None:
     fine = PoolStatus(pool="gpu", kind="StatefulSet", name="fed-supernode-gpu", desired=3, ready=3, healthy=True)
     m.observe_status([UnitStatus(unit="federation/ns/fed", pools=[fine])])
     assert "flower_syncer_pool_problem_pods{" not in m.exposition().decode()
+
+
+def test_per_unit_series_are_what_prometheus_clients_labelled_metrics_expose() -> None:
+    """The per-unit figures are kept as plain numbers (syncer.observe.unit_metrics); a scrape gives
+    the samples prometheus_client's own labelled metrics give for the same calls, `_created`
+    included (its values are creation times, so only their presence is compared)."""
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+    r = CollectorRegistry()
+    sync_total = Counter("flower_syncer_sync_total", "", ["unit", "result"], registry=r)
+    duration = Histogram("flower_syncer_sync_duration_seconds", "", ["unit"], registry=r,
+                         buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0))
+    applied = Counter("flower_syncer_objects_applied_total", "", ["unit", "action"], registry=r)
+    corrections = Counter("flower_syncer_drift_corrections_total", "", ["unit", "kind"], registry=r)
+    drift = Gauge("flower_syncer_drift_objects", "", ["unit", "kind"], registry=r)
+    keys = Gauge("flower_syncer_supernode_keys", "", ["unit", "state"], registry=r)
+    gauges = {n: Gauge(n, "", ["unit"], registry=r) for n in (
+        "flower_syncer_config_errors", "flower_syncer_unit_suspended", "flower_syncer_unit_commit_to_applied_seconds",
+        "flower_syncer_last_sync_timestamp_seconds", "flower_syncer_last_success_timestamp_seconds")}
+
+    m = Metrics()
+    m.init_unit(FED, {"Service"})
+    for unit in (FED, SN):
+        for result in ("success", "failed", "skipped"):
+            sync_total.labels(unit, result)
+        duration.labels(unit)
+    for action in Action:
+        applied.labels(FED, action.value)
+    corrections.labels(FED, "Service")
+    for seconds, changes in ((0.02, [Action.CREATED, Action.CREATED]), (0.3, [Action.UNCHANGED]), (75.0, [])):
+        m.observe_sync(UnitResult(SN, changes=[Change(ref(f"Service/edge/s{i}"), a) for i, a in enumerate(changes)]),
+                       seconds)
+        sync_total.labels(SN, "success").inc()
+        duration.labels(SN).observe(seconds)
+        for a in changes:
+            applied.labels(SN, a.value).inc()
+    m.observe_sync(UnitResult(FED, errors=["boom"]), 0.01)
+    sync_total.labels(FED, "failed").inc()
+    duration.labels(FED).observe(0.01)
+    m.observe_drift_corrections(SN, {"StatefulSet": 2, "Service": 0})
+    corrections.labels(SN, "StatefulSet").inc(2)
+    m.set_drift(FED, {"StatefulSet": 1})
+    m.set_drift(FED, {"Service": 2})
+    drift.labels(FED, "StatefulSet").set(0)
+    drift.labels(FED, "Service").set(2)
+    m.set_supernode_keys(FED, 3, 1)
+    keys.labels(FED, "admitted").set(3)
+    keys.labels(FED, "failing").set(1)
+    m.set_config_errors(SN, 2)
+    gauges["flower_syncer_config_errors"].labels(SN).set(2)
+    m.set_suspended(FED, True)
+    gauges["flower_syncer_unit_suspended"].labels(FED).set(1)
+    m.observe_unit_commit_applied(SN, 0.4)
+    gauges["flower_syncer_unit_commit_to_applied_seconds"].labels(SN).set(0.4)
+    for unit in (FED, SN):
+        gauges["flower_syncer_last_sync_timestamp_seconds"].labels(unit).set(1)
+    gauges["flower_syncer_last_success_timestamp_seconds"].labels(SN).set(1)  # FED's one sync failed
+
+    def per_unit(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float | None]:
+        return {(s.name, tuple(sorted(s.labels.items()))): None if s.name.endswith(("_created", "timestamp_seconds"))
+                else s.value
+                for f in text_string_to_metric_families(text) for s in f.samples if "unit" in s.labels}
+
+    from prometheus_client import generate_latest
+
+    reference = per_unit(generate_latest(r).decode())
+    assert per_unit(m.exposition().decode()) == reference
+    assert len(reference) == 78  # so the comparison covers something
+    m.forget_unit(SN)
+    assert not any(dict(labels)["unit"] == SN for _, labels in per_unit(m.exposition().decode()))
