@@ -144,6 +144,9 @@ def main() -> int:
                     help="also R generated SuperNode releases that sit idle (e.g. 1000)")
     ap.add_argument("--pods-timeout", type=float, default=1800,
                     help="seconds to wait for the idle units' pods before the commits (default 1800)")
+    ap.add_argument("--agent-log", type=Path, default=None, metavar="FILE",
+                    help="keep the agent's log (JSON, info level) in FILE and break commit-to-applied down "
+                         "into the agent's load+render and sync times")
     args = ap.parse_args()
     up: list[str] = []
     if args.idle_federations or args.idle_releases:
@@ -152,6 +155,25 @@ def main() -> int:
               "--controller-qps", "200"]
     with bench_cluster(args.kubeconfig, *up) as kubeconfig:
         return run(args, kubeconfig)
+
+
+def print_breakdown(log_path: Path, commits: int) -> None:
+    """The agent's own share of the last `commits` commits: loading and rendering each revision,
+    and syncing the changed unit (the rest is git push, the change event, the fetch, the queue
+    and the watch that sees the object)."""
+    records = []
+    for line in log_path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            continue
+    loads = [r["ms"] / 1000 for r in records if r.get("event") == "revision loaded"][-commits:]
+    syncs = [r["seconds"] for r in records
+             if r.get("event") == "unit synced" and str(r.get("unit", "")).endswith("/bench")][-commits:]
+    if loads:
+        print(f"  of which load+render          {percentiles(loads)}")
+    if syncs:
+        print(f"  of which the unit's sync      {percentiles(syncs)}")
 
 
 def memory_mib(pid: int) -> tuple[float, float]:
@@ -217,12 +239,14 @@ def run(args: argparse.Namespace, kubeconfig: str) -> int:
             port = free_port()
             token = uuid.uuid4().hex
             (Path(tmp) / "token").write_text(token)
-            log = (Path(tmp) / "agent.log").open("w")  # open as long as the agent runs
+            log_path = args.agent_log or Path(tmp) / "agent.log"
+            log = log_path.open("w")  # open as long as the agent runs
             agent = subprocess.Popen([sys.executable, "-m", "syncer", "run", "--repo", str(bare), "--kubeconfig",
                                       kubeconfig, "--listen", f"127.0.0.1:{port}", "--namespaces", namespace,
                                       "--lease-namespace", namespace, "--cache-dir", str(Path(tmp) / "cache"),
                                       "--api-token-file", str(Path(tmp) / "token"),
-                                      "--log-format", "json", "--log-level", "warning"], stderr=log)
+                                      "--log-format", "json",
+                                      "--log-level", "info" if args.agent_log else "warning"], stderr=log)
             watcher = Watcher(kube, namespace, "bench-supernode-a")
             idle = args.idle_federations + args.idle_releases
             deadline = time.monotonic() + 60 + idle  # the bench unit may come last of all
@@ -247,6 +271,8 @@ def run(args: argparse.Namespace, kubeconfig: str) -> int:
                 t1 = watcher.until(lambda value, _r, i=i: value == str(i))
                 commit_lat.append(t1 - t0)
             print(f"commit-to-applied   ({args.commits} pushes)  {percentiles(commit_lat)}")
+            if args.agent_log:
+                print_breakdown(log_path, args.commits)
 
             drift_lat = []
             path = path_for("StatefulSet", namespace, "bench-supernode-a") + "/scale"
