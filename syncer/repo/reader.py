@@ -1,5 +1,6 @@
 """Reading a config repository's files: never outside its root, never a FIFO, socket or device,
-never more than MAX_FILE_BYTES, each file read once per load; YAML documents parsed with their
+never more than MAX_FILE_BYTES, each file read once per load (and, for the agent's next revision,
+only if its inode, size or times changed: `Reader.digest`); YAML documents parsed with their
 positions, SOPS-encrypted ones decrypted in memory (and kept, by content and keys, so a new
 revision decrypts only the encrypted files that changed)."""
 
