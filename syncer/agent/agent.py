@@ -381,8 +381,9 @@ class Agent:
         """Adopt a new revision; returns the units whose desired state changed. A unit that fails to
         load or render keeps its last good desired state; a unit gone from Git is pruned only if the
         whole revision loaded and rendered without errors."""
-        fresh = plan_repo(state, rendered, revision=revision, default_repository=self.options.repository)
         old = self.installed
+        fresh = plan_repo(state, rendered, revision=revision, default_repository=self.options.repository,
+                          previous=old.plan.units)
         units = dict(old.plan.units)
         digests = dict(old.digests)
         changed: list[Unit] = []
@@ -392,9 +393,8 @@ class Agent:
                 errors_by_unit.setdefault(d.unit, []).append(d)
         for unit, planned in fresh.units.items():
             before = units.get(unit)
-            if before is not None and before.manifests is planned.manifests and before.policy == planned.policy \
-                    and before.node_auth == planned.node_auth and unit in digests:
-                continue  # rendered from the same LoadedUnit: nothing changed (see RenderCache)
+            if before is planned and unit in digests:
+                continue  # rendered from the same LoadedUnit: nothing changed (see plan_repo's `previous`)
             digest = fingerprint({"objects": list(planned.manifests), "policy": dataclasses.asdict(planned.policy),
                                   "nodeAuth": repr(planned.node_auth)})
             if unit not in units:
@@ -418,10 +418,12 @@ class Agent:
                 digests.pop(unit, None)
                 changed.append(unit)
             # also units that left Git while no agent was running (or whose inventory was deleted)
-            changed += [u for u in vanished_units(self.cache.state, fresh.repository, fresh.former_names)
-                        if not fresh.in_git(u) and u not in changed]
-        # what each unit claims, from the desired state kept (a failed unit keeps its last claims)
-        claims = Claims.of_refs(((u, p.refs) for u, p in units.items()), fresh.failed)
+            changed += [u for u in vanished_units(self.cache.state, fresh.repository, fresh.former_names,
+                                                  fresh.in_git) if u not in changed]
+        # what each unit claims, from the desired state kept (a failed unit keeps its last claims);
+        # when that is the fresh plan's units, the fresh plan's claims
+        same = units.keys() == fresh.units.keys() and all(units[u] is p for u, p in fresh.units.items())
+        claims = fresh.claims if same else Claims.of_refs(((u, p.refs) for u, p in units.items()), fresh.failed)
         self.installed = Installed(dataclasses.replace(fresh, units=units, claims=claims), digests)
         return changed
 

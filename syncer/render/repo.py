@@ -9,7 +9,7 @@ kept packed (`syncer.render.packed`) for as long as the cache holds them."""
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -204,11 +204,22 @@ def node_auth_of(loaded: LoadedUnit) -> NodeAuth | None:
 
 
 def plan_repo(state: RepoState, rendered: Rendered, *, selectors: Sequence[str] = (), revision: str = "",
-              default_repository: str = DEFAULT_REPOSITORY) -> Plan:
+              default_repository: str = DEFAULT_REPOSITORY, previous: Mapping[Unit, UnitPlan] | None = None) -> Plan:
     """The engine's plan for a loaded and rendered repository (`rendered` made with the same
     selectors). `default_repository` names it when flower-syncer.yaml does not (see
-    identity.derived_repository_name)."""
+    identity.derived_repository_name). A unit whose manifests are the very object it has in
+    `previous` (a RenderCache hands back what the same LoadedUnit rendered to) keeps its
+    UnitPlan from there, revision included: nothing of it changed."""
     loaded = {u.unit: u for u in state.units}
+    previous = previous or {}
+
+    def unit_plan(unit: Unit, manifests: Sequence[Manifest]) -> UnitPlan:
+        before = previous.get(unit)
+        if before is not None and before.manifests is manifests:
+            return before
+        return UnitPlan(unit, manifests, policy_of(loaded[unit].policy), loaded[unit].source, revision,
+                        node_auth_of(loaded[unit]), rendered.refs.get(unit))
+
     failed = frozenset(rendered.failed | state.failed)
     errors: dict[Unit, str] = {}
     by_id = {u.id: u for u in failed}
@@ -217,9 +228,7 @@ def plan_repo(state: RepoState, rendered: Rendered, *, selectors: Sequence[str] 
             errors.setdefault(by_id[d.unit], d.render().splitlines()[0])
     defined = frozenset(loaded) | failed
     return Plan(
-        units={unit: UnitPlan(unit, manifests, policy_of(loaded[unit].policy), loaded[unit].source, revision,
-                              node_auth_of(loaded[unit]), rendered.refs.get(unit))
-               for unit, manifests in rendered.units.items()},
+        units={unit: unit_plan(unit, manifests) for unit, manifests in rendered.units.items()},
         repository=state.settings.name or default_repository,
         former_names=frozenset(state.settings.renamedFrom) - {state.settings.name or default_repository},
         revision=revision,

@@ -12,6 +12,7 @@ from syncer.agent.agent import Agent, AgentOptions
 from syncer.agent.messages import ObjectChanged
 from syncer.identity import ObjectRef, Unit
 from syncer.observe.metrics import Metrics
+from syncer.plan import Claims
 from syncer.render.repo import render_repo
 from syncer.repo.loader import load_repo
 from syncer.source.git import GitSource
@@ -75,6 +76,23 @@ def test_a_clash_never_removes_a_unit_still_in_git(agent: Agent, tmp_path: Path)
     assert not agent.installed.plan.prune_allowed
     assert {u.id for u in agent.installed.plan.failed} == {FED_UNIT.id, f"supernode/{NS}/aaa"}
     assert agent.units[FED_UNIT].config_errors  # and it says why
+
+
+def test_the_claims_are_those_of_the_units_kept(agent: Agent, tmp_path: Path) -> None:
+    """Taken from the fresh plan when the agent keeps exactly its units, else made from the units
+    kept (a unit that failed claims what its last good state claimed)."""
+    root = repo_at(tmp_path / "r", {"federations/fed.yaml": fed(), "federations/b.yaml": fed("b")})
+    install(agent, root, "r1")
+    repo_at(root, {"federations/b.yaml": fed("b", pool("a") + pool("c"))})
+    assert install(agent, root, "r2") == [Unit("federation", NS, "b")]
+    plan = agent.installed.plan
+    assert plan.claims == Claims.of_refs(((u, p.refs) for u, p in plan.units.items()))
+    assert ObjectRef("StatefulSet", NS, "b-supernode-c") in plan.claims.objects
+    repo_at(root, {"federations/b.yaml": "kind: Federation\n"})  # b fails: keeps its last good claims
+    install(agent, root, "r3")
+    plan = agent.installed.plan
+    assert plan.claims.objects[ObjectRef("StatefulSet", NS, "b-supernode-c")] == Unit("federation", NS, "b")
+    assert plan.claims == Claims.of_refs(((u, p.refs) for u, p in plan.units.items()), plan.failed)
 
 
 def test_a_unit_removed_from_a_clean_repo_is_queued_for_pruning(agent: Agent, tmp_path: Path) -> None:

@@ -271,3 +271,26 @@ def test_symlinked_and_unreadable_files_are_read_at_every_load(tmp_path: Path,
     (tmp_path / "shared/values.yaml").write_text("tls:\n  enabled: true\n")  # what the link points to
     changed = load_repo(tmp_path, cache=files)
     assert [u.model.model_dump()["tls"]["enabled"] for u in changed.units if u.unit.name == "r"] == [True]
+
+
+def test_a_plan_keeps_the_unit_plans_of_units_that_did_not_change(tmp_path: Path) -> None:
+    """The agent plans each revision from the previous plan: a unit rendered from the same
+    LoadedUnit keeps its UnitPlan (the revision that last changed it included), a changed one is
+    planned anew at the new revision, and the claims are those of a plan made from scratch."""
+    three_units(tmp_path)
+    files, renders = LoadCache(), RenderCache()
+    state = load_repo(tmp_path, cache=files)
+    first = plan_repo(state, render_repo(state, cache=renders), revision="r1")
+    (tmp_path / "federations/b.yaml").write_text(
+        fed(GOOD_SPEC.replace("replicas: 2", "replicas: 3")).replace("name: fed\n", "name: b\n"))
+    state = load_repo(tmp_path, cache=files)
+    rendered = render_repo(state, cache=renders)
+    second = plan_repo(state, rendered, revision="r2", previous=first.units)
+    by_name = {u.name: p for u, p in second.units.items()}
+    was = {u.name: p for u, p in first.units.items()}
+    assert by_name["a"] is was["a"] and by_name["r"] is was["r"] and by_name["a"].revision == "r1"
+    assert by_name["b"] is not was["b"] and by_name["b"].revision == "r2"
+    scratch = plan_repo(state, rendered, revision="r2")
+    assert second.claims == scratch.claims
+    assert {u: (p.manifests, p.policy, p.node_auth, p.refs) for u, p in second.units.items()} == \
+        {u: (p.manifests, p.policy, p.node_auth, p.refs) for u, p in scratch.units.items()}

@@ -203,6 +203,8 @@ def test_vanished_units_come_from_inventories_and_labels_of_this_repository() ->
     assert vanished_units(live, "repo") == [A, B]
     assert vanished_units(live, "new-name", former=["repo"]) == [A, B]
     assert vanished_units(live, "other") == [Unit("federation", "ns", "c")]
+    assert vanished_units(live, "repo", in_git=lambda u: u == A) == [B]  # units still in Git are left out
+    assert vanished_units(live, "repo", in_git=lambda u: u == B) == [A]
 
 
 def test_hashes_stay_those_of_earlier_versions() -> None:
