@@ -349,7 +349,8 @@ class Agent:
         self.metrics.fetch_ok()
         same = self.checkout is not None and self.checkout.revision == checkout.revision
         if not same or not self.loaded.is_set():
-            loaded = self.revisions.load(checkout.root)
+            loaded = self.revisions.load(checkout.root, checkout.revision, since=checkout.since,
+                                         changed=checkout.changed)
             self.metrics.set_revision(checkout.revision)
             changed = self._install(loaded.state, loaded.rendered, checkout.revision)
             self.checkout = checkout

@@ -37,10 +37,17 @@ class RevisionLoader:
         self.key_files = key_files
         self._files = LoadCache()
         self._renders = RenderCache()
+        self._loaded: tuple[Path, str] | None = None  # the root and revision of the latest load
 
-    def load(self, root: Path) -> LoadedRevision:
+    def load(self, root: Path, revision: str = "", *, since: str = "",
+             changed: frozenset[str] | None = None) -> LoadedRevision:
+        """Load the checkout of `revision` at `root`. `changed` (the paths that differ from the
+        revision `since`, as Git says) is used only if the previous load was of `since` at `root`."""
         started = time.monotonic()
-        state = load_repo(root, self.decryption(), self._files)
+        if not (since and self._loaded == (root, since)):
+            changed = None
+        self._loaded = (root, revision) if revision else None
+        state = load_repo(root, self.decryption(), self._files, changed)
         rendered = render_repo(state, cache=self._renders)
         return LoadedRevision(state, rendered, self._files.misses, self._files.hits,
                               round((time.monotonic() - started) * 1000))

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -100,6 +100,10 @@ class LoadCache:
         self._pieces: dict[tuple[Any, ...], _Piece] = {}
         self._used: dict[tuple[Any, ...], _Piece] = {}
         self._files: dict[str, tuple[Signature, bytes]] = {}  # see Reader.digest
+        # piece -> its key and files, for the pieces of the latest load read without a symlink on the
+        # way: what a load told which paths changed (see load_repo) takes as it is
+        self._plain: dict[str, tuple[tuple[Any, ...], tuple[str, ...]]] = {}
+        self._plain_used: dict[str, tuple[tuple[Any, ...], tuple[str, ...]]] = {}
         self.hits = 0
         self.misses = 0
 
@@ -107,7 +111,7 @@ class LoadCache:
         return len(self._pieces)
 
     def _begin(self) -> None:
-        self._used = {}
+        self._used, self._plain_used = {}, {}
         self.hits = self.misses = 0
 
     def _get(self, key: tuple[Any, ...]) -> _Piece | None:
@@ -123,12 +127,18 @@ class LoadCache:
 
     def _end(self) -> None:
         self._pieces, self._used = self._used, {}
+        self._plain, self._plain_used = self._plain_used, {}
 
 
-def load_repo(root: Path, decryption: Decryption | None = None, cache: LoadCache | None = None) -> RepoState:
+def load_repo(root: Path, decryption: Decryption | None = None, cache: LoadCache | None = None,
+              changed: Collection[str] | None = None) -> RepoState:
     """Load every unit of the repository at `root`. SOPS-encrypted files are decrypted with
     `decryption`'s keys (none given: checked with their encrypted values left opaque). With a
-    `cache`, what did not change since the cache's previous load is not parsed again."""
+    `cache`, what did not change since the cache's previous load is not parsed again; given also
+    the paths that `changed` since that load (relative to `root`, as Git lists them between two
+    revisions), a federation file or release folder none of whose paths changed, and which was read
+    without a symlink on the way, is not even looked at: a one-file commit to a repository of 2,000
+    units opens one file."""
     if cache is not None:
         cache._begin()
     diags: list[Diagnostic] = []
@@ -139,7 +149,7 @@ def load_repo(root: Path, decryption: Decryption | None = None, cache: LoadCache
         diags.append(Diagnostic(str(root), 0, 0, "", "config repository directory does not exist",
                                 "pass the path of a directory holding federations/ and supernodes/"))
         return state
-    pieces = _Pieces(reader, state, cache)
+    pieces = _Pieces(reader, state, cache, changed)
     try:
         _load_units(reader, state, pieces)
     finally:
@@ -157,23 +167,57 @@ class _Pieces:
     """Loads a federation file or a release folder into the state, or replays what it added to the
     cache's previous load when its files and the load's settings and keys are the same."""
 
-    def __init__(self, reader: Reader, state: RepoState, cache: LoadCache | None) -> None:
+    def __init__(self, reader: Reader, state: RepoState, cache: LoadCache | None,
+                 changed: Collection[str] | None = None) -> None:
         self.reader, self.state, self.cache = reader, state, cache
         keys = hashlib.sha256("\0".join(str(i) for i in reader.decryption.identities).encode()).digest()
         self.context = (state.settings.model_dump_json(), reader.decryption.required, keys)
+        self.touched: set[str] | None = None  # the pieces (files, release folders) a change is in
+        if cache is not None and changed is not None:
+            self.touched = {*changed, *("/".join(p.split("/", 2)[:2]) for p in changed
+                                        if p.startswith(SUPERNODES_DIR + "/"))}
+
+    def replay(self, what: str) -> bool:
+        """Add the piece `what` as the previous load did, without looking at its files, when the
+        load was told what changed, nothing of it did, and the previous load read it plainly
+        under the same settings and keys. False: load it as usual."""
+        if self.touched is None or what in self.touched or self.cache is None:
+            return False
+        known = self.cache._plain.get(what)
+        if known is None or known[0][0] != self.context:
+            return False
+        key, files = known
+        piece = self.cache._get(key)
+        if piece is None:
+            return False
+        self.cache._plain_used[what] = known
+        for f in files:  # their signatures, for a later load not told what changed
+            seen = self.cache._files.get(f)
+            if seen is not None:
+                self.reader.seen[f] = seen
+        self._add(piece, replayed=True)
+        return True
 
     def digest(self, path: Path) -> bytes | None:
         """What a file the piece reads holds, for its key (without a cache no key is needed)."""
         return self.reader.digest(path) if self.cache is not None else None
 
-    def load(self, what: str, rels: list[str], inputs: list[bytes | None], load: Callable[[RepoState], None]) -> None:
+    def load(self, what: str, rels: list[str], inputs: list[bytes | None], load: Callable[[RepoState], None],
+             folder: Path | None = None) -> None:
         """`load` adds the piece to the state it is given; `rels` are the files it reads, `inputs`
-        the digests of everything it depends on besides the settings and keys."""
+        the digests of everything it depends on besides the settings and keys; `folder` the release
+        folder it lists, if any."""
         if self.cache is None:
             load(self.state)
             return
         key = (self.context, what, tuple(inputs))
+        # replayable by a later load told what changed: its files were read cleanly (nothing said about
+        # them outside the piece) and plainly (Reader.seen has them), and so was its folder
+        files = tuple(str(self.reader.root / rel) for rel in rels)
+        if all(f in self.reader.seen for f in files) and (folder is None or self.reader.plain(folder, folder=True)):
+            self.cache._plain_used[what] = (key, files)
         piece = self.cache._get(key)
+        hit = piece is not None
         if piece is None:
             scratch = RepoState(root=self.state.root, settings=self.state.settings)
             load(scratch)
@@ -183,7 +227,10 @@ class _Pieces:
                            tuple((f, tuple(r.opaque[f])) for f in rels if f in r.opaque),
                            frozenset(f for f in rels if f in r.encrypted))
             self.cache._put(key, piece)
-        else:
+        self._add(piece, replayed=hit)
+
+    def _add(self, piece: _Piece, *, replayed: bool) -> None:
+        if replayed:  # what reading its files would have told the reader
             for f, values in piece.secrets:
                 self.reader.secrets[f] = self.reader.secrets.get(f, frozenset()) | values
             for f, paths in piece.opaque:
@@ -206,9 +253,12 @@ def _load_units(reader: Reader, state: RepoState, pieces: _Pieces) -> None:
     if fed_dir.is_dir():
         for path in reader.yaml_files(fed_dir):
             rel = reader.rel(path)
-            pieces.load(rel, [rel], [pieces.digest(path)], functools.partial(_load_federation_file, reader, path))
+            if not pieces.replay(rel):
+                pieces.load(rel, [rel], [pieces.digest(path)], functools.partial(_load_federation_file, reader, path))
     if sn_dir.is_dir():
         for release_dir in sorted(p for p in sn_dir.iterdir() if not p.name.startswith(".")):
+            if pieces.replay(reader.rel(release_dir)):
+                continue
             if release_dir.is_dir():
                 _load_release_folder(reader, release_dir, pieces)
             elif release_dir.suffix in YAML_SUFFIXES:
@@ -231,7 +281,7 @@ def _load_release_folder(reader: Reader, folder: Path, pieces: _Pieces) -> None:
     read = [folder / n for n in (RELEASE_FILE, values, SECRETS_FILE) if exists(n)]
     inputs = [hashlib.sha256("\0".join(names).encode()).digest(), *(pieces.digest(path) for path in read)]
     pieces.load(reader.rel(folder), [reader.rel(p) for p in read], inputs,
-                functools.partial(_load_release, reader, folder))
+                functools.partial(_load_release, reader, folder), folder)
 
 
 def _load_settings(reader: Reader) -> RepoSettings:

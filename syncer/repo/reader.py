@@ -156,6 +156,10 @@ class Reader:
             return False
         return True
 
+    def plain(self, path: Path, *, folder: bool = False) -> bool:
+        """`path` (a file, or a `folder`) lies under the root with no symlink on the way."""
+        return self._plain_folder(str(path)) if folder else self._plain(str(path))
+
     def _plain(self, path: str) -> bool:
         """`path` lies under the root and neither it nor a folder between is a symlink."""
         return self._plain_stat(path) is not None

@@ -111,6 +111,11 @@ class Checkout:
     subject: str
     author: str
     committed_at: float
+    since: str = ""
+    """The revision checked out before this one (empty for a first or fresh checkout)."""
+    changed: frozenset[str] | None = None
+    """Paths under `root` (relative, "/"-separated) that differ from `since`, as Git says; None
+    when not known. A loader may trust every other file to be as it was at `since`."""
 
 
 class _LocalFailure(Exception):
@@ -349,8 +354,22 @@ class GitSource:
             committed_at = float(committed)
         except ValueError:
             committed_at = 0.0
+        since = self._last.revision if self._last is not None and self._last.revision != sha else ""
         return Checkout(revision=sha, root=root, ref=remote_ref or sha, subject=subject, author=author,
-                        committed_at=committed_at)
+                        committed_at=committed_at, since=since, changed=self._changed(s, since, sha))
+
+    def _changed(self, s: _Session, since: str, sha: str) -> frozenset[str] | None:
+        """The paths under the sub-path that differ between `since` and `sha` (None if git cannot
+        tell, e.g. a fresh clone without `since`)."""
+        if not since:
+            return None
+        args = ["diff", "--name-only", "-z", "--no-renames", "--no-ext-diff"]
+        if self._path:
+            args.append(f"--relative={self._path}/")
+        res = self._git(s, [*args, since, sha, "--"], self._gitdir)
+        if res.status != 0:
+            return None
+        return frozenset(p for p in res.out.split("\0") if p)
 
     def _ls_remote(self, s: _Session, patterns: list[str]) -> tuple[dict[str, str], dict[str, str]]:
         res = self._remote(s, ["ls-remote", "--symref", "--", self._url, *patterns], None)

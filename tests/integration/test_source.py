@@ -229,6 +229,26 @@ def test_sub_path(tmp_path: Path, work: Repo) -> None:
     assert files(co) == {"federations/a.yaml": FED_A}
 
 
+@pytest.mark.parametrize("path", ["", "config"])
+def test_a_checkout_lists_the_paths_changed_since_the_previous_one(tmp_path: Path, work: Repo, path: str) -> None:
+    """As Git says (paths under the sub-path, relative to it): what the loader may skip depends on it."""
+    src = source(work.path, tmp_path, path=path)
+    first = src.fetch()
+    assert (first.since, first.changed) == ("", None)  # nothing to compare with
+    work.git("mv", "config/federations/a.yaml", "config/federations/renamed.yaml")
+    work.commit("rename a, add b, touch the README", {"config/federations/b.yaml": FED_B, "README.md": "hi\n",
+                                                     "config/supernodes/r/values.yaml": "x: 1\n"})
+    second = src.fetch()
+    prefix = "" if path else "config/"
+    expected = {f"{prefix}federations/a.yaml", f"{prefix}federations/renamed.yaml", f"{prefix}federations/b.yaml",
+                f"{prefix}supernodes/r/values.yaml"} | ({"README.md"} if not path else set())
+    assert second.since == first.revision and second.changed == expected
+    assert src.fetch() is second  # unchanged: the same checkout
+    work.commit("outside the sub-path only", {"README.md": "bye\n"})
+    third = src.fetch()
+    assert third.changed == ({"README.md"} if not path else set())
+
+
 @pytest.mark.parametrize("path", ["../outside", "config/../../outside", "/etc", "config/../..", ".git"])
 def test_sub_path_that_escapes_is_refused(tmp_path: Path, work: Repo, path: str) -> None:
     with pytest.raises(SourceError) as err:

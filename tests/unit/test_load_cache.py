@@ -8,15 +8,17 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
+from syncer.agent.revision import LoadedRevision, RevisionLoader
 from syncer.identity import ObjectRef
+from syncer.models.federation import Federation
 from syncer.plan import Claims
 from syncer.render.packed import PackedManifests
 from syncer.render.repo import RenderCache, Rendered, plan_repo, render_repo
-from syncer.repo import reader
+from syncer.repo import loader, reader
 from syncer.repo.loader import LoadCache, RepoState, load_repo
 from tests.unit.test_broken_inputs import CASES, GOOD_SPEC, Case, _write, fed
 
@@ -45,29 +47,52 @@ def cached(root: Path, files: LoadCache, renders: RenderCache) -> dict[str, Any]
     return outcome(state, render_repo(state, cache=renders))
 
 
-@pytest.mark.parametrize("trusted", [False, True], ids=["files-read", "signatures-trusted"])
+def differing(a: Path, b: Path) -> frozenset[str]:
+    """The paths that differ between two trees (content, kind or link target), as `git diff
+    --name-only` lists them between two commits."""
+    def tree(root: Path) -> dict[str, tuple[str, bytes]]:
+        out = {}
+        for p in root.rglob("*"):
+            if p.is_symlink():
+                out[p.relative_to(root).as_posix()] = ("link", str(p.readlink()).encode())
+            elif p.is_file():
+                out[p.relative_to(root).as_posix()] = ("file", p.read_bytes())
+        return out
+    ta, tb = tree(a), tree(b)
+    return frozenset(p for p in ta.keys() | tb.keys() if ta.get(p) != tb.get(p))
+
+
+@pytest.mark.parametrize("mode", ["files-read", "signatures-trusted", "changes-told"])
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_a_warm_cache_changes_nothing_for_broken_input(case: Case, trusted: bool, tmp_path: Path,
+def test_a_warm_cache_changes_nothing_for_broken_input(case: Case, mode: str, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """Each broken case beside a good federation and release: parsed, then replayed, then reached
     from a good revision (only the broken files parsed anew), always the same as a fresh load;
-    with every file read again, and with the files whose signatures are unchanged not read."""
-    if trusted:
+    with every file read again, with the files whose signatures are unchanged not read, and with
+    the load told which paths changed (as the agent is, by Git)."""
+    if mode != "files-read":
         real = reader._now_ns
         monkeypatch.setattr(reader, "_now_ns", lambda: real() + 10_000_000_000)
     good = tmp_path / "good"
     _write(good, {"federations/other.yaml": fed().replace("name: fed\n", "name: other\n"),
                   "supernodes/ok/values.yaml": "tls:\n  enabled: false\n"})
     broken = tmp_path / "broken"
-    shutil.copytree(good, broken)
+    shutil.copytree(good, broken, symlinks=True)
     _write(broken, case.files)
+    told = mode == "changes-told"
+    diff = differing(good, broken)
+
+    def load(root: Path, changed: frozenset[str]) -> dict[str, Any]:
+        state = load_repo(root, cache=files, changed=changed if told else None)
+        return outcome(state, render_repo(state, cache=renders))
+
     files, renders = LoadCache(), RenderCache()
     assert cached(good, files, renders) == uncached(good)
     expected = uncached(broken)
-    assert cached(broken, files, renders) == expected  # from the good revision's cache
-    assert cached(broken, files, renders) == expected  # all replayed
+    assert load(broken, diff) == expected  # from the good revision's cache
+    assert load(broken, frozenset()) == expected  # all replayed
     assert files.misses == 0
-    assert cached(good, files, renders) == uncached(good)  # and back
+    assert load(good, diff) == uncached(good)  # and back
 
 
 def test_the_example_repo_loads_the_same_from_a_warm_cache(tmp_path: Path) -> None:
@@ -294,3 +319,70 @@ def test_a_plan_keeps_the_unit_plans_of_units_that_did_not_change(tmp_path: Path
     assert second.claims == scratch.claims
     assert {u: (p.manifests, p.policy, p.node_auth, p.refs) for u, p in second.units.items()} == \
         {u: (p.manifests, p.policy, p.node_auth, p.refs) for u, p in scratch.units.items()}
+
+
+@pytest.mark.usefixtures("later")
+def test_a_load_told_what_changed_looks_at_nothing_else(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    three_units(tmp_path)
+    reads, files, renders = Reads(monkeypatch), LoadCache(), RenderCache()
+    listed: list[str] = []
+    real_folder = loader._load_release_folder
+
+    def listing(r: reader.Reader, folder: Path, pieces: Any) -> None:
+        listed.append(folder.name)
+        real_folder(r, folder, pieces)
+
+    monkeypatch.setattr(loader, "_load_release_folder", listing)
+    cached(tmp_path, files, renders)
+    reads.take()
+    listed.clear()
+    b = tmp_path / "federations/b.yaml"
+    b.write_text(fed(GOOD_SPEC.replace("replicas: 2", "replicas: 12")).replace("name: fed\n", "name: b\n"))
+    state = load_repo(tmp_path, cache=files, changed={"federations/b.yaml", "README.md"})
+    assert reads.take() == ["federations/b.yaml"] and listed == []
+    assert outcome(state, render_repo(state, cache=renders)) == uncached(tmp_path)
+    reads.take()
+    listed.clear()
+    (tmp_path / "supernodes/r/release.yaml").write_text("namespace: elsewhere\n")  # a file new in the folder
+    state = load_repo(tmp_path, cache=files, changed={"supernodes/r/release.yaml"})
+    assert listed == ["r"] and "supernodes/r/release.yaml" in reads.take()
+    assert {u.unit.namespace for u in state.units if u.unit.name == "r"} == {"elsewhere"}
+    (tmp_path / "federations/b.yaml").unlink()
+    state = load_repo(tmp_path, cache=files, changed={"federations/b.yaml"})
+    assert sorted(u.unit.name for u in state.units) == ["a", "r"] and reads.take() == []
+    assert outcome(state, render_repo(state, cache=renders)) == uncached(tmp_path)
+
+
+@pytest.mark.usefixtures("later")
+def test_a_piece_read_through_a_symlink_is_read_even_when_told_it_did_not_change(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Git lists the file a symlink points to, not the symlink: such a piece is always read."""
+    three_units(tmp_path)
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "supernodes/r/values.yaml").rename(tmp_path / "shared/values.yaml")
+    (tmp_path / "supernodes/r/values.yaml").symlink_to("../../shared/values.yaml")
+    files = LoadCache()
+    load_repo(tmp_path, cache=files)
+    (tmp_path / "shared/values.yaml").write_text("tls:\n  enabled: true\n")
+    state = load_repo(tmp_path, cache=files, changed={"shared/values.yaml"})
+    assert [u.model.model_dump()["tls"]["enabled"] for u in state.units if u.unit.name == "r"] == [True]
+
+
+@pytest.mark.usefixtures("later")
+def test_the_agent_trusts_what_changed_only_since_the_revision_it_loaded_last(tmp_path: Path) -> None:
+    three_units(tmp_path)
+    revisions = RevisionLoader()
+    revisions.load(tmp_path, "r1")
+
+    def replicas(loaded: LoadedRevision) -> list[int]:
+        return [p.replicas for u in loaded.state.units if u.unit.name == "b"
+                for p in cast(Federation, u.model).spec.supernodes.pools]
+
+    b = tmp_path / "federations/b.yaml"
+    b.write_text(fed(GOOD_SPEC.replace("replicas: 2", "replicas: 12")).replace("name: fed\n", "name: b\n"))
+    assert replicas(revisions.load(tmp_path, "r3", since="r2", changed=frozenset())) == [12]  # r2 never loaded
+    # (another size: within one clock tick an edit in place of the same size keeps the signature, which
+    # the fixture's clock trusts; the agent's does not: see RACY_NS)
+    b.write_text(fed(GOOD_SPEC.replace("replicas: 2", "replicas: 123")).replace("name: fed\n", "name: b\n"))
+    assert replicas(revisions.load(tmp_path, "r4", since="r3", changed=frozenset())) == [12]  # as Git said
+    assert replicas(revisions.load(tmp_path, "r5", since="r4", changed=frozenset({"federations/b.yaml"}))) == [123]
