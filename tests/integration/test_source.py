@@ -242,11 +242,11 @@ def test_a_checkout_lists_the_paths_changed_since_the_previous_one(tmp_path: Pat
     prefix = "" if path else "config/"
     expected = {f"{prefix}federations/a.yaml", f"{prefix}federations/renamed.yaml", f"{prefix}federations/b.yaml",
                 f"{prefix}supernodes/r/values.yaml"} | ({"README.md"} if not path else set())
-    assert second.since == first.revision and second.changed == expected
+    assert second.since == first.revision and second.changed == frozenset(expected)
     assert src.fetch() is second  # unchanged: the same checkout
     work.commit("outside the sub-path only", {"README.md": "bye\n"})
     third = src.fetch()
-    assert third.changed == ({"README.md"} if not path else set())
+    assert third.changed == frozenset({"README.md"} if not path else ())
 
 
 @pytest.mark.parametrize("path", ["../outside", "config/../../outside", "/etc", "config/../..", ".git"])

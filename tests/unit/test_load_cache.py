@@ -374,7 +374,7 @@ def test_the_agent_trusts_what_changed_only_since_the_revision_it_loaded_last(tm
     revisions = RevisionLoader()
     revisions.load(tmp_path, "r1")
 
-    def replicas(loaded: LoadedRevision) -> list[int]:
+    def replicas(loaded: LoadedRevision) -> list[int | None]:
         return [p.replicas for u in loaded.state.units if u.unit.name == "b"
                 for p in cast(Federation, u.model).spec.supernodes.pools]
 
