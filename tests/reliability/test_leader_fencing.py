@@ -56,10 +56,13 @@ class AuditedCluster:
     audit_log: Path
 
     def writes(self, namespace: str) -> list[dict[str, Any]]:
-        """Every write in `namespace` so far (including refused ones), in the order received."""
+        """Every write in `namespace` so far (including refused ones), in the order received. A last
+        line the API server is still writing (no newline yet) is left for the next read."""
         events = []
         with self.audit_log.open() as fh:
             for line in fh:
+                if not line.endswith("\n"):
+                    break
                 event = json.loads(line)
                 if (event.get("objectRef") or {}).get("namespace") == namespace:
                     events.append(event)
