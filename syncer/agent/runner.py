@@ -25,6 +25,7 @@ from syncer.cluster.lease import LeaderElector
 from syncer.http import AgentServer
 from syncer.identity import UnknownUnit, derived_repository_name
 from syncer.logs import configure
+from syncer.observe.gc_pauses import GCPauses
 from syncer.observe.metrics import Metrics
 from syncer.observe.notify import Notifier, load_receivers
 from syncer.observe.status import targets_from
@@ -89,6 +90,8 @@ def run(config: AgentConfig) -> int:
     source = GitSource(spec)
     metrics = Metrics()
     metrics.set_poll_interval(config.interval)
+    gc_pauses = GCPauses()
+    metrics.registry.register(gc_pauses)
     try:
         repository = derived_repository_name(*source_location(config.repo, config.path))
     except SourceError as exc:
@@ -127,6 +130,7 @@ def run(config: AgentConfig) -> int:
     log.info("flower-syncer agent starting", version=__version__, source=source.describe(),
              listen=f"{server.address[0]}:{server.address[1]}", leader_election=config.leader_elect,
              namespaces=config.namespaces or "all")
+    gc_pauses.install()
     agent.start()
     watcher = None
     local = source.local_paths()
@@ -153,6 +157,7 @@ def run(config: AgentConfig) -> int:
     status_thread = threading.Thread(target=_status_loop, args=(agent, status_cache, metrics, stop), name="status",
                                      daemon=True)
     status_thread.start()
+    threading.Thread(target=_log_gc_pauses, args=(gc_pauses, stop), name="gc-pauses", daemon=True).start()
     stop.wait()
 
     if watcher is not None:
@@ -167,6 +172,7 @@ def run(config: AgentConfig) -> int:
     recorder.stop()
     if notifier is not None:
         notifier.stop()
+    gc_pauses.uninstall()
     log.info("flower-syncer agent stopped")
     return 0
 
@@ -209,3 +215,13 @@ def _status_loop(agent: Agent, cache: StatusCache, metrics: Metrics, stop: threa
         except Exception as exc:  # status is best effort; the next round tries again
             log.warning("status collection failed", error=str(exc))
             time.sleep(1)
+
+
+def _log_gc_pauses(pauses: GCPauses, stop: threading.Event) -> None:
+    """Log each garbage collection that stopped the agent for `pauses.slow` seconds or more (the
+    collector's callback itself must not log: it may run inside the logging machinery)."""
+    while not stop.is_set():
+        pause = pauses.next_slow(timeout=1.0)
+        if pause is not None:
+            log.info("garbage collection paused the agent", generation=pause.generation,
+                     ms=round(pause.seconds * 1000, 1), collected=pause.collected)

@@ -43,6 +43,7 @@ flower_syncer_node_gpus_allocatable                gauge      node, resource    
 flower_syncer_node_gpus_used                       gauge      node, resource        GPUs of pods bound there (any owner)
 flower_syncer_leader                               gauge      -                     1 while holding the leader lease
 flower_syncer_fenced_syncs_total                   counter    -                     syncs stopped by the lease fence
+flower_syncer_gc_pause_seconds                     histogram  generation            Python GC stops (observe.gc_pauses)
 flower_syncer_up                                   gauge      -                     always 1
 flower_syncer_build_info                           gauge      version               always 1; the agent's version
 =================================================  =========  ====================  ====================================
