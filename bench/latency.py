@@ -44,6 +44,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.agent_log import Commit, read_records, table, timelines  # noqa: E402
 from bench.benchcluster import bench_cluster, wait_for_pods  # noqa: E402
 from bench.repogen import expected_pods, make_repo, nodes_for  # noqa: E402
 from syncer.cluster.client import Kube, path_for  # noqa: E402
@@ -75,6 +76,11 @@ GIT_ENV = {**os.environ, "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@
 
 def git(cwd: Path, *args: str) -> None:
     subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, env=GIT_ENV)
+
+
+def head(cwd: Path) -> str:
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, check=True, capture_output=True, text=True,
+                          env=GIT_ENV).stdout.strip()
 
 
 def free_port() -> int:
@@ -157,23 +163,22 @@ def main() -> int:
         return run(args, kubeconfig)
 
 
-def print_breakdown(log_path: Path, commits: int) -> None:
-    """The agent's own share of the last `commits` commits: loading and rendering each revision,
-    and syncing the changed unit (the rest is git push, the change event, the fetch, the queue
-    and the watch that sees the object)."""
-    records = []
-    for line in log_path.read_text().splitlines():
-        try:
-            records.append(json.loads(line))
-        except ValueError:
-            continue
-    loads = [r["ms"] / 1000 for r in records if r.get("event") == "revision loaded"][-commits:]
+def print_breakdown(log_path: Path, commits: list[Commit]) -> None:
+    """The agent's own share of each commit (see bench/agent_log.py): one row per commit, then the
+    percentiles of its load+render and of the bench unit's sync."""
+    records = read_records(log_path)
+    print(table(timelines(records, commits)))
+    n = len(commits)
+    loads = [r["ms"] / 1000 for r in records if r.get("event") == "revision loaded"][-n:]
     syncs = [r["seconds"] for r in records
-             if r.get("event") == "unit synced" and str(r.get("unit", "")).endswith("/bench")][-commits:]
+             if r.get("event") == "unit synced" and str(r.get("unit", "")).endswith("/bench")][-n:]
+    pauses = [r["ms"] / 1000 for r in records if r.get("event") == "garbage collection paused the agent"]
     if loads:
         print(f"  of which load+render          {percentiles(loads)}")
     if syncs:
         print(f"  of which the unit's sync      {percentiles(syncs)}")
+    if pauses:
+        print(f"  GC pauses >= 0.1 s in the whole run: {len(pauses)}, {percentiles(pauses)}")
 
 
 def memory_mib(pid: int) -> tuple[float, float]:
@@ -263,16 +268,19 @@ def run(args: argparse.Namespace, kubeconfig: str) -> int:
             print(f"no-op resync         {resync_s:8.2f} s   {resync_units} units, {resync_writes} writes", flush=True)
 
             commit_lat = []
+            pushed: list[Commit] = []
             for i in range(1, args.commits + 1):
                 (work / "federations" / "bench.yaml").write_text(FED.format(round=i))
                 git(work, "commit", "-qam", f"round {i}")
-                t0 = time.perf_counter()
+                sha = head(work)
+                wall0, t0 = time.time(), time.perf_counter()
                 git(work, "push", "-q", "origin", "HEAD:main")
                 t1 = watcher.until(lambda value, _r, i=i: value == str(i))
                 commit_lat.append(t1 - t0)
+                pushed.append(Commit(sha, wall0, wall0 + t1 - t0))
             print(f"commit-to-applied   ({args.commits} pushes)  {percentiles(commit_lat)}")
             if args.agent_log:
-                print_breakdown(log_path, args.commits)
+                print_breakdown(log_path, pushed)
 
             drift_lat = []
             path = path_for("StatefulSet", namespace, "bench-supernode-a") + "/scale"
