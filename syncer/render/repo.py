@@ -18,7 +18,7 @@ from syncer.identity import DEFAULT_REPOSITORY, Manifest, ObjectRef, Unit, unit_
 from syncer.models.federation import Federation
 from syncer.models.settings import Guardrails, SyncPolicy
 from syncer.plan import Claims, NodeAuth, Plan, Policy, UnitPlan, refs_of
-from syncer.render.common import RenderContext, object_ref, sort_manifests
+from syncer.render.common import RenderContext, sort_manifests
 from syncer.render.federation import render_federation
 from syncer.render.guardrails import check_guardrails
 from syncer.render.packed import pack
@@ -36,6 +36,9 @@ class Rendered:
     """Units rendered cleanly but left out by the selectors: they still claim their objects."""
     refs: dict[Unit, tuple[ObjectRef, ...]] = field(default_factory=dict)
     """The references of each unit's manifests (units and unselected), made once per render."""
+    claims: Mapping[ObjectRef, Unit] | None = None
+    """Which unit renders each object of `units` and `unselected` (None: not made). Never changed
+    once handed out: a RenderCache copies it before it changes it for the next render."""
 
     @property
     def clean(self) -> bool:
@@ -53,8 +56,67 @@ class _Done:
     rails: Guardrails
     manifests: Sequence[Manifest]
     crossed: list[Diagnostic]
-    refs: tuple[str, ...]  # distinct, as object_ref writes them (to find clashes)
     object_refs: tuple[ObjectRef, ...]  # one per manifest (the claims)
+
+
+class _Owners:
+    """Which rendered units render each object, kept up to date from one render to the next by
+    adding the units rendered anew and removing those gone: a one-file commit to a repository of
+    28,000 objects touches its own unit's objects, not all of them. Only units that claim objects
+    (rendered, within their guardrails) are entered."""
+
+    def __init__(self) -> None:
+        # one _Done per object, or a list of them while two or more render it (a clash)
+        self.by_ref: dict[ObjectRef, _Done | list[_Done]] = {}
+        self.clashing: set[ObjectRef] = set()
+        self.entered: dict[int, _Done] = {}  # by id of the _Done (held, so ids stay unique)
+        self.claims: dict[ObjectRef, Unit] = {}  # one claimant per object (the last entered, in a clash)
+        self._claims_shared = False  # handed out: copy before changing it
+
+    def claimants(self, ref: ObjectRef) -> list[_Done]:
+        owners = self.by_ref[ref]
+        return owners if isinstance(owners, list) else [owners]
+
+    def update(self, claiming: dict[int, _Done]) -> None:
+        """Make the entries exactly `claiming`."""
+        gone = [d for key, d in self.entered.items() if key not in claiming]
+        new = [d for key, d in claiming.items() if key not in self.entered]
+        if not gone and not new:
+            return
+        if self._claims_shared:
+            self.claims, self._claims_shared = dict(self.claims), False
+        for done in gone:
+            for ref in dict.fromkeys(done.object_refs):
+                owners = self.by_ref[ref]
+                if not isinstance(owners, list):
+                    del self.by_ref[ref], self.claims[ref]
+                    continue
+                owners.remove(done)
+                self.claims[ref] = owners[-1].loaded.unit
+                if len(owners) == 1:
+                    self.by_ref[ref] = owners[0]
+                    self.clashing.discard(ref)
+        for done in new:
+            unit = done.loaded.unit
+            for ref in dict.fromkeys(done.object_refs):
+                held = self.by_ref.get(ref)
+                if held is None:
+                    self.by_ref[ref] = done
+                elif isinstance(held, list):
+                    held.append(done)
+                else:
+                    self.by_ref[ref] = [held, done]
+                    self.clashing.add(ref)
+                self.claims[ref] = unit
+        self.entered = dict(claiming)
+
+    def shared_claims(self, excluded: set[Unit]) -> dict[ObjectRef, Unit]:
+        """The claims of the entered units not `excluded` (units that clash), for a Rendered: the
+        same dict as long as nothing changes, never changed once handed out."""
+        if excluded:
+            return {ref: unit for ref, unit in self.claims.items() if unit not in excluded}
+        self._claims_shared = True
+        return self.claims
 
 
 class RenderCache:
@@ -65,6 +127,7 @@ class RenderCache:
 
     def __init__(self) -> None:
         self._done: dict[int, _Done] = {}
+        self._owners = _Owners()
         self.hits = 0
 
     def __len__(self) -> int:
@@ -129,7 +192,7 @@ def _render(loaded: LoadedUnit, rails: Guardrails, cache: RenderCache | None, us
         crossed = check_guardrails(loaded.unit, manifests, rails, loaded.source, loaded.line)
         # kept across revisions by the cache (the agent): compact (see syncer.render.packed)
         done = _Done(loaded, rails, pack(manifests) if cache is not None else manifests, crossed,
-                     tuple(dict.fromkeys(object_ref(m) for m in manifests)), refs_of(manifests))
+                     refs_of(manifests))
     used[id(loaded)] = done
     return done
 
@@ -140,7 +203,7 @@ def _render_repo(state: RepoState, selectors: list[str] | None, cache: RenderCac
     result = Rendered(failed=set(state.failed))
     chosen = {u.unit for u in select_units(state.units, selectors or [])[0]}
     rendered: dict[Unit, tuple[LoadedUnit, Sequence[Manifest]]] = {}
-    owners: dict[str, list[LoadedUnit]] = {}
+    claiming: dict[int, _Done] = {}
     rails = state.settings.guardrails
     used: dict[int, _Done] = {}
     if cache is not None:
@@ -153,19 +216,19 @@ def _render_repo(state: RepoState, selectors: list[str] | None, cache: RenderCac
             continue
         rendered[loaded.unit] = (loaded, done.manifests)
         result.refs[loaded.unit] = done.object_refs
-        for ref in done.refs:
-            owners.setdefault(ref, []).append(loaded)
+        claiming[id(done)] = done
+    owners = cache._owners if cache is not None else _Owners()
+    owners.update(claiming)
     if cache is not None:
         cache._done = used
     # Two units rendering the same object: both fail (neither may take the other's object, and
     # which one came first is not something Git can tell us). Each names the other.
     clashes: dict[Unit, tuple[LoadedUnit, list[str], dict[Unit, LoadedUnit]]] = {}
-    for ref, claimants in owners.items():
-        if len(claimants) < 2:
-            continue
+    for ref in sorted(owners.clashing):
+        claimants = [d.loaded for d in owners.claimants(ref)]
         for loaded in claimants:
             _, refs, others = clashes.setdefault(loaded.unit, (loaded, [], {}))
-            refs.append(ref)
+            refs.append(str(ref))
             others.update((o.unit, o) for o in claimants if o is not loaded)
     for unit, (loaded, refs, others) in clashes.items():
         names = ", ".join(f"{o.unit.kind} {o.unit.name!r} ({o.source})" for _, o in sorted(others.items()))
@@ -185,6 +248,7 @@ def _render_repo(state: RepoState, selectors: list[str] | None, cache: RenderCac
             result.units[unit] = manifests
         else:
             result.unselected[unit] = manifests
+    result.claims = owners.shared_claims({u for u in rendered if u in result.failed})
     result.diagnostics.sort()
     return result
 
@@ -235,8 +299,9 @@ def plan_repo(state: RepoState, rendered: Rendered, *, selectors: Sequence[str] 
         failed=failed,
         errors=errors,
         defined=defined,
-        claims=Claims.of_refs([(u, rendered.refs.get(u) or refs_of(ms))
-                               for u, ms in [*rendered.units.items(), *rendered.unselected.items()]], failed),
+        claims=Claims(rendered.claims, failed) if rendered.claims is not None else Claims.of_refs(
+            [(u, rendered.refs.get(u) or refs_of(ms)) for u, ms in [*rendered.units.items(),
+                                                                    *rendered.unselected.items()]], failed),
         prune_allowed=state.clean and rendered.clean,
         repo_prune=state.settings.policy.prune,
         selectors=tuple(selectors),

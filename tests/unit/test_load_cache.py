@@ -34,6 +34,7 @@ def outcome(state: RepoState, rendered: Rendered) -> dict[str, Any]:
         "files": state.files,
         "secrets": state.secrets,
         "manifests": rendered.units,
+        "claims": dict(plan_repo(state, rendered).claims.objects),
     }
 
 
@@ -386,3 +387,37 @@ def test_the_agent_trusts_what_changed_only_since_the_revision_it_loaded_last(tm
     b.write_text(fed(GOOD_SPEC.replace("replicas: 2", "replicas: 123")).replace("name: fed\n", "name: b\n"))
     assert replicas(revisions.load(tmp_path, "r4", since="r3", changed=frozenset())) == [12]  # as Git said
     assert replicas(revisions.load(tmp_path, "r5", since="r4", changed=frozenset({"federations/b.yaml"}))) == [123]
+
+
+def test_claims_and_clashes_follow_each_revision_from_a_warm_cache(tmp_path: Path) -> None:
+    """Two releases come to render the same objects, then one more, then they part again: with the
+    render cache's running owners map the failed units, their messages and the claims are those of
+    a fresh render at every step, and claims handed out for one revision never change afterwards."""
+    three_units(tmp_path)
+    files, renders = LoadCache(), RenderCache()
+    values = tmp_path / "supernodes"
+
+    def release(name: str, text: str) -> None:
+        (values / name).mkdir(exist_ok=True)
+        (values / name / "values.yaml").write_text("tls:\n  enabled: false\n" + text)
+
+    steps = [
+        lambda: release("s", ""),
+        lambda: release("s", "fullnameOverride: r-flower-client\n"),  # clashes with r
+        lambda: release("t", "fullnameOverride: r-flower-client\n"),  # a third one
+        lambda: release("s", ""),  # s leaves the clash, r and t stay in it
+        lambda: shutil.rmtree(values / "t"),  # r is alone again
+        lambda: (tmp_path / "federations" / "b.yaml").unlink(),
+    ]
+    clashing = []
+    handed_out: list[tuple[Any, dict[ObjectRef, Any]]] = []
+    for step in steps:
+        step()
+        state = load_repo(tmp_path, cache=files)
+        rendered = render_repo(state, cache=renders)
+        assert outcome(state, rendered) == uncached(tmp_path)
+        clashing.append(sorted(u.name for u in rendered.failed))
+        handed_out.append((rendered.claims, dict(rendered.claims or {})))
+    assert clashing == [[], ["r", "s"], ["r", "s", "t"], ["r", "t"], [], []]
+    for kept, copy in handed_out:
+        assert kept == copy  # the very dicts handed out, unchanged by the later renders
