@@ -256,7 +256,10 @@ def _load_units(reader: Reader, state: RepoState, pieces: _Pieces) -> None:
             if not pieces.replay(rel):
                 pieces.load(rel, [rel], [pieces.digest(path)], functools.partial(_load_federation_file, reader, path))
     if sn_dir.is_dir():
-        for release_dir in sorted(p for p in sn_dir.iterdir() if not p.name.startswith(".")):
+        # by name: the same order as sorting the Paths, without Path.__lt__ (with the sort in
+        # Reader.yaml_files, a fifth of a one-file load at 2,000 units, under a profiler)
+        for release_dir in sorted((p for p in sn_dir.iterdir() if not p.name.startswith(".")),
+                                  key=lambda p: p.name):
             if pieces.replay(reader.rel(release_dir)):
                 continue
             if release_dir.is_dir():
