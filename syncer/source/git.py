@@ -63,14 +63,9 @@ esac
 """
 # Options for every git command: no credential helper may see or store the token, no hook may run, garbage
 # collection runs in the foreground (no detached process outliving the fetch), no detached-HEAD advice.
-_GIT_OPTIONS = (
-    "-c", "credential.helper=",
-    "-c", "core.hooksPath=/dev/null",
-    "-c", "gc.autoDetach=false",
-    "-c", "maintenance.autoDetach=false",
-    "-c", "advice.detachedHead=false",
-    "-c", "core.askPass=",
-)  # fmt: skip
+_GIT_OPTIONS = tuple(arg for option in ("credential.helper=", "core.hooksPath=/dev/null", "gc.autoDetach=false",
+                                        "maintenance.autoDetach=false", "advice.detachedHead=false", "core.askPass=")
+                     for arg in ("-c", option))
 
 
 def default_cache_dir(url: str, ref: str | None = None) -> Path:
@@ -180,6 +175,7 @@ class GitSource:
         self._tree = self._cache / "tree"
         self._lock = threading.Lock()
         self._last: Checkout | None = None
+        self._verified: tuple[int, ...] | None = None  # the clone's config file when it last named our URL
 
     # -- public API ----------------------------------------------------------------------------------
 
@@ -399,8 +395,15 @@ class GitSource:
                 log.warning("cache clone is not a git directory; cloning again", source=self.describe(),
                             cache=str(self._cache))
             return False
+        signature = None
+        with contextlib.suppress(OSError):  # unchanged since it named our URL: no need to ask git again
+            st = (self._gitdir / "config").stat()
+            if (signature := (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns)) == self._verified:
+                return True
         origin = self._git(s, ["config", "--get", "remote.origin.url"], self._gitdir)
-        if origin.status == 0 and origin.out.strip() == self._url:
+        ours = origin.status == 0 and origin.out.strip() == self._url
+        self._verified = signature if ours else None
+        if ours:
             return True
         log.warning("cache clone is corrupt or belongs to another repository; cloning again",
                     source=self.describe(), cache=str(self._cache))

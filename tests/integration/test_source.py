@@ -368,6 +368,33 @@ def test_foreign_cache_clone_is_replaced(tmp_path: Path, work: Repo, bare: Path)
     assert files(co) == {"README.md": "hello\n", "config/federations/a.yaml": FED_A}
 
 
+def test_the_clone_is_asked_for_its_url_again_only_when_its_config_changed(tmp_path: Path, work: Repo,
+                                                                          bare: Path) -> None:
+    """One git process less per new revision: while the cache clone's config file is the one that
+    named our URL, it is not asked again; a config pointing elsewhere is still noticed."""
+    src = source(work.path, tmp_path)
+    asked: list[list[str]] = []
+    real = src._git
+
+    def recording(s: object, args: list[str], gitdir: Path | None) -> object:
+        asked.append(args)
+        return real(s, args, gitdir)  # type: ignore[arg-type]
+
+    src._git = recording  # type: ignore[assignment,method-assign]
+    src.fetch()
+    for i in range(2):
+        work.commit(f"change {i}", {"README.md": f"{i}\n"})
+        assert src.fetch().revision == work.head()
+    config_gets = [a for a in asked if a[:2] == ["config", "--get"]]
+    assert len(config_gets) == 1, asked  # the first fetch of a new revision only
+    git(tmp_path, "--git-dir", str(tmp_path / "cache" / "git"), "config", "remote.origin.url", str(bare))
+    work.commit("after the config changed", {"README.md": "later\n"})
+    with capture_logs() as logs:
+        co = src.fetch()
+    assert co.revision == work.head() and files(co)["README.md"] == "later\n"
+    assert any("another repository" in e["event"] for e in logs), logs
+
+
 def test_default_cache_dir_differs_per_url_and_ref(tmp_path: Path) -> None:
     a = SourceSpec(url=str(tmp_path / "a"))
     assert a.cache_dir.parent == Path.home() / ".cache" / "flower-syncer" / "source"
