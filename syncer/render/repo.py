@@ -128,6 +128,7 @@ class RenderCache:
     def __init__(self) -> None:
         self._done: dict[int, _Done] = {}
         self._owners = _Owners()
+        self._rails: Guardrails | None = None  # of the previous render
         self.hits = 0
 
     def __len__(self) -> int:
@@ -208,6 +209,9 @@ def _render_repo(state: RepoState, selectors: list[str] | None, cache: RenderCac
     used: dict[int, _Done] = {}
     if cache is not None:
         cache.hits = 0
+        if cache._rails is not None and cache._rails == rails:
+            rails = cache._rails  # the same object: each unit's cache entry matches it by identity
+        cache._rails = rails
     for loaded in state.units:
         done = _render(loaded, rails, cache, used)
         if done.crossed:  # nothing of it is applied, and it claims nothing
