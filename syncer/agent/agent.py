@@ -123,6 +123,7 @@ class Agent:
         self.installed = Installed()  # replaced, never changed in place
         self.revisions = RevisionLoader(options.decryption_key_files)
         self.units: dict[Unit, UnitState] = {}
+        self._errors_counted: set[Unit] = set()  # units whose config_errors metric is set
         self.checkout: Checkout | None = None
         self.fetch_error: str = ""
         self.leading = threading.Event()
@@ -403,16 +404,18 @@ class Agent:
             if digests.get(unit) != digest:
                 changed.append(unit)
                 units[unit], digests[unit] = planned, digest
+        erring = [(unit, errors_by_unit.get(unit.id, [])) for unit in fresh.failed]
         for unit in fresh.failed:
-            self.units.setdefault(unit, UnitState()).config_errors = errors_by_unit.get(unit.id, [])
             if unit not in old.plan.failed and unit in units:
                 changed.append(unit)  # its last good state is synced again, and its inventory says why not newer
             if unit in fresh.errors and unit in self.cache.state.inventories:
                 self._report(unit, config_error_event(unit, fresh.errors[unit]))
-        for unit in fresh.units:
-            self.units.setdefault(unit, UnitState()).config_errors = []
-        for unit, st in self.units.items():
-            self.metrics.set_config_errors(unit.id, len(st.config_errors))
+        for unit, errors in [*erring, *((u, []) for u in fresh.units)]:
+            st = self.units.setdefault(unit, UnitState())
+            if st.config_errors or errors or unit not in self._errors_counted:
+                self.metrics.set_config_errors(unit.id, len(errors))
+                self._errors_counted.add(unit)
+            st.config_errors = errors
         if fresh.prune_allowed:
             for unit in [u for u in units if not fresh.in_git(u)]:
                 del units[unit]  # gone from Git: the worker prunes it
@@ -551,6 +554,7 @@ class Agent:
         res = self.engine.prune_vanished(unit, self.cache.state, opts, plan)
         if had_inventory and unit not in self.cache.state.inventories:
             self.units.pop(unit, None)
+            self._errors_counted.discard(unit)
             self.metrics.forget_unit(unit.id)
         return res
 

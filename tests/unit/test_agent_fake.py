@@ -78,6 +78,24 @@ def test_a_clash_never_removes_a_unit_still_in_git(agent: Agent, tmp_path: Path)
     assert agent.units[FED_UNIT].config_errors  # and it says why
 
 
+def test_config_errors_metric_follows_each_revision(agent: Agent, tmp_path: Path) -> None:
+    """Set for every unit of the first revision, then changed only where a unit's errors changed."""
+    root = repo_at(tmp_path / "r", {"federations/fed.yaml": fed(), "federations/b.yaml": fed("b")})
+    b = Unit("federation", NS, "b")
+
+    def errors(unit: Unit) -> float | None:
+        return agent.metrics.registry.get_sample_value("flower_syncer_config_errors", {"unit": unit.id})
+
+    install(agent, root, "r1")
+    assert (errors(FED_UNIT), errors(b)) == (0, 0)
+    repo_at(root, {"federations/b.yaml": fed("b").replace("mode: StatefulSet", "mode: Sometimes")})
+    install(agent, root, "r2")
+    assert (errors(FED_UNIT), errors(b)) == (0, 1)
+    repo_at(root, {"federations/b.yaml": fed("b")})
+    install(agent, root, "r3")
+    assert (errors(FED_UNIT), errors(b)) == (0, 0)
+
+
 def test_the_claims_are_those_of_the_units_kept(agent: Agent, tmp_path: Path) -> None:
     """Taken from the fresh plan when the agent keeps exactly its units, else made from the units
     kept (a unit that failed claims what its last good state claimed)."""
