@@ -8,7 +8,8 @@ watch saw the object) the phases are:
   fetch    the agent's fetch of the checkout (its log: "source revision checked out", ms)
   load     fetch done -> the revision installed (queue wait, load+render, plan; "revision loaded")
   sync     installed -> the unit's sync done (work queue, the sync; "unit synced")
-  seen     sync done -> the benchmark's watch saw the object
+  seen     sync done -> the benchmark's watch saw the object: negative when the watch saw the
+           object before the sync ended (the sync records the unit's inventory after applying)
 
 and `gc`, the garbage collection pauses the agent logged in that window ("garbage collection
 paused the agent", only those of 0.1 s or more)."""
