@@ -79,6 +79,7 @@ OPTIONAL_KINDS = ("Certificate",)
 MANAGED_KINDS = tuple(k for k in APPLY_ORDER if k != "Namespace" and k not in OPTIONAL_KINDS)
 """The kinds flower-syncer applies into a unit's namespace, and lists, watches and prunes."""
 
+
 def _cached_hash(obj: object, key: tuple[str, ...]) -> None:
     """Units and object references are dict and set keys everywhere, thousands per revision: a
     frozen dataclass's own __hash__ builds the tuple of its fields on every call (about 6x slower
