@@ -407,7 +407,7 @@ def test_claims_and_clashes_follow_each_revision_from_a_warm_cache(tmp_path: Pat
         lambda: release("t", "fullnameOverride: r-flower-client\n"),  # a third one
         lambda: release("s", ""),  # s leaves the clash, r and t stay in it
         lambda: shutil.rmtree(values / "t"),  # r is alone again
-        lambda: (tmp_path / "federations" / "b.yaml").unlink(),
+        (tmp_path / "federations" / "b.yaml").unlink,
     ]
     clashing = []
     handed_out: list[tuple[Any, dict[ObjectRef, Any]]] = []
