@@ -36,9 +36,9 @@ class Rendered:
     """Units rendered cleanly but left out by the selectors: they still claim their objects."""
     refs: dict[Unit, tuple[ObjectRef, ...]] = field(default_factory=dict)
     """The references of each unit's manifests (units and unselected), made once per render."""
-    claims: Mapping[ObjectRef, Unit] | None = None
-    """Which unit renders each object of `units` and `unselected` (None: not made). Never changed
-    once handed out: a RenderCache copies it before it changes it for the next render."""
+    claims: Mapping[ObjectRef, Unit] = field(default_factory=dict)
+    """Which unit renders each object of `units` and `unselected`. Never changed once handed out:
+    a RenderCache copies it before it changes it for the next render."""
 
     @property
     def clean(self) -> bool:
@@ -78,7 +78,7 @@ class _Owners:
         return owners if isinstance(owners, list) else [owners]
 
     def update(self, claiming: dict[int, _Done]) -> None:
-        """Make the entries exactly `claiming`."""
+        """Make the entries exactly `claiming` (kept: the caller hands it over)."""
         gone = [d for key, d in self.entered.items() if key not in claiming]
         new = [d for key, d in claiming.items() if key not in self.entered]
         if not gone and not new:
@@ -108,7 +108,7 @@ class _Owners:
                     self.by_ref[ref] = [held, done]
                     self.clashing.add(ref)
                 self.claims[ref] = unit
-        self.entered = dict(claiming)
+        self.entered = claiming
 
     def shared_claims(self, excluded: set[Unit]) -> dict[ObjectRef, Unit]:
         """The claims of the entered units not `excluded` (units that clash), for a Rendered: the
@@ -303,9 +303,7 @@ def plan_repo(state: RepoState, rendered: Rendered, *, selectors: Sequence[str] 
         failed=failed,
         errors=errors,
         defined=defined,
-        claims=Claims(rendered.claims, failed) if rendered.claims is not None else Claims.of_refs(
-            [(u, rendered.refs.get(u) or refs_of(ms)) for u, ms in [*rendered.units.items(),
-                                                                    *rendered.unselected.items()]], failed),
+        claims=Claims(rendered.claims, failed),
         prune_allowed=state.clean and rendered.clean,
         repo_prune=state.settings.policy.prune,
         selectors=tuple(selectors),
