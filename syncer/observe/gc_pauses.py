@@ -32,7 +32,6 @@ METRIC = "flower_syncer_gc_pause_seconds"
 
 @dataclass(frozen=True)
 class Pause:
-    at: float  # unix time the collection ended
     generation: int
     seconds: float
     collected: int  # unreachable objects freed
@@ -84,7 +83,7 @@ class GCPauses(Collector):
         self._counts[generation][bisect.bisect_left(BUCKETS, seconds)] += 1
         self._sums[generation] += seconds
         if seconds >= self.slow:
-            self._slow.put_nowait(Pause(time.time(), generation, seconds, int(info.get("collected", 0))))
+            self._slow.put_nowait(Pause(generation, seconds, int(info.get("collected", 0))))
 
     # -- the metric ---------------------------------------------------------------------------
 
