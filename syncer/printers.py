@@ -95,7 +95,7 @@ def print_report(report: SyncReport, *, verbose: bool = False) -> None:
         if unit.skipped is not None:
             state = f"skipped: {unit.skipped}"
         unchanged = len(unit.changes) - len(changed)
-        print(f"{unit.unit}: {state}" + (f" ({unchanged} unchanged)" if unchanged else ""))
+        print(f"{unit.unit.id}: {state}" + (f" ({unchanged} unchanged)" if unchanged else ""))
         # failures first, so that a summary never hides one
         changed.sort(key=lambda c: c.action is not Action.FAILED)
         shown = changed if verbose or len(changed) <= LISTED_CHANGES else [
@@ -104,6 +104,8 @@ def print_report(report: SyncReport, *, verbose: bool = False) -> None:
             line = f"  {c.action.value:<11} {c.ref}"
             if c.drift:
                 line += "  [drift]"
+            if c.cause is not None:
+                line += f"  [{c.cause}]"
             if c.message:
                 line += f"  ({c.message})"
             print(line)
@@ -160,7 +162,7 @@ def print_diff(report: SyncReport, secrets: frozenset[str]) -> None:
     errors on stderr, and a word on suspended units, whose drift is shown but not healed."""
     for unit in report.units:
         if unit.suspended is not None and unit.changed:
-            print(f"# {unit.unit} is {unit.suspended}: this drift is not healed until it is resumed",
+            print(f"# {unit.unit.id} is {unit.suspended}: this drift is not healed until it is resumed",
                   file=sys.stderr)
         for c in unit.changes:
             if not c.action.is_change:
@@ -171,4 +173,4 @@ def print_diff(report: SyncReport, secrets: frozenset[str]) -> None:
             else:
                 print(f"{c.action.value}: {c.ref}" + (f" ({c.message})" if c.message else ""))
         for err in unit.errors:
-            print(f"error: {unit.unit}: {err}", file=sys.stderr)
+            print(f"error: {unit.unit.id}: {err}", file=sys.stderr)

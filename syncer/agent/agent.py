@@ -51,7 +51,7 @@ from syncer.cluster.events import Event as ReportedEvent
 from syncer.cluster.events import EventRecorder
 from syncer.cluster.fence import Fenced
 from syncer.diagnostics import Diagnostic
-from syncer.engine.changeset import Action, UnitResult
+from syncer.engine.changeset import Action, Cause, UnitResult
 from syncer.engine.normalize import fingerprint, managed_fields_hash
 from syncer.engine.sync import Engine, SyncOptions, unit_namespaces, vanished_units
 from syncer.identity import ANN_APPLIED_HASH, DEFAULT_REPOSITORY, ObjectRef, Unit, unit_matches
@@ -485,9 +485,11 @@ class Agent:
                     log.warning("sync failed: the API server is unreachable", unit=unit.id, error=str(exc))
                 else:
                     log.exception("sync crashed", unit=unit.id)
-                crashed = UnitResult(unit.id)
-                crashed.errors.append(f"sync failed: {exc}" if isinstance(exc, ClusterUnreachable)
-                                      else f"sync crashed: {type(exc).__name__}: {exc}")
+                crashed = UnitResult(unit)
+                if isinstance(exc, ClusterUnreachable):
+                    crashed.fail(Cause.UNREACHABLE, f"sync failed: {exc}")
+                else:
+                    crashed.fail(Cause.CRASHED, f"sync crashed: {type(exc).__name__}: {exc}")
                 self.metrics.observe_sync(crashed, 0.0)
                 self.work.retry(unit)
                 self.events.put(UnitSynced(unit, crashed, 0.0, self.installed.plan.revision))
@@ -526,7 +528,8 @@ class Agent:
             log.info("unit synced", unit=unit.id, revision=revision[:12], ok=result.ok,
                      seconds=round(seconds, 3), changed=writes,
                      unchanged=result.count(Action.UNCHANGED), errors=result.errors[:3],
-                     failed=[str(c.ref) for c in result.changes if c.action is Action.FAILED][:5])
+                     failed=[str(c.ref) for c in result.changes if c.action is Action.FAILED][:5],
+                     causes=[str(c) for c in result.causes()])
         if result.ok:
             self.work.forget(unit)
         else:

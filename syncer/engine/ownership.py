@@ -16,6 +16,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from syncer.engine.changeset import Cause
 from syncer.engine.inventory import Entry, Inventory
 from syncer.engine.normalize import managed_fields_hash
 from syncer.identity import (
@@ -52,25 +53,35 @@ def owner_of(obj: Mapping[str, Any] | None) -> Owner | None:
     return Owner(unit, labels.get(LABEL_REPOSITORY, "")) if unit is not None else None
 
 
+@dataclass(frozen=True)
+class WriteConflict:
+    """Why a unit must not apply over a live object: whose it is (`cause`: another repository's or
+    another unit's) and, for people, `reason`."""
+
+    cause: Cause
+    reason: str
+
+
 def write_conflict(unit: Unit, ours: Collection[str], live: Mapping[str, Any] | None, claims: Claims,
-                   inventories: Mapping[Unit, Inventory]) -> str:
+                   inventories: Mapping[Unit, Inventory]) -> WriteConflict | None:
     """Why `unit` of the repository named `ours` (its name and former names) must not apply over
-    `live`, or "" if it may."""
+    `live`, or None if it may."""
     owner = owner_of(live)
     if owner is None:
-        return ""
+        return None
     owner_repo = owner.repository or _recorded_repository(owner.unit, inventories)
     if owner_repo and owner_repo not in ours:
-        return (f"it belongs to {owner.unit.id} of the repository {owner_repo!r}; flower-syncer never takes "
-                "another repository's objects: rename it in one of the repositories")
+        return WriteConflict(Cause.OTHER_REPOSITORY, f"it belongs to {owner.unit.id} of the repository "
+                             f"{owner_repo!r}; flower-syncer never takes another repository's objects: rename it "
+                             "in one of the repositories")
     if owner.unit == unit:
-        return ""
+        return None
     if owner.unit in claims.failed:
-        return (f"it belongs to {owner.unit.id}, which has configuration errors, so it may still want it; "
-                "fix that unit first")
+        return WriteConflict(Cause.OTHER_UNIT, f"it belongs to {owner.unit.id}, which has configuration errors, "
+                             "so it may still want it; fix that unit first")
     if live is not None and claims.claimant(ObjectRef.of(live)) == owner.unit:
-        return f"it belongs to {owner.unit.id}, which renders it too"
-    return ""  # left behind by a unit of ours that no longer renders it: hand-over
+        return WriteConflict(Cause.OTHER_UNIT, f"it belongs to {owner.unit.id}, which renders it too")
+    return None  # left behind by a unit of ours that no longer renders it: hand-over
 
 
 def _recorded_repository(unit: Unit, inventories: Mapping[Unit, Inventory]) -> str:

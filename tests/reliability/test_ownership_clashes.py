@@ -107,7 +107,7 @@ def test_a_clash_within_a_repository_fails_both_units_and_applies_neither(kube: 
     before = identity(kube, "Service", namespace, "fed-superlink")
     write(repo, {"supernodes/aaa/values.yaml": CLASHING_RELEASE})
     report = sync(kube, repo)
-    errors = {u.unit: u.errors for u in report.units if u.errors}
+    errors = {u.unit.id: u.errors for u in report.units if u.errors}
     assert set(errors) == {f"federation/{namespace}/fed", f"supernode/{namespace}/aaa"}
     assert report.writes == 1  # no object: only fed's inventory, recording the clash (aaa has none yet)
     assert identity(kube, "Service", namespace, "fed-superlink") == before

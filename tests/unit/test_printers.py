@@ -8,15 +8,16 @@ import io
 import pytest
 
 from syncer import printers
-from syncer.engine.changeset import Action, Change, UnitResult
+from syncer.engine.changeset import Action, Cause, Change, UnitResult
 from syncer.engine.sync import SyncReport
-from syncer.identity import ObjectRef
+from syncer.identity import ObjectRef, Unit
 
 
 def big_report() -> SyncReport:
-    unit = UnitResult("federation/flower/big")
+    unit = UnitResult(Unit.parse("federation/flower/big"))
     unit.changes = [Change(ObjectRef("Service", "flower", f"svc-{i:03d}"), Action.CREATED) for i in range(50)]
-    unit.changes.insert(45, Change(ObjectRef("StatefulSet", "flower", "broken"), Action.FAILED, "refused"))
+    broken = ObjectRef("StatefulSet", "flower", "broken")
+    unit.changes.insert(45, Change(broken, Action.FAILED, "refused", cause=Cause.FORBIDDEN))
     unit.changes += [Change(ObjectRef("Secret", "flower", "same"), Action.UNCHANGED)]
     return SyncReport(units=[unit])
 
