@@ -131,7 +131,7 @@ def test_an_object_moved_between_units_is_handed_over_not_deleted(kube: Kube, tm
     report = sync(kube, repo)
     assert report.ok, report.to_dict()
     new = {str(c.ref): c.action.value for u in report.units if u.unit.endswith("/new") for c in u.changes}
-    old = {str(c.ref): (c.action.value, c.message) for u in report.units if u.unit.endswith("/old") for c in u.changes}
+    old = {str(c.ref): (c.action.value, c.message) for u in report.units if u.unit.name == "old" for c in u.changes}
     assert new[f"Service/{namespace}/shared-supernode"] == "configured"
     assert new[f"Deployment/{namespace}/shared-supernode"] == "recreated"
     assert old and all(a == "skipped" and "renders it now" in m for a, m in old.values()), old
