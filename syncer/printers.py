@@ -6,18 +6,20 @@ from __future__ import annotations
 import shutil
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 
-from syncer.actions.history import HistoryResult
-from syncer.actions.resync import ResyncResult
 from syncer.diagnostics import Diagnostic
 from syncer.engine.changeset import Action
-from syncer.engine.sync import SyncReport
 from syncer.identity import Manifest
-from syncer.observe.wait import WaitResult
 from syncer.render.common import to_json
+
+if TYPE_CHECKING:  # the results of cluster and agent verbs: `validate` and `render` never load those
+    from syncer.actions.history import HistoryResult
+    from syncer.actions.resync import ResyncResult
+    from syncer.engine.sync import SyncReport
+    from syncer.observe.wait import WaitResult
 
 REDACTED = "**redacted**"
 

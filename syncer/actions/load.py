@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +35,18 @@ class Loaded:
     state: RepoState
     rendered: Rendered
     selectors: tuple[str, ...] = ()
-    default_repository: str = DEFAULT_REPOSITORY
-    """The repository's name when flower-syncer.yaml sets none (derived from where it comes from)."""
+    root: Path | None = None  # where it was loaded from
+
+    @cached_property
+    def default_repository(self) -> str:
+        """The repository's name when flower-syncer.yaml sets none, derived from where it comes from
+        when first asked (that reads its Git remote: `validate` and `render` never need it)."""
+        if self.root is None:
+            return DEFAULT_REPOSITORY
+        try:
+            return derived_repository_name(*source_location(str(self.root.resolve())))
+        except SourceError:
+            return DEFAULT_REPOSITORY
 
     @property
     def repository(self) -> str:
@@ -91,11 +102,7 @@ def load(root: Path, selectors: Sequence[str] = (), namespace: str | None = None
                      and (not selectors or any(unit_matches(u, s) for s in selectors))]
         if not selectors:
             raise UnknownUnit(f"namespace {namespace}")
-    try:
-        default = derived_repository_name(*source_location(str(root.resolve())))
-    except SourceError:
-        default = DEFAULT_REPOSITORY
-    return Loaded(state, render_repo(state, list(selectors)), tuple(selectors), default)
+    return Loaded(state, render_repo(state, list(selectors)), tuple(selectors), root)
 
 
 @dataclass(frozen=True)
