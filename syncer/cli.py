@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 
 
 
-
 def _add_repo_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", metavar="DIR", nargs="?", default=".", type=Path,
                    help="config repository (a folder with federations/ and/or supernodes/); default: .")
