@@ -426,7 +426,7 @@ class Agent:
                 changed.append(unit)
             # also units that left Git while no agent was running (or whose inventory was deleted)
             changed += [u for u in vanished_units(self.cache.state, fresh.repository, fresh.former_names,
-                                                  fresh.in_git) if u not in changed]
+                                                  fresh.in_git, foreign=fresh.foreign_source) if u not in changed]
         # what each unit claims, from the desired state kept (a failed unit keeps its last claims);
         # when that is the fresh plan's units, the fresh plan's claims
         same = units.keys() == fresh.units.keys() and all(units[u] is p for u, p in fresh.units.items())
