@@ -113,6 +113,10 @@ class Plan:
     allowed_namespaces: tuple[str, ...] | None = None
     """The effective guardrails' namespaces (shell patterns); None: any but `protected_namespaces`."""
     protected_namespaces: tuple[str, ...] = ()
+    control_api_targets: tuple[str, ...] | None = None
+    """Control API addresses (shell patterns) the repository's federations may register keys with
+    (the effective guardrails' allowedControlApiTargets); None: no list (the federation's own
+    SuperLink Service only). For the Control API client."""
 
     def namespace_allowed(self, namespace: str) -> bool:
         """Whether the repository may act in `namespace` at all (nothing is pruned elsewhere)."""

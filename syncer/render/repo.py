@@ -321,4 +321,5 @@ def plan_repo(state: RepoState, rendered: Rendered, *, selectors: Sequence[str] 
         legacy_names=tenancy.legacy_names - {repository, *former},
         allowed_namespaces=None if rails.allowedNamespaces is None else tuple(rails.allowedNamespaces),
         protected_namespaces=PROTECTED_NAMESPACES,
+        control_api_targets=None if rails.allowedControlApiTargets is None else tuple(rails.allowedControlApiTargets),
     )
