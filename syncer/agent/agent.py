@@ -594,16 +594,6 @@ class Agent:
                 "error": self.fetch_error,
             },
             "queueDepth": self.work.depth(),
-            "tenancy": self._tenancy_status(),
+            "tenancy": (self.options.tenancy or Tenancy()).status(),
             "units": units,
         }
-
-    def _tenancy_status(self) -> dict[str, Any]:
-        """Which admin policy bounds the repository (None: single-tenant, its own guardrails only)."""
-        tenancy = self.options.tenancy
-        policy = tenancy.policy if tenancy is not None else None
-        if policy is None:
-            return {"policy": None, "note": "no admin policy: single-tenant, the repository's own guardrails apply"}
-        return {"policy": {"source": policy.source, "ref": policy.ref, "path": policy.path},
-                "serviceAccount": policy.serviceAccount, "names": policy.names,
-                "allowedNamespaces": policy.guardrails.allowedNamespaces}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 from dataclasses import dataclass
+from typing import Any
 
 from syncer.diagnostics import Diagnostic
 from syncer.models.federation import Federation
@@ -32,6 +33,16 @@ class Tenancy:
     legacy_names: frozenset[str] = frozenset()
     """Names earlier versions derived for it (before the ref was part of the name): units recorded
     under them that the repository still renders are taken over; none is pruned by that name."""
+
+    def status(self) -> dict[str, Any]:
+        """Which admin policy bounds the repository, for the agent's status (policy None:
+        single-tenant, the repository's own guardrails only)."""
+        policy = self.policy
+        if policy is None:
+            return {"policy": None, "note": "no admin policy: single-tenant, the repository's own guardrails apply"}
+        return {"policy": {"source": policy.source, "ref": policy.ref, "path": policy.path},
+                "serviceAccount": policy.serviceAccount, "names": policy.names,
+                "allowedNamespaces": policy.guardrails.allowedNamespaces}
 
 
 def apply_policy(state: RepoState, tenancy: Tenancy | None) -> RepoState:

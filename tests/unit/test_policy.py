@@ -81,3 +81,11 @@ def test_only_writes_are_impersonated() -> None:
     assert seen == [("PATCH", "system:serviceaccount:ns:tenant"), ("GET", None),
                     ("DELETE", "system:serviceaccount:ns:tenant")]
     assert FakeKube(server).impersonate is None
+
+
+def test_the_status_says_which_policy_applies() -> None:
+    from syncer.render.tenancy import Tenancy
+
+    assert Tenancy().status()["policy"] is None
+    entry = RepositoryPolicy(source="https://git.example.com/a/*", serviceAccount="a/tenant")
+    assert Tenancy("src", entry).status()["serviceAccount"] == "a/tenant"
