@@ -18,7 +18,7 @@ from syncer.identity import (
     source_key,
     unit_matches,
 )
-from syncer.models.policy import RepositoryPolicy
+from syncer.models.policy import AdminPolicy, RepositoryPolicy
 from syncer.plan import Plan
 from syncer.render.repo import Rendered, plan_repo, render_repo, select_units
 from syncer.render.tenancy import Tenancy, apply_policy
@@ -86,7 +86,8 @@ class Loaded:
 
 
 def load(root: Path, selectors: Sequence[str] = (), namespace: str | None = None,
-         decryption: Decryption | None = None, policy: RepositoryPolicy | None = None) -> Loaded:
+         decryption: Decryption | None = None, policy: RepositoryPolicy | None = None,
+         admin: AdminPolicy | None = None) -> Loaded:
     """Load and render `root`, selecting units by `selectors` and, when given, `namespace`.
     Raises RepoNotFound, or UnknownUnit for a selector that matches no unit of the repository
     (loaded or failed to load) or a namespace with none."""
@@ -94,9 +95,11 @@ def load(root: Path, selectors: Sequence[str] = (), namespace: str | None = None
         raise RepoNotFound(root)
     try:
         source, sub = source_location(str(root.resolve()))
+        if policy is None and admin is not None:  # the entry for where this repository comes from
+            policy = admin.for_source(source, "", sub)
         default, tenancy = derived_repository_name(source, sub), Tenancy(source_key(source, sub), policy)
     except SourceError:
-        default, tenancy = DEFAULT_REPOSITORY, Tenancy(policy=policy)
+        default, tenancy = DEFAULT_REPOSITORY, Tenancy(policy=policy or (admin.default if admin else None))
     state = apply_policy(load_repo(root, decryption), tenancy)
     _, unmatched = select_units(state.units, list(selectors))
     known = {u.unit for u in state.units} | state.failed

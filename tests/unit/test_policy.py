@@ -3,6 +3,7 @@ impersonation header on writes only."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -89,3 +90,16 @@ def test_the_status_says_which_policy_applies() -> None:
     assert Tenancy().status()["policy"] is None
     entry = RepositoryPolicy(source="https://git.example.com/a/*", serviceAccount="a/tenant")
     assert Tenancy("src", entry).status()["serviceAccount"] == "a/tenant"
+
+
+def test_load_picks_the_admins_entry_for_where_the_repository_comes_from(tmp_path: Path) -> None:
+    from syncer.actions.load import load
+    from tests.unit.test_engine_fake import FED, pool
+
+    (tmp_path / "federations").mkdir()
+    (tmp_path / "federations" / "fed.yaml").write_text(FED.format(name="fed", pools=pool("a"), annotations=""))
+    (tmp_path / "flower-syncer.yaml").write_text("defaultNamespace: team-b\n")
+    admin = AdminPolicy(repositories=[RepositoryPolicy(source=f"{tmp_path.resolve()}*",
+                                                       guardrails=Guardrails(allowedNamespaces=["team-a"]))])
+    assert any("'team-b', which this repository may not use" in d.message for d in load(tmp_path, admin=admin).errors)
+    assert not load(tmp_path, admin=AdminPolicy()).errors  # the default entry: any but the cluster's own
