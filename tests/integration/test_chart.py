@@ -697,9 +697,11 @@ class ChartIdentity:
 
 @pytest.fixture
 def chart_identity(kube_cluster: KubeCluster, helm: str, namespace: str, second_namespace: str,
-                   tmp_path: Path) -> Iterator[ChartIdentity]:
+                   tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ChartIdentity]:
     helm = cluster_helm(kube_cluster, helm)
-    values = {"rbac": {"namespaces": [namespace, second_namespace]}}
+    values: dict[str, Any] = {"rbac": {"namespaces": [namespace, second_namespace]}}
+    if getattr(request, "param", "") == "tenant":  # writes as the chart's tenant ServiceAccount
+        values["tenant"] = {"create": True, "namespaces": [namespace, second_namespace]}
     objs = [d for d in yaml.safe_load_all(_template_text(helm, namespace, values)) if d]
     rbac = [o for o in objs if o["kind"] in ("ServiceAccount", "Role", "RoleBinding", "ClusterRole",
                                              "ClusterRoleBinding")]
@@ -715,8 +717,8 @@ def chart_identity(kube_cluster: KubeCluster, helm: str, namespace: str, second_
     admin.apply({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
                  "metadata": {"name": "superlink-tls", "namespace": second_namespace},
                  "data": {k: base64.b64encode(v.encode()).decode() for k, v in tls.items()}}, manager="cert-manager")
-    kubeconfig = _sa_kubeconfig(kube_cluster, namespace, one(objs, "ServiceAccount")["metadata"]["name"],
-                                tmp_path / "sa.kubeconfig")
+    agent_sa = one(objs, "ServiceAccount", "fs-flower-syncer")["metadata"]["name"]
+    kubeconfig = _sa_kubeconfig(kube_cluster, namespace, agent_sa, tmp_path / "sa.kubeconfig")
     yield ChartIdentity((namespace, second_namespace), objs, kubeconfig, repo, admin)
     # the namespaced objects go with the namespaces
     kube_cluster.kubectl("delete", "clusterrole,clusterrolebinding", "fs-flower-syncer-" + namespace,
@@ -800,11 +802,12 @@ def _get(url: str, token: str | None = None) -> tuple[int, bytes]:
 
 
 @pytest.mark.cluster
+@pytest.mark.parametrize("chart_identity", ["agent", "tenant"], indirect=True)
 def test_agent_runs_with_the_chart_environment(chart_identity: ChartIdentity, tmp_path: Path) -> None:
     """`flower-syncer run` with the environment the chart's Deployment sets (only the listen
     address, cache dir, repository and kubeconfig changed for a process outside a pod) and the
     ServiceAccount's token: it leads through its Lease, syncs every unit, and releases the Lease
-    on SIGTERM."""
+    on SIGTERM. In tenant mode the agent's own token only reads: every write is the tenant's."""
     ns, ns2 = chart_identity.namespaces
     repo = chart_identity.repo
     git_env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@localhost", "GIT_COMMITTER_NAME": "t",
@@ -860,7 +863,11 @@ def test_agent_runs_with_the_chart_environment(chart_identity: ChartIdentity, tm
         assert lease is not None and lease["spec"]["holderIdentity"] == pod
         labels = (chart_identity.admin.get("Pod", ns, pod) or {})["metadata"].get("labels", {})
         assert labels.get("flower-syncer.io/leader") == "true"  # the API Service now selects it
-        assert chart_identity.admin.get("Deployment", ns2, "secure-edge-flower-client-supernode") is not None
+        deploy = chart_identity.admin.get("Deployment", ns2, "secure-edge-flower-client-supernode")
+        assert deploy is not None
+        if any(o["kind"] == "ServiceAccount" and o["metadata"]["name"].endswith("-tenant")
+               for o in chart_identity.objects):
+            assert status["tenancy"]["serviceAccount"] == f"{ns}/fs-flower-syncer-tenant"
         metrics = _get(url + "/metrics", token)
         assert metrics[0] == 200 and b"flower_syncer_" in metrics[1]
         lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
