@@ -10,9 +10,19 @@ from pathlib import Path
 from typing import Any
 
 from syncer.diagnostics import Diagnostic
-from syncer.identity import DEFAULT_REPOSITORY, Manifest, Unit, UnknownUnit, derived_repository_name, unit_matches
+from syncer.identity import (
+    DEFAULT_REPOSITORY,
+    Manifest,
+    Unit,
+    UnknownUnit,
+    derived_repository_name,
+    source_key,
+    unit_matches,
+)
+from syncer.models.policy import AdminPolicy, RepositoryPolicy
 from syncer.plan import Plan
 from syncer.render.repo import Rendered, plan_repo, render_repo, select_units
+from syncer.render.tenancy import Tenancy, apply_policy
 from syncer.repo.loader import RepoState, load_repo
 from syncer.secrets.keys import Decryption
 from syncer.source.location import source_location
@@ -36,17 +46,30 @@ class Loaded:
     rendered: Rendered
     selectors: tuple[str, ...] = ()
     root: Path | None = None  # where it was loaded from
+    policy: RepositoryPolicy | None = None  # the admin's policy it was loaded under
+    origin: tuple[str, str] | None = None
+    """(source, sub-path) when `load` had to know it already (to choose the admin's policy entry)."""
 
     @cached_property
-    def default_repository(self) -> str:
-        """The repository's name when flower-syncer.yaml sets none, derived from where it comes from
-        when first asked (that reads its Git remote: `validate` and `render` never need it)."""
-        if self.root is None:
-            return DEFAULT_REPOSITORY
+    def where(self) -> tuple[str, str] | None:
+        """Where it comes from (source.location: its Git remote when it has one), read when first
+        asked: `validate` and `render` never need it (GitPython and a `git` call)."""
+        if self.origin is not None or self.root is None:
+            return self.origin
         try:
-            return derived_repository_name(*source_location(str(self.root.resolve())))
+            return source_location(str(self.root.resolve()))
         except SourceError:
-            return DEFAULT_REPOSITORY
+            return None
+
+    @property
+    def default_repository(self) -> str:
+        """The repository's name when flower-syncer.yaml sets none (derived from where it comes from)."""
+        return DEFAULT_REPOSITORY if self.where is None else derived_repository_name(*self.where)
+
+    @cached_property
+    def tenancy(self) -> Tenancy:
+        """Where it comes from (recorded on its inventories), and the admin's policy applied."""
+        return Tenancy(policy=self.policy) if self.where is None else Tenancy(source_key(*self.where), self.policy)
 
     @property
     def repository(self) -> str:
@@ -78,20 +101,28 @@ class Loaded:
 
     def plan(self, revision: str = "") -> Plan:
         return plan_repo(self.state, self.rendered, selectors=self.selectors, revision=revision,
-                         default_repository=self.default_repository)
+                         default_repository=self.default_repository, tenancy=self.tenancy)
 
     def manifests(self) -> list[Manifest]:
         return self.rendered.manifests()
 
 
 def load(root: Path, selectors: Sequence[str] = (), namespace: str | None = None,
-         decryption: Decryption | None = None) -> Loaded:
+         decryption: Decryption | None = None, policy: RepositoryPolicy | None = None,
+         admin: AdminPolicy | None = None) -> Loaded:
     """Load and render `root`, selecting units by `selectors` and, when given, `namespace`.
     Raises RepoNotFound, or UnknownUnit for a selector that matches no unit of the repository
     (loaded or failed to load) or a namespace with none."""
     if not root.is_dir():
         raise RepoNotFound(root)
-    state = load_repo(root, decryption)
+    origin = None
+    if policy is None and admin is not None:  # the entry for where this repository comes from
+        try:
+            origin = source_location(str(root.resolve()))
+        except SourceError:
+            origin = None
+        policy = admin.for_source(origin[0], "", origin[1]) if origin is not None else admin.default
+    state = apply_policy(load_repo(root, decryption), Tenancy(policy=policy))
     _, unmatched = select_units(state.units, list(selectors))
     known = {u.unit for u in state.units} | state.failed
     for sel in unmatched:
@@ -102,7 +133,7 @@ def load(root: Path, selectors: Sequence[str] = (), namespace: str | None = None
                      and (not selectors or any(unit_matches(u, s) for s in selectors))]
         if not selectors:
             raise UnknownUnit(f"namespace {namespace}")
-    return Loaded(state, render_repo(state, list(selectors)), tuple(selectors), root)
+    return Loaded(state, render_repo(state, list(selectors)), tuple(selectors), root, policy, origin)
 
 
 @dataclass(frozen=True)

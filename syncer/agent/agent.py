@@ -53,12 +53,14 @@ from syncer.cluster.fence import Fenced
 from syncer.diagnostics import Diagnostic
 from syncer.engine.changeset import Action, Cause, UnitResult
 from syncer.engine.normalize import fingerprint, managed_fields_hash
-from syncer.engine.sync import Engine, SyncOptions, unit_namespaces, vanished_units
+from syncer.engine.sync import Engine, SyncOptions, unit_namespaces
+from syncer.engine.vanished import vanished_units
 from syncer.identity import ANN_APPLIED_HASH, DEFAULT_REPOSITORY, ObjectRef, Unit, unit_matches
 from syncer.observe.metrics import Metrics, corrections_by_kind, drift_by_kind
 from syncer.observe.notify import Notification, Notifier
 from syncer.plan import Claims, Plan, UnitPlan
 from syncer.render.repo import Rendered, plan_repo
+from syncer.render.tenancy import Tenancy
 from syncer.repo.loader import RepoState
 from syncer.source.git import Checkout, GitSource
 from syncer.source.refs import SourceError
@@ -100,6 +102,7 @@ class AgentOptions:
     repository: str = DEFAULT_REPOSITORY  # the name when flower-syncer.yaml sets none (derived from the source)
     identity: str = "agent"  # recorded in each unit's history as who applied it
     decryption_key_files: tuple[Path, ...] = ()  # age identities for SOPS-encrypted files
+    tenancy: Tenancy | None = None  # where the repository comes from, and the admin's policy for it
     fetch_backoff: float = 1.0  # first wait after a failed fetch; doubles up to fetch_backoff_max
     fetch_backoff_max: float = 300.0
 
@@ -121,7 +124,7 @@ class Agent:
                                on_inventory=lambda inv: self.events.put(InventoryChanged(inv)),
                                on_inventory_deleted=lambda unit: self.events.put(InventoryDeleted(unit)))
         self.installed = Installed()  # replaced, never changed in place
-        self.revisions = RevisionLoader(options.decryption_key_files)
+        self.revisions = RevisionLoader(options.decryption_key_files, options.tenancy)
         self.units: dict[Unit, UnitState] = {}
         self._errors_counted: set[Unit] = set()  # units whose config_errors metric is set
         self.checkout: Checkout | None = None
@@ -385,7 +388,7 @@ class Agent:
         whole revision loaded and rendered without errors."""
         old = self.installed
         fresh = plan_repo(state, rendered, revision=revision, default_repository=self.options.repository,
-                          previous=old.plan.units)
+                          previous=old.plan.units, tenancy=self.options.tenancy)
         units = dict(old.plan.units)
         digests = dict(old.digests)
         changed: list[Unit] = []
@@ -423,7 +426,7 @@ class Agent:
                 changed.append(unit)
             # also units that left Git while no agent was running (or whose inventory was deleted)
             changed += [u for u in vanished_units(self.cache.state, fresh.repository, fresh.former_names,
-                                                  fresh.in_git) if u not in changed]
+                                                  fresh.in_git, foreign=fresh.foreign_source) if u not in changed]
         # what each unit claims, from the desired state kept (a failed unit keeps its last claims);
         # when that is the fresh plan's units, the fresh plan's claims
         same = units.keys() == fresh.units.keys() and all(units[u] is p for u, p in fresh.units.items())
@@ -456,7 +459,8 @@ class Agent:
 
     def _write_checked(self, repository: str, revision: str, namespaces: set[str]) -> None:
         try:
-            errors = self.engine.record_checked(repository, revision, namespaces, self.cache.state)
+            errors = self.engine.record_checked(repository, revision, namespaces, self.cache.state,
+                                                source=self.installed.plan.source)
         except Fenced:
             return  # the next leader records it
         for error in errors:
@@ -485,11 +489,9 @@ class Agent:
                     log.warning("sync failed: the API server is unreachable", unit=unit.id, error=str(exc))
                 else:
                     log.exception("sync crashed", unit=unit.id)
-                crashed = UnitResult(unit)
-                if isinstance(exc, ClusterUnreachable):
-                    crashed.fail(Cause.UNREACHABLE, f"sync failed: {exc}")
-                else:
-                    crashed.fail(Cause.CRASHED, f"sync crashed: {type(exc).__name__}: {exc}")
+                crashed, unreachable = UnitResult(unit), isinstance(exc, ClusterUnreachable)
+                crashed.fail(Cause.UNREACHABLE if unreachable else Cause.CRASHED,
+                             f"sync failed: {exc}" if unreachable else f"sync crashed: {type(exc).__name__}: {exc}")
                 self.metrics.observe_sync(crashed, 0.0)
                 self.work.retry(unit)
                 self.events.put(UnitSynced(unit, crashed, 0.0, self.installed.plan.revision))
@@ -528,8 +530,7 @@ class Agent:
             log.info("unit synced", unit=unit.id, revision=revision[:12], ok=result.ok,
                      seconds=round(seconds, 3), changed=writes,
                      unchanged=result.count(Action.UNCHANGED), errors=result.errors[:3],
-                     failed=[str(c.ref) for c in result.changes if c.action is Action.FAILED][:5],
-                     causes=[str(c) for c in result.causes()])
+                     failed=[str(c.ref) for c in result.changes if c.action is Action.FAILED][:5])
         if result.ok:
             self.work.forget(unit)
         else:
@@ -593,5 +594,6 @@ class Agent:
                 "error": self.fetch_error,
             },
             "queueDepth": self.work.depth(),
+            "tenancy": (self.options.tenancy or Tenancy()).status(),
             "units": units,
         }

@@ -10,26 +10,28 @@ import os
 import signal
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
 from syncer import __version__
 from syncer.agent.agent import Agent, AgentOptions
-from syncer.agent.config import AgentConfig, read_secret
+from syncer.agent.config import AgentConfig, load_policy, read_secret
 from syncer.agent.memory import release_free_memory
 from syncer.cluster.client import ApiError, ClusterUnreachable, Kube, path_for
 from syncer.cluster.events import EventRecorder
 from syncer.cluster.fence import WriteFence
 from syncer.cluster.lease import LeaderElector
 from syncer.http import AgentServer
-from syncer.identity import UnknownUnit, derived_repository_name
+from syncer.identity import UnknownUnit, derived_repository_name, source_key
 from syncer.logs import configure
 from syncer.observe.gc_pauses import GCPauses
 from syncer.observe.metrics import Metrics
 from syncer.observe.notify import Notifier, load_receivers
 from syncer.observe.status import targets_from
 from syncer.observe.status_cache import StatusCache
+from syncer.render.tenancy import Tenancy
 from syncer.source.git import GitSource, SourceSpec, default_cache_dir
 from syncer.source.location import source_location
 from syncer.source.refs import SourceError
@@ -93,15 +95,19 @@ def run(config: AgentConfig) -> int:
     gc_pauses = GCPauses()
     metrics.registry.register(gc_pauses)
     try:
-        repository = derived_repository_name(*source_location(config.repo, config.path))
+        tenancy = repository_tenancy(config)
     except SourceError as exc:
         log.error("invalid source", error=str(exc))
         return 2
+    except ValueError as exc:
+        log.error("invalid admin policy", error=str(exc), hint="fix the file given with --policy")
+        return 2
+    repository = tenancy.name
     # every write of the agent checks the fence: with leader election nothing is written until we
     # lead, and nothing after the lease's renew deadline (lease duration - safety margin)
     fence = WriteFence() if config.leader_elect else WriteFence.open()
     options = AgentOptions(namespaces=config.namespaces, workers=config.workers, poll_interval=config.interval,
-                           repository=repository, identity=config.identity,
+                           repository=repository, identity=config.identity, tenancy=tenancy.tenancy,
                            decryption_key_files=tuple(config.decryption_key_files or ()))
     try:
         notifier = Notifier(load_receivers(config.notifications_file)) if config.notifications_file else None
@@ -112,7 +118,9 @@ def run(config: AgentConfig) -> int:
     recorder.start()
     if notifier is not None:
         notifier.start()
-    agent = Agent(kube.fenced(fence), source, metrics, options, recorder, notifier)
+    # the repository's writes are made as the ServiceAccount the admin names: the API server's RBAC
+    # is the boundary, even where our own checks would miss something
+    agent = Agent(kube.fenced(fence).impersonating(tenancy.impersonate), source, metrics, options, recorder, notifier)
     host, port = config.listen_address()
     server = AgentServer(_Api(agent), metrics, host=host, port=port,
                          api_token=read_secret(config.api_token_file),
@@ -175,6 +183,37 @@ def run(config: AgentConfig) -> int:
     gc_pauses.uninstall()
     log.info("flower-syncer agent stopped")
     return 0
+
+
+@dataclass(frozen=True)
+class RepositoryTenancy:
+    name: str  # the derived name (when flower-syncer.yaml sets none)
+    tenancy: Tenancy
+    impersonate: str | None
+
+
+def repository_tenancy(config: AgentConfig) -> RepositoryTenancy:
+    """Who the agent's repository is (its derived name, with the ref when one is named; the name
+    derived before refs were part of it, as a legacy name), and the admin's policy for it. Logs
+    once what applies. Raises SourceError, or ValueError for a bad policy file."""
+    source, sub = source_location(config.repo, config.path)
+    ref = config.ref or ""
+    name = derived_repository_name(source, sub, ref)
+    legacy = frozenset({derived_repository_name(source, sub)}) - {name}
+    admin = load_policy(config.policy) if config.policy is not None else None
+    policy = admin.for_source(source, ref, sub) if admin is not None else None
+    if policy is None:
+        log.warning("no admin policy (--policy): single-tenant mode; the repository's own flower-syncer.yaml "
+                    "guardrails are all that limits it, and writes use the agent's own rights",
+                    hint="give the agent a policy file to confine the repository (see README, Ownership)")
+    else:
+        rails = policy.guardrails
+        namespaces = rails.allowedNamespaces if rails.allowedNamespaces is not None else "any but the cluster's own"
+        log.info("admin policy applies", source=source, ref=ref, path=sub, namespaces=namespaces,
+                 pod_features=list(rails.allowPodFeatures), names=policy.names,
+                 service_account=policy.serviceAccount or "none (writes use the agent's own rights)")
+    return RepositoryTenancy(name, Tenancy(source_key(source, sub, ref), policy, legacy),
+                             policy.impersonate if policy is not None else None)
 
 
 def _leading(agent: Agent, kube: Kube, leading: bool) -> None:

@@ -57,6 +57,7 @@ class Cause(StrEnum):
     RECREATE_TIMEOUT = "RecreateTimeout"  # deleted for recreation, but still there (finalizers?)
     OTHER_REPOSITORY = "OwnedByOtherRepository"  # the object or unit belongs to another repository
     OTHER_UNIT = "OwnedByOtherUnit"  # another unit of this repository renders (or may want) the object
+    OTHER_MANAGER = "OwnedByOtherManager"  # Helm's, the agent's own or another's Secret: never adopted by force
     MISSING_SECRET_KEY = "MissingSecretKey"  # a Secret to mount or copy from lacks the key (or is absent)
     FORBIDDEN = "Forbidden"  # the API server said 403
     INVALID = "Invalid"  # the API server said 422

@@ -130,7 +130,7 @@ def test_an_object_moved_between_units_is_handed_over_not_deleted(kube: Kube, tm
                  "supernodes/new/release.yaml": "policy:\n  allowRecreate: true\n"})
     report = sync(kube, repo)
     assert report.ok, report.to_dict()
-    new = {str(c.ref): c.action.value for u in report.units if u.unit.endswith("/new") for c in u.changes}
+    new = {str(c.ref): c.action.value for u in report.units if u.unit.name == "new" for c in u.changes}
     old = {str(c.ref): (c.action.value, c.message) for u in report.units if u.unit.name == "old" for c in u.changes}
     assert new[f"Service/{namespace}/shared-supernode"] == "configured"
     assert new[f"Deployment/{namespace}/shared-supernode"] == "recreated"

@@ -25,8 +25,9 @@ NOT_FOR_OFFLINE_VERBS = (
     "structlog",  # the agent's logging
 )
 # the repository's models and their SOPS decryption (pydantic itself is loaded: the agent's settings
-# model defines the options of `run`)
-MODELS = ("syncer.models", "syncer.actions.load", "syncer.render.repo", "cryptography")
+# model, with the admin's policy model, defines the options of `run`)
+MODELS = ("syncer.models.federation", "syncer.models.supernode", "syncer.actions.load", "syncer.render.repo",
+          "cryptography")
 
 _RUN = """
 import contextlib, io, json, sys
