@@ -112,7 +112,8 @@ def run(config: AgentConfig) -> int:
     agent = Agent(kube.fenced(fence), source, metrics, options, recorder, notifier)
     recorder.start()
     if notifier is not None:
-        notifier.start()
+        metrics.registry.register(notifier)  # flower_syncer_notifications_total, ..._queue
+        notifier.start(agent.supervisor.spawn)  # a worker per receiver, restarted should it crash
     host, port = config.listen_address()
     server = AgentServer(_Api(agent), metrics, host=host, port=port,
                          api_token=read_secret(config.api_token_file),
