@@ -110,7 +110,7 @@ def run(config: AgentConfig) -> int:
         return 2
     recorder = EventRecorder(kube.fenced(fence), config.identity)  # only the leader reports
     agent = Agent(kube.fenced(fence), source, metrics, options, recorder, notifier)
-    recorder.start()
+    recorder.start(agent.supervisor.spawn)
     if notifier is not None:
         metrics.registry.register(notifier)  # flower_syncer_notifications_total, ..._queue
         notifier.start(agent.supervisor.spawn)  # a worker per receiver, restarted should it crash

@@ -462,3 +462,43 @@ def test_resync_of_an_unknown_unit_is_404_and_exit_2(wait: bool, harness: Harnes
         assert cli.main([*args, "--unit", "federation/fed", *(["--wait"] if wait else [])]) == 0
     finally:
         server.stop()
+
+
+def test_a_failed_status_round_is_reported_and_the_next_round_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The status loop (pool readiness and GPU figures for the metrics, the drift check's timer):
+    a round that raises is a reported error; the loop goes on and the next round runs."""
+    from types import SimpleNamespace
+
+    from syncer.agent import runner
+    from syncer.engine.live import LiveState
+    from syncer.observe.status import StatusReport
+
+    stop = threading.Event()
+    rounds: list[int] = []
+    drift_checks: list[int] = []
+
+    class FlakyCache:
+        synced = threading.Event()
+
+        def report(self, _targets: Any) -> StatusReport:
+            rounds.append(1)
+            if len(rounds) == 1:
+                raise RuntimeError("injected failure in status")
+            return StatusReport()
+
+    FlakyCache.synced.set()
+    loaded = threading.Event()
+    loaded.set()
+    sup = Supervisor(stop)
+    agent = SimpleNamespace(loaded=loaded, desired={}, cache=SimpleNamespace(state=LiveState()), supervisor=sup,
+                            request_drift_check=lambda: drift_checks.append(1))
+    monkeypatch.setattr(runner, "STATUS_INTERVAL", 0.01)
+    with capture_logs() as logs:
+        thread = sup.spawn("status", lambda: runner._status_loop(agent, FlakyCache(), Metrics(), stop))  # type: ignore[arg-type]
+        try:
+            wait_until("a round after the failed one", lambda: drift_checks, timeout=10)
+        finally:
+            stop.set()
+            thread.join(5)
+    assert sup.errors["status collection"] == 1 and sup.healthy()[0]
+    assert any("injected failure in status" in str(e.get("error")) for e in logs)
