@@ -25,6 +25,7 @@ from syncer.agent import revision as revision_module
 from syncer.agent.agent import Agent, AgentOptions
 from syncer.agent.runner import _Api
 from syncer.agent.supervisor import Supervisor, safe_log
+from syncer.cluster.client import Kube
 from syncer.engine import sync as sync_module
 from syncer.http import AgentServer
 from syncer.observe.metrics import Metrics
@@ -53,8 +54,9 @@ class QuietKube(FakeKube):
 @dataclass
 class Harness:
     agent: Agent
-    server: FakeApiServer
+    kube: Kube
     repo: Path
+    namespace: str = NS
     commits: int = 0
 
     def commit(self, replicas: int) -> None:
@@ -67,7 +69,7 @@ class Harness:
         self.agent.request_fetch("test")
 
     def replicas(self) -> int | None:
-        sts = self.server.get("StatefulSet", NS, STS)
+        sts = self.kube.get("StatefulSet", self.namespace, STS)
         return None if sts is None else int(sts["spec"]["replicas"])
 
     def applied(self, replicas: int, timeout: float = 30) -> None:
@@ -88,24 +90,31 @@ class Recorder:
         self.notes.append(n)
 
 
-@pytest.fixture
-def harness(tmp_path: Path) -> Iterator[Harness]:
+def start_harness(kube: Kube, tmp_path: Path, namespace: str = NS) -> Harness:
+    """The agent's real threads on a Git repository at `tmp_path/repo`, leading; the first commit made."""
     repo = tmp_path / "repo"
     (repo / "federations").mkdir(parents=True)
     git(repo, "init", "-q", "-b", "main")
     git(repo, "config", "user.email", "t@example.com")
     git(repo, "config", "user.name", "t")
-    (repo / "flower-syncer.yaml").write_text(f"name: team\ndefaultNamespace: {NS}\n")
-    server = FakeApiServer()
-    server.add_namespace(NS)
+    (repo / "flower-syncer.yaml").write_text(f"name: team-{namespace}\ndefaultNamespace: {namespace}\n")
     source = GitSource(SourceSpec(url=str(repo), cache_dir=tmp_path / "cache"))
     sink = Recorder()
-    agent = Agent(QuietKube(server), source, Metrics(), AgentOptions(workers=2, poll_interval=3600),
+    agent = Agent(kube, source, Metrics(), AgentOptions(namespaces=[namespace], workers=2, poll_interval=3600),
                   recorder=sink, notifier=sink)  # type: ignore[arg-type]
-    h = Harness(agent, server, repo)
+    h = Harness(agent, kube, repo, namespace)
     h.commit(1)
     agent.start()
     agent.set_leading(True)
+    return h
+
+
+@pytest.fixture
+def harness(tmp_path: Path) -> Iterator[Harness]:
+    server = FakeApiServer()
+    server.add_namespace(NS)
+    h = start_harness(QuietKube(server), tmp_path)
+    agent = h.agent
     try:
         h.applied(1)
         yield h
@@ -153,6 +162,23 @@ STAGES = ["load", "render", "plan", "apply", "key registration and inventory", "
 @pytest.mark.parametrize("stage", STAGES)
 def test_an_exception_at_any_stage_leaves_the_next_commit_applied(stage: str, harness: Harness,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    _next_commit_applied_after(stage, harness, monkeypatch)
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("stage", ["plan", "apply", "key registration and inventory"])
+def test_on_the_local_cluster_an_exception_leaves_the_next_commit_applied(
+        stage: str, kube: Kube, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same on the local control plane: real watches, real server-side apply."""
+    h = start_harness(kube, tmp_path, namespace)
+    try:
+        h.applied(1)
+        _next_commit_applied_after(stage, h, monkeypatch)
+    finally:
+        h.agent.shutdown(timeout=10)
+
+
+def _next_commit_applied_after(stage: str, harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     fired = _arm(stage, harness, monkeypatch)
     with capture_logs() as logs:
         harness.commit(2)
