@@ -138,13 +138,11 @@ class _Lane:
             return not dropped
 
     def take(self) -> Notification | None:
-        """The next notification; None once closed (what is still queued then is not sent)."""
+        """The next notification; None once closed and empty (`Notifier.stop` bounds the drain)."""
         with self.cond:
             while not self.items and not self.closed:
                 self.cond.wait()
-            if self.closed:
-                return None
-            return self.items.popleft()[1]
+            return self.items.popleft()[1] if self.items else None
 
     def close(self) -> None:
         with self.cond:
@@ -199,6 +197,7 @@ class Notifier:
                 lane.thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
+        """Send what is queued within `timeout` (no retries), then leave the rest."""
         self._stopping.set()  # cuts retry waits short
         for lane in self._lanes.values():
             lane.close()
