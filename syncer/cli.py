@@ -595,5 +595,5 @@ def cmd_suspend(args: argparse.Namespace) -> int:
     except (ClusterUnreachable, ApiError) as exc:
         return _cluster_error(exc)
     verb = "suspended" if result.suspended else "resumed"
-    print(f"{result.unit.id} {verb}" + ("" if result.changed else f" (it already was {verb})"))
+    print(f"{printers.escape(result.unit.id)} {verb}" + ("" if result.changed else f" (it already was {verb})"))
     return EXIT_OK

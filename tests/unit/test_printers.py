@@ -101,3 +101,14 @@ def test_status_table_cannot_be_forged() -> None:
     _no_forged_lines(text)
     assert len(text.splitlines()) == 3  # the header, the pool's row, the unit's one error line
     assert "cannot dial 10.0.0.1:9093\\nfederation/flower/fed: ok" in text
+
+
+def test_diagnostics_keep_their_hint_line_but_escape_the_rest() -> None:
+    from syncer.diagnostics import Diagnostic
+
+    out = io.StringIO()
+    d = Diagnostic(f"federations/{FORGED}.yaml", 3, 1, "spec.x", f"unknown field {FORGED!r}", hint=f"see {FORGED}")
+    printers.print_diagnostics([d], out)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2 and lines[1].startswith("    hint: see 10.0.0.1:9093\\n")
+    _no_forged_lines(out.getvalue())
