@@ -104,6 +104,7 @@ class Supervisor:
         self._lock = threading.Lock()
         self._loops: list[_Loop] = []
         self.errors: Counter[str] = Counter()  # step errors by where they happened
+        self._traced: dict[str, float] = {}  # failure -> when its traceback was last logged
         self.last_error = ""
 
     # -- steps ------------------------------------------------------------------------------------
@@ -126,13 +127,23 @@ class Supervisor:
             return None
 
     def report(self, where: str, exc: BaseException, **fields: Any) -> str:
-        """Count and log one failure of a step (with the traceback); returns its diagnostic text."""
+        """Count and log one failure of a step; returns its diagnostic text. The traceback comes
+        with the first line of the same failure in `window` seconds (a failure that repeats with
+        every event must not flood the log with it)."""
         text = describe(exc)
+        now = self._clock()
         with self._lock:
             self.errors[where] += 1
             self.last_error = f"{where}: {text}"
-        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        safe_log("error", f"{where} failed; the agent goes on", error=text, traceback=tb, **fields)
+            key = f"{where}|{text}"
+            first = now - self._traced.get(key, -self.window) >= self.window
+            if first:
+                if len(self._traced) >= 1000:
+                    self._traced.clear()
+                self._traced[key] = now
+        if first:
+            fields["traceback"] = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        safe_log("error", f"{where} failed; the agent goes on", error=text, **fields)
         return text
 
     # -- loops ------------------------------------------------------------------------------------

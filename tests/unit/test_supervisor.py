@@ -130,3 +130,19 @@ def test_while_down_health_is_false_at_once() -> None:
         _ok, why = wait_until("unhealthy", lambda: (not (h := sup.healthy())[0]) and h, timeout=5)
     assert "thread dies crashed and is restarting: RuntimeError: gone" in why
     stop.set()  # the backoff wait ends at once
+
+
+def test_a_repeated_failure_logs_its_traceback_once_per_window() -> None:
+    clock = [0.0]
+    sup = Supervisor(threading.Event(), window=60, clock=lambda: clock[0])
+
+    def fail() -> None:
+        raise RuntimeError("same every time")
+
+    with capture_logs() as logs:
+        for _ in range(3):
+            sup.guard("event handling", fail)
+        clock[0] = 61.0
+        sup.guard("event handling", fail)
+    assert ["traceback" in e for e in logs] == [True, False, False, True]
+    assert all("same every time" in e["error"] for e in logs) and sup.errors["event handling"] == 4
