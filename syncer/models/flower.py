@@ -4,20 +4,27 @@ transports and probes a Flower version has. Add a release here and both renderer
 Every line below was read from the `flwr` wheels' own argument parsers and server code
 (1.20.0 ... 1.42.0 and flwr-nightly 1.43.0.dev20261026), not from documentation:
 
-| from | component | change |
-|---|---|---|
-| 1.21 | all | `--health-server-address` (gRPC `grpc.health.v1`, plain text); `flower-superexec` replaces `flwr-clientapp`/`flwr-serverapp`; `--control-api-address` (was `--exec-api-address`) |
-| 1.23 | SuperLink | `--enable-supernode-auth`; SuperNode `--auth-supernode-public-key` deprecated (derived from the private key) |
-| 1.30 | SuperExec | `--root-certificates` |
-| 1.35 | SuperLink | `--serverappio-api-address` refused: the ServerApp (Runtime) API is HTTP on `--host` (default 127.0.0.1) `--port` (default 8000), with `GET`/`HEAD /health`; gRPC Fleet (9092) and Control (9093) unchanged |
-| 1.35 | SuperNode | `--clientappio-api-address` refused: its ClientApp (Runtime) API is HTTP on `--host` (default 127.0.0.1) `--port` (default 9094), with `/health` |
-| 1.36 | SuperExec | `--runtime-api-address` replaces `--appio-api-address` (kept as a hidden alias that warns) |
-| 1.37 | SuperLink | Control API over HTTP on `--host`/`--port` (gRPC Control only with the internal `FLWR_INTERNAL_GRPC_CONTROL_API=1`); `--control-api-address` deprecated; `--ssl-*` also cover the Runtime API (before: plain HTTP, or the `--appio-ssl-*` flags); the SuperExec a SuperLink starts dials `127.0.0.1:<port>` with the CA of `--ssl-ca-certfile`, so the server certificate needs the IP SAN 127.0.0.1 |
-| 1.37 | SuperNode | `--ssl-certfile/--ssl-keyfile/--ssl-ca-certfile` for its ClientApp API (plain HTTP without them) |
-| 1.38 | SuperExec | `--plugin-type` hidden, no longer required, ignored with a warning |
-| 1.40 | SuperLink | Fleet API over HTTP on `--host`/`--port` (gRPC Fleet only with `FLWR_INTERNAL_GRPC_FLEET_API=1`); `--fleet-api-type/--fleet-api-address` deprecated |
-| 1.40 | SuperNode | `--grpc-rere/--grpc-adapter` removed: HTTP only, `--superlink` defaults to `127.0.0.1:8000` |
-| 1.43 | all | gRPC Fleet and Control services and the gRPC health service removed (release notes; the nightly wheel of 2026-10-26 predates the removal) |
+- 1.21 all: `--health-server-address` (gRPC `grpc.health.v1`, plain text); `flower-superexec`
+  replaces `flwr-clientapp`/`flwr-serverapp`; `--control-api-address` (`--exec-api-address` deprecated).
+- 1.23 SuperLink `--enable-supernode-auth`; SuperNode `--auth-supernode-public-key` deprecated.
+- 1.30 SuperExec `--root-certificates`.
+- 1.35 SuperLink: `--serverappio-api-address` refused; the ServerApp (Runtime) API is HTTP on
+  `--host` (default 127.0.0.1) and `--port` (default 8000), with `GET`/`HEAD /health`; gRPC Fleet
+  (9092) and Control (9093) unchanged. SuperNode: `--clientappio-api-address` refused; its ClientApp
+  API is HTTP on `--host` (default 127.0.0.1) and `--port` (default 9094), with `/health`.
+- 1.36 SuperExec `--runtime-api-address` replaces `--appio-api-address` (a hidden alias that warns).
+- 1.37 SuperLink: Control API over HTTP on `--host`/`--port` (gRPC Control only with the internal
+  `FLWR_INTERNAL_GRPC_CONTROL_API=1`); `--control-api-address` deprecated, `--exec-api-address`
+  removed; `--ssl-*` also cover the Runtime API (before: plain HTTP unless `--appio-ssl-*`); the
+  SuperExec a SuperLink starts dials `127.0.0.1:<port>` with the CA of `--ssl-ca-certfile`, so the
+  server certificate needs the IP SAN 127.0.0.1. SuperNode: `--ssl-*` for its ClientApp API
+  (plain HTTP without them).
+- 1.38 SuperExec `--plugin-type` hidden, no longer required, ignored with a warning.
+- 1.40 SuperLink: Fleet API over HTTP on `--host`/`--port` (gRPC Fleet only with the internal
+  `FLWR_INTERNAL_GRPC_FLEET_API=1`); `--fleet-api-type/--fleet-api-address` deprecated. SuperNode:
+  `--grpc-rere/--grpc-adapter` removed, HTTP only, `--superlink` defaults to `127.0.0.1:8000`.
+- 1.43 all: the gRPC Fleet and Control services and the gRPC health service removed (release
+  notes; the nightly wheel of 2026-10-26 still has them).
 
 The Flower version of an image is read from its tag (`1.42.0`, `v1.37.1`, `1.26.0-py3.11-ubuntu24.04`,
 `...:1.42.0@sha256:...`). A tag that names no version (`latest`, a pure digest, a private build)
@@ -33,6 +40,8 @@ from typing import Literal
 
 Version = tuple[int, int]
 Transport = Literal["grpc", "http"]
+Component = Literal["superlink", "supernode", "superexec"]
+FlagSeverity = Literal["error", "warning"]
 
 OLDEST: Version = (1, 20)  # the oldest release flower-syncer renders for (the charts' examples)
 NEWEST: Version = (1, 42)  # the newest release the package registry serves as a final release
@@ -77,6 +86,14 @@ class FlowerInterface:
 
     def _since(self, since: Version) -> bool:
         return self.version >= since
+
+    def beside(self, server: FlowerInterface) -> FlowerInterface:
+        """This interface next to the server it talks to (a SuperExec beside its SuperNode, a pool
+        beside its SuperLink): when its own version is unknown and the server's is known, it is
+        taken to be the server's release, not the newest; still `assumed`, so the warning is given."""
+        if self.assumed and not server.assumed:
+            return FlowerInterface(server.version, assumed=True)
+        return self
 
     # --- executables and flags -------------------------------------------------------------
 
@@ -173,10 +190,10 @@ class FlowerInterface:
 
     # --- deprecated and removed flags --------------------------------------------------------
 
-    def flag_problems(self, component: Literal["superlink", "supernode", "superexec"]) -> dict[str, tuple[str, str]]:
+    def flag_problems(self, component: Component) -> dict[str, tuple[FlagSeverity, str]]:
         """flag -> (severity, what this release does with it) for the flags it refuses ("error")
         or warns about ("warning")."""
-        table: dict[str, tuple[str, str]] = {}
+        table: dict[str, tuple[FlagSeverity, str]] = {}
         for since, until, comp, flag, severity, what in _FLAG_TABLE:
             if comp == component and self.version >= since and (until is None or self.version < until):
                 table[flag] = (severity, what)
@@ -184,8 +201,9 @@ class FlowerInterface:
 
 
 # (since, until or None, component, flag, severity, what Flower does), from the parsers.
-_FLAG_TABLE: list[tuple[Version, Version | None, str, str, str, str]] = [
-    ((1, 21), (1, 37), "superlink", "--exec-api-address", "warning", "deprecated since 1.21 (use --control-api-address)"),
+_FLAG_TABLE: list[tuple[Version, Version | None, Component, str, FlagSeverity, str]] = [
+    ((1, 21), (1, 37), "superlink", "--exec-api-address", "warning",
+     "deprecated since 1.21 (use --control-api-address)"),
     ((1, 37), None, "superlink", "--exec-api-address", "error", "removed in 1.37"),
     ((1, 23), None, "supernode", "--auth-supernode-public-key", "warning",
      "deprecated since 1.23 and ignored (the public key is derived from the private key)"),
@@ -224,6 +242,33 @@ _FLAG_TABLE: list[tuple[Version, Version | None, str, str, str, str]] = [
     ((1, 43), None, "supernode", "--health-server-address", "error", "removed in 1.43 with the gRPC health service"),
     ((1, 43), None, "superexec", "--health-server-address", "error", "removed in 1.43 with the gRPC health service"),
 ]
+
+
+def fleet_skew(supernode: FlowerInterface, superlink: FlowerInterface) -> str:
+    """Why a SuperNode of one release cannot join a SuperLink of another ('' when it can).
+
+    The boundary is the Fleet transport: SuperNodes before 1.40 speak gRPC (`--grpc-rere`), from 1.40
+    HTTP only; SuperLinks before 1.40 serve the Fleet API over gRPC only, from 1.40 over HTTP only
+    (gRPC only with the internal FLWR_INTERNAL_GRPC_FLEET_API=1). Observed with real processes (see
+    tests/compat/test_skew.py): 1.42 SuperNode -> 1.26 SuperLink and 1.26 SuperNode -> 1.42 SuperLink
+    never connect; pairs within one era do."""
+    if supernode.fleet_transport == superlink.fleet_transport:
+        return ""
+    return (f"the SuperNode speaks {supernode.fleet_transport.upper()} to the Fleet API, the SuperLink serves "
+            f"it over {superlink.fleet_transport.upper()} (Flower moved the Fleet API to HTTP in 1.40)")
+
+
+def runtime_skew(superexec: FlowerInterface, server: FlowerInterface, *, tls: bool) -> str:
+    """Why a SuperExec of one release cannot use the Runtime (ServerApp/ClientApp) API of a
+    SuperLink or SuperNode of another ('' when it can): gRPC before 1.35, HTTP from 1.35; from 1.37
+    a TLS SuperLink's Runtime API is TLS, which SuperExec verifies from 1.30 (`--root-certificates`)."""
+    if superexec.http_runtime != server.http_runtime:
+        speaks = "HTTP" if superexec.http_runtime else "gRPC"
+        serves = "HTTP" if server.http_runtime else "gRPC"
+        return f"the SuperExec speaks {speaks}, the server's Runtime API is {serves} (HTTP from Flower 1.35)"
+    if tls and server.superlink_runtime_tls and not superexec.superexec_tls:
+        return "the Runtime API is TLS and this SuperExec cannot verify a TLS server (--root-certificates, 1.30+)"
+    return ""
 
 
 def parse_version(text: str) -> Version | None:
