@@ -50,6 +50,8 @@ def federation_version_issues(fed: Federation) -> list[Issue]:
         issues += flag_issues(exec_, "superexec", spec.superlink.superexecExtraArgs,
                               ("spec", "superlink", "superexecExtraArgs"))
         problem = runtime_skew(exec_, link, tls=not spec.insecure)
+        if not exec_.superexec and not exec_.assumed:
+            problem = "flower-superexec exists from Flower 1.21"
         if problem:
             issues.append(Issue(("spec", "superlink", "superexecImage"),
                                 f"the ServerApp SuperExec ({spec.superlink.superexecImage}, Flower {exec_.label}) "
@@ -74,6 +76,8 @@ def federation_version_issues(fed: Federation) -> list[Issue]:
             exec_ = fed.flower(pool.images.superexecClientApp).beside(node)
             issues += flag_issues(exec_, "superexec", pool.superexecExtraArgs, (*at, "superexecExtraArgs"))
             problem = runtime_skew(exec_, node, tls=False)
+            if not exec_.superexec and not exec_.assumed:
+                problem = "flower-superexec exists from Flower 1.21"
             if problem:
                 issues.append(Issue((*at, "images", "superexecClientApp"),
                                     f"pool {pool.name!r}: the ClientApp SuperExec (Flower {exec_.label}) cannot talk "

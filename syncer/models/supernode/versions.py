@@ -45,6 +45,13 @@ def version_issues(values: SuperNodeValues) -> list[Issue]:
                                 "for a plain Flower 1.40+ SuperLink, or the Service's fleet port (9092 by "
                                 "default) for a flower-syncer Federation, which maps it to the HTTP API",
                                 severity="warning"))
+        auth = values.global_.nodeAuth
+        if iface.http_runtime and auth.enabled and auth.authSupernodePublicKey.strip():
+            issues.append(Issue(("global", "nodeAuth", "authSupernodePublicKey"),
+                                f"Flower {iface.label} derives the public key from the private key "
+                                "(--auth-supernode-public-key is deprecated since 1.23), so it is not passed; it is "
+                                "only checked against the private key", "remove it, or keep it as a check",
+                                severity="warning"))
     if se.enabled:
         iface = interface(se.image)
         if not iface.health_server and iface.superexec and "health" in se.containerPorts.model_fields_set:
