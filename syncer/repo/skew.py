@@ -53,8 +53,8 @@ def check_version_skew(state: RepoState) -> None:
             failed.add(loaded.unit)
             state.diagnostics.append(_at(
                 state.root, loaded.source, loaded.line, ("supernode", "superlink", "port"), loaded.unit.id,
-                f"the SuperNodes dial {fed.superlink_name()}:{port}, but the Fleet API of that SuperLink ({where}) is on "
-                f"port {fleet}", f"set supernode.superlink.port: {fleet}"))
+                f"the SuperNodes dial {fed.superlink_name()}:{port}, but the Fleet API of that SuperLink ({where}) "
+                f"is on port {fleet}", f"set supernode.superlink.port: {fleet}"))
             continue
         problem = fleet_skew(node, link)
         if not problem:
