@@ -46,14 +46,23 @@ def version_issues(values: SuperNodeValues) -> list[Issue]:
                                 "default) for a flower-syncer Federation, which maps it to the HTTP API",
                                 severity="warning"))
         auth = values.global_.nodeAuth
-        if iface.http_runtime and auth.enabled and auth.authSupernodePublicKey.strip():
+        if iface.public_key_optional and auth.enabled and auth.authSupernodePublicKey.strip():
+            passed = ("so it is not passed; it is only checked against the private key" if iface.http_runtime else
+                      "and ignores --auth-supernode-public-key (deprecated since 1.23), which is still passed")
             issues.append(Issue(("global", "nodeAuth", "authSupernodePublicKey"),
-                                f"Flower {iface.label} derives the public key from the private key "
-                                "(--auth-supernode-public-key is deprecated since 1.23), so it is not passed; it is "
-                                "only checked against the private key", "remove it, or keep it as a check",
-                                severity="warning"))
+                                f"Flower {iface.label} derives the public key from the private key, {passed}",
+                                "remove it, or keep it as a check", severity="warning"))
+        for i, arg in enumerate(sn.extraArgs):
+            if iface.http_runtime and arg.split("=", 1)[0] in ("--host", "--port"):
+                issues.append(Issue(("supernode", "extraArgs", i), f"{arg.split('=', 1)[0]} is already set from the "
+                                    f"values (Flower {iface.label} serves the ClientApp API on it)",
+                                    "set supernode.containerPorts.clientAppIo instead"))
     if se.enabled:
         iface = interface(se.image)
+        for i, arg in enumerate(se.extraArgs):
+            if arg.split("=", 1)[0] == "--runtime-api-address":
+                issues.append(Issue(("superexec", "extraArgs", i), "--runtime-api-address is already set from the "
+                                    "values", "set superexec.supernode.address and superexec.supernode.port instead"))
         if not iface.health_server and iface.superexec and "health" in se.containerPorts.model_fields_set:
             issues.append(Issue(("superexec", "containerPorts", "health"),
                                 f"Flower {iface.label} has no health server (--health-server-address was removed "
