@@ -239,10 +239,11 @@ class Federation(StrictModel):
 
     def flower(self, image: str) -> FlowerInterface:
         """The Flower interface of one of this federation's images: from its tag, else from the
-        annotation flower-syncer.io/flower-version, else (assumed, with a warning) the SuperLink's
-        release when its tag names one (the operator's examples pair `flwr/superlink:1.25.0` with
-        `my-app/client:latest`), else the newest known release."""
-        explicit = self.metadata.annotations.get(ANN_FLOWER_VERSION, "")
+        annotation flower-syncer.io/flower-version, else from the operator's `spec.version` (its
+        "convenience field for the Flower version", when it reads as one), else (assumed, with a
+        warning) the SuperLink's release when its tag names one (the operator's examples pair
+        `flwr/superlink:1.25.0` with `my-app/client:latest`), else the newest known release."""
+        explicit = self.metadata.annotations.get(ANN_FLOWER_VERSION, "") or self.spec.version or ""
         iface = interface_of_image(image, explicit)
         if iface.assumed and image != self.spec.superlink.image:
             return iface.beside(interface_of_image(self.spec.superlink.image, explicit))

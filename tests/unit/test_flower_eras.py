@@ -138,6 +138,10 @@ def test_an_image_without_a_version_is_the_newest_with_a_warning_or_the_annotati
     assert not [d for d in diags if d.path == "spec.superlink.image" and d.severity == "warning"]
     assert [d.path for d in diags if d.severity == "error"] == ["spec.superlink.superexecImage",
                                                                "spec.supernodes.image"]  # 1.26 vs 1.42: skew
+    operator_field = text.replace("  isolationMode: process\n", "  isolationMode: process\n  version: 1.26.0\n")
+    _, diags = load_federation(operator_field)  # the operator's spec.version says the same
+    assert [d.path for d in diags if d.severity == "error"] == ["spec.superlink.superexecImage",
+                                                               "spec.supernodes.image"]
 
 
 def test_deprecated_and_refused_extra_args_per_release() -> None:
