@@ -11,6 +11,7 @@ SuperLink release (gRPC 9092 before 1.40, the HTTP port from 1.40). Observed (20
 - 1.39 SuperLink <- 1.42 SuperNode on the HTTP port: `404 Not Found` for /v1/fleet/register-node
   (1.35-1.39 serve the Runtime/Control API over HTTP, not the Fleet API).
 So the boundary is the Fleet transport (1.40), both ways; within an era the releases talk.
+Also: GET /health answers on the API port of a 1.42 SuperLink and SuperNode (what the probes ask).
 """
 
 from __future__ import annotations
@@ -123,3 +124,44 @@ def test_supernodes_join_superlinks_of_their_fleet_transport_era_only(tmp_path: 
     assert observed == predicted
     assert observed == {("1.26.0", "1.42.0"): False, ("1.42.0", "1.26.0"): False, ("1.39.0", "1.40.0"): False,
                         ("1.40.0", "1.42.0"): True, ("1.26.0", "1.39.0"): True}
+
+
+def test_health_lives_on_the_api_port_of_a_1_42_superlink_and_supernode(tmp_path: Path) -> None:
+    """What the rendered probes ask (GET /health on the API port, models/flower.py) is what a real
+    Flower 1.42 answers: 200 from the HTTP server that serves the APIs, and nothing once it is gone."""
+    import urllib.error
+    import urllib.request
+
+    if flower_releases.missing():
+        if os.environ.get("CI") == "true":
+            pytest.fail("Flower releases not cached: run python3 tools/flower_releases.py fetch")
+        pytest.skip("Flower releases not cached: run python3 tools/flower_releases.py fetch")
+    py = str(flower_releases.deps_python())
+    env = {**os.environ, "PYTHONPATH": str(flower_releases.release_dir("1.42.0")), "FLWR_HOME": str(tmp_path)}
+    http, node_port = _free_port(), _free_port()
+    procs = [subprocess.Popen([py, "-c", SUPERLINK, "--insecure", "--isolation=process", "--host=0.0.0.0",
+                               f"--port={http}"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        deadline = time.monotonic() + 90
+        while not _listening(http):
+            assert procs[0].poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+        procs.append(subprocess.Popen([py, "-c", SUPERNODE, "--insecure", "--isolation=process",
+                                       f"--superlink=127.0.0.1:{http}", "--host=0.0.0.0", f"--port={node_port}"],
+                                      env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        while not _listening(node_port):
+            assert procs[1].poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+        for port in (http, node_port):
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as response:
+                assert response.status == 200
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    with pytest.raises(urllib.error.URLError):  # the API is gone: so is its health
+        urllib.request.urlopen(f"http://127.0.0.1:{http}/health", timeout=2)
