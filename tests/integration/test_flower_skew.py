@@ -117,7 +117,7 @@ def test_supernodes_join_superlinks_of_their_fleet_transport_era_only(tmp_path: 
             pytest.fail(message)
         pytest.skip(message)
     with ThreadPoolExecutor(max_workers=2) as pool:
-        joined = list(pool.map(lambda pair: _run(*pair, tmp_path), PAIRS))
+        joined = list(pool.map(lambda pair: _run(pair[0], pair[1], tmp_path), PAIRS))
     observed = dict(zip(PAIRS, joined, strict=True))
     predicted = {(sl, sn): not fleet_skew(flower_interface(parse_version(sn)), flower_interface(parse_version(sl)))
                  for sl, sn in PAIRS}
