@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from syncer.cluster.whoami import agent_account
 from syncer.diagnostics import Diagnostic
 from syncer.identity import DEFAULT_REPOSITORY, Manifest, Unit, UnknownUnit, derived_repository_name, unit_matches
 from syncer.plan import Plan
@@ -95,7 +96,7 @@ def load(root: Path, selectors: Sequence[str] = (), namespace: str | None = None
         default = derived_repository_name(*source_location(str(root.resolve())))
     except SourceError:
         default = DEFAULT_REPOSITORY
-    return Loaded(state, render_repo(state, list(selectors)), tuple(selectors), default)
+    return Loaded(state, render_repo(state, list(selectors), agent=agent_account()), tuple(selectors), default)
 
 
 @dataclass(frozen=True)
