@@ -23,6 +23,7 @@ from syncer.render.federation import render_federation
 from syncer.render.guardrails import check_guardrails
 from syncer.render.packed import pack
 from syncer.render.podrules import AgentAccount
+from syncer.render.sealed import seal
 from syncer.render.secret import render_secret
 from syncer.render.supernode import render_supernode
 from syncer.repo.loader import LoadedUnit, RepoState
@@ -149,6 +150,8 @@ def render_unit(loaded: LoadedUnit) -> list[Manifest]:
         manifests = render_federation(loaded.model, ctx)
     else:
         manifests = render_supernode(loaded.model, loaded.unit.name, ctx)
+    if loaded.sealed:  # encrypted values reach pods through a Secret only
+        manifests = seal(manifests, loaded.sealed, loaded.seal_key, ctx)
     return sort_manifests([*manifests, *(render_secret(s, RenderContext(unit=loaded.unit, source=file))
                                          for file, s in loaded.secrets)])
 
