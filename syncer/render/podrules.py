@@ -90,6 +90,14 @@ class Allowances:
     features: frozenset[str] = frozenset()
 
 
+def _d(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _l(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def _matches(name: str, patterns: Sequence[str]) -> bool:
     return any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
@@ -101,7 +109,7 @@ def own_secrets(manifests: Sequence[Manifest]) -> set[str]:
         if m.get("kind") == "Secret":
             names.add(str(m["metadata"]["name"]))
         elif m.get("kind") == "Certificate":
-            name = (m.get("spec") or {}).get("secretName")
+            name = _d(m.get("spec")).get("secretName")
             if name:
                 names.add(str(name))
     return names
@@ -110,7 +118,7 @@ def own_secrets(manifests: Sequence[Manifest]) -> set[str]:
 def check_object(m: Manifest) -> Iterator[Rule]:
     """Rules on objects that are not pods (a Secret that asks for a ServiceAccount token)."""
     if m.get("kind") == "Secret" and m.get("type") == SA_TOKEN_TYPE:
-        account = ((m.get("metadata") or {}).get("annotations") or {}).get("kubernetes.io/service-account.name", "?")
+        account = _d(_d(m.get("metadata")).get("annotations")).get("kubernetes.io/service-account.name", "?")
         yield Rule("tokenSecret", "type", f"type {SA_TOKEN_TYPE} (for the ServiceAccount {account!r})")
 
 
@@ -130,10 +138,10 @@ def check_pod_spec(spec: Mapping[str, Any], namespace: str, *, own_accounts: set
     if spec.get("nodeName") and "nodeName" not in features:
         yield Rule("nodeName", "spec.nodeName", f"nodeName: {spec['nodeName']}")
     if "controlPlaneTolerations" not in features:
-        for i, t in enumerate(spec.get("tolerations") or []):
+        for i, t in enumerate(_l(spec.get("tolerations"))):
             if not isinstance(t, dict):
                 continue
-            if t.get("key") in CONTROL_PLANE_TAINTS:
+            if isinstance(t.get("key"), str) and t["key"] in CONTROL_PLANE_TAINTS:
                 yield Rule("controlPlaneTolerations", f"spec.tolerations[{i}]", f"tolerates {t['key']}")
             elif not t.get("key") and t.get("operator") == "Exists":
                 yield Rule("controlPlaneTolerations", f"spec.tolerations[{i}]",
@@ -156,11 +164,11 @@ def _secret_ok(name: Any, secrets: set[str], allow: Allowances) -> bool:
 
 def _public_only(items: Any) -> bool:
     return bool(items) and isinstance(items, list) and all(
-        isinstance(i, dict) and i.get("key") in PUBLIC_KEYS for i in items)
+        isinstance(i, dict) and str(i.get("key")) in PUBLIC_KEYS for i in items)
 
 
 def _volumes(spec: Mapping[str, Any], secrets: set[str], allow: Allowances) -> Iterator[Rule]:
-    for i, vol in enumerate(spec.get("volumes") or []):
+    for i, vol in enumerate(_l(spec.get("volumes"))):
         if not isinstance(vol, dict):
             continue
         secret = vol.get("secret")
@@ -168,8 +176,7 @@ def _volumes(spec: Mapping[str, Any], secrets: set[str], allow: Allowances) -> I
                 and not _public_only(secret.get("items")):
             yield Rule("foreignSecret", f"spec.volumes[{i}].secret",
                        f"mounts the Secret {secret.get('secretName')!r}, which is not the unit's own")
-        projected = vol.get("projected")
-        for j, src in enumerate((projected or {}).get("sources") or [] if isinstance(projected, dict) else []):
+        for j, src in enumerate(_l(_d(vol.get("projected")).get("sources"))):
             if not isinstance(src, dict):
                 continue
             where = f"spec.volumes[{i}].projected.sources[{j}]"
@@ -187,16 +194,16 @@ def _volumes(spec: Mapping[str, Any], secrets: set[str], allow: Allowances) -> I
 
 def _env(spec: Mapping[str, Any], secrets: set[str], allow: Allowances) -> Iterator[Rule]:
     for key in ("initContainers", "containers", "ephemeralContainers"):
-        for i, c in enumerate(spec.get(key) or []):
+        for i, c in enumerate(_l(spec.get(key))):
             if not isinstance(c, dict):
                 continue
-            for j, env in enumerate(c.get("env") or []):
-                ref = ((env or {}).get("valueFrom") or {}).get("secretKeyRef") if isinstance(env, dict) else None
+            for j, env in enumerate(_l(c.get("env"))):
+                ref = _d(_d(env).get("valueFrom")).get("secretKeyRef")
                 if isinstance(ref, dict) and not _secret_ok(ref.get("name"), secrets, allow):
                     yield Rule("foreignSecret", f"spec.{key}[{i}].env[{j}].valueFrom.secretKeyRef",
                                f"reads the Secret {ref.get('name')!r}, which is not the unit's own")
-            for j, src in enumerate(c.get("envFrom") or []):
-                ref = (src or {}).get("secretRef") if isinstance(src, dict) else None
+            for j, src in enumerate(_l(c.get("envFrom"))):
+                ref = _d(src).get("secretRef")
                 if isinstance(ref, dict) and not _secret_ok(ref.get("name"), secrets, allow):
                     yield Rule("foreignSecret", f"spec.{key}[{i}].envFrom[{j}].secretRef",
                                f"reads the Secret {ref.get('name')!r}, which is not the unit's own")

@@ -94,10 +94,19 @@ class Finding:
         return REASONS[self.feature]
 
 
+def _d(value: Any) -> dict[str, Any]:
+    """`value` if it is a mapping, else an empty one (the checks never trip over a bad shape)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _l(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def containers(pod_spec: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
     """(field path, container) of every container, init and ephemeral container."""
     for key in ("initContainers", "containers", "ephemeralContainers"):
-        for i, c in enumerate(pod_spec.get(key) or []):
+        for i, c in enumerate(_l(pod_spec.get(key))):
             if isinstance(c, dict):
                 yield f"spec.{key}[{i}]", c
 
@@ -115,18 +124,14 @@ def check_pod(pod_meta: Mapping[str, Any], pod_spec: Mapping[str, Any], level: L
 
 
 def _sc(c: Mapping[str, Any]) -> dict[str, Any]:
-    sc = c.get("securityContext")
-    return sc if isinstance(sc, dict) else {}
+    return _d(c.get("securityContext"))
 
 
 def _baseline(meta: Mapping[str, Any], spec: Mapping[str, Any], *, strict_caps: bool) -> Iterator[Finding]:
-    pod_sc = spec.get("securityContext") if isinstance(spec.get("securityContext"), dict) else {}
-    assert isinstance(pod_sc, dict)
+    pod_sc = _d(spec.get("securityContext"))
     user_ns = spec.get("hostUsers") is False
-    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
-    assert isinstance(annotations, dict)
-    # hostProcess
-    if (pod_sc.get("windowsOptions") or {}).get("hostProcess"):
+    annotations = _d(meta.get("annotations"))
+    if _d(pod_sc.get("windowsOptions")).get("hostProcess"):
         yield Finding("hostProcess", "spec.securityContext.windowsOptions.hostProcess", "hostProcess: true")
     for flag in ("hostNetwork", "hostPID", "hostIPC"):
         if spec.get(flag):
@@ -134,32 +139,32 @@ def _baseline(meta: Mapping[str, Any], spec: Mapping[str, Any], *, strict_caps: 
     any_privileged = False
     for where, c in containers(spec):
         sc = _sc(c)
-        if (sc.get("windowsOptions") or {}).get("hostProcess"):
+        if _d(sc.get("windowsOptions")).get("hostProcess"):
             yield Finding("hostProcess", f"{where}.securityContext.windowsOptions.hostProcess", "hostProcess: true")
         if sc.get("privileged"):
             any_privileged = True
             yield Finding("privileged", f"{where}.securityContext.privileged", "privileged: true")
-        added = [str(a) for a in (sc.get("capabilities") or {}).get("add") or []]
+        added = [str(a) for a in _l(_d(sc.get("capabilities")).get("add"))]
         if not strict_caps:
             bad = [a for a in added if a not in DEFAULT_CAPABILITIES]
             if bad:
                 yield Finding("capabilities", f"{where}.securityContext.capabilities.add",
                               f"adds {', '.join(bad)}, outside the default set")
-        for j, port in enumerate(c.get("ports") or []):
+        for j, port in enumerate(_l(c.get("ports"))):
             if isinstance(port, dict) and port.get("hostPort"):
                 yield Finding("hostPort", f"{where}.ports[{j}].hostPort", f"hostPort: {port['hostPort']}")
-        profile = (sc.get("appArmorProfile") or {}).get("type")
+        profile = _d(sc.get("appArmorProfile")).get("type")
         if profile is not None and profile not in ("RuntimeDefault", "Localhost"):
             yield Finding("appArmor", f"{where}.securityContext.appArmorProfile.type", f"type: {profile}")
         yield from _selinux(sc.get("seLinuxOptions"), f"{where}.securityContext.seLinuxOptions")
         proc = sc.get("procMount")
         if proc is not None and proc != "Default" and not user_ns:
             yield Finding("procMount", f"{where}.securityContext.procMount", f"procMount: {proc}")
-        seccomp = (sc.get("seccompProfile") or {}).get("type")
+        seccomp = _d(sc.get("seccompProfile")).get("type")
         if seccomp is not None and seccomp not in ("RuntimeDefault", "Localhost"):
             yield Finding("seccomp", f"{where}.securityContext.seccompProfile.type", f"type: {seccomp}")
         yield from _probe_hosts(c, where)
-    profile = (pod_sc.get("appArmorProfile") or {}).get("type")
+    profile = _d(pod_sc.get("appArmorProfile")).get("type")
     if profile is not None and profile not in ("RuntimeDefault", "Localhost"):
         yield Finding("appArmor", "spec.securityContext.appArmorProfile.type", f"type: {profile}")
     for key, value in sorted(annotations.items()):
@@ -170,15 +175,15 @@ def _baseline(meta: Mapping[str, Any], spec: Mapping[str, Any], *, strict_caps: 
                 and value not in ("runtime/default", "docker/default") and not str(value).startswith("localhost/"):
             yield Finding("seccomp", f"metadata.annotations[{key}]", f"{key}={value}")
     yield from _selinux(pod_sc.get("seLinuxOptions"), "spec.securityContext.seLinuxOptions")
-    seccomp = (pod_sc.get("seccompProfile") or {}).get("type")
+    seccomp = _d(pod_sc.get("seccompProfile")).get("type")
     if seccomp is not None and seccomp not in ("RuntimeDefault", "Localhost"):
         yield Finding("seccomp", "spec.securityContext.seccompProfile.type", f"type: {seccomp}")
-    for i, sysctl in enumerate(pod_sc.get("sysctls") or []):
-        name = (sysctl or {}).get("name") if isinstance(sysctl, dict) else None
-        if name not in SAFE_SYSCTLS:
+    for i, sysctl in enumerate(_l(pod_sc.get("sysctls"))):
+        name = _d(sysctl).get("name")
+        if not isinstance(name, str) or name not in SAFE_SYSCTLS:
             yield Finding("sysctls", f"spec.securityContext.sysctls[{i}].name", f"sysctl {name}")
-    for i, vol in enumerate(spec.get("volumes") or []):
-        host = (vol or {}).get("hostPath") if isinstance(vol, dict) else None
+    for i, vol in enumerate(_l(spec.get("volumes"))):
+        host = _d(vol).get("hostPath")
         if host is None:
             continue
         if any_privileged and isinstance(host, dict) and host.get("path") in GPU_DEVICE_PATHS:
@@ -191,7 +196,7 @@ def _selinux(opts: Any, where: str) -> Iterator[Finding]:
     if not isinstance(opts, dict):
         return
     kind = opts.get("type") or ""
-    if kind not in SELINUX_TYPES:
+    if not isinstance(kind, str) or kind not in SELINUX_TYPES:
         yield Finding("seLinux", f"{where}.type", f"type: {kind}")
     for key in ("user", "role"):
         if opts.get(key):
@@ -200,24 +205,22 @@ def _selinux(opts: Any, where: str) -> Iterator[Finding]:
 
 def _probe_hosts(c: Mapping[str, Any], where: str) -> Iterator[Finding]:
     handlers: list[tuple[str, Any]] = [(p, c.get(p)) for p in ("livenessProbe", "readinessProbe", "startupProbe")]
-    lifecycle = c.get("lifecycle") if isinstance(c.get("lifecycle"), dict) else {}
-    assert isinstance(lifecycle, dict)
+    lifecycle = _d(c.get("lifecycle"))
     handlers += [(f"lifecycle.{h}", lifecycle.get(h)) for h in ("postStart", "preStop")]
     for name, handler in handlers:
         if not isinstance(handler, dict):
             continue
         for action in ("httpGet", "tcpSocket"):
-            host = (handler.get(action) or {}).get("host") if isinstance(handler.get(action), dict) else None
+            host = _d(handler.get(action)).get("host")
             if host:
                 yield Finding("hostProbes", f"{where}.{name}.{action}.host", f"host {host}")
 
 
 def _restricted(spec: Mapping[str, Any]) -> Iterator[Finding]:
-    pod_sc = spec.get("securityContext") if isinstance(spec.get("securityContext"), dict) else {}
-    assert isinstance(pod_sc, dict)
-    windows = (spec.get("os") or {}).get("name") == "windows" if isinstance(spec.get("os"), dict) else False
+    pod_sc = _d(spec.get("securityContext"))
+    windows = _d(spec.get("os")).get("name") == "windows"
     user_ns = spec.get("hostUsers") is False
-    for i, vol in enumerate(spec.get("volumes") or []):
+    for i, vol in enumerate(_l(spec.get("volumes"))):
         if not isinstance(vol, dict):
             continue
         kinds = [k for k in vol if k not in _VOLUME_SOURCE_IGNORED]
@@ -225,7 +228,7 @@ def _restricted(spec: Mapping[str, Any]) -> Iterator[Finding]:
         if bad:
             yield Finding("volumeTypes", f"spec.volumes[{i}].{bad[0]}", f"volume type {bad[0]}", "restricted")
     pod_non_root = pod_sc.get("runAsNonRoot")
-    pod_seccomp = (pod_sc.get("seccompProfile") or {}).get("type") in ("RuntimeDefault", "Localhost")
+    pod_seccomp = _d(pod_sc.get("seccompProfile")).get("type") in ("RuntimeDefault", "Localhost")
     if not user_ns:
         if pod_non_root is False:
             yield Finding("runAsRoot", "spec.securityContext.runAsNonRoot", "runAsNonRoot: false", "restricted")
@@ -237,12 +240,11 @@ def _restricted(spec: Mapping[str, Any]) -> Iterator[Finding]:
             if sc.get("allowPrivilegeEscalation") is not False:
                 yield Finding("privilegeEscalation", f"{where}.securityContext.allowPrivilegeEscalation",
                               "allowPrivilegeEscalation is not false", "restricted")
-            caps = sc.get("capabilities") if isinstance(sc.get("capabilities"), dict) else {}
-            assert isinstance(caps, dict)
-            if "ALL" not in (caps.get("drop") or []):
+            caps = _d(sc.get("capabilities"))
+            if "ALL" not in _l(caps.get("drop")):
                 yield Finding("capabilities", f"{where}.securityContext.capabilities.drop",
                               "does not drop ALL", "restricted")
-            bad = [str(a) for a in caps.get("add") or [] if a != "NET_BIND_SERVICE"]
+            bad = [str(a) for a in _l(caps.get("add")) if a != "NET_BIND_SERVICE"]
             if bad:
                 yield Finding("capabilities", f"{where}.securityContext.capabilities.add",
                               f"adds {', '.join(bad)} (only NET_BIND_SERVICE may be added)", "restricted")

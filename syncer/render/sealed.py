@@ -58,7 +58,8 @@ def seal(manifests: Sequence[Manifest], sealed: frozenset[str], seal_key: bytes,
         data: dict[str, str] = {}
         for key in ("initContainers", "containers", "ephemeralContainers"):
             for c in template["spec"].get(key) or []:
-                _seal_container(c, sealed, long_values, sealed_name(m["metadata"]["name"]), data)
+                if isinstance(c, dict):
+                    _seal_container(c, sealed, long_values, sealed_name(m["metadata"]["name"]), data)
         annotations = template["metadata"].get("annotations") or {}
         if ANN_NODE_AUTH_SHA in annotations and seal_key:
             annotations[ANN_NODE_AUTH_SHA] = _hmac(seal_key, annotations[ANN_NODE_AUTH_SHA])
@@ -76,6 +77,10 @@ def _hmac(key: bytes, text: str) -> str:
     return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
 
 
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def _holds(text: str, sealed: frozenset[str], long_values: list[str]) -> bool:
     if any(v in text for v in long_values):
         return True
@@ -85,7 +90,7 @@ def _holds(text: str, sealed: frozenset[str], long_values: list[str]) -> bool:
 def _seal_container(c: dict[str, Any], sealed: frozenset[str], long_values: list[str], secret: str,
                     data: dict[str, str]) -> None:
     name = _KEY_CHARS.sub("_", str(c.get("name", "")))
-    env: list[dict[str, Any]] = c.get("env") or []
+    env = _list(c.get("env"))
     for item in env:
         value = item.get("value") if isinstance(item, dict) else None
         if value is None or "valueFrom" in item:
@@ -98,7 +103,7 @@ def _seal_container(c: dict[str, Any], sealed: frozenset[str], long_values: list
             item["valueFrom"] = {"secretKeyRef": {"name": secret, "key": key}}
     added: list[dict[str, Any]] = []
     for field in ("command", "args"):
-        items = c.get(field) or []
+        items = _list(c.get(field))
         for i, text in enumerate(items):
             if not isinstance(text, str) or not _holds(text, sealed, long_values):
                 continue

@@ -169,3 +169,35 @@ def test_findings_name_their_field() -> None:
     assert [(f.feature, f.path) for f in found] == [
         ("hostPath", "spec.volumes[3].hostPath"), ("privileged", "spec.initContainers[0].securityContext.privileged")]
     assert all(f.reason for f in found)
+
+
+def test_no_shape_of_pod_makes_a_check_raise() -> None:
+    """Whatever a podTemplate holds, the checks report or pass; they never raise (a raise would
+    stop the render of the whole repository)."""
+    import random
+
+    from syncer.render.podrules import AgentAccount, Allowances, check_pod_spec
+
+    keys = ["securityContext", "capabilities", "add", "drop", "containers", "initContainers", "ephemeralContainers",
+            "volumes", "hostPath", "path", "ports", "hostPort", "seccompProfile", "type", "appArmorProfile",
+            "seLinuxOptions", "procMount", "sysctls", "name", "windowsOptions", "hostProcess", "livenessProbe",
+            "httpGet", "host", "lifecycle", "preStop", "runAsNonRoot", "runAsUser", "allowPrivilegeEscalation",
+            "privileged", "os", "hostUsers", "tolerations", "key", "operator", "priorityClassName", "nodeName",
+            "serviceAccountName", "projected", "sources", "secret", "secretName", "items", "serviceAccountToken",
+            "audience", "env", "valueFrom", "secretKeyRef", "envFrom", "secretRef", "dnsConfig", "annotations"]
+    rng = random.Random(7)
+
+    def value(depth: int) -> Any:
+        r = rng.random()
+        if depth > 4 or r < 0.3:
+            return rng.choice([None, True, 0, 1, "x", "Unconfined", "ALL", "/", [], {}, 3.5, "windows", "Exists"])
+        if r < 0.6:
+            return [value(depth + 1) for _ in range(rng.randint(0, 3))]
+        return {rng.choice(keys): value(depth + 1) for _ in range(rng.randint(0, 4))}
+
+    for _ in range(3000):
+        spec = {rng.choice(keys): value(1) for _ in range(rng.randint(0, 6))}
+        meta = {"annotations": value(2)}
+        for level in ("baseline", "restricted"):
+            check_pod(meta, spec, level)
+        list(check_pod_spec(spec, "ns", own_accounts=set(), secrets=set(), agent=AgentAccount(), allow=Allowances()))
