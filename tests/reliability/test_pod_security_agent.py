@@ -36,19 +36,21 @@ def test_a_pod_as_the_agent_is_refused_and_secret_digests_are_keyed(
     key = wait_until("the digest key", lambda: kube.get("Secret", namespace, KEY_SECRET), log=agent.log)
     live = kube.get("Secret", namespace, "creds") or {}
     recorded = live["metadata"]["annotations"][ANN_APPLIED_HASH]
-    inventory = decode(kube.get("ConfigMap", namespace, "flower-syncer.supernode.edge") or {})
+    cm = wait_until("the inventory", lambda: kube.get("ConfigMap", namespace, "flower-syncer.supernode.edge"),
+                    log=agent.log)
+    inventory = decode(cm)
     assert inventory is not None and recorded in {e.applied for e in inventory.entries.values()}
     assert "sunshine" not in str(inventory.manifest())
     assert len(base64.b64decode(key["data"]["key"])) == 32
 
     unit = f"federation/{namespace}/fed"
-    before = sts(kube, namespace)["metadata"]["resourceVersion"]
+    before = sts(kube, namespace)["metadata"]["generation"]  # (the controller writes its status meanwhile)
     bad = FED.format(image="flwr/supernode:1.25.0", replicas=5) + \
         "        podTemplate: {spec: {serviceAccountName: flower-syncer, nodeName: control-plane-0}}\n"
     repos.commit({"federations/fed.yaml": bad})
     wait_until("config error reported", lambda: (agent.metric("flower_syncer_config_errors", unit=unit) or 0) >= 1,
                log=agent.log)
     current = sts(kube, namespace)
-    assert current["metadata"]["resourceVersion"] == before and current["spec"]["replicas"] == 2
+    assert current["metadata"]["generation"] == before and current["spec"]["replicas"] == 2
     assert "serviceAccountName" not in current["spec"]["template"]["spec"]
     assert kube.get("Secret", namespace, "creds") is not None  # the other unit is untouched
