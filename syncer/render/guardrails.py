@@ -70,8 +70,8 @@ def check_guardrails(unit: Unit, manifests: list[Manifest], rails: Guardrails, s
                                     "flower-syncer.yaml", unit=unit.id))
         for rule in check_pod_spec(spec, unit.namespace, own_accounts=accounts, secrets=secrets, agent=agent,
                                    allow=allow):
-            diags.append(Diagnostic(source, line, 1, "", f"{ref} {prefix}{rule.path}: {rule.detail}, which this "
-                                    f"repository may not use: {rule.reason}", _HINTS[rule.rule], unit=unit.id))
+            diags.append(Diagnostic(source, line, 1, "", f"{ref} {prefix}{rule.path} {rule.detail}: refused, "
+                                    f"because {rule.reason}", _HINTS[rule.rule], unit=unit.id))
     return diags
 
 

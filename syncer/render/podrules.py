@@ -131,12 +131,13 @@ def check_pod_spec(spec: Mapping[str, Any], namespace: str, *, own_accounts: set
             continue
         account = str(account)
         if agent.matches(namespace, account):
-            yield Rule("agentServiceAccount", f"spec.{key}", f"runs as {account!r}, the agent's own ServiceAccount")
+            yield Rule("agentServiceAccount", f"spec.{key}",
+                       f"runs the pod as {account!r}, the agent's own ServiceAccount")
         elif account != "default" and account not in own_accounts and not _matches(account, allow.service_accounts):
-            yield Rule("serviceAccount", f"spec.{key}", f"runs as {account!r}, which the unit does not render")
+            yield Rule("serviceAccount", f"spec.{key}", f"runs the pod as {account!r}, which the unit does not render")
     features = allow.features
     if spec.get("nodeName") and "nodeName" not in features:
-        yield Rule("nodeName", "spec.nodeName", f"nodeName: {spec['nodeName']}")
+        yield Rule("nodeName", "spec.nodeName", f"is set ({spec['nodeName']})")
     if "controlPlaneTolerations" not in features:
         for i, t in enumerate(_l(spec.get("tolerations"))):
             if not isinstance(t, dict):
@@ -149,11 +150,11 @@ def check_pod_spec(spec: Mapping[str, Any], namespace: str, *, own_accounts: set
     priority = str(spec.get("priorityClassName") or "")
     if "systemPriorityClass" not in features and (priority in SYSTEM_PRIORITY_CLASSES
                                                   or priority.startswith("system-")):
-        yield Rule("systemPriorityClass", "spec.priorityClassName", f"priorityClassName: {priority}")
+        yield Rule("systemPriorityClass", "spec.priorityClassName", f"names {priority}")
     if spec.get("hostAliases") and "hostAliases" not in features:
-        yield Rule("hostAliases", "spec.hostAliases", "hostAliases are set")
+        yield Rule("hostAliases", "spec.hostAliases", "is set")
     if (spec.get("dnsConfig") or spec.get("dnsPolicy") == "None") and "dnsConfig" not in features:
-        yield Rule("dnsConfig", "spec.dnsConfig", "a custom dnsConfig / dnsPolicy: None")
+        yield Rule("dnsConfig", "spec.dnsConfig", "sets a custom DNS configuration")
     yield from _volumes(spec, secrets, allow)
     yield from _env(spec, secrets, allow)
 
@@ -189,7 +190,7 @@ def _volumes(spec: Mapping[str, Any], secrets: set[str], allow: Allowances) -> I
             if isinstance(token, dict) and token.get("audience") \
                     and not _matches(str(token["audience"]), allow.token_audiences):
                 yield Rule("tokenAudience", f"{where}.serviceAccountToken.audience",
-                           f"a ServiceAccount token for the audience {token['audience']!r}")
+                           f"makes a ServiceAccount token for the audience {token['audience']!r}")
 
 
 def _env(spec: Mapping[str, Any], secrets: set[str], allow: Allowances) -> Iterator[Rule]:

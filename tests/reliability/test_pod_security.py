@@ -169,7 +169,7 @@ def test_gitops_rules_refuse(case: str, tmp_path: Path) -> None:
     found = errors(repo(tmp_path, pools))
     message = one(found, reason)
     assert message.startswith("StatefulSet/flower/fed-supernode-a spec.template.spec."), message
-    assert "which this repository may not use" in message
+    assert ": refused, because " in message
 
 
 def test_a_service_account_token_secret_from_git_is_refused(tmp_path: Path) -> None:
