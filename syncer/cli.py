@@ -369,7 +369,6 @@ def cmd_sync(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from syncer.actions import status as status_action
     from syncer.cluster.client import ApiError, ClusterUnreachable
-    from syncer.observe.status import format_report
 
     loaded: Loaded | None = None
     if args.dir is not None:
@@ -410,7 +409,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                     if args.watch:
                         sys.stdout.write("---\n")
             else:
-                text = format_report(report, headers=not args.no_headers) if report is not None else error
+                text = printers.format_status(report, headers=not args.no_headers) if report is not None else error
                 if args.watch:
                     header = f"every {args.interval:g}s: flower-syncer status    {time.strftime('%H:%M:%S')}\n\n"
                     text = ("\033[H\033[2J" if tty else "\n") + header + text
@@ -555,5 +554,5 @@ def cmd_suspend(args: argparse.Namespace) -> int:
     except (ClusterUnreachable, ApiError) as exc:
         return _cluster_error(exc)
     verb = "suspended" if result.suspended else "resumed"
-    print(f"{result.unit.id} {verb}" + ("" if result.changed else f" (it already was {verb})"))
+    print(f"{printers.escape(result.unit.id)} {verb}" + ("" if result.changed else f" (it already was {verb})"))
     return EXIT_OK

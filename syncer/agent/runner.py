@@ -6,10 +6,10 @@ leader lease (so a standby takes over at once), stop the HTTP server, exit 0.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,12 +115,13 @@ def run(config: AgentConfig) -> int:
         log.error("invalid notification config", error=str(exc))
         return 2
     recorder = EventRecorder(kube.fenced(fence), config.identity)  # only the leader reports
-    recorder.start()
-    if notifier is not None:
-        notifier.start()
     # the repository's writes are made as the ServiceAccount the admin names: the API server's RBAC
     # is the boundary, even where our own checks would miss something
     agent = Agent(kube.fenced(fence).impersonating(tenancy.impersonate), source, metrics, options, recorder, notifier)
+    recorder.start(agent.supervisor.spawn)
+    if notifier is not None:
+        metrics.registry.register(notifier)  # flower_syncer_notifications_total, ..._queue
+        notifier.start(agent.supervisor.spawn)  # a worker per receiver, restarted should it crash
     host, port = config.listen_address()
     server = AgentServer(_Api(agent), metrics, host=host, port=port,
                          api_token=read_secret(config.api_token_file),
@@ -155,17 +156,15 @@ def run(config: AgentConfig) -> int:
                                 fence=fence,
                                 on_started_leading=lambda: _leading(agent, kube, True),
                                 on_stopped_leading=lambda: _leading(agent, kube, False))
-        elector_thread = threading.Thread(target=elector.run, args=(stop,), name="leader-election", daemon=True)
-        elector_thread.start()
+        elector_thread = agent.supervisor.spawn("leader-election", functools.partial(elector.run, stop))
     else:
         _leading(agent, kube, True)
 
     status_cache = StatusCache(kube, namespaces=config.namespaces)
     status_cache.start(stop)
-    status_thread = threading.Thread(target=_status_loop, args=(agent, status_cache, metrics, stop), name="status",
-                                     daemon=True)
-    status_thread.start()
-    threading.Thread(target=_log_gc_pauses, args=(gc_pauses, stop), name="gc-pauses", daemon=True).start()
+    # under the agent's supervisor: a loop that raises is restarted, and /healthz says so meanwhile
+    agent.supervisor.spawn("status", functools.partial(_status_loop, agent, status_cache, metrics, stop))
+    agent.supervisor.spawn("gc-pauses", functools.partial(_log_gc_pauses, gc_pauses, stop))
     stop.wait()
 
     if watcher is not None:
@@ -245,15 +244,16 @@ def _status_loop(agent: Agent, cache: StatusCache, metrics: Metrics, stop: threa
     while not stop.wait(STATUS_INTERVAL if agent.loaded.is_set() else 1.0):
         if not agent.loaded.is_set() or not cache.synced.is_set():
             continue
-        try:
-            units = sorted(set(agent.desired) | set(agent.cache.state.inventories))
-            report = cache.report(targets_from(dict.fromkeys(units), agent.cache.state))
-            metrics.observe_status(report.units, report.gpus)
-            agent.request_drift_check()  # measured by a worker, like every sync
-            release_free_memory()  # what the last syncs freed
-        except Exception as exc:  # status is best effort; the next round tries again
-            log.warning("status collection failed", error=str(exc))
-            time.sleep(1)
+        # status is best effort: a failed round is reported and the next one tries again
+        agent.supervisor.guard("status collection", functools.partial(_status_round, agent, cache, metrics))
+
+
+def _status_round(agent: Agent, cache: StatusCache, metrics: Metrics) -> None:
+    units = sorted(set(agent.desired) | set(agent.cache.state.inventories))
+    report = cache.report(targets_from(dict.fromkeys(units), agent.cache.state))
+    metrics.observe_status(report.units, report.gpus)
+    agent.request_drift_check()  # measured by a worker, like every sync
+    release_free_memory()  # what the last syncs freed
 
 
 def _log_gc_pauses(pauses: GCPauses, stop: threading.Event) -> None:

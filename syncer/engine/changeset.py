@@ -59,6 +59,7 @@ class Cause(StrEnum):
     OTHER_UNIT = "OwnedByOtherUnit"  # another unit of this repository renders (or may want) the object
     OTHER_MANAGER = "OwnedByOtherManager"  # Helm's, the agent's own or another's Secret: never adopted by force
     MISSING_SECRET_KEY = "MissingSecretKey"  # a Secret to mount or copy from lacks the key (or is absent)
+    DIGEST_KEY = "DigestKeyUnavailable"  # the namespace's key for fingerprinting Secrets from Git (engine.digestkey)
     FORBIDDEN = "Forbidden"  # the API server said 403
     INVALID = "Invalid"  # the API server said 422
     API_ERROR = "ApiError"  # any other answer of the API server

@@ -24,6 +24,7 @@ from syncer.engine.apply import Applier, Outcome
 from syncer.engine.changeset import Action, Cause, Change, SkipReason, UnitResult
 from syncer.engine.checked import Checked
 from syncer.engine.copies import fill_copies
+from syncer.engine.digestkey import DigestKeyError, DigestKeys
 from syncer.engine.inventory import HISTORY_LIMIT, Applied, Entry, Inventory, inventory_name, inventory_ref
 from syncer.engine.live import LiveState
 from syncer.engine.mounts import missing_keys, mounted_secret_keys
@@ -119,6 +120,7 @@ class Engine:
         self._requests = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="apply")
         self.progress = progress or (lambda _msg: None)
         self._namespaces_seen: set[str] = set()
+        self._digest_keys = DigestKeys(kube)
 
     # -- whole repo ------------------------------------------------------------------------------
 
@@ -337,11 +339,6 @@ class Engine:
                 res.skipped = reason
                 return res
             res.suspended = reason  # a dry-run that shows what differs all the same (diff, status)
-        desired: list[Manifest] = []
-        for m in manifests:
-            filled = fill_copies(self.kube, m, res)
-            if filled is not None:
-                desired.append(with_fingerprint(stamp_repository(filled, repository)))
         if not manifests and inv.entries and not opts.allow_empty:
             res.fail(Cause.WOULD_PRUNE_ALL, "refusing to prune this unit down to nothing; pass --allow-empty if that "
                      "is meant")
@@ -349,6 +346,16 @@ class Engine:
         ready = self._ensure_namespace(unit.namespace, opts.dry_run, res)
         if ready is None:
             return res
+        desired: list[Manifest] = []
+        for m in manifests:
+            filled = fill_copies(self.kube, m, res)
+            if filled is not None:
+                try:  # a Secret from Git is fingerprinted under its namespace's key, never in the clear
+                    key = self._digest_keys.key_for(filled, dry_run=opts.dry_run or not ready)
+                except DigestKeyError as exc:
+                    res.fail(Cause.DIGEST_KEY, f"{exc.detail}; nothing of this unit is applied")
+                    return res
+                desired.append(with_fingerprint(stamp_repository(filled, repository), key))
         if not ready:  # dry-run into a namespace that does not exist yet: everything would be created
             res.changes.extend(Change(ObjectRef.of(m), Action.CREATED, "would create") for m in desired)
             return res
