@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from syncer.cluster.client import Kube
-from syncer.cluster.flower_control import ControlClient
+from syncer.cluster.flower_control import ControlApi, connect
 from syncer.engine.sync import Engine, SyncOptions, SyncReport
 from syncer.models.nodeauth import parse_key
 from syncer.render.repo import plan_repo, render_repo
