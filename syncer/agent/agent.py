@@ -100,6 +100,7 @@ class AgentOptions:
     repository: str = DEFAULT_REPOSITORY  # the name when flower-syncer.yaml sets none (derived from the source)
     identity: str = "agent"  # recorded in each unit's history as who applied it
     decryption_key_files: tuple[Path, ...] = ()  # age identities for SOPS-encrypted files
+    control_api_targets: tuple[str, ...] = ()  # where keys may be registered besides a federation's own SuperLink
     fetch_backoff: float = 1.0  # first wait after a failed fetch; doubles up to fetch_backoff_max
     fetch_backoff_max: float = 300.0
 
@@ -121,7 +122,7 @@ class Agent:
                                on_inventory=lambda inv: self.events.put(InventoryChanged(inv)),
                                on_inventory_deleted=lambda unit: self.events.put(InventoryDeleted(unit)))
         self.installed = Installed()  # replaced, never changed in place
-        self.revisions = RevisionLoader(options.decryption_key_files)
+        self.revisions = RevisionLoader(options.decryption_key_files, options.control_api_targets)
         self.units: dict[Unit, UnitState] = {}
         self._errors_counted: set[Unit] = set()  # units whose config_errors metric is set
         self.checkout: Checkout | None = None

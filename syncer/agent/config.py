@@ -49,10 +49,14 @@ class AgentConfig(BaseModel):
     decryption_key_files: list[Path] | None = Field(
         None, description="age identity files for SOPS-encrypted files (comma-separated; read again at every "
                           "revision, so a rotated key needs no restart)")
+    control_api_targets: list[str] | None = Field(
+        None, description="Control API targets (host:port patterns with * and ?, comma-separated) where SuperNode "
+                          "keys may be registered besides each federation's own SuperLink Service (admin policy: "
+                          "Git cannot widen it)")
     log_format: Literal["auto", "json", "console"] = Field("auto", description="log format (auto: console on a TTY)")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="log level")
 
-    @field_validator("namespaces", "decryption_key_files", mode="before")
+    @field_validator("namespaces", "decryption_key_files", "control_api_targets", mode="before")
     @classmethod
     def _split(cls, value: Any) -> Any:
         return namespace_list(value) if isinstance(value, str) else value

@@ -33,8 +33,9 @@ class LoadedRevision:
 
 
 class RevisionLoader:
-    def __init__(self, key_files: tuple[Path, ...] = ()) -> None:
+    def __init__(self, key_files: tuple[Path, ...] = (), control_targets: tuple[str, ...] = ()) -> None:
         self.key_files = key_files
+        self.control_targets = control_targets  # admin policy: render.control_targets
         self._files = LoadCache()
         self._renders = RenderCache()
         self._loaded: tuple[Path, str] | None = None  # the root and revision of the latest load
@@ -48,7 +49,7 @@ class RevisionLoader:
             changed = None
         self._loaded = (root, revision) if revision else None
         state = load_repo(root, self.decryption(), self._files, changed)
-        rendered = render_repo(state, cache=self._renders)
+        rendered = render_repo(state, cache=self._renders, control_targets=self.control_targets)
         return LoadedRevision(state, rendered, self._files.misses, self._files.hits,
                               round((time.monotonic() - started) * 1000))
 

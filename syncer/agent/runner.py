@@ -102,7 +102,8 @@ def run(config: AgentConfig) -> int:
     fence = WriteFence() if config.leader_elect else WriteFence.open()
     options = AgentOptions(namespaces=config.namespaces, workers=config.workers, poll_interval=config.interval,
                            repository=repository, identity=config.identity,
-                           decryption_key_files=tuple(config.decryption_key_files or ()))
+                           decryption_key_files=tuple(config.decryption_key_files or ()),
+                           control_api_targets=tuple(config.control_api_targets or ()))
     try:
         notifier = Notifier(load_receivers(config.notifications_file)) if config.notifications_file else None
     except (OSError, ValueError) as exc:

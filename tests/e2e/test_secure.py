@@ -157,8 +157,10 @@ def _pool(report: Any, unit: str) -> dict[str, Any]:
 def test_tls_and_node_auth_admit_only_the_listed_keys(real_cluster: RealCluster, e2e_namespace: str,
                                                       config_repo: ConfigRepo,
                                                       run_agent: Callable[[ConfigRepo, str], Agent],
-                                                      tmp_path: Path) -> None:
+                                                      tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ns = e2e_namespace
+    # the admin lets the agent register keys at the port-forward below (Git alone cannot)
+    monkeypatch.setenv("FLOWER_SYNCER_CONTROL_API_TARGETS", "127.0.0.1:*")
     sans = ["secure-superlink", f"secure-superlink.{ns}", f"secure-superlink.{ns}.svc",
             f"secure-superlink.{ns}.svc.cluster.local", "127.0.0.1"]
     superlink_tls = tls_secret(ns, sans)
