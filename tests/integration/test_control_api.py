@@ -14,7 +14,8 @@ import pytest
 
 from syncer.cluster.flower_control import ControlApi, ControlApiError, ControlErrorCode, Transport, connect
 from syncer.engine.nodekeys import KeyOutcome, reconcile
-from syncer.models.nodeauth import control_interface, parse_key
+from syncer.models.flower import flower_interface
+from syncer.models.nodeauth import parse_key
 from tests.conftest import wait_until
 from tests.integration.superlinks import INSTALL_SECONDS, SuperLink, stop
 from tests.unit.test_node_auth import keypair
@@ -38,7 +39,7 @@ def client(link: SuperLink) -> ControlApi:
 
 def test_the_version_switch_picks_the_transport_each_superlink_speaks(superlink: SuperLink) -> None:
     major, minor = (int(p) for p in superlink.version.split(".")[:2])
-    assert control_interface((major, minor))[0] == superlink.transport
+    assert flower_interface((major, minor)).control_transport == superlink.transport
     api = client(superlink)
     try:
         assert api.list_nodes() == [] and api.list_runs() == []

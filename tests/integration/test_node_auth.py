@@ -67,7 +67,8 @@ def test_keys_listed_in_git_are_the_keys_the_superlink_admits(superlink: SuperLi
     def sync(listed: list[str]) -> SyncReport:
         text = FED.format(mode="enabled", keys="\n".join(f"      {keys[n][1]}" for n in listed), insecure="false",
                           replicas=1, image=f"flwr/superlink:{superlink.version}",
-                          args="--auth-supernode-private-key=/keys/a")
+                          args="--auth-supernode-private-key=/keys/a"
+                          ).replace("flwr/supernode:1.26.0", f"flwr/supernode:{superlink.version}")
         (repo / "federations" / "fed.yaml").write_text(with_address(text, superlink.address))
         state = load_repo(repo)
         assert not [d for d in state.diagnostics if d.severity == "error"], state.diagnostics
@@ -148,7 +149,9 @@ def test_the_agent_applies_an_encrypted_tls_secret_and_registers_the_keys(
     site_key, site_pub = keypair(tmp_path, "site-a")
     fed = with_address(FED.format(mode="enabled", keys=f"      {site_pub}", insecure="false", replicas=1,
                                   image=f"flwr/superlink:{superlink.version}",
-                                  args="--auth-supernode-private-key=/keys/a"), superlink.address)
+                                  args="--auth-supernode-private-key=/keys/a"
+                                  ).replace("flwr/supernode:1.26.0", f"flwr/supernode:{superlink.version}"),
+                       superlink.address)
     tls = superlink.tls
     secret = ("apiVersion: v1\nkind: Secret\nmetadata:\n  name: superlink-tls\ntype: kubernetes.io/tls\nstringData:\n"
               + "".join(f"  {k}: |\n" + "".join(f"    {line}\n" for line in v.decode().splitlines())

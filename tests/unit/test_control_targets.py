@@ -20,7 +20,8 @@ AT = "metadata.annotations['flower-syncer.io/control-api-address']"
 
 def fed(name: str, address: str | None) -> str:
     text = FED.format(mode="enabled", keys="      # none", insecure="false", replicas=1,
-                      image="flwr/superlink:1.42.0", args="--auth-supernode-private-key=/keys/a")
+                      image="flwr/superlink:1.42.0", args="--auth-supernode-private-key=/keys/a"
+                      ).replace("flwr/supernode:1.26.0", "flwr/supernode:1.42.0")
     text = text.replace("name: fed\n", f"name: {name}\n", 1)
     if address is not None:
         text = text.replace("    flower-syncer.io/supernode-auth:",
