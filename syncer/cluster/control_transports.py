@@ -194,7 +194,10 @@ class GrpcControl(_Calls):
         if name == "UNIMPLEMENTED":
             return ControlApiError(method, self.address, ControlErrorCode.NOT_CONTROL_API,
                                    f"{name}: no Flower Control API at this address")
-        return ControlApiError(method, self.address, ControlErrorCode.SERVER, f"{name}: {details}")
+        # a status text that is not one of Flower's known messages is not shown: a gRPC server that
+        # is not Flower's could say anything there
+        return ControlApiError(method, self.address, ControlErrorCode.SERVER, f"{name} (the server's message is not "
+                               "shown: not one Flower's Control API is known to send)")
 
 
 def _decoded(rpc: str, address: str, decode: Callable[[bytes], T], data: bytes) -> T:
