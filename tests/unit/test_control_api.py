@@ -12,6 +12,7 @@ import socket
 import ssl
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -267,3 +268,38 @@ def test_the_keys_a_federation_registered_survive_on_its_inventory() -> None:
     broken = inv.manifest()
     broken["data"]["nodekeys.json"] = '{"address": 3}'
     assert (decode(broken) or inv).node_keys is None
+
+
+@pytest.mark.parametrize(("status", "message", "code"), [
+    ("FAILED_PRECONDITION", "Public key already in use", ControlErrorCode.KEY_IN_USE),
+    ("NOT_FOUND", "Node ID not found for account", ControlErrorCode.NODE_NOT_FOUND),
+    ("INTERNAL", f"{BANNER}\nforged: line", ControlErrorCode.SERVER),
+    ("PERMISSION_DENIED", BANNER, ControlErrorCode.DENIED)])
+def test_grpc_statuses_come_back_typed_and_unknown_texts_are_not_shown(
+        tls_files: tuple[bytes, Path, Path], status: str, message: str, code: ControlErrorCode) -> None:
+    """A gRPC server on 127.0.0.1 that answers every call with `status`: Flower's own messages
+    (before 1.37 the only thing a status carries) map to codes; any other text is not echoed."""
+    import grpc
+
+    ca, cert, key = tls_files
+
+    def abort(request: bytes, context: grpc.ServicerContext) -> bytes:
+        context.abort(getattr(grpc.StatusCode, status), message)
+        raise AssertionError  # abort raises
+
+    class Handler(grpc.GenericRpcHandler):
+        def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+            return grpc.unary_unary_rpc_method_handler(abort)
+
+    grpc_server = grpc.server(ThreadPoolExecutor(2))
+    grpc_server.add_generic_rpc_handlers((Handler(),))
+    port = grpc_server.add_secure_port("127.0.0.1:0", grpc.ssl_server_credentials([(key.read_bytes(),
+                                                                                      cert.read_bytes())]))
+    grpc_server.start()
+    try:
+        api = connect(f"127.0.0.1:{port}", "grpc", ca)
+        exc = error_of(lambda: api.register(b"PEM"))
+        api.close()
+    finally:
+        grpc_server.stop(None)
+    assert exc.code is code and BANNER not in str(exc) and "\n" not in str(exc)
