@@ -379,7 +379,7 @@ class Engine:
                 entries.update({r: inv.entries[r] for r in leftovers})
         if planned.node_auth is not None and not opts.dry_run and res.ok:
             # before the Ready condition is written
-            from syncer.engine.nodekeys import sync_node_keys  # grpc: only for such federations
+            from syncer.engine.nodekeys import sync_node_keys  # the Control API client: only for such federations
 
             sync_node_keys(planned.node_auth, unit, run.desired, res, inv.node_keys)
         inv_ref = inventory_ref(unit)

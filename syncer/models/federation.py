@@ -233,9 +233,10 @@ class Federation(StrictModel):
         return parse_keys(self.metadata.annotations.get(ANN_SUPERNODE_KEYS, ""))[0]
 
     def control_api(self) -> tuple[Transport, int]:
-        """(transport, port) of the SuperLink's Control API, from its release (syncer.models.flower)."""
-        superlink = self.flower(self.spec.superlink.image)
-        return superlink.control_transport, superlink.control_port
+        """(transport, Service port) of the SuperLink's Control API: the transport of its release
+        (syncer.models.flower), the port its Service names for it (the target port follows the
+        release: 9093 before 1.37, the SuperLink's --port 8000 from 1.37)."""
+        return self.flower(self.spec.superlink.image).control_transport, self.spec.superlink.service.ports.extra
 
     def own_control_targets(self, namespace: str) -> tuple[str, ...]:
         """The SuperLink Service's addresses at the Control port: always a target the agent may dial."""

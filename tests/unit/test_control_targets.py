@@ -78,7 +78,7 @@ def test_another_teams_superlink_is_refused_unless_the_admin_allows_it(tmp_path:
     errors, plan = errors_of(root)
     (error,) = errors
     assert (error.file, error.path) == ("federations/fed.yaml", AT)
-    assert "not this federation's own SuperLink Service" in error.message and f"fed-superlink.{NS}.svc:8000" in \
+    assert "not this federation's own SuperLink Service" in error.message and f"fed-superlink.{NS}.svc:9093" in \
         error.message and "admin" in error.hint
     assert plan.units == {}  # nothing of it is applied, no key registered
     errors, plan = errors_of(root, control_targets=["*.team-a.svc:8000"])
@@ -88,7 +88,7 @@ def test_another_teams_superlink_is_refused_unless_the_admin_allows_it(tmp_path:
 
 
 def test_the_own_service_needs_no_permission(tmp_path: Path) -> None:
-    errors, plan = errors_of(repo(tmp_path, {"fed": fed("fed", f"fed-superlink.{NS}.svc.cluster.local:8000")}))
+    errors, plan = errors_of(repo(tmp_path, {"fed": fed("fed", f"fed-superlink.{NS}.svc.cluster.local:9093")}))
     assert errors == [] and len(plan.units) == 1
 
 

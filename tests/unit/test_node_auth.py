@@ -106,18 +106,19 @@ def test_node_auth_mistakes_are_validation_errors(tmp_path: Path, kwargs: dict[s
                for d in errors), errors
 
 
-@pytest.mark.parametrize(("tag", "transport", "port"), [
-    ("1.36.0", "grpc", 9093), ("1.37.0", "http", 8000), ("1.42.0-py3.11-ubuntu24.04", "http", 8000)])
-def test_keys_go_to_the_control_api_of_the_superlinks_release(tmp_path: Path, tag: str, transport: str,
-                                                              port: int) -> None:
-    """gRPC Control before 1.37, HTTP on the SuperLink's --port from 1.37 (syncer.models.flower);
-    no warning about it any more."""
+@pytest.mark.parametrize(("tag", "transport"), [
+    ("1.36.0", "grpc"), ("1.37.0", "http"), ("1.42.0-py3.11-ubuntu24.04", "http")])
+def test_keys_go_to_the_control_api_of_the_superlinks_release(tmp_path: Path, tag: str, transport: str) -> None:
+    """gRPC Control before 1.37, HTTP from 1.37 (syncer.models.flower), always at the Service's
+    Control port (9093, which targets the SuperLink's --port 8000 from 1.37); no warning any more."""
     state = load(tmp_path, [], image=f"flwr/superlink:{tag}", supernode_image=f"flwr/supernode:{tag}")
     assert not [d for d in state.diagnostics if d.path == "spec.superlink.image"], state.diagnostics
     assert not [d for d in state.diagnostics if d.severity == "error"], state.diagnostics
     (planned,) = plan_repo(state, render_repo(state)).units.values()
     assert planned.node_auth is not None
-    assert (planned.node_auth.transport, planned.node_auth.address) == (transport, f"fed-superlink.{NS}.svc:{port}")
+    assert (planned.node_auth.transport, planned.node_auth.address) == (transport, f"fed-superlink.{NS}.svc:9093")
+    service = next(m for m in planned.manifests if m["kind"] == "Service" and m["metadata"]["name"] == "fed-superlink")
+    assert {"name": "control", "port": 9093} in [{k: p[k] for k in ("name", "port")} for p in service["spec"]["ports"]]
 
 
 def test_bad_keys_name_their_line(tmp_path: Path) -> None:
