@@ -28,6 +28,7 @@ from syncer.cluster.flower_control import (
     ControlApiError,
     ControlErrorCode,
     RegisteredNode,
+    Transport,
     _bytes_field,
     _varint_field,
     connect,
@@ -303,3 +304,11 @@ def test_grpc_statuses_come_back_typed_and_unknown_texts_are_not_shown(
     finally:
         grpc_server.stop(None)
     assert exc.code is code and BANNER not in str(exc) and "\n" not in str(exc)
+
+
+@pytest.mark.parametrize("transport", ["grpc", "http"])
+@pytest.mark.parametrize("address", ["unix:/var/run/docker.sock", "unix-abstract:x", "dns:///kubernetes:443",
+                                     "ipv4:127.0.0.1:22", "127.0.0.1"])
+def test_an_address_that_is_not_host_and_port_is_never_dialled(address: str, transport: Transport) -> None:
+    exc = error_of(lambda: connect(address, transport, certificates()[0]))
+    assert exc.code is ControlErrorCode.BAD_ADDRESS and exc.call == "connect"
