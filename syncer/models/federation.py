@@ -14,7 +14,6 @@ from pydantic import Field
 
 from syncer.diagnostics import FieldPath
 from syncer.models.base import StrictModel
-from syncer.models.federation_versions import federation_version_issues
 from syncer.models.flower import ANN_FLOWER_VERSION, FlowerInterface, Transport, image_version, interface_of_image
 from syncer.models.k8s import Issue, K8sType, env_issues
 from syncer.models.names import (
@@ -326,6 +325,8 @@ class Federation(StrictModel):
         issues.extend(self._network_issues())
         issues.extend(self._auth_issues())
         issues.extend(self._issuer_issues())
+        from syncer.models.federation_versions import federation_version_issues  # imports this module
+
         issues.extend(federation_version_issues(self))
         if not spec.insecure and not self.tls_secret():
             issues.append(Issue(("spec", "insecure"), "insecure: false needs the SuperLink's certificate, and none is "

@@ -5,9 +5,8 @@ with the IP SAN 127.0.0.1."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from syncer.diagnostics import FieldPath
+from syncer.models.federation import ANN_TLS_SECRET, Federation
 from syncer.models.flower import (
     ANN_FLOWER_VERSION,
     NEWEST,
@@ -18,11 +17,6 @@ from syncer.models.flower import (
 )
 from syncer.models.k8s import Issue
 from syncer.models.supernode.versions import flag_issues
-
-if TYPE_CHECKING:
-    from syncer.models.federation import Federation
-
-ANN_TLS_SECRET = "flower-syncer.io/superlink-tls-secret"  # models/federation.py's constant (no import cycle)
 
 
 def federation_version_issues(fed: Federation) -> list[Issue]:

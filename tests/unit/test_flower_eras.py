@@ -251,3 +251,35 @@ def test_a_release_of_the_same_era_or_elsewhere_is_fine(tmp_path: Any) -> None:
     port = _repo(tmp_path / "b", "flwr/superlink:1.42.0", "1.42.0", port=9093)
     (error,) = [d for d in port.diagnostics if d.severity == "error"]
     assert error.path == "supernode.superlink.port" and "set supernode.superlink.port: 9092" in error.hint
+
+
+def test_chart_public_key_and_managed_flags_per_release() -> None:
+    import tempfile
+    from pathlib import Path
+
+    from tests.unit.test_supernode import Keys
+
+    with tempfile.TemporaryDirectory() as folder:
+        keys = Keys(Path(folder))
+        text = keys.node_auth_values()
+    for tag, passed in (("1.21.0", True), ("1.26.0", True), ("1.42.0", False)):
+        values = text.replace("\nsupernode:\n  enabled: true\n", "\nsupernode:\n  enabled: true\n  image: "
+                              f"{{repository: flwr/supernode, tag: \"{tag}\"}}\n", 1)
+        _, diags = load_values(values)
+        warned = [d for d in diags if d.path == "global.nodeAuth.authSupernodePublicKey"]
+        assert bool(warned) is (tag != "1.21.0"), (tag, diags)  # 1.21-1.22 need it
+        out = render_values(values)
+        args = out[("Deployment", "test-flower-client-supernode")]["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert any(a.startswith("--auth-supernode-public-key=") for a in args) is passed, tag
+    _, diags = load_values(RELEASE.format(version="1.42.0").replace(
+        "  isolationMode: process\n", "  isolationMode: process\n  extraArgs: [--port=1]\n"))
+    assert [d.severity for d in diags if d.path == "supernode.extraArgs[0]"] == ["error"]
+
+
+def test_chart_superexec_of_another_runtime_era_is_an_error() -> None:
+    text = RELEASE.format(version="1.42.0").replace('repository: flwr/superexec, tag: "1.42.0"',
+                                                    'repository: flwr/superexec, tag: "1.26.0"')
+    _, diags = load_values(text)
+    (error,) = [d for d in diags if d.severity == "error"]
+    assert error.path == "superexec.image.tag" and "Flower 1.26" in error.message and "Flower 1.42" in error.message
+    assert error.line > 0

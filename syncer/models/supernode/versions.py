@@ -7,7 +7,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from syncer.diagnostics import FieldPath
-from syncer.models.flower import NEWEST, SUPERLINK_HTTP_PORT, Component, FlowerInterface, explicit_version
+from syncer.models.flower import (
+    NEWEST,
+    SUPERLINK_HTTP_PORT,
+    Component,
+    FlowerInterface,
+    explicit_version,
+    runtime_skew,
+)
 from syncer.models.k8s import Issue
 from syncer.models.supernode.naming import interface
 
@@ -59,6 +66,14 @@ def version_issues(values: SuperNodeValues) -> list[Issue]:
                                     "set supernode.containerPorts.clientAppIo instead"))
     if se.enabled:
         iface = interface(se.image)
+        if sn.enabled and not se.supernode.address:  # this release's SuperExec dials this release's SuperNode
+            node = interface(sn.image)
+            problem = runtime_skew(iface.beside(node), node, tls=False)
+            if problem:
+                issues.append(Issue(("superexec", "image", "tag"),
+                                    f"the SuperExec (Flower {iface.label}) cannot talk to the SuperNode of this "
+                                    f"release (Flower {node.label}): {problem}",
+                                    "use the same Flower release for supernode.image and superexec.image"))
         for i, arg in enumerate(se.extraArgs):
             if arg.split("=", 1)[0] == "--runtime-api-address":
                 issues.append(Issue(("superexec", "extraArgs", i), "--runtime-api-address is already set from the "
