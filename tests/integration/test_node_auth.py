@@ -42,7 +42,7 @@ def superlink(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SuperL
     stop(link.proc)
 
 
-ALLOWED = ["127.0.0.1:*"]  # what the admin allows besides each federation's own SuperLink Service
+ALLOWED = ["127.0.0.1:*"]  # Control API targets allowed besides each federation's own SuperLink Service
 
 
 def with_address(text: str, address: str) -> str:
@@ -136,13 +136,12 @@ def test_keys_listed_in_git_are_the_keys_the_superlink_admits(superlink: SuperLi
 
 def test_the_agent_applies_an_encrypted_tls_secret_and_registers_the_keys(
         superlink: SuperLink, repos: Repos, start_agent: Callable[..., AgentProc], kube_cluster: KubeCluster,
-        namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        namespace: str, tmp_path: Path) -> None:
     """End to end from a commit (issue 12, tests): the SuperLink's TLS Secret SOPS-encrypted beside
     the Federation, keys listed in it; the agent applies the Secret (its data is the plaintext),
     registers the keys with the real SuperLink over the transport of its release (the metric says
     so), unregisters a key that leaves Git, and its log never shows the server's private key. The
-    admin allows the test's SuperLink as a Control API target in the agent's configuration."""
-    monkeypatch.setenv("FLOWER_SYNCER_CONTROL_API_TARGETS", ",".join(ALLOWED))
+    repository's guardrails allow the test's SuperLink as a Control API target (no admin policy)."""
     keys_dir = tmp_path / "agekeys"
     keys_dir.mkdir()
     age_pub = new_key(keys_dir / "agent.agekey")
@@ -162,7 +161,10 @@ def test_the_agent_applies_an_encrypted_tls_secret_and_registers_the_keys(
     without_key = sops_encrypt(fed.replace(site_pub, "# none") + "---\n" + secret, work, age_pub,
                                args=("--encrypted-regex", "^stringData$"))
     assert "PRIVATE KEY" not in encrypted
-    repos.commit({"federations/fed.yaml": encrypted}, "a federation with node auth")
+    repos.commit({"federations/fed.yaml": encrypted,
+                  "flower-syncer.yaml": f"name: {namespace}\ndefaultNamespace: {namespace}\n"
+                                        f"guardrails: {{allowedControlApiTargets: {ALLOWED}}}\n"},
+                 "a federation with node auth")
     agent = start_agent(str(repos.bare), "--decryption-key-file", str(keys_dir))
     kube = Kube.from_kubeconfig(kube_cluster.kubeconfig)
     applied = wait_until("the TLS Secret applied", lambda: kube.get("Secret", namespace, "superlink-tls"),

@@ -103,14 +103,13 @@ def test_two_federations_on_one_control_api_fail_naming_each_other(tmp_path: Pat
     assert [u.name for u in plan.units] == ["three"]
 
 
-def test_the_admins_targets_come_from_the_agents_configuration_not_from_git(tmp_path: Path) -> None:
-    from syncer.agent.config import load_config
-    from syncer.agent.revision import RevisionLoader
-
-    config = load_config({"repo": "x"}, {"FLOWER_SYNCER_CONTROL_API_TARGETS": "127.0.0.1:*, *.team-a.svc:8000"})
-    assert config.control_api_targets == ["127.0.0.1:*", "*.team-a.svc:8000"]
+def test_the_targets_are_the_effective_guardrails(tmp_path: Path) -> None:
+    """By default render_repo takes the allowed targets from the guardrails (which an admin policy
+    narrows, render.tenancy): without a list, only the federation's own SuperLink Service."""
     root = repo(tmp_path, {"fed": fed("fed", "127.0.0.1:4711")})
-    refused = RevisionLoader().load(root)
-    assert refused.errors == 1 and refused.rendered.units == {}
-    allowed = RevisionLoader(control_targets=tuple(config.control_api_targets)).load(root)
-    assert allowed.errors == 0 and len(allowed.rendered.units) == 1
+    errors, plan = errors_of(root)
+    assert len(errors) == 1 and plan.units == {}
+    (root / "flower-syncer.yaml").write_text(f"name: targets\ndefaultNamespace: {NS}\n"
+                                             "guardrails: {allowedControlApiTargets: ['127.0.0.1:*']}\n")
+    errors, plan = errors_of(root)
+    assert errors == [] and len(plan.units) == 1
