@@ -21,6 +21,7 @@ from syncer.identity import Manifest
 from syncer.observe.status import StatusReport, format_report
 from syncer.observe.wait import WaitResult
 from syncer.render.common import to_json
+from syncer.secrets.sops import scalar_text, scrubbable
 
 REDACTED = "**redacted**"
 
@@ -66,8 +67,8 @@ def format_status(report: StatusReport, *, headers: bool = True) -> str:
 
 def scrub(text: str, secrets: frozenset[str]) -> str:
     """`text` with every plaintext value of a SOPS-encrypted file replaced by REDACTED (values of
-    three characters or more: shorter ones would blank out ordinary words)."""
-    for value in sorted((v for v in secrets if len(v) >= 3), key=len, reverse=True):
+    three characters or more, not booleans: see syncer.secrets.sops.scrubbable)."""
+    for value in sorted((v for v in secrets if scrubbable(v)), key=len, reverse=True):
         text = text.replace(value, REDACTED)
     return text
 
@@ -81,6 +82,9 @@ def scrub_data(value: Any, secrets: frozenset[str]) -> Any:
         return {k: scrub_data(v, secrets) for k, v in value.items()}
     if isinstance(value, list):
         return [scrub_data(v, secrets) for v in value]
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and scalar_text(value) in secrets \
+            and scrubbable(scalar_text(value)):
+        return REDACTED  # an encrypted number, e.g. replicas
     return scrub(value, secrets) if isinstance(value, str) else value
 
 

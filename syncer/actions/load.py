@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from syncer.cluster.whoami import agent_account
 from syncer.diagnostics import Diagnostic
 from syncer.identity import (
     DEFAULT_REPOSITORY,
@@ -111,7 +112,8 @@ def load(root: Path, selectors: Sequence[str] = (), namespace: str | None = None
                      and (not selectors or any(unit_matches(u, s) for s in selectors))]
         if not selectors:
             raise UnknownUnit(f"namespace {namespace}")
-    return Loaded(state, render_repo(state, list(selectors)), tuple(selectors), default, tenancy)
+    return Loaded(state, render_repo(state, list(selectors), agent=agent_account()), tuple(selectors), default,
+                  tenancy)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import structlog
 
+from syncer.cluster.whoami import agent_account
 from syncer.render.repo import RenderCache, Rendered, render_repo
 from syncer.render.tenancy import Tenancy, apply_policy
 from syncer.repo.loader import LoadCache, RepoState, load_repo
@@ -39,6 +40,7 @@ class RevisionLoader:
         self.tenancy = tenancy  # the admin's policy, applied to every revision
         self._files = LoadCache()
         self._renders = RenderCache()
+        self._agent = agent_account()  # no pod from Git may run as it
         self._loaded: tuple[Path, str] | None = None  # the root and revision of the latest load
 
     def load(self, root: Path, revision: str = "", *, since: str = "",
@@ -50,7 +52,7 @@ class RevisionLoader:
             changed = None
         self._loaded = (root, revision) if revision else None
         state = apply_policy(load_repo(root, self.decryption(), self._files, changed), self.tenancy)
-        rendered = render_repo(state, cache=self._renders)
+        rendered = render_repo(state, cache=self._renders, agent=self._agent)
         return LoadedRevision(state, rendered, self._files.misses, self._files.hits,
                               round((time.monotonic() - started) * 1000))
 

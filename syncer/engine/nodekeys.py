@@ -30,9 +30,10 @@ from syncer.cluster.flower_control import (
 from syncer.engine.changeset import UnitResult
 from syncer.engine.inventory import OwnedKeys
 from syncer.identity import Manifest, Unit
-from syncer.plan import NodeAuth
+from syncer.plan import NodeAuth, UnitPlan
 
-__all__ = ["ControlApi", "KeyOutcome", "NodeKeyResult", "key_digest", "reconcile", "sync_node_keys"]
+__all__ = ["ControlApi", "KeyOutcome", "NodeKeyResult", "key_digest", "reconcile", "sync_node_keys",
+           "sync_planned_keys"]
 
 
 class KeyOutcome(enum.StrEnum):
@@ -165,3 +166,14 @@ def sync_node_keys(auth: NodeAuth, unit: Unit, desired: list[Manifest], res: Uni
         client.close()
     res.node_keys = result
     res.errors.extend(result.errors)
+
+
+def sync_planned_keys(planned: UnitPlan, desired: list[Manifest], res: UnitResult, recorded: OwnedKeys | None,
+                      dry_run: bool) -> OwnedKeys | None:
+    """The engine's step after a unit's objects are applied: register its SuperNode keys when it
+    has node authentication (not in a dry run, not after a failure). Returns what to record on its
+    inventory as the keys it registered (`recorded` when nothing new is known)."""
+    if planned.node_auth is None or dry_run or not res.ok:
+        return recorded
+    sync_node_keys(planned.node_auth, planned.unit, desired, res, recorded)
+    return res.node_keys.owned if res.node_keys is not None and res.node_keys.owned is not None else recorded

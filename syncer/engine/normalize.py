@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 from typing import Any
 
@@ -29,14 +30,17 @@ def canonical_json(value: Any) -> bytes:
         return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def fingerprint(manifest: Manifest) -> str:
-    """A stable hash of a desired object (before our own hash annotation is added)."""
+def fingerprint(manifest: Manifest, key: bytes | None = None) -> str:
+    """A stable hash of a desired object (before our own hash annotation is added); with `key`,
+    an HMAC under it (Secrets from Git: see syncer.engine.digestkey)."""
+    if key is not None:
+        return hmac.new(key, canonical_json(manifest), hashlib.sha256).hexdigest()[:32]
     return hashlib.sha256(canonical_json(manifest)).hexdigest()[:32]
 
 
-def with_fingerprint(manifest: Manifest) -> Manifest:
+def with_fingerprint(manifest: Manifest, key: bytes | None = None) -> Manifest:
     """A shallow copy of the manifest carrying its fingerprint annotation."""
-    digest = fingerprint(manifest)
+    digest = fingerprint(manifest, key)
     meta = dict(manifest["metadata"])
     meta["annotations"] = {**meta.get("annotations", {}), ANN_APPLIED_HASH: digest}
     return {**manifest, "metadata": meta}

@@ -25,9 +25,11 @@ from syncer.engine.apply import Applier, Outcome
 from syncer.engine.changeset import Action, Change, SkipReason, UnitResult
 from syncer.engine.checked import Checked
 from syncer.engine.copies import fill_copies
+from syncer.engine.digestkey import DigestKeyError, DigestKeys
 from syncer.engine.inventory import HISTORY_LIMIT, Applied, Condition, Entry, Inventory, inventory_name, inventory_ref
 from syncer.engine.live import LiveState
 from syncer.engine.mounts import missing_keys, mounted_secret_keys
+from syncer.engine.nodekeys import sync_planned_keys
 from syncer.engine.normalize import with_fingerprint
 from syncer.engine.ownership import recover_inventory, stamp_repository, write_conflict
 from syncer.engine.prune import prune
@@ -119,6 +121,7 @@ class Engine:
         self._requests = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="apply")
         self.progress = progress or (lambda _msg: None)
         self._namespaces_seen: set[str] = set()
+        self._digest_keys = DigestKeys(kube)
 
     # -- whole repo ------------------------------------------------------------------------------
 
@@ -333,17 +336,22 @@ class Engine:
                 res.skipped = reason
                 return res
             res.suspended = reason  # a dry-run that shows what differs all the same (diff, status)
-        desired: list[Manifest] = []
-        for m in manifests:
-            filled = fill_copies(self.kube, m, res)
-            if filled is not None:
-                desired.append(with_fingerprint(stamp_repository(filled, repository)))
         if not manifests and inv.entries and not opts.allow_empty:
             res.errors.append("refusing to prune this unit down to nothing; pass --allow-empty if that is meant")
             return res
         ready = self._ensure_namespace(unit.namespace, opts.dry_run, res)
         if ready is None:
             return res
+        desired: list[Manifest] = []
+        for m in manifests:
+            filled = fill_copies(self.kube, m, res)
+            if filled is not None:
+                try:  # a Secret from Git is fingerprinted under its namespace's key, never in the clear
+                    key = self._digest_keys.key_for(filled, dry_run=opts.dry_run or not ready)
+                except DigestKeyError as exc:
+                    res.errors.append(f"{exc.detail}; nothing of this unit is applied")
+                    return res
+                desired.append(with_fingerprint(stamp_repository(filled, repository), key))
         if not ready:  # dry-run into a namespace that does not exist yet: everything would be created
             res.changes.extend(Change(ObjectRef.of(m), Action.CREATED, "would create") for m in desired)
             return res
@@ -394,11 +402,8 @@ class Engine:
             else:
                 res.changes.extend(Change(r, Action.SKIPPED, "not pruned: pruning is disabled") for r in leftovers)
                 entries.update({r: inv.entries[r] for r in leftovers})
-        if planned.node_auth is not None and not opts.dry_run and res.ok:
-            # before the Ready condition is written
-            from syncer.engine.nodekeys import sync_node_keys  # the Control API client: only for such federations
-
-            sync_node_keys(planned.node_auth, unit, run.desired, res, inv.node_keys)
+        # SuperNode keys, before the Ready condition is written: what to record of them
+        owned = sync_planned_keys(planned, run.desired, res, inv.node_keys, opts.dry_run)
         inv_ref = inventory_ref(unit)
         if run.recovered:
             res.changes.append(Change(inv_ref, Action.SKIPPED if opts.dry_run else Action.CREATED,
@@ -409,7 +414,6 @@ class Engine:
                      if unit in plan.errors else outcome_condition(res, plan.revision or planned.revision))
         recorded = inv.condition if condition.same(inv.condition) else condition
         source = plan.source or inv.source
-        owned = res.node_keys.owned if res.node_keys is not None and res.node_keys.owned is not None else inv.node_keys
         if not opts.dry_run and (entries != inv.entries or run.recovered or inv.ignored or recorded is condition
                                  or source != inv.source or repository != inv.repository or owned != inv.node_keys):
             changed = res.changed

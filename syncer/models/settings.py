@@ -58,7 +58,13 @@ class SyncPolicy(StrictModel):
         return self.model_copy(update=values), problems
 
 
-PodFeature = Literal["privileged", "hostPath", "hostNetwork", "hostPID", "hostIPC", "hostPort", "capabilities"]
+PodFeature = Literal["privileged", "hostPath", "hostNetwork", "hostPID", "hostIPC", "hostPort", "capabilities",
+                     # the other Pod Security Standards controls (syncer.render.podsecurity)
+                     "hostProcess", "appArmor", "seLinux", "procMount", "seccomp", "sysctls", "hostProbes",
+                     "volumeTypes", "privilegeEscalation", "runAsRoot",
+                     # what PSS allows and a GitOps tool refuses (syncer.render.podrules)
+                     "nodeName", "controlPlaneTolerations", "systemPriorityClass", "hostAliases", "dnsConfig"]
+PodSecurityLevel = Literal["privileged", "baseline", "restricted"]
 PROTECTED_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
 
 
@@ -72,8 +78,21 @@ class Guardrails(StrictModel):
     any namespace but kube-system, kube-public and kube-node-lease."""
     allowPodFeatures: list[PodFeature] = []
     """Pod features the repository may use: privileged, hostPath, hostNetwork, hostPID, hostIPC,
-    hostPort, capabilities (added beyond NET_BIND_SERVICE). The GPU device paths of
-    `gpu.mountAll` (/dev/kfd, /dev/dri) are not counted as hostPath."""
+    hostPort, capabilities, and the other Pod Security Standards controls (hostProcess, appArmor,
+    seLinux, procMount, seccomp, sysctls, hostProbes, volumeTypes, privilegeEscalation, runAsRoot),
+    plus nodeName, controlPlaneTolerations, systemPriorityClass, hostAliases, dnsConfig. Each
+    exempts exactly that control. The GPU device paths of an AMD `gpu.mountAll` (/dev/kfd,
+    /dev/dri) are not counted as hostPath in a pod with a privileged container."""
+    podSecurity: PodSecurityLevel = "baseline"
+    """The Pod Security Standard every rendered pod must meet: baseline (the default), restricted,
+    or privileged (no PSS control; the GitOps rules of allowedServiceAccounts and the like stay)."""
+    allowedServiceAccounts: list[str] = []
+    """ServiceAccounts (shell patterns) pods may run as besides those their unit renders and
+    `default`. The agent's own ServiceAccount is refused whatever this says."""
+    allowedTokenAudiences: list[str] = []
+    """Audiences (shell patterns) a projected ServiceAccount token may be made for."""
+    allowedSecrets: list[str] = []
+    """Secrets (shell patterns) pods may read besides those their unit renders."""
     allowedControlApiTargets: list[str] | None = None
     """Control API addresses (`host:port`, shell patterns) a federation may register SuperNode keys
     with. Unset: no list (the federation's own SuperLink Service only)."""

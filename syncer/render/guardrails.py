@@ -1,73 +1,92 @@
 """The repository's guardrails (flower-syncer.yaml `guardrails`), checked on what a unit renders:
-the namespace it lives in, and the pod features of every workload (privileged containers, host
-namespaces, host paths and ports, added capabilities). A unit that crosses one fails like a unit
-with a config error: nothing of it is applied, nothing is pruned."""
+the namespace it lives in; every pod against the Pod Security Standards at `podSecurity`
+(syncer.render.podsecurity); and what PSS allows but a GitOps tool must refuse (ServiceAccounts,
+other Secrets, nodes, priorities: syncer.render.podrules). A unit that crosses one fails like a unit
+with a config error: nothing of it is applied, nothing is pruned. Each diagnostic says why the rule
+exists and what to do."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any
 
 from syncer.diagnostics import Diagnostic
 from syncer.identity import Manifest, ObjectRef, Unit
 from syncer.models.settings import PROTECTED_NAMESPACES, Guardrails
+from syncer.render.podrules import AgentAccount, Allowances, check_object, check_pod_spec, own_secrets
+from syncer.render.podsecurity import check_pod
 
-GPU_DEVICE_PATHS = frozenset({"/dev/kfd", "/dev/dri"})  # what gpu.mountAll mounts for AMD GPUs
-HARMLESS_CAPABILITIES = frozenset({"NET_BIND_SERVICE"})
 WORKLOAD_KINDS = frozenset({"Deployment", "StatefulSet", "DaemonSet", "Job", "Pod"})
 
 
 def pod_features(pod_spec: dict[str, Any]) -> Iterator[tuple[str, str]]:
-    """(feature, field path in the pod spec) for each node-level feature the pod asks for."""
-    for flag in ("hostNetwork", "hostPID", "hostIPC"):
-        if pod_spec.get(flag):
-            yield flag, flag
-    for i, vol in enumerate(pod_spec.get("volumes") or []):
-        host = (vol or {}).get("hostPath")
-        if host is not None and host.get("path") not in GPU_DEVICE_PATHS:
-            yield "hostPath", f"volumes[{i}].hostPath"
-    for key in ("initContainers", "containers", "ephemeralContainers"):
-        for i, c in enumerate(pod_spec.get(key) or []):
-            where = f"{key}[{i}]"
-            sc = (c or {}).get("securityContext") or {}
-            if sc.get("privileged"):
-                yield "privileged", f"{where}.securityContext.privileged"
-            added = set((sc.get("capabilities") or {}).get("add") or []) - HARMLESS_CAPABILITIES
-            if added:
-                yield "capabilities", f"{where}.securityContext.capabilities.add"
-            for j, port in enumerate((c or {}).get("ports") or []):
-                if (port or {}).get("hostPort"):
-                    yield "hostPort", f"{where}.ports[{j}].hostPort"
+    """(feature, field path in the pod spec) for each baseline control the pod breaks."""
+    for f in check_pod({}, pod_spec, "baseline"):
+        yield f.feature, f.path.removeprefix("spec.")
 
 
-def _pod_spec(m: Manifest) -> dict[str, Any] | None:
+def _pod(m: Manifest) -> tuple[str, dict[str, Any], dict[str, Any]] | None:
+    """(field prefix, pod metadata, pod spec) of a workload or Pod."""
     if m.get("kind") == "Pod":
-        return m.get("spec") or {}
+        return "", m.get("metadata") or {}, m.get("spec") or {}
     if m.get("kind") in WORKLOAD_KINDS:
-        return ((m.get("spec") or {}).get("template") or {}).get("spec") or {}
+        template = (m.get("spec") or {}).get("template") or {}
+        return "spec.template.", template.get("metadata") or {}, template.get("spec") or {}
     return None
 
 
 def check_guardrails(unit: Unit, manifests: list[Manifest], rails: Guardrails, source: str,
-                     line: int) -> list[Diagnostic]:
+                     line: int, *, agent: AgentAccount | None = None,
+                     extra_secrets: Collection[str] = ()) -> list[Diagnostic]:
     """Every guardrail the unit's objects cross, as errors at the unit's defining file."""
     diags: list[Diagnostic] = []
     if not rails.namespace_allowed(unit.namespace):
-        allowed = (", ".join(rails.allowedNamespaces) if rails.allowedNamespaces is not None
-                   else f"any but {', '.join(PROTECTED_NAMESPACES)}")
+        namespaces = (", ".join(rails.allowedNamespaces) if rails.allowedNamespaces is not None
+                      else f"any but {', '.join(PROTECTED_NAMESPACES)}")
         diags.append(Diagnostic(source, line, 1, "", f"{unit.kind} {unit.name!r} would live in the namespace "
-                                f"{unit.namespace!r}, which this repository may not use (allowed: {allowed})",
+                                f"{unit.namespace!r}, which this repository may not use (allowed: {namespaces})",
                                 "choose another namespace, or list it in guardrails.allowedNamespaces in "
                                 "flower-syncer.yaml", unit=unit.id))
-    allowed_features = set(rails.allowPodFeatures)
+    allowed = frozenset(rails.allowPodFeatures)
+    allow = Allowances(rails.allowedServiceAccounts, rails.allowedTokenAudiences, rails.allowedSecrets, allowed)
+    accounts = {str(m["metadata"]["name"]) for m in manifests if m.get("kind") == "ServiceAccount"}
+    secrets = own_secrets(manifests) | set(extra_secrets)
+    agent = agent or AgentAccount()
     for m in manifests:
-        spec = _pod_spec(m)
-        if spec is None:
+        ref = ObjectRef.of(m)
+        for rule in check_object(m):
+            diags.append(Diagnostic(source, line, 1, "", f"{ref} has {rule.detail}: {rule.reason}",
+                                    "remove it; a pod that needs its ServiceAccount's token gets one projected "
+                                    "(automountServiceAccountToken or a serviceAccountToken volume)", unit=unit.id))
+        pod = _pod(m)
+        if pod is None:
             continue
-        for feature, path in pod_features(spec):
-            if feature in allowed_features:
-                continue
-            diags.append(Diagnostic(source, line, 1, "", f"{ObjectRef.of(m)} uses {feature} ({path}), which "
-                                    "this repository may not use", f"remove it, or add {feature} to "
-                                    "guardrails.allowPodFeatures in flower-syncer.yaml", unit=unit.id))
+        prefix, meta, spec = pod
+        for f in check_pod(meta, spec, rails.podSecurity, allowed):
+            diags.append(Diagnostic(source, line, 1, "", f"{ref} uses {f.feature} ({f.path.removeprefix('spec.')}), "
+                                    f"{f.detail}: the Pod Security Standard {rails.podSecurity!r} forbids it "
+                                    f"(a {f.level} control, at {prefix}{f.path}) because {f.reason}",
+                                    f"remove it, or add {f.feature} to guardrails.allowPodFeatures in "
+                                    "flower-syncer.yaml", unit=unit.id))
+        for rule in check_pod_spec(spec, unit.namespace, own_accounts=accounts, secrets=secrets, agent=agent,
+                                   allow=allow):
+            diags.append(Diagnostic(source, line, 1, "", f"{ref} {prefix}{rule.path} {rule.detail}: refused, "
+                                    f"because {rule.reason}", _HINTS[rule.rule], unit=unit.id))
     return diags
+
+
+_HINTS = {
+    "serviceAccount": "use a ServiceAccount the unit renders, or list it in guardrails.allowedServiceAccounts",
+    "agentServiceAccount": "use a ServiceAccount of the unit's own (this one is never allowed)",
+    "tokenSecret": "remove it",
+    "nodeName": "use nodeSelector or affinity (or add nodeName to guardrails.allowPodFeatures)",
+    "controlPlaneTolerations": "tolerate only the taints of the nodes meant for this workload (or add "
+                               "controlPlaneTolerations to guardrails.allowPodFeatures)",
+    "systemPriorityClass": "use a priority class of your own (or add systemPriorityClass to "
+                           "guardrails.allowPodFeatures)",
+    "tokenAudience": "list the audience in guardrails.allowedTokenAudiences, or drop the token",
+    "foreignSecret": "keep the Secret in the unit (e.g. a SOPS-encrypted secrets.yaml), or list its name in "
+                     "guardrails.allowedSecrets",
+    "hostAliases": "use real DNS names (or add hostAliases to guardrails.allowPodFeatures)",
+    "dnsConfig": "use the cluster's DNS (or add dnsConfig to guardrails.allowPodFeatures)",
+}

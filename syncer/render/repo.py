@@ -23,6 +23,8 @@ from syncer.render.control_targets import control_target_diagnostics
 from syncer.render.federation import render_federation
 from syncer.render.guardrails import check_guardrails
 from syncer.render.packed import pack
+from syncer.render.podrules import AgentAccount
+from syncer.render.sealed import seal
 from syncer.render.secret import render_secret
 from syncer.render.supernode import render_supernode
 from syncer.render.tenancy import Tenancy
@@ -150,6 +152,8 @@ def render_unit(loaded: LoadedUnit) -> list[Manifest]:
         manifests = render_federation(loaded.model, ctx)
     else:
         manifests = render_supernode(loaded.model, loaded.unit.name, ctx)
+    if loaded.sealed:  # encrypted values reach pods through a Secret only
+        manifests = seal(manifests, loaded.sealed, loaded.seal_key, ctx)
     return sort_manifests([*manifests, *(render_secret(s, RenderContext(unit=loaded.unit, source=file))
                                          for file, s in loaded.secrets)])
 
@@ -183,20 +187,31 @@ def _no_gc_pauses() -> Iterator[None]:
             gc.enable()
 
 
-def render_repo(state: RepoState, selectors: list[str] | None = None, cache: RenderCache | None = None, *,
-                control_targets: Sequence[str] | None = None) -> Rendered:
-    """`control_targets`: the Control API targets besides each federation's own SuperLink Service
-    where SuperNode keys may be registered (render.control_targets); by default the effective
-    guardrails' allowedControlApiTargets (the admin's policy narrows them: render.tenancy)."""
+def render_repo(state: RepoState, selectors: list[str] | None = None, cache: RenderCache | None = None,
+                agent: AgentAccount | None = None, *, control_targets: Sequence[str] | None = None) -> Rendered:
+    """`agent`: the agent's own ServiceAccount, which no pod may run as (unknown: the chart's name
+    in every namespace). One RenderCache serves one agent. `control_targets`: the Control API
+    targets besides each federation's own SuperLink Service where SuperNode keys may be registered
+    (render.control_targets); by default the effective guardrails' allowedControlApiTargets (the
+    admin's policy narrows them: render.tenancy)."""
     with _no_gc_pauses():
-        return _render_repo(state, selectors, cache, control_targets)
+        return _render_repo(state, selectors, cache, agent, control_targets)
 
 
-def _render(loaded: LoadedUnit, rails: Guardrails, cache: RenderCache | None, used: dict[int, _Done]) -> _Done:
+def _declared_secrets(loaded: LoadedUnit) -> tuple[str, ...]:
+    """Secrets a unit's pods read that its document declares as its own: a federation's TLS Secret."""
+    if isinstance(loaded.model, Federation) and not loaded.model.spec.insecure and loaded.model.tls_secret():
+        return (loaded.model.tls_secret(),)
+    return ()
+
+
+def _render(loaded: LoadedUnit, rails: Guardrails, cache: RenderCache | None, used: dict[int, _Done],
+            agent: AgentAccount | None = None) -> _Done:
     done = cache._get(loaded, rails) if cache is not None else None
     if done is None:
         manifests = render_unit(loaded)
-        crossed = check_guardrails(loaded.unit, manifests, rails, loaded.source, loaded.line)
+        crossed = check_guardrails(loaded.unit, manifests, rails, loaded.source, loaded.line, agent=agent,
+                                   extra_secrets=_declared_secrets(loaded))
         # kept across revisions by the cache (the agent): compact (see syncer.render.packed)
         done = _Done(loaded, rails, pack(manifests) if cache is not None else manifests, crossed,
                      refs_of(manifests))
@@ -205,7 +220,7 @@ def _render(loaded: LoadedUnit, rails: Guardrails, cache: RenderCache | None, us
 
 
 def _render_repo(state: RepoState, selectors: list[str] | None, cache: RenderCache | None,
-                 control_targets: Sequence[str] | None = None) -> Rendered:
+                 agent: AgentAccount | None, control_targets: Sequence[str] | None = None) -> Rendered:
     """Every unit is rendered, selected or not: a clash with an unselected unit must still fail the
     selected one, and the engine must know every object some unit claims."""
     result = Rendered(failed=set(state.failed))
@@ -227,7 +242,7 @@ def _render_repo(state: RepoState, selectors: list[str] | None, cache: RenderCac
         if loaded.unit in refused_units:  # nothing of it is applied, and it claims nothing
             result.failed.add(loaded.unit)
             continue
-        done = _render(loaded, rails, cache, used)
+        done = _render(loaded, rails, cache, used, agent)
         if done.crossed:  # nothing of it is applied, and it claims nothing
             result.diagnostics.extend(done.crossed)
             result.failed.add(loaded.unit)

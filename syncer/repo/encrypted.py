@@ -11,7 +11,7 @@ from typing import Any
 
 from syncer.diagnostics import Diagnostic, format_path
 from syncer.secrets.keys import Decryption
-from syncer.secrets.sops import METADATA_KEY, SopsError, decrypt_documents
+from syncer.secrets.sops import METADATA_KEY, SopsError, decrypt_documents, scrubbable
 from syncer.yamldoc import YamlDoc
 
 REDACTED = "**redacted**"
@@ -24,6 +24,7 @@ class Opened:
     doc: YamlDoc
     secrets: frozenset[str] = frozenset()
     opaque: tuple[str, ...] = ()  # field paths left encrypted (no key; validate only)
+    seal_key: bytes = b""  # see syncer.secrets.sops.Decrypted
 
 
 def open_document(doc: YamlDoc, decryption: Decryption) -> tuple[Opened | None, Diagnostic | None]:
@@ -53,7 +54,8 @@ def open_documents(docs: Sequence[YamlDoc], decryption: Decryption) -> tuple[lis
     except SopsError as exc:
         return [None] * len(docs), [Diagnostic(first.file, line, 1, "", f"cannot decrypt this SOPS file: "
                                                f"{exc.detail}", exc.hint or "check the file and the decryption keys")]
-    return [Opened(replace(doc, data=d.data), d.secrets) for doc, d in zip(docs, decrypted, strict=True)], []
+    return [Opened(replace(doc, data=d.data), d.secrets, seal_key=d.seal_key)
+            for doc, d in zip(docs, decrypted, strict=True)], []
 
 
 def _placeholders(value: Any, path: tuple[str | int, ...], opaque: list[str]) -> Any:
@@ -76,7 +78,7 @@ def scrub(diags: Sequence[Diagnostic], secrets: Mapping[str, frozenset[str]],
     for d in diags:
         if any(d.path == p or d.path.startswith((p + ".", p + "[")) for p in opaque.get(d.file, ())):
             continue
-        values = sorted((s for s in secrets.get(d.file, ()) if len(s) >= 3), key=len, reverse=True)
+        values = sorted((s for s in secrets.get(d.file, ()) if scrubbable(s)), key=len, reverse=True)
         message, hint = d.message, d.hint
         for v in values:
             message, hint = message.replace(v, REDACTED), hint.replace(v, REDACTED)

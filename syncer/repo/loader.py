@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from syncer.diagnostics import Diagnostic
+from syncer.diagnostics import Diagnostic, format_path
 from syncer.identity import Unit
 from syncer.models.base import validate_document
 from syncer.models.federation import API_VERSION, KIND, Federation
@@ -54,6 +54,10 @@ class LoadedUnit:
     model: Federation | SuperNodeValues
     policy: SyncPolicy
     secrets: tuple[tuple[str, SecretManifest], ...] = ()  # (file, Secret) kept in Git for this unit
+    sealed: frozenset[str] = frozenset()
+    """The decrypted values (as text) of the unit's own SOPS-encrypted file: they reach pods only
+    through a Secret (syncer.render.sealed)."""
+    seal_key: bytes = b""  # that file's seal key (syncer.secrets.sops.Decrypted)
 
 
 @dataclass
@@ -378,7 +382,9 @@ def _load_federation_file(reader: Reader, path: Path, state: RepoState) -> None:
         if model is None or policy_problems or file_broken:
             state.failed.add(unit)
             continue
-        state.units.append(LoadedUnit(unit, rel, doc.position(("metadata", "name"))[0], model, policy))
+        state.units.append(LoadedUnit(unit, rel, doc.position(("metadata", "name"))[0], model, policy,
+                                      sealed=reader.secrets.get(rel, frozenset()),
+                                      seal_key=reader.seal_keys.get(rel, b"")))
     if secrets:
         for i in range(loaded_before, len(state.units)):
             state.units[i] = replace(state.units[i], secrets=tuple(secrets))
@@ -414,8 +420,30 @@ def _validate_secrets(reader: Reader, rel: str, docs: list[YamlDoc], state: Repo
                                                 "encrypt the file with sops", unit=unit))
             ok = False
             continue
+        plain = _plain_values(reader, rel, [(("data", k), v) for k, v in model.data.items()]
+                              + [(("stringData", k), v) for k, v in model.stringData.items()])
+        if state.settings.requireEncryption and plain:
+            line, col = doc.position(plain[0])
+            state.diagnostics.append(Diagnostic(
+                rel, line, col, format_path(plain[0]), f"Secret {model.metadata.name!r}: "
+                f"{', '.join(format_path(p) for p in plain)} {'is' if len(plain) == 1 else 'are'} not encrypted "
+                "(the file's sops rules, e.g. encrypted_regex, leave them in plain text), and flower-syncer.yaml "
+                "sets requireEncryption", "encrypt every value of the Secret: sops encrypt with an encrypted_regex "
+                "that matches ^(data|stringData)$, or none", unit=unit))
+            ok = False
+            continue
         out.append((rel, model))
     return out, ok
+
+
+def _plain_values(reader: Reader, rel: str, values: Sequence[tuple[tuple[str, ...], str]]) -> list[tuple[str, ...]]:
+    """The paths of `values` (field path, value) that `rel` does not hold encrypted: the file is
+    not SOPS-encrypted, or its sops rules left the value in plain text."""
+    if rel not in reader.encrypted:
+        return [path for path, value in values if value]
+    secrets = reader.secrets.get(rel, frozenset())
+    opaque = set(reader.opaque.get(rel, ()))  # validate without a key: the values left encrypted
+    return [path for path, value in values if value and value not in secrets and format_path(path) not in opaque]
 
 
 def _load_release(reader: Reader, folder: Path, state: RepoState) -> None:
@@ -461,8 +489,10 @@ def _load_release(reader: Reader, folder: Path, state: RepoState) -> None:
     if values is None or not settings_ok or not secrets_ok:
         state.failed.add(unit)
         return
+    private_key = ("global", "nodeAuth", "authSupernodePrivateKey")
     if state.settings.requireEncryption and values.global_.nodeAuth.authSupernodePrivateKey \
-            and reader.rel(values_path) not in reader.encrypted:
+            and _plain_values(reader, reader.rel(values_path),
+                              [(private_key, values.global_.nodeAuth.authSupernodePrivateKey)]):
         state.diagnostics.append(Diagnostic(
             reader.rel(values_path), 1, 1, "global.nodeAuth.authSupernodePrivateKey",
             "a private key in plain text, and flower-syncer.yaml sets requireEncryption", "encrypt the file with sops",
@@ -470,7 +500,9 @@ def _load_release(reader: Reader, folder: Path, state: RepoState) -> None:
         state.failed.add(unit)
         return
     policy = settings.policy or state.settings.policy
-    state.units.append(LoadedUnit(unit, reader.rel(values_path), 1, values, policy, tuple(secrets)))
+    rel_values = reader.rel(values_path)
+    state.units.append(LoadedUnit(unit, rel_values, 1, values, policy, tuple(secrets),
+                                  reader.secrets.get(rel_values, frozenset()), reader.seal_keys.get(rel_values, b"")))
 
 
 def _load_single(reader: Reader, path: Path, cls: type[Any], state: RepoState, unit: str = "",

@@ -31,6 +31,7 @@ class _OpenedFile:
     encrypted: bool  # held a SOPS document (only such files are cached)
     secrets: frozenset[str]
     opaque: tuple[str, ...]
+    seal_key: bytes = b""
 
 
 # A file's identity on disk: inode, device, size, modification and change times (ns).
@@ -57,6 +58,7 @@ class Reader:
         self.secrets: dict[str, frozenset[str]] = {}  # file -> plaintext values it held
         self.opaque: dict[str, list[str]] = {}  # file -> paths left encrypted (no key, validate only)
         self.encrypted: set[str] = set()  # files that were SOPS-encrypted
+        self.seal_keys: dict[str, bytes] = {}  # file -> its seal key (see syncer.secrets.sops.Decrypted)
         self._texts: dict[Path, str | None] = {}  # read once per load (a second read reports nothing)
         self._root_text = str(self.root)
         self._prefix = self._root_text.rstrip(os.sep) + os.sep
@@ -110,6 +112,8 @@ class Reader:
             self.secrets[rel] = self.secrets.get(rel, frozenset()) | opened.secrets
         if opened.opaque:
             self.opaque.setdefault(rel, []).extend(opened.opaque)
+        if opened.seal_key:
+            self.seal_keys[rel] = opened.seal_key
         if not opened.encrypted:  # not cached: the documents are the caller's already
             return list(opened.docs), list(opened.problems)
         # the callers own what they get: the cached documents stay as they were opened
@@ -129,8 +133,9 @@ class Reader:
             if result is not None:
                 kept.append(result.doc)
         good = [o for o in opened if o is not None]
+        seal_key = next((o.seal_key for o in good if o.seal_key), b"")
         return _OpenedFile(tuple(kept), tuple(problems), bool(good), frozenset().union(*(o.secrets for o in good)),
-                           tuple(p for o in good for p in o.opaque))
+                           tuple(p for o in good for p in o.opaque), seal_key)
 
     def rel(self, path: Path) -> str:
         text = str(path)

@@ -51,7 +51,10 @@ def is_encrypted(data: Any) -> bool:
 @dataclass(frozen=True)
 class Decrypted:
     data: dict[str, Any]  # the document without its `sops` metadata, values in plaintext
-    secrets: frozenset[str]  # the plaintext strings, so callers can keep them out of messages
+    secrets: frozenset[str]  # the encrypted scalars as text (any type), so callers keep them out of output
+    seal_key: bytes = b""
+    """A key derived from the file's data key (known only to holders of a decryption key): what
+    flower-syncer keys digests of this file's secrets with, never a plain hash."""
 
 
 def decrypt_document(data: dict[str, Any], identities: Sequence[Any]) -> Decrypted:
@@ -81,7 +84,8 @@ def decrypt_documents(docs: Sequence[dict[str, Any]], identities: Sequence[Any])
         body = {k: v for k, v in data.items() if k != METADATA_KEY}
         out.append((_walk_mapping(body, [], key, rules, digest, secrets), secrets))
     _verify_mac(meta, key, digest.hexdigest().upper())
-    return [Decrypted(plain, frozenset(s for s in secrets if s)) for plain, secrets in out]
+    seal_key = hmac.new(key, b"flower-syncer seal key", hashlib.sha256).digest()
+    return [Decrypted(plain, frozenset(s for s in secrets if s), seal_key) for plain, secrets in out]
 
 
 # -- metadata and keys -------------------------------------------------------------------------------
@@ -195,9 +199,27 @@ def _walk(value: Any, path: list[str], key: bytes, rules: _Rules, digest: Any, s
     plain = _decrypt_value(value, key, ":".join(path) + ":") if encrypted else value
     if not rules.mac_only_encrypted or encrypted:
         digest.update(_to_bytes(plain))
-    if encrypted and isinstance(plain, str):
-        secrets.add(plain)
+    if encrypted:
+        secrets.add(scalar_text(plain))
     return plain
+
+
+def scrubbable(text: str) -> bool:
+    """Whether a secret's text may be blanked out wherever it occurs in output: three characters or
+    more (shorter ones would blank out ordinary words), and not a boolean (`true` is everywhere;
+    encrypted booleans and short numbers reach pods through Secrets instead, see
+    syncer.render.sealed)."""
+    return len(text) >= 3 and text not in ("true", "false")
+
+
+def scalar_text(value: Any) -> str:
+    """How a decrypted scalar of any type reads in rendered text (args, env): ints exactly,
+    floats as Python writes them, booleans as YAML does."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    return value if isinstance(value, str) else str(value)
 
 
 def _decrypt_value(value: Any, key: bytes, aad: str) -> Any:

@@ -56,6 +56,19 @@ def test_control_api_targets_unset_by_the_admin_delegate_nothing() -> None:
     assert rails.allowedControlApiTargets == ["fed.team-a.svc:9093"] and problems == []
 
 
+def test_pod_security_may_only_get_stricter_and_pod_rule_lists_are_the_admins() -> None:
+    admin = Guardrails(podSecurity="baseline", allowedServiceAccounts=["trainer-*"])
+    rails, problems = narrow(admin, Guardrails.model_validate({"podSecurity": "restricted"}))
+    assert rails.podSecurity == "restricted" and problems == []
+    rails, problems = narrow(admin, Guardrails.model_validate({
+        "podSecurity": "privileged", "allowedServiceAccounts": ["trainer-gpu", "flower-syncer"],
+        "allowedSecrets": ["*"]}))
+    assert rails.podSecurity == "baseline"
+    assert rails.allowedServiceAccounts == ["trainer-gpu"] and rails.allowedSecrets == []
+    assert sorted(f for f, _ in problems) == ["guardrails.allowedSecrets", "guardrails.allowedServiceAccounts",
+                                              "guardrails.podSecurity"]
+
+
 def test_entries_match_by_source_ref_and_path() -> None:
     admin = AdminPolicy(repositories=[RepositoryPolicy(source="https://git.example.com/a/*", ref="prod",
                                                        serviceAccount="a/prod"),
