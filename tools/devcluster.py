@@ -595,7 +595,7 @@ class Cluster:
         fresh = all((self.pki / n).exists() for n in needed)
         if fresh and time.time() - (self.pki / "ca.crt").stat().st_mtime < 300 * 86400:
             if not sans_file.exists() or sans_file.read_text() != "\n".join(sans):
-                self._leaf("apiserver", "/CN=kube-apiserver", "serverAuth", sans)
+                self.leaf("apiserver", "/CN=kube-apiserver", "serverAuth", sans)
                 sans_file.write_text("\n".join(sans))
             return
         shutil.rmtree(self.pki, ignore_errors=True)
@@ -607,15 +607,15 @@ class Cluster:
             openssl(*args, "-keyout", p / f"{ca}.key", "-out", p / f"{ca}.crt")
         openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", p / "sa.key")
         openssl("ec", "-in", p / "sa.key", "-pubout", "-out", p / "sa.pub")
-        self._leaf("apiserver", "/CN=kube-apiserver", "serverAuth", sans)
+        self.leaf("apiserver", "/CN=kube-apiserver", "serverAuth", sans)
         sans_file.write_text("\n".join(sans))
         for name, subject in CLIENTS.items():
-            self._leaf(name, subject, "clientAuth", [])
-        self._leaf("front-proxy-client", "/CN=front-proxy-client", "clientAuth", [], ca="front-proxy-ca")
+            self.leaf(name, subject, "clientAuth", [])
+        self.leaf("front-proxy-client", "/CN=front-proxy-client", "clientAuth", [], ca="front-proxy-ca")
         for f in p.iterdir():
             f.chmod(0o600)
 
-    def _leaf(self, name: str, subject: str, usage: str, sans: list[str], ca: str = "ca") -> None:
+    def leaf(self, name: str, subject: str, usage: str, sans: list[str], ca: str = "ca") -> None:
         p = self.pki
         ext = ["basicConstraints=CA:FALSE", "keyUsage=critical,digitalSignature,keyEncipherment"]
         ext.append(f"extendedKeyUsage={usage}")

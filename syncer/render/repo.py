@@ -27,7 +27,7 @@ from syncer.render.sealed import seal
 from syncer.render.secret import render_secret
 from syncer.render.supernode import render_supernode
 from syncer.render.tenancy import Tenancy
-from syncer.repo.loader import LoadedUnit, RepoState
+from syncer.repo.state import LoadedUnit, RepoState
 
 
 @dataclass

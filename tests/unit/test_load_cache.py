@@ -19,7 +19,8 @@ from syncer.plan import Claims
 from syncer.render.packed import PackedManifests
 from syncer.render.repo import RenderCache, Rendered, plan_repo, render_repo
 from syncer.repo import loader, reader
-from syncer.repo.loader import LoadCache, RepoState, load_repo
+from syncer.repo.loader import LoadCache, load_repo
+from syncer.repo.state import RepoState
 from tests.unit.test_broken_inputs import CASES, GOOD_SPEC, Case, _write, fed
 
 REPO = Path(__file__).resolve().parents[2]
