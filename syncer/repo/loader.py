@@ -64,7 +64,11 @@ class LoadCache:
     """What each federation file and release folder contributed to the previous load, keyed by its
     path, the content of its files, the repository settings and the decryption keys it was loaded
     with. It keeps only what the latest load used, so it holds one repository's worth. In memory
-    only; one load at a time."""
+    only; one load at a time.
+
+    Invariant: a load through the cache equals a load without it (a piece is reused only when
+    every input it was made from is the same); test_load_cache.py compares warm and fresh loads,
+    broken inputs and changes included."""
 
     def __init__(self) -> None:
         self._pieces: dict[tuple[Any, ...], _Piece] = {}
