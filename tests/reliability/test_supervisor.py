@@ -31,9 +31,9 @@ from syncer.http import AgentServer
 from syncer.observe.metrics import Metrics
 from syncer.observe.notify import Notification
 from syncer.source.git import GitSource, SourceSpec
+from tests.builders import FED, NS, pool
 from tests.conftest import wait_until
 from tests.fakekube import FakeApiServer, FakeKube
-from tests.unit.test_engine_fake import FED, NS, pool
 
 STS = "fed-supernode-a"
 

@@ -15,7 +15,7 @@ from syncer.engine.nodekeys import reconcile
 from syncer.models.nodeauth import parse_key
 from syncer.render.repo import plan_repo, render_repo
 from syncer.repo.loader import load_repo
-from tests.unit.test_engine_fake import NS
+from tests.builders import NS
 
 
 def keypair(tmp_path: Path, name: str, kind: str = "ecdsa") -> tuple[Path, str]:
