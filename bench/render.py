@@ -28,7 +28,7 @@ from syncer.models.settings import RepoSettings, SyncPolicy
 from syncer.models.supernode import SuperNodeValues
 from syncer.render.common import to_yaml
 from syncer.render.repo import render_repo
-from syncer.repo.loader import LoadedUnit, RepoState
+from syncer.repo.state import LoadedUnit, RepoState
 from syncer.yamldoc import load_documents
 
 FEDERATION = """\

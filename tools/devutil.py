@@ -9,6 +9,19 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Protocol
+
+
+class ClusterCredentials(Protocol):
+    """What a node of the cluster (realnode.py) needs from the cluster (devcluster.Cluster): its PKI
+    directory, a leaf certificate signed by its CA, and a kubeconfig for a user."""
+
+    @property
+    def pki(self) -> Path: ...
+
+    def leaf(self, name: str, subject: str, usage: str, sans: list[str], ca: str = "ca") -> None: ...
+
+    def write_kubeconfig(self, path: Path, user: str, port: int, host: str = "127.0.0.1") -> None: ...
 
 
 class DevclusterError(Exception):

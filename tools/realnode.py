@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from devutil import DevclusterError, ensure_apt_packages
 
 if TYPE_CHECKING:
-    from devcluster import Cluster
+    from devutil import ClusterCredentials
 
 NETNS_PREFIX = "fsc-"
 HOST_NET = "10.201"  # 10.201.<n>.0/30 per real-node cluster, n in 1..250
@@ -266,7 +266,7 @@ def _remove_cgroups(net: NodeNet) -> list[str]:
 # ---- configuration files ---------------------------------------------------------------------
 
 
-def write_configs(cluster: Cluster, net: NodeNet, port: int) -> dict[str, list[str]]:
+def write_configs(cluster: ClusterCredentials, net: NodeNet, port: int) -> dict[str, list[str]]:
     """Configs, certificates and kubeconfigs of the node; returns each daemon's arguments."""
     d = net.root
     for sub in ("containerd", "kubelet", "pod-logs", "cni/net.d", "cni/ipam", "coredns"):
@@ -323,9 +323,9 @@ state = "{d / 'containerd' / 'state'}"
     (d / "cni" / "net.d" / "10-devcluster.conflist").write_text(json.dumps(cni, indent=2) + "\n")
 
     pki = cluster.pki
-    cluster._leaf(f"node-{net.name}", f"/O=system:nodes/CN=system:node:{net.name}", "clientAuth", [])
-    cluster._leaf("kube-proxy", "/CN=system:kube-proxy", "clientAuth", [])
-    cluster._leaf("coredns", "/CN=devcluster:coredns", "clientAuth", [])
+    cluster.leaf(f"node-{net.name}", f"/O=system:nodes/CN=system:node:{net.name}", "clientAuth", [])
+    cluster.leaf("kube-proxy", "/CN=system:kube-proxy", "clientAuth", [])
+    cluster.leaf("coredns", "/CN=devcluster:coredns", "clientAuth", [])
     for user in (f"node-{net.name}", "kube-proxy", "coredns"):
         cluster.write_kubeconfig(d / f"{user}.kubeconfig", user, port, host=net.host_ip)
     (d / "resolv.conf").write_text("")  # pods get the cluster DNS only; nothing of the host's

@@ -24,7 +24,8 @@ from syncer.models.policy import AdminPolicy, RepositoryPolicy
 from syncer.plan import Plan
 from syncer.render.repo import Rendered, plan_repo, render_repo, select_units
 from syncer.render.tenancy import Tenancy, apply_policy
-from syncer.repo.loader import RepoState, load_repo
+from syncer.repo.loader import load_repo
+from syncer.repo.state import RepoState
 from syncer.secrets.keys import Decryption
 from syncer.source.location import source_location
 from syncer.source.refs import SourceError

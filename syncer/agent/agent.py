@@ -64,7 +64,7 @@ from syncer.observe.notify import Notification, Notifier
 from syncer.plan import Claims, Plan, UnitPlan
 from syncer.render.repo import Rendered, plan_repo
 from syncer.render.tenancy import Tenancy
-from syncer.repo.loader import RepoState
+from syncer.repo.state import RepoState
 from syncer.source.git import Checkout, GitSource
 from syncer.source.refs import SourceError
 

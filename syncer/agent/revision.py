@@ -14,7 +14,8 @@ import structlog
 from syncer.cluster.whoami import agent_account
 from syncer.render.repo import RenderCache, Rendered, render_repo
 from syncer.render.tenancy import Tenancy, apply_policy
-from syncer.repo.loader import LoadCache, RepoState, load_repo
+from syncer.repo.loader import LoadCache, load_repo
+from syncer.repo.state import RepoState
 from syncer.secrets.keys import Decryption, load_identities
 from syncer.secrets.sops import SopsError
 

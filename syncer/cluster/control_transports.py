@@ -1,4 +1,5 @@
-"""The two transports of the Control API (see syncer.cluster.flower_control): gRPC for Flower
+"""The two transports of the Control API (see syncer.cluster.flower_control), and `connect`, which
+picks one for a SuperLink's release: gRPC for Flower
 before 1.37, HTTPS POST with protobuf bodies from 1.37 (the standard library's http.client over
 an ssl context that trusts only the federation's CA; uvicorn speaks HTTP/1.1, which is what we
 offer in ALPN).
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from syncer.cluster.flower_control import (
     CALLS,
+    ControlApi,
     ControlApiError,
     ControlErrorCode,
     RegisteredNode,
@@ -206,3 +208,17 @@ def _decoded(rpc: str, address: str, decode: Callable[[bytes], T], data: bytes) 
     except ValueError:
         raise ControlApiError(rpc, address, ControlErrorCode.NOT_CONTROL_API,
                               "the answer is not the expected protobuf message") from None
+
+
+def connect(address: str, transport: Transport, root_certificates: bytes, *, timeout: float = 10.0) -> ControlApi:
+    """A client of the Control API at `address` (host:port) over `transport`, verifying the
+    server against `root_certificates` (PEM). An address that is not host:port is refused here
+    too (validation refuses it first): gRPC would dial `unix:` sockets and other schemes."""
+    from syncer.models.nodeauth import control_address_problem
+
+    problem = control_address_problem(address)
+    if problem:
+        raise ControlApiError("connect", address, ControlErrorCode.BAD_ADDRESS, f"the address {problem}")
+    if transport == "http":
+        return HttpControl(address, root_certificates, timeout=timeout)
+    return GrpcControl(address, root_certificates, timeout=timeout)  # grpc: only for SuperLinks before 1.37

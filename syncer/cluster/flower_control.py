@@ -106,24 +106,6 @@ CALLS: dict[str, tuple[str, str]] = {
 }
 
 
-def connect(address: str, transport: Transport, root_certificates: bytes, *, timeout: float = 10.0) -> ControlApi:
-    """A client of the Control API at `address` (host:port) over `transport`, verifying the
-    server against `root_certificates` (PEM). An address that is not host:port is refused here
-    too (validation refuses it first): gRPC would dial `unix:` sockets and other schemes."""
-    from syncer.models.nodeauth import control_address_problem
-
-    problem = control_address_problem(address)
-    if problem:
-        raise ControlApiError("connect", address, ControlErrorCode.BAD_ADDRESS, f"the address {problem}")
-    if transport == "http":
-        from syncer.cluster.control_transports import HttpControl
-
-        return HttpControl(address, root_certificates, timeout=timeout)
-    from syncer.cluster.control_transports import GrpcControl  # grpc: only for SuperLinks before 1.37
-
-    return GrpcControl(address, root_certificates, timeout=timeout)
-
-
 # -- the messages ------------------------------------------------------------------------------
 
 def encode_register(public_key: bytes) -> bytes:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from syncer.identity import ObjectRef, Unit
 
 if TYPE_CHECKING:
-    from syncer.engine.nodekeys import NodeKeyResult
+    from syncer.engine.keyresult import NodeKeyResult
 
 
 class Action(StrEnum):

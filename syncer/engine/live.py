@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Iterator, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, TypeVar
@@ -81,18 +81,26 @@ MAX_FIELD_SETS = 20_000  # distinct field sets kept for sharing
 _SHARED_ALREADY = frozenset({"fieldsV1"})
 
 
-class ManagedObjects(dict[ObjectRef, dict[str, Any]]):
+class ManagedObjects(MutableMapping[ObjectRef, dict[str, Any]]):
     """The live objects by reference, indexed by the unit their labels name, so the objects of one
     unit (`owned_by`) cost that unit's objects, not a scan of all of them (at 26,000 objects, 2,000
-    new units each scanning everything was 52 million label reads). Writes go through item
-    assignment, `del` and `pop`, which keep the index.
+    new units each scanning everything was 52 million label reads).
+
+    Invariant: `_owners` holds exactly the refs of `_objects` whose object's labels name a unit,
+    each under that unit (`owned_by(u)` equals a scan of every object for owner u). It holds by
+    construction: the objects live in a private dict, and every write (assignment, `del`, and the
+    MutableMapping mixins built on them: pop, popitem, clear, update, setdefault, |=) goes through
+    `__setitem__` or `__delitem__`, which keep the index. Reads delegate to the dict.
 
     The field sets of managedFields (`fieldsV1`, most of a metadata-only object) repeat across
     objects rendered from one template: equal ones are stored once, shared (read-only, like every
-    live object here); so are the short strings (label values, managers, timestamps)."""
+    live object here); so are the short strings (label values, managers, timestamps). Invariant of
+    `_field_sets`: a cache only, keyed by the serialised set; dropping it changes no object."""
+
+    __slots__ = ("_field_sets", "_objects", "_owners")
 
     def __init__(self, items: Mapping[ObjectRef, dict[str, Any]] | None = None) -> None:
-        super().__init__()
+        self._objects: dict[ObjectRef, dict[str, Any]] = {}
         self._owners: UnitIndex[ObjectRef, None] = UnitIndex()
         self._field_sets: dict[bytes, Any] = {}
         for ref, obj in (items or {}).items():
@@ -101,7 +109,7 @@ class ManagedObjects(dict[ObjectRef, dict[str, Any]]):
     def __setitem__(self, ref: ObjectRef, obj: dict[str, Any]) -> None:
         self._share_field_sets(obj)
         share_strings(obj, skip=_SHARED_ALREADY)
-        super().__setitem__(ref, obj)
+        self._objects[ref] = obj
         owner = owner_of(obj)
         if owner is not None:
             self._owners.put(ref, owner.unit, None)
@@ -109,19 +117,30 @@ class ManagedObjects(dict[ObjectRef, dict[str, Any]]):
             self._owners.remove(ref)
 
     def __delitem__(self, ref: ObjectRef) -> None:
-        super().__delitem__(ref)
+        del self._objects[ref]
         self._owners.remove(ref)
 
-    def pop(self, ref: ObjectRef, *default: Any) -> Any:
-        self._owners.remove(ref)
-        return super().pop(ref, *default)
+    def __getitem__(self, ref: ObjectRef) -> dict[str, Any]:
+        return self._objects[ref]
 
-    def update(self, *args: Any, **kwargs: Any) -> None:
-        for ref, obj in dict(*args, **kwargs).items():
-            self[ref] = obj
+    def __iter__(self) -> Iterator[ObjectRef]:
+        return iter(self._objects)
 
-    def setdefault(self, ref: ObjectRef, default: dict[str, Any] | None = None) -> dict[str, Any]:
-        raise TypeError("ManagedObjects.setdefault would bypass the owner index; assign instead")
+    def __len__(self) -> int:
+        return len(self._objects)
+
+    def __contains__(self, ref: object) -> bool:
+        return ref in self._objects
+
+    def get(self, ref: ObjectRef, default: Any = None) -> Any:  # the dict's, not the mixin's try/except
+        return self._objects.get(ref, default)
+
+    def __ior__(self, other: Mapping[ObjectRef, dict[str, Any]]) -> ManagedObjects:
+        self.update(other)
+        return self
+
+    def __repr__(self) -> str:
+        return f"ManagedObjects({self._objects!r})"
 
     def _share_field_sets(self, obj: dict[str, Any]) -> None:
         entries = (obj.get("metadata") or {}).get("managedFields")

@@ -13,62 +13,23 @@ use"): such a key is reported, with the fix (a new key pair), not retried foreve
 from __future__ import annotations
 
 import base64
-import enum
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
+from syncer.cluster.control_transports import connect
 from syncer.cluster.flower_control import (
     UNREGISTERED,
     ControlApi,
     ControlApiError,
     ControlErrorCode,
-    Transport,
-    connect,
 )
 from syncer.engine.changeset import UnitResult
 from syncer.engine.inventory import OwnedKeys
+from syncer.engine.keyresult import KeyOutcome, NodeKeyResult
 from syncer.identity import Manifest, Unit
 from syncer.plan import NodeAuth, UnitPlan
 
-__all__ = ["ControlApi", "KeyOutcome", "NodeKeyResult", "key_digest", "reconcile", "sync_node_keys",
-           "sync_planned_keys"]
-
-
-class KeyOutcome(enum.StrEnum):
-    IN_STEP = "in-step"  # every key of Git admitted, nothing to do
-    CHANGED = "changed"  # this sync registered or unregistered keys, and every key of Git is admitted
-    FAILED = "failed"  # a key is not admitted, or the Control API could not be asked
-
-
-@dataclass(frozen=True)
-class NodeKeyResult:
-    """A federation's SuperNode keys on its SuperLink after a sync."""
-
-    outcome: KeyOutcome
-    address: str
-    transport: Transport
-    admitted: int = 0  # keys of Git registered with the SuperLink now
-    registered: tuple[str, ...] = ()  # labels registered by this sync
-    unregistered: tuple[int, ...] = ()  # node ids of keys this federation registered and Git no longer lists
-    foreign: int = 0  # active keys that neither Git lists nor this federation registered: left alone
-    errors: tuple[str, ...] = ()
-    error_codes: tuple[ControlErrorCode, ...] = ()
-    owned: OwnedKeys | None = None  # what to record on the inventory (None: keep what it has)
-
-    @property
-    def changed(self) -> bool:
-        return bool(self.registered or self.unregistered)
-
-    @property
-    def failing(self) -> int:
-        return len(self.errors)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"outcome": str(self.outcome), "address": self.address, "transport": self.transport,
-                "admitted": self.admitted, "registered": list(self.registered),
-                "unregistered": list(self.unregistered), "foreign": self.foreign, "errors": list(self.errors)}
+__all__ = ["ControlApi", "key_digest", "reconcile", "sync_node_keys", "sync_planned_keys"]
 
 
 def key_digest(pem: bytes) -> str:

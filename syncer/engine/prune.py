@@ -8,7 +8,7 @@ manager wrote, Helm-managed objects and the agent's own.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from syncer.cluster.client import FIELD_MANAGER, ApiError, Kube
@@ -48,7 +48,7 @@ def prune_blocker(unit: Unit, live: dict[str, Any], ours: Collection[str] | None
     return ""
 
 
-def prune(kube: Kube, unit: Unit, refs: list[ObjectRef], live: dict[ObjectRef, dict[str, Any]], *,
+def prune(kube: Kube, unit: Unit, refs: list[ObjectRef], live: Mapping[ObjectRef, dict[str, Any]], *,
           dry_run: bool, ours: Collection[str] | None = None) -> tuple[list[Change], list[ObjectRef]]:
     """Delete the given inventory entries (workloads first). Returns the changes and the refs that
     must stay in the inventory (deletion failed; they are retried next time)."""

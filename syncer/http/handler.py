@@ -28,7 +28,7 @@ from syncer.observe.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from syncer.source.webhook import MAX_BODY_BYTES, WebhookRejected, verify
 
 if TYPE_CHECKING:
-    from syncer.http.server import AgentServer, Conn
+    from syncer.http.context import Conn, RequestContext
 
 class _Reader:
     """The handler's `rfile`: the request head from the loop's buffer, then the socket (the body
@@ -109,7 +109,7 @@ class Handler(BaseHTTPRequestHandler):
     rfile: _Reader  # type: ignore[assignment]
     wfile: _Writer  # type: ignore[assignment]
 
-    def __init__(self, conn: Conn, agent: AgentServer) -> None:  # not BaseRequestHandler's signature
+    def __init__(self, conn: Conn, agent: RequestContext) -> None:  # not BaseRequestHandler's signature
         self.conn = conn
         self.agent = agent
         self.request = conn.sock

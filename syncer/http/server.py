@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from syncer.http.context import Conn, RequestContext
 from syncer.http.handler import Handler
 from syncer.http.limits import (
     ACCEPT_BATCH,
@@ -31,26 +32,6 @@ from syncer.http.limits import (
 )
 from syncer.observe.metrics import Metrics
 from syncer.source.webhook import REPLAY_WINDOW, ReplayGuard
-
-
-class Conn:
-    """One client connection. Owned by the event loop while its request head arrives (and while it
-    lingers before closing), by one request thread while a request is served."""
-
-    __slots__ = ("addr", "buf", "closing", "deadline", "host", "keep", "limited", "registered", "scanned",
-                 "sock")
-
-    def __init__(self, sock: socket.socket, addr: tuple[str, int], limited: bool, deadline: float) -> None:
-        self.sock = sock
-        self.addr = addr
-        self.host = addr[0]
-        self.limited = limited  # over a connection limit: health probes only, then closed
-        self.deadline = deadline
-        self.buf = bytearray()
-        self.scanned = 0  # where to resume the search for the end of the head
-        self.closing = False
-        self.registered = False
-        self.keep = False
 
 
 class AgentServer:
@@ -92,6 +73,9 @@ class AgentServer:
         self.max_open = max(max_open or 4 * max_connections, max_connections + HEALTH_SLOTS)
         self.replays = ReplayGuard(replay_window)
         self.rate_log = RateLimitedLog(reject_log_interval)
+        self.context = RequestContext(api=api, metrics=metrics, api_token=self.api_token,
+                                      webhook_secret=self.webhook_secret, protect_reads=protect_reads,
+                                      request_timeout=request_timeout, replays=self.replays, rate_log=self.rate_log)
         self._listener: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self._wake: tuple[socket.socket, socket.socket] | None = None
@@ -377,7 +361,7 @@ class AgentServer:
         try:
             conn.sock.setblocking(True)
             conn.sock.settimeout(self.request_timeout)
-            handler = Handler(conn, self)
+            handler = Handler(conn, self.context)
             keep = not handler.close_connection and not conn.limited
             conn.buf = bytearray(handler.rfile.leftover()) if keep else bytearray()
         except (ConnectionError, TimeoutError) as exc:

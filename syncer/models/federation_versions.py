@@ -5,8 +5,10 @@ with the IP SAN 127.0.0.1."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 from syncer.diagnostics import FieldPath
-from syncer.models.federation import ANN_TLS_SECRET, Federation
+from syncer.models.federation_spec import ANN_TLS_SECRET, FederationSpec
 from syncer.models.flower import (
     ANN_FLOWER_VERSION,
     NEWEST,
@@ -19,28 +21,30 @@ from syncer.models.k8s import Issue
 from syncer.models.supernode.versions import flag_issues
 
 
-def federation_version_issues(fed: Federation) -> list[Issue]:
-    annotations = fed.metadata.annotations
+def federation_version_issues(spec: FederationSpec, annotations: Mapping[str, str],
+                              images: list[tuple[FieldPath, str]], flower: Callable[[str], FlowerInterface],
+                              tls_issued: bool) -> list[Issue]:
+    """A Federation's fields against its Flower releases: `images` are its (field, image) pairs,
+    `flower` gives an image's interface, `tls_issued` says a cert-manager issuer makes its certificate."""
     issues: list[Issue] = []
     explicit = annotations.get(ANN_FLOWER_VERSION, "")
     if explicit and explicit_version(explicit) is None:
         return [Issue(("metadata", "annotations", ANN_FLOWER_VERSION), f"{explicit!r} is not a Flower version",
                       'write it as "1.42.0"')]
-    for path, image in fed.images():
-        if fed.flower(image).assumed:
+    for path, image in images:
+        if flower(image).assumed:
             what = f"Flower {NEWEST[0]}.{NEWEST[1]}, the newest known release"
             if path != ("spec", "superlink", "image"):
                 what = f"the SuperLink's release when its tag names one, else {what}"
             issues.append(Issue(path, f"image {image!r} names no Flower version; it is rendered for {what}",
                                 f"use a versioned tag such as 1.42.0, or write the release in the annotation "
                                 f"{ANN_FLOWER_VERSION}", severity="warning"))
-    spec = fed.spec
     process = spec.isolationMode == "process"
-    link = fed.flower(spec.superlink.image)
+    link = flower(spec.superlink.image)
     issues += flag_issues(link, "superlink", spec.superlink.extraArgs, ("spec", "superlink", "extraArgs"))
     issues += _host_port_issues(link, spec.superlink.extraArgs, ("spec", "superlink", "extraArgs"))
     if process and spec.superlink.superexecImage:
-        exec_ = fed.flower(spec.superlink.superexecImage).beside(link)
+        exec_ = flower(spec.superlink.superexecImage).beside(link)
         issues += flag_issues(exec_, "superexec", spec.superlink.superexecExtraArgs,
                               ("spec", "superlink", "superexecExtraArgs"))
         problem = runtime_skew(exec_, link, tls=not spec.insecure)
@@ -54,7 +58,7 @@ def federation_version_issues(fed: Federation) -> list[Issue]:
     for i, pool in enumerate(spec.supernodes.pools):
         at: FieldPath = ("spec", "supernodes", "pools", i)
         image = pool.images.supernode or spec.supernodes.image
-        node = fed.flower(image)
+        node = flower(image)
         issues += flag_issues(node, "supernode", pool.extraArgs, (*at, "extraArgs"))
         issues += _host_port_issues(node, pool.extraArgs, (*at, "extraArgs"))
         problem = fleet_skew(node, link)
@@ -67,7 +71,7 @@ def federation_version_issues(fed: Federation) -> list[Issue]:
                                 "1.40, or both 1.40 or newer); the same release is safest",
                                 severity="warning" if node.assumed or link.assumed else "error"))
         if process and pool.images.superexecClientApp:
-            exec_ = fed.flower(pool.images.superexecClientApp).beside(node)
+            exec_ = flower(pool.images.superexecClientApp).beside(node)
             issues += flag_issues(exec_, "superexec", pool.superexecExtraArgs, (*at, "superexecExtraArgs"))
             problem = runtime_skew(exec_, node, tls=False)
             if not exec_.superexec and not exec_.assumed:
@@ -77,7 +81,7 @@ def federation_version_issues(fed: Federation) -> list[Issue]:
                                     f"pool {pool.name!r}: the ClientApp SuperExec (Flower {exec_.label}) cannot talk "
                                     f"to its SuperNode (Flower {node.label}): {problem}",
                                     "use the same Flower release for the SuperNode and its SuperExec"))
-    if not spec.insecure and link.loopback_ip_san and annotations.get(ANN_TLS_SECRET) and fed.tls_issuer() is None:
+    if not spec.insecure and link.loopback_ip_san and annotations.get(ANN_TLS_SECRET) and not tls_issued:
         issues.append(Issue(("metadata", "annotations", ANN_TLS_SECRET),
                             f"Flower {link.label} SuperLinks reach their own ServerApp API at 127.0.0.1 over TLS: "
                             "the certificate in this Secret needs the IP SAN 127.0.0.1, or ServerApps fail with "

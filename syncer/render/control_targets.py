@@ -25,7 +25,7 @@ from syncer.models.nodeauth import (
     control_address_problem,
     control_target_allowed,
 )
-from syncer.repo.loader import LoadedUnit, RepoState
+from syncer.repo.state import LoadedUnit, RepoState
 
 AT = format_path(("metadata", "annotations", ANN_CONTROL_API_ADDRESS))
 

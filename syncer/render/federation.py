@@ -37,7 +37,8 @@ from syncer.identity import (
     LABEL_UNIT_KIND,
     Manifest,
 )
-from syncer.models.federation import GPU, GPU_ENV, ClaimTemplate, Federation, Pool
+from syncer.models.federation import Federation
+from syncer.models.federation_spec import GPU, GPU_ENV, ClaimTemplate, Pool
 from syncer.models.flower import HEALTH_PATH, SUPERLINK_HTTP_PORT, FlowerInterface, interface_of_image
 from syncer.models.netsources import ANN_CONTROL_API_FROM, ANN_FLEET_API_FROM, Source
 from syncer.models.nodeauth import CONTROL_API_PORT

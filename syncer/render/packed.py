@@ -21,6 +21,12 @@ LEVEL = 1  # the fastest: the blobs are small and templated, so most of the gain
 
 
 class PackedManifests(Sequence[Manifest]):
+    """Invariant: `unpack()` equals the manifests `pack` was given, key order included, and each
+    read decodes the blob once and hands out objects no one else holds (so nothing can change the
+    kept state). Every read of the Sequence API is one decode: iteration, `in`, `index`, `count`,
+    `reversed` and slices unpack once, not once per index as the Sequence mixins would; an index
+    `p[i]` is one read of its own (read the whole with `unpack()` or a loop, not `p[i]` per i)."""
+
     __slots__ = ("_blob", "_len")
 
     def __init__(self, blob: bytes, length: int) -> None:
@@ -46,6 +52,18 @@ class PackedManifests(Sequence[Manifest]):
 
     def __getitem__(self, index: int | slice) -> Manifest | list[Manifest]:
         return self.unpack()[index]
+
+    def __contains__(self, value: object) -> bool:
+        return value in self.unpack()
+
+    def __reversed__(self) -> Iterator[Manifest]:
+        return reversed(self.unpack())
+
+    def index(self, value: object, start: int = 0, stop: int | None = None) -> int:
+        return self.unpack().index(value, start, self._len if stop is None else stop)  # type: ignore[arg-type]
+
+    def count(self, value: object) -> int:
+        return self.unpack().count(value)  # type: ignore[arg-type]
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, PackedManifests):

@@ -28,7 +28,7 @@ from syncer.render.sealed import seal
 from syncer.render.secret import render_secret
 from syncer.render.supernode import render_supernode
 from syncer.render.tenancy import Tenancy
-from syncer.repo.loader import LoadedUnit, RepoState
+from syncer.repo.state import LoadedUnit, RepoState
 
 
 @dataclass
@@ -67,7 +67,13 @@ class _Owners:
     """Which rendered units render each object, kept up to date from one render to the next by
     adding the units rendered anew and removing those gone: a one-file commit to a repository of
     28,000 objects touches its own unit's objects, not all of them. Only units that claim objects
-    (rendered, within their guardrails) are entered."""
+    (rendered, within their guardrails) are entered.
+
+    Invariant, after each `update(claiming)`: `entered` is `claiming`; `by_ref[ref]` is the entered
+    units whose manifests hold `ref` (one, or a list while several do); `clashing` is the refs of
+    those lists; `claims[ref]` is the last entered of them. That is what a fresh render computes:
+    test_load_cache.py's test_claims_and_clashes_follow_each_revision_from_a_warm_cache compares
+    the two at every revision of a sequence."""
 
     def __init__(self) -> None:
         # one _Done per object, or a list of them while two or more render it (a clash)

@@ -49,7 +49,6 @@ from syncer.models.supernode import (
     chart_name,
     interface,
     merge_maps,
-    release_names,
     security_contexts,
 )
 from syncer.models.supernode.schema import (
@@ -77,7 +76,7 @@ PUBLIC_KEY_PATH = f"{NODE_AUTH_MOUNT_DIR}/{PUBLIC_KEY_KEY}"
 
 def render_supernode(values: SuperNodeValues, release: str, ctx: RenderContext) -> list[Manifest]:
     """Every object of one SuperNode release, in apply order."""
-    names = release_names(values, release)
+    names = values.release_names(release)
     out: list[Manifest] = []
     if values.supernode.enabled:
         out.extend(_supernode_objects(values, release, names, ctx))
@@ -104,13 +103,15 @@ def _supernode_objects(values: SuperNodeValues, release: str, names: ReleaseName
     args = [f"--superlink={_host(sn.superlink.address)}:{sn.superlink.port}", f"--isolation={sn.isolationMode}"]
     if iface.http_runtime:  # 1.35+: the ClientApp API is HTTP, with GET /health, on --host/--port
         args += ["--host=0.0.0.0", f"--port={ports.clientAppIo}"]
-        plan = _Plan(comp=sn, name=names.supernode, container="supernode", security=security_contexts(values, sn),
+        plan = _Plan(comp=sn, name=names.supernode, container="supernode",
+                     security=security_contexts(values.global_, sn),
                      ports=[("clientappio", ports.clientAppIo)], health_port=ports.clientAppIo, http_health=True)
     else:
         args.append(f"--clientappio-api-address=0.0.0.0:{ports.clientAppIo}")
         if iface.health_server:
             args.append(f"--health-server-address=0.0.0.0:{ports.health}")
-        plan = _Plan(comp=sn, name=names.supernode, container="supernode", security=security_contexts(values, sn),
+        plan = _Plan(comp=sn, name=names.supernode, container="supernode",
+                     security=security_contexts(values.global_, sn),
                      ports=[("clientappio", ports.clientAppIo), ("health", ports.health)],
                      health_port=ports.health if iface.health_server else None)
     out: list[Manifest] = []
@@ -269,7 +270,7 @@ def _superexec_objects(values: SuperNodeValues, release: str, names: ReleaseName
         args.append(f"--health-server-address=0.0.0.0:{se.containerPorts.health}")
     args.extend(se.extraArgs)
     keep_port = iface.health_server or not iface.http_runtime  # 1.43+ has no health server
-    plan = _Plan(comp=se, name=names.superexec, container="superexec", security=security_contexts(values, se),
+    plan = _Plan(comp=se, name=names.superexec, container="superexec", security=security_contexts(values.global_, se),
                  args=args, ports=[("health", se.containerPorts.health)] if keep_port else [],
                  health_port=se.containerPorts.health if iface.health_server else None)
     selector = selector_labels(values, release, se)

@@ -17,7 +17,8 @@ from typing import Any
 from syncer.diagnostics import Diagnostic
 from syncer.models.federation import Federation
 from syncer.models.policy import RepositoryPolicy, narrow
-from syncer.repo.loader import SETTINGS_FILE, RepoState
+from syncer.repo.loader import SETTINGS_FILE
+from syncer.repo.state import RepoState
 
 
 @dataclass(frozen=True)

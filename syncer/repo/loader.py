@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +29,12 @@ from syncer.models.base import validate_document
 from syncer.models.federation import API_VERSION, KIND, Federation
 from syncer.models.names import name_problem
 from syncer.models.secret import SecretManifest
-from syncer.models.settings import ReleaseSettings, RepoSettings, SyncPolicy
+from syncer.models.settings import ReleaseSettings, RepoSettings
 from syncer.models.supernode import SuperNodeValues, validate_values
 from syncer.repo.encrypted import scrub
 from syncer.repo.reader import YAML_SUFFIXES, Reader, Signature
 from syncer.repo.skew import check_version_skew
+from syncer.repo.state import LoadedUnit, RepoState
 from syncer.secrets.keys import Decryption
 from syncer.yamldoc import YamlDoc
 
@@ -44,42 +45,6 @@ VALUES_FILE = "values.yaml"
 RELEASE_FILE = "release.yaml"
 SECRETS_FILE = "secrets.yaml"  # the release's Secret manifests (usually SOPS-encrypted)
 MAX_RELEASE_NAME = 53  # Helm's limit for release names
-
-
-@dataclass(frozen=True)
-class LoadedUnit:
-    unit: Unit
-    source: str  # repo-relative path of the defining file
-    line: int
-    model: Federation | SuperNodeValues
-    policy: SyncPolicy
-    secrets: tuple[tuple[str, SecretManifest], ...] = ()  # (file, Secret) kept in Git for this unit
-    sealed: frozenset[str] = frozenset()
-    """The decrypted values (as text) of the unit's own SOPS-encrypted file: they reach pods only
-    through a Secret (syncer.render.sealed)."""
-    seal_key: bytes = b""  # that file's seal key (syncer.secrets.sops.Decrypted)
-
-
-@dataclass
-class RepoState:
-    root: Path
-    settings: RepoSettings
-    units: list[LoadedUnit] = field(default_factory=list)
-    diagnostics: list[Diagnostic] = field(default_factory=list)
-    failed: set[Unit] = field(default_factory=set)
-    """Units that exist in Git but did not load; their last applied state must be kept."""
-    files: int = 0
-    secrets: frozenset[str] = frozenset()
-    """Plaintext values of SOPS-encrypted files: kept out of output unless asked for."""
-
-    @property
-    def errors(self) -> list[Diagnostic]:
-        return [d for d in self.diagnostics if d.severity == "error"]
-
-    @property
-    def clean(self) -> bool:
-        """Everything loaded: only then may units that vanished from Git be pruned."""
-        return not self.errors
 
 
 @dataclass(frozen=True)
@@ -99,7 +64,11 @@ class LoadCache:
     """What each federation file and release folder contributed to the previous load, keyed by its
     path, the content of its files, the repository settings and the decryption keys it was loaded
     with. It keeps only what the latest load used, so it holds one repository's worth. In memory
-    only; one load at a time."""
+    only; one load at a time.
+
+    Invariant: a load through the cache equals a load without it (a piece is reused only when
+    every input it was made from is the same); test_load_cache.py compares warm and fresh loads,
+    broken inputs and changes included."""
 
     def __init__(self) -> None:
         self._pieces: dict[tuple[Any, ...], _Piece] = {}

@@ -19,7 +19,7 @@ from syncer.models.supernode import SuperNodeValues, interface
 from syncer.yamldoc import load_documents
 
 if TYPE_CHECKING:
-    from syncer.repo.loader import LoadedUnit, RepoState
+    from syncer.repo.state import LoadedUnit, RepoState
 
 _CLUSTER_SUFFIXES = (".svc.cluster.local", ".svc")
 

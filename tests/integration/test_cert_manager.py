@@ -17,7 +17,8 @@ import pytest
 import yaml
 
 from syncer.cluster.client import Kube
-from syncer.cluster.flower_control import ControlApi, connect
+from syncer.cluster.control_transports import connect
+from syncer.cluster.flower_control import ControlApi
 from syncer.engine.sync import Engine, SyncOptions
 from syncer.render.repo import plan_repo, render_repo
 from syncer.repo.loader import load_repo

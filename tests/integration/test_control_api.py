@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from syncer.cluster.flower_control import ControlApi, ControlApiError, ControlErrorCode, Transport, connect
-from syncer.engine.nodekeys import KeyOutcome, reconcile
+from syncer.cluster.control_transports import connect
+from syncer.cluster.flower_control import ControlApi, ControlApiError, ControlErrorCode, Transport
+from syncer.engine.keyresult import KeyOutcome
+from syncer.engine.nodekeys import reconcile
 from syncer.models.flower import flower_interface
 from syncer.models.nodeauth import parse_key
 from tests.conftest import wait_until

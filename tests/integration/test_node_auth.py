@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 from syncer.cluster.client import Kube
-from syncer.cluster.flower_control import ControlApi, connect
+from syncer.cluster.control_transports import connect
+from syncer.cluster.flower_control import ControlApi
 from syncer.engine.inventory import NODE_KEYS_KEY, inventory_name
-from syncer.engine.nodekeys import KeyOutcome
+from syncer.engine.keyresult import KeyOutcome
 from syncer.engine.sync import Engine, SyncOptions, SyncReport
 from syncer.identity import Unit
 from syncer.models.nodeauth import parse_key

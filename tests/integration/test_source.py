@@ -665,8 +665,8 @@ def test_watcher_sees_a_commit_in_a_working_tree(tmp_path: Path, work: Repo,
     work.commit("watched", {"README.md": "watched\n"})
     assert calls.wait(1.0)
     assert time.monotonic() - started < 1.0
-    time.sleep(0.2)
-    assert calls.count == 1  # one commit, one (debounced) call
+    assert not calls.wait(0.2)  # bounded negative check: one commit, one (debounced) call
+    assert calls.count == 1
 
 
 def test_watcher_sees_a_push_into_a_bare_repo(tmp_path: Path, bare: Path, pusher: Repo,
@@ -686,7 +686,7 @@ def test_watcher_is_quiet_when_no_ref_changes(tmp_path: Path, work: Repo,
     work.git("status", "--porcelain")
     work.git("log", "--oneline")
     src.fetch()  # reads refs through upload-pack
-    time.sleep(0.3)
+    assert not calls.wait(0.3)  # bounded negative check: fails as soon as a call comes
     assert calls.count == 0
     work.git("commit", "-q", "-m", "now a ref changes")
     assert calls.wait(1.0)
@@ -708,28 +708,27 @@ def test_watcher_debounces_bursts() -> None:
             watcher._event()  # what the filesystem handler calls
             time.sleep(0.002)
         assert calls.wait(1.0)
-        time.sleep(0.15)
+        assert not calls.wait(0.15)  # bounded negative check: the burst made one call
         assert calls.count == 1
     finally:
         watcher.stop()
 
 
 def test_watcher_survives_a_failing_callback(tmp_path: Path, work: Repo) -> None:
-    seen = threading.Event()
+    first, seen = threading.Event(), threading.Event()
     count = 0
 
     def boom() -> None:
         nonlocal count
         count += 1
-        if count > 1:
-            seen.set()
+        (seen if count > 1 else first).set()
         raise RuntimeError("callback failed")
 
     watcher = LocalRepoWatcher(source(work.path, tmp_path).local_paths(), boom)
     watcher.start()
     try:
         work.commit("one")
-        time.sleep(0.2)
+        assert first.wait(1.0)  # the first callback ran (and failed) before the second commit
         work.commit("two")
         assert seen.wait(1.0)
     finally:

@@ -22,9 +22,9 @@ from syncer.engine.sync import SyncOptions
 from syncer.models.policy import RepositoryPolicy
 from syncer.models.settings import Guardrails
 from syncer.plan import Plan
+from tests.builders import FED, pool
 from tests.conftest import KubeCluster
 from tests.integration.test_chart import _sa_kubeconfig, _template_text, cluster_helm, helm, one, second_namespace
-from tests.unit.test_engine_fake import FED, pool
 
 pytestmark = pytest.mark.cluster
 __all__ = ["helm", "second_namespace"]  # fixtures

@@ -18,8 +18,8 @@ import pytest
 from syncer.actions.load import load
 from syncer.actions.sync import sync
 from syncer.engine.sync import SyncOptions
+from tests.builders import FED, NS, pool
 from tests.fakekube import FakeApiServer, FakeKube
-from tests.unit.test_engine_fake import FED, NS, pool
 
 EXIT_INVALID = 1
 DEADLINE_S = 20.0

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_engine_fake import FED, NS, pool
+from tests.builders import FED, NS, pool
 
 EXIT_INVALID = 1
 DEADLINE_S = 30

@@ -20,8 +20,8 @@ from syncer.engine.sync import Engine, SyncOptions
 from syncer.render.podrules import AgentAccount
 from syncer.render.repo import plan_repo, render_repo
 from syncer.repo.loader import load_repo
+from tests.builders import FED, NS, pool
 from tests.fakekube import FakeApiServer, FakeKube
-from tests.unit.test_engine_fake import FED, NS, pool
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -26,9 +26,9 @@ from syncer.render.repo import plan_repo, render_repo
 from syncer.render.sealed import ANN_SEALED
 from syncer.repo.loader import load_repo
 from syncer.secrets.keys import Decryption, load_identities
+from tests.builders import FED, NS
 from tests.fakekube import FakeApiServer, FakeKube
 from tests.sops_writer import encrypt
-from tests.unit.test_engine_fake import FED, NS
 
 SECRET = """\
 apiVersion: v1

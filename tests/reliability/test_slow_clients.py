@@ -24,33 +24,13 @@ from structlog.testing import capture_logs
 
 from syncer.http import MAX_HEAD_BYTES, AgentServer
 from syncer.observe.metrics import Metrics
-from syncer.source.webhook import PushEvent
 from tests.conftest import wait_until
+from tests.doubles import FakeAPI
 
 TOKEN = "api-token-never-logged"
 SECRET = "webhook-secret-never-logged"
 
 
-class FakeAPI:
-    def __init__(self) -> None:
-        self.events: list[PushEvent] = []
-        self.resyncs: list[str | None] = []
-
-    def healthy(self) -> bool:
-        return True
-
-    def ready(self) -> tuple[bool, str]:
-        return True, ""
-
-    def status(self) -> dict[str, Any]:
-        return {"ready": True}
-
-    def resync(self, unit: str | None, wait: bool, timeout: float) -> dict[str, Any]:
-        self.resyncs.append(unit)
-        return {"ok": True}
-
-    def webhook(self, event: PushEvent) -> None:
-        self.events.append(event)
 
 
 @pytest.fixture

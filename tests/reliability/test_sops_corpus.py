@@ -19,7 +19,7 @@ import yaml
 from syncer.repo.loader import LoadCache, load_repo
 from syncer.secrets.keys import Decryption, load_identities
 from syncer.secrets.sops import SopsError, decrypt_document
-from tests.unit.test_engine_fake import NS
+from tests.builders import NS
 
 REPO = Path(__file__).resolve().parents[2]
 VALUES = """\

@@ -31,9 +31,9 @@ from syncer.http import AgentServer
 from syncer.observe.metrics import Metrics
 from syncer.observe.notify import Notification
 from syncer.source.git import GitSource, SourceSpec
+from tests.builders import FED, NS, pool
 from tests.conftest import wait_until
 from tests.fakekube import FakeApiServer, FakeKube
-from tests.unit.test_engine_fake import FED, NS, pool
 
 STS = "fed-supernode-a"
 
@@ -335,7 +335,7 @@ def test_a_silent_receiver_delays_no_other_and_drops_its_oldest_counted() -> Non
 
     from syncer.identity import Unit
     from syncer.observe.notify import Notifier, Receiver
-    from tests.unit.test_notify import Sink
+    from tests.doubles import Sink
 
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
@@ -378,7 +378,7 @@ SECRET = "webhook-secret-never-logged"
 
 @pytest.fixture
 def http_server() -> Iterator[AgentServer]:
-    from tests.reliability.test_slow_clients import FakeAPI
+    from tests.doubles import FakeAPI
 
     server = AgentServer(FakeAPI(), Metrics(), api_token=TOKEN, webhook_secret=SECRET)
     server.start()
@@ -442,7 +442,7 @@ def test_a_flood_of_bad_requests_writes_a_bounded_log() -> None:
              b"GET /api/v1/status HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\nConnection: close\r\n\r\n",
              b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 64 + b"\r\n\r\n",  # a TLS hello
              b"GET /\x00\x1b[31m HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"]
-    from tests.reliability.test_slow_clients import FakeAPI
+    from tests.doubles import FakeAPI
 
     http_server = AgentServer(FakeAPI(), Metrics(), api_token=TOKEN, webhook_secret=SECRET, reject_log_interval=2.0)
     http_server.start()

@@ -31,8 +31,8 @@ from syncer.models.settings import Guardrails
 from syncer.render.repo import plan_repo, render_repo
 from syncer.render.tenancy import Tenancy, apply_policy
 from syncer.repo.loader import load_repo
+from tests.builders import FED, pool
 from tests.fakekube import FakeApiServer, FakeKube, _Response, _status
-from tests.unit.test_engine_fake import FED, pool
 
 NS_A, NS_B = "team-a", "team-b"
 HOSTPATH_POOL = pool("a") + ("        volumes: [{name: root, hostPath: {path: /}}]\n"

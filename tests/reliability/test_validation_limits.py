@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from syncer.repo.loader import load_repo
-from tests.unit.test_engine_fake import NS
+from tests.builders import NS
 
 FED = """\
 apiVersion: flwr.exalsius.ai/v1

@@ -12,8 +12,8 @@ from syncer.identity import UnknownUnit
 from syncer.render.repo import plan_repo, render_repo
 from syncer.repo.loader import load_repo
 from syncer.source.git import head_revision
+from tests.builders import NS, write
 from tests.fakekube import FakeApiServer, FakeKube
-from tests.unit.test_engine_fake import NS, write
 
 
 @pytest.fixture
@@ -54,7 +54,7 @@ def test_history_keeps_the_last_revisions_applied(tmp_path: Path) -> None:
     resync that changes nothing adds nothing."""
     from syncer.actions.history import history
     from syncer.engine.inventory import HISTORY_LIMIT
-    from tests.unit.test_engine_fake import pool
+    from tests.builders import pool
 
     server = FakeApiServer()
     server.add_namespace(NS)
@@ -89,7 +89,7 @@ def test_diff_and_status_show_a_suspended_units_drift(tmp_path: Path) -> None:
     from syncer.actions.load import load
     from syncer.actions.status import repo_status
     from syncer.actions.sync import diff
-    from tests.unit.test_engine_fake import pool
+    from tests.builders import pool
 
     server = FakeApiServer()
     server.add_namespace(NS)

@@ -16,8 +16,8 @@ from syncer.plan import Claims
 from syncer.render.repo import render_repo
 from syncer.repo.loader import load_repo
 from syncer.source.git import GitSource
+from tests.builders import FED, NS, pool
 from tests.fakekube import FakeKube
-from tests.unit.test_engine_fake import FED, NS, pool
 
 FED_UNIT = Unit("federation", NS, "fed")
 CLASH = "fullnameOverride: fed\nsupernode:\n  name: superlink\n"  # renders Service fed-superlink

@@ -14,8 +14,8 @@ from syncer.identity import Unit
 from syncer.observe.status import format_units, status
 from syncer.render.repo import plan_repo, render_repo
 from syncer.repo.loader import load_repo
+from tests.builders import NS, pool, write
 from tests.fakekube import FakeApiServer, FakeKube
-from tests.unit.test_engine_fake import NS, pool, write
 
 
 def sync_at(kube: FakeKube, repo: Path, revision: str) -> SyncReport:

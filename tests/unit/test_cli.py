@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from syncer.cli import EXIT_FAILED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, main
-from tests.unit.test_engine_fake import write
+from tests.builders import write
 
 
 def _closed_port() -> int:

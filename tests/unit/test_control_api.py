@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from syncer.cluster import control_transports
+from syncer.cluster.control_transports import connect
 from syncer.cluster.flower_control import (
     ControlApiError,
     ControlErrorCode,
@@ -31,7 +32,6 @@ from syncer.cluster.flower_control import (
     Transport,
     _bytes_field,
     _varint_field,
-    connect,
     one_line,
 )
 from syncer.engine.inventory import Inventory as Inv

@@ -16,29 +16,8 @@ from syncer.identity import LABEL_REPOSITORY, Unit
 from syncer.plan import Claims, Plan, Policy, UnitPlan
 from syncer.render.repo import plan_repo, render_repo
 from syncer.repo.loader import load_repo
+from tests.builders import NS, pool, sync, write
 from tests.fakekube import FakeApiServer, FakeKube
-
-NS = "flower"
-FED = """\
-apiVersion: flwr.exalsius.ai/v1
-kind: Federation
-metadata:
-  name: {name}
-  annotations: {{{annotations}}}
-spec:
-  mode: StatefulSet
-  isolationMode: subprocess
-  superlink:
-    image: flwr/superlink:1.25.0
-  supernodes:
-    image: flwr/supernode:1.25.0
-    pools:
-{pools}
-"""
-
-
-def pool(name: str, replicas: int = 1) -> str:
-    return f"      - name: {name}\n        replicas: {replicas}\n        images: {{}}\n"
 
 
 @pytest.fixture
@@ -51,19 +30,6 @@ def server() -> FakeApiServer:
 @pytest.fixture
 def kube(server: FakeApiServer) -> FakeKube:
     return FakeKube(server)
-
-
-def write(repo: Path, name: str = "fed", pools: str = "", annotations: str = "", repo_name: str = "team") -> Path:
-    (repo / "federations").mkdir(parents=True, exist_ok=True)
-    (repo / "flower-syncer.yaml").write_text(f"name: {repo_name}\ndefaultNamespace: {NS}\n")
-    (repo / "federations" / f"{name}.yaml").write_text(
-        FED.format(name=name, pools=pools or pool("a"), annotations=annotations))
-    return repo
-
-
-def sync(kube: FakeKube, repo: Path, **opts: bool) -> SyncReport:
-    state = load_repo(repo)
-    return Engine(kube).sync(plan_repo(state, render_repo(state), revision="r1"), SyncOptions(**opts))
 
 
 def actions(report: SyncReport) -> dict[str, str]:

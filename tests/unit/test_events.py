@@ -17,9 +17,9 @@ from syncer.observe.notify import Notifier, Receiver
 from syncer.render.repo import render_repo
 from syncer.repo.loader import load_repo
 from syncer.source.git import GitSource
+from tests.builders import NS, pool, write
+from tests.doubles import Sink
 from tests.fakekube import FakeApiServer, FakeKube
-from tests.unit.test_engine_fake import NS, pool, write
-from tests.unit.test_notify import Sink
 
 UNIT = Unit("federation", NS, "fed")
 STS = ObjectRef("StatefulSet", NS, "fed-supernode-a")

@@ -10,15 +10,13 @@ from typing import Any
 from syncer.models.netsources import parse_sources
 from syncer.render.repo import render_repo
 from syncer.repo.loader import load_repo
-from tests.unit.test_federation_tls import FED, NS, by_kind
-
-INSECURE = FED.replace("insecure: false", "insecure: true")
+from tests.builders import NS, by_kind, federation
 
 
 def rendered(tmp_path: Path, annotations: str) -> tuple[list[Any], list[Any]]:
     (tmp_path / "federations").mkdir(parents=True, exist_ok=True)
     (tmp_path / "flower-syncer.yaml").write_text(f"name: np\ndefaultNamespace: {NS}\n")
-    (tmp_path / "federations" / "fed.yaml").write_text(INSECURE.replace("{annotations}", annotations))
+    (tmp_path / "federations" / "fed.yaml").write_text(federation(annotations=annotations[1:-1], insecure=True))
     state = load_repo(tmp_path)
     errors = [d for d in state.diagnostics if d.severity == "error"]
     units = render_repo(state).units
@@ -81,7 +79,7 @@ def test_flower_before_1_21_has_no_health_server(tmp_path: Path) -> None:
     assert not has_health_server("flwr/superlink:1.20.0") and has_health_server("flwr/superlink:1.21.0")
     assert has_health_server("registry:5000/flwr/supernode:1.25.0-py3.11")
     assert has_health_server("flwr/supernode") and has_health_server("flwr/supernode@sha256:ab")  # unknown: recent
-    old = INSECURE.replace(":1.25.0", ":1.20.0").replace("{annotations}", "{}")
+    old = federation(insecure=True, version="1.20.0")
     (tmp_path / "federations").mkdir()
     (tmp_path / "flower-syncer.yaml").write_text(f"name: np\ndefaultNamespace: {NS}\n")
     (tmp_path / "federations" / "fed.yaml").write_text(old)

@@ -7,42 +7,20 @@ from __future__ import annotations
 
 import base64
 from pathlib import Path
-from typing import Any
 
 from syncer.engine.changeset import Cause
 from syncer.engine.sync import Engine, SyncOptions
 from syncer.render.repo import plan_repo, render_repo
 from syncer.repo.loader import load_repo
+from tests.builders import NS, by_kind, federation
 from tests.fakekube import FakeApiServer, FakeKube
-from tests.unit.test_engine_fake import NS, pool
-
-FED = """\
-apiVersion: flwr.exalsius.ai/v1
-kind: Federation
-metadata:
-  name: fed
-  annotations: {annotations}
-spec:
-  mode: StatefulSet
-  isolationMode: subprocess
-  insecure: false
-  superlink:
-    image: flwr/superlink:1.25.0
-  supernodes:
-    image: flwr/supernode:1.25.0
-    pools:
-""" + pool("a")
 
 
 def repo(tmp_path: Path, annotations: str) -> Path:
     (tmp_path / "federations").mkdir(parents=True, exist_ok=True)
     (tmp_path / "flower-syncer.yaml").write_text(f"name: tls\ndefaultNamespace: {NS}\n")
-    (tmp_path / "federations" / "fed.yaml").write_text(FED.replace("{annotations}", annotations))
+    (tmp_path / "federations" / "fed.yaml").write_text(federation(annotations=annotations[1:-1], insecure=False))
     return tmp_path
-
-
-def by_kind(manifests: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
-    return next(m for m in manifests if m["kind"] == kind and m["metadata"]["name"] == name)
 
 
 def test_insecure_false_without_a_certificate_is_a_validation_error(tmp_path: Path) -> None:

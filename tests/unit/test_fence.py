@@ -20,8 +20,8 @@ from syncer.observe.metrics import Metrics
 from syncer.render.repo import plan_repo, render_repo
 from syncer.repo.loader import load_repo
 from syncer.source.git import GitSource
+from tests.builders import NS, pool, write
 from tests.fakekube import FakeApiServer, FakeKube
-from tests.unit.test_engine_fake import NS, pool, write
 
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
 

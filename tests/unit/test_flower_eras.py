@@ -8,9 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.helpers import FIXTURES, container, load_federation, render_federation_text
-from tests.unit.test_supernode import load as load_values
-from tests.unit.test_supernode import render as render_values
+from tests.unit.helpers import FIXTURES, container, load_federation, load_values, render_federation_text, render_values
 
 PROCESS = (FIXTURES / "operator" / "process.yaml").read_text()
 SUBPROCESS = (FIXTURES / "operator" / "subprocess.yaml").read_text()
@@ -257,7 +255,7 @@ def test_chart_public_key_and_managed_flags_per_release() -> None:
     import tempfile
     from pathlib import Path
 
-    from tests.unit.test_supernode import Keys
+    from tests.unit.helpers import Keys
 
     with tempfile.TemporaryDirectory() as folder:
         keys = Keys(Path(folder))

@@ -9,7 +9,7 @@ import pytest
 
 from syncer.render.repo import plan_repo, render_repo
 from syncer.repo.loader import load_repo
-from tests.unit.test_engine_fake import FED, pool
+from tests.builders import FED, pool
 
 HOSTPATH_POOL = pool("a") + (
     "        volumes: [{name: root, hostPath: {path: /}}]\n"

@@ -19,8 +19,9 @@ from syncer.plan import Claims
 from syncer.render.packed import PackedManifests
 from syncer.render.repo import RenderCache, Rendered, plan_repo, render_repo
 from syncer.repo import loader, reader
-from syncer.repo.loader import LoadCache, RepoState, load_repo
-from tests.unit.test_broken_inputs import CASES, GOOD_SPEC, Case, _write, fed
+from syncer.repo.loader import LoadCache, load_repo
+from syncer.repo.state import RepoState
+from tests.unit.broken_corpus import CASES, GOOD_SPEC, Case, fed, write_files
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -75,11 +76,11 @@ def test_a_warm_cache_changes_nothing_for_broken_input(case: Case, mode: str, tm
         real = reader._now_ns
         monkeypatch.setattr(reader, "_now_ns", lambda: real() + 10_000_000_000)
     good = tmp_path / "good"
-    _write(good, {"federations/other.yaml": fed().replace("name: fed\n", "name: other\n"),
+    write_files(good, {"federations/other.yaml": fed().replace("name: fed\n", "name: other\n"),
                   "supernodes/ok/values.yaml": "tls:\n  enabled: false\n"})
     broken = tmp_path / "broken"
     shutil.copytree(good, broken, symlinks=True)
-    _write(broken, case.files)
+    write_files(broken, case.files)
     told = mode == "changes-told"
     diff = differing(good, broken)
 
@@ -112,7 +113,7 @@ def test_the_example_repo_loads_the_same_from_a_warm_cache(tmp_path: Path) -> No
 
 
 def three_units(root: Path) -> None:
-    _write(root, {"federations/a.yaml": fed().replace("name: fed\n", "name: a\n"),
+    write_files(root, {"federations/a.yaml": fed().replace("name: fed\n", "name: a\n"),
                   "federations/b.yaml": fed().replace("name: fed\n", "name: b\n"),
                   "supernodes/r/values.yaml": "tls:\n  enabled: false\n"})
 
@@ -188,7 +189,7 @@ def test_the_cache_holds_only_what_the_latest_load_used(tmp_path: Path) -> None:
 
 def test_claims_from_the_renderers_references_are_the_claims_of_the_manifests(tmp_path: Path) -> None:
     three_units(tmp_path)
-    _write(tmp_path, {"federations/clash.yaml": fed().replace("name: fed\n", "name: a\n")})  # a duplicate: failed
+    write_files(tmp_path, {"federations/clash.yaml": fed().replace("name: fed\n", "name: a\n")})  # a duplicate: failed
     renders = RenderCache()
     for _ in range(2):
         state = load_repo(tmp_path, cache=LoadCache())

@@ -23,11 +23,12 @@ from syncer.cluster.flower_control import (
     decode_list_runs,
 )
 from syncer.engine.inventory import OwnedKeys
-from syncer.engine.nodekeys import KeyOutcome, key_digest, reconcile
+from syncer.engine.keyresult import KeyOutcome
+from syncer.engine.nodekeys import key_digest, reconcile
 from syncer.models.nodeauth import parse_key, parse_keys
 from syncer.render.repo import plan_repo, render_repo
 from syncer.repo.loader import load_repo
-from tests.unit.test_engine_fake import NS
+from tests.builders import NS
 
 
 def keypair(tmp_path: Path, name: str, kind: str = "ecdsa") -> tuple[Path, str]:

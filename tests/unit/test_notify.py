@@ -6,45 +6,19 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
 
 from syncer.identity import Unit
 from syncer.observe.notify import SIGNATURE_HEADER, Notification, Notifier, Receiver, load_receivers
+from tests.doubles import Sink
 
 UNIT = Unit("federation", "flower", "fed")
 OTHER = Unit("supernode", "edge", "pytorch")
 
 
-class Sink:
-    """An HTTP receiver on 127.0.0.1 that records requests; answers `codes` in turn, then 200."""
-
-    def __init__(self, codes: list[int] | None = None) -> None:
-        self.requests: list[tuple[dict[str, str], bytes]] = []
-        self.codes = list(codes or [])
-        sink = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                sink.requests.append((dict(self.headers), body))
-                self.send_response(sink.codes.pop(0) if sink.codes else 200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = HTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def bodies(self) -> list[dict[str, object]]:
-        return [json.loads(b) for _, b in self.requests]
 
 
 @pytest.fixture

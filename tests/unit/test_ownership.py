@@ -17,6 +17,7 @@ from syncer.identity import LABEL_REPOSITORY, ObjectRef, Unit
 from syncer.plan import Claims
 from syncer.render.repo import render_repo
 from syncer.repo.loader import load_repo
+from tests.builders import federation, pool
 
 A = Unit("federation", "ns", "a")
 B = Unit("federation", "ns", "b")
@@ -133,30 +134,11 @@ def test_inventory_entries_of_unknown_kinds_or_shapes_are_ignored_not_fatal() ->
     assert len(inv.ignored) == 5
 
 
-FED = """\
-apiVersion: flwr.exalsius.ai/v1
-kind: Federation
-metadata:
-  name: {name}
-spec:
-  mode: StatefulSet
-  isolationMode: subprocess
-  superlink:
-    image: flwr/superlink:1.25.0
-  supernodes:
-    image: flwr/supernode:1.25.0
-    pools:
-      - name: p
-        replicas: 1
-        images: {{}}
-"""
-
-
 def _repo(tmp_path: Path) -> Path:
     (tmp_path / "federations").mkdir()
     (tmp_path / "supernodes" / "one").mkdir(parents=True)
     (tmp_path / "supernodes" / "two").mkdir(parents=True)
-    (tmp_path / "federations" / "f.yaml").write_text(FED.format(name="fed"))
+    (tmp_path / "federations" / "f.yaml").write_text(federation("fed", pools=pool("p")))
     (tmp_path / "supernodes" / "one" / "values.yaml").write_text("fullnameOverride: shared\n")
     (tmp_path / "supernodes" / "two" / "values.yaml").write_text("fullnameOverride: shared\n")
     return tmp_path

@@ -46,3 +46,37 @@ def test_what_json_cannot_carry_exactly_stays_as_it_was(manifests: list[dict[str
 def test_packed_manifests_are_unhashable_like_lists() -> None:
     with pytest.raises(TypeError):
         hash(pack(MANIFESTS))
+
+
+def test_every_read_of_the_sequence_api_decodes_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Sequence mixins read by index (`in`, index, count, reversed): each would decode the blob
+    once per element; here every read is one decode, and gives what a fresh list gives."""
+    import zlib
+
+    from syncer.render import packed as module
+
+    many = [{**MANIFESTS[i % 2], "n": i} for i in range(40)]
+    p = pack(many)
+    decodes = 0
+    decompress = zlib.decompress
+
+    def counting(blob: bytes) -> bytes:
+        nonlocal decodes
+        decodes += 1
+        return decompress(blob)
+
+    monkeypatch.setattr(module.zlib, "decompress", counting)
+    reads = [
+        (lambda: list(p), lambda: list(many)),
+        (lambda: many[-1] in p, lambda: True),
+        (lambda: {"absent": 1} in p, lambda: False),
+        (lambda: p.index(many[30]), lambda: 30),
+        (lambda: p.count(many[3]), lambda: 1),
+        (lambda: list(reversed(p)), lambda: list(reversed(many))),
+        (lambda: p[5:9], lambda: many[5:9]),
+        (lambda: p[-1], lambda: many[-1]),
+    ]
+    for read, fresh in reads:
+        decodes = 0
+        assert read() == fresh()
+        assert decodes == 1

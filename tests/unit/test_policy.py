@@ -107,7 +107,7 @@ def test_the_status_says_which_policy_applies() -> None:
 
 def test_load_picks_the_admins_entry_for_where_the_repository_comes_from(tmp_path: Path) -> None:
     from syncer.actions.load import load
-    from tests.unit.test_engine_fake import FED, pool
+    from tests.builders import FED, pool
 
     (tmp_path / "federations").mkdir()
     (tmp_path / "federations" / "fed.yaml").write_text(FED.format(name="fed", pools=pool("a"), annotations=""))

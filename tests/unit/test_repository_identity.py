@@ -15,8 +15,8 @@ from syncer.engine.changeset import Cause
 from syncer.engine.sync import SyncOptions
 from syncer.identity import DEFAULT_REPOSITORY, LABEL_REPOSITORY, derived_repository_name
 from syncer.source.location import source_location
+from tests.builders import FED, NS, pool
 from tests.fakekube import FakeApiServer, FakeKube
-from tests.unit.test_engine_fake import FED, NS, pool
 
 
 def git(cwd: Path, *args: str) -> str:

@@ -17,7 +17,7 @@ from syncer.identity import MANAGED_SELECTOR
 from syncer.observe.status import BOUND_PODS_FIELDS, StatusReport, Target, collect_status
 from syncer.observe.status_cache import StatusCache
 from tests.conftest import wait_until
-from tests.unit.test_status import FED, GPU_SEL, UNIT_LABELS, FakeKube, as_kube, fed_objects, pod
+from tests.unit.statuskit import FED, GPU_SEL, UNIT_LABELS, FakeKube, as_kube, fed_objects, pod
 
 Obj = dict[str, Any]
 NODES = [{"kind": "Node", "metadata": {"name": f"gpu-nvidia-{i}"},

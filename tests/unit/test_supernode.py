@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import json
 import re
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -21,12 +20,14 @@ from syncer.models.supernode import (
     SuperNodeValues,
     helm_fullname,
     parse_openssh_private_key,
-    validate_values,
 )
 from syncer.render.common import RenderContext, to_yaml
 from syncer.render.supernode import render_supernode
-from syncer.yamldoc import load_documents
 from tests.flower_parse import parse_node_config
+from tests.unit.helpers import Keys
+from tests.unit.helpers import load_values as load
+from tests.unit.helpers import render_values as render
+from tests.unit.helpers import render_values_list as render_list
 
 REPO = Path(__file__).resolve().parents[2]
 REFERENCE = REPO.parent / "shared" / "reference"
@@ -101,26 +102,6 @@ tls:
   enabled: false
 """
 
-NODE_AUTH = """\
-global:
-  nodeAuth:
-    enabled: true
-    authSupernodePrivateKey: |+
-{private}
-    authSupernodePublicKey: {public}
-tls:
-  enabled: true
-supernode:
-  enabled: true
-  superlink:
-    address: my-superlink.example.com
-    port: 9092
-superexec:
-  enabled: true
-  supernode:
-    address: my-supernode.example.com
-    port: 9094
-"""
 
 ALL_IN_ONE = """\
 supernode:
@@ -174,29 +155,6 @@ supernode:
 # Helpers
 
 
-def load(text: str, release: str = "test", file: str = "supernodes/test/values.yaml",
-         ) -> tuple[SuperNodeValues | None, list[Diagnostic]]:
-    docs, diags = load_documents(text, file)
-    assert not diags, [d.render() for d in diags]
-    if not docs:
-        return SuperNodeValues(), []
-    return validate_values(docs[0], release, unit=f"supernode/flower/{release}")
-
-
-def render_list(text: str, release: str = "test", namespace: str = "flower") -> list[Manifest]:
-    model, diags = load(text, release)
-    assert model is not None, [d.render() for d in diags]
-    ctx = RenderContext(Unit("supernode", namespace, release), f"supernodes/{release}/values.yaml")
-    return render_supernode(model, release, ctx)
-
-
-def render(text: str, release: str = "test", namespace: str = "flower") -> dict[tuple[str, str], Manifest]:
-    manifests = render_list(text, release, namespace)
-    out = {(m["kind"], m["metadata"]["name"]): m for m in manifests}
-    assert len(out) == len(manifests), "two objects with the same kind and name"
-    return out
-
-
 def errors(text: str, release: str = "test") -> list[Diagnostic]:
     model, diags = load(text, release)
     assert model is None and diags, "expected validation errors"
@@ -235,8 +193,6 @@ def mount(objs: dict[tuple[str, str], Manifest], deployment: str, name: str) -> 
     raise AssertionError(f"no mount {name}")
 
 
-def indent(text: str, spaces: int) -> str:
-    return "\n".join(" " * spaces + line for line in text.rstrip("\n").splitlines())
 
 
 def _ssh_string(data: bytes) -> bytes:
@@ -253,41 +209,6 @@ def synthetic_openssh_key(key_type: bytes, cipher: bytes = b"none") -> str:
     lines = [body[i:i + 70] for i in range(0, len(body), 70)]
     pem = ["-----BEGIN OPENSSH PRIVATE KEY-----", *lines, "-----END OPENSSH PRIVATE KEY-----"]
     return "\n".join(pem) + "\n"
-
-
-class Keys:
-    """Real keys made for the test run: an OpenSSH EC P-384 pair, and the same kind of key in PKCS#8."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.ssh_keygen = shutil.which("ssh-keygen")
-        if self.ssh_keygen:
-            self.private, self.public = self._keygen("ec")
-            self.private2, self.public2 = self._keygen("ec2")
-            self.pkcs8, _ = self._keygen("pkcs8", "-m", "PKCS8")
-        else:  # pragma: no cover - depends on the machine
-            crypto = pytest.importorskip("cryptography.hazmat.primitives.asymmetric.ec")
-            ser = pytest.importorskip("cryptography.hazmat.primitives.serialization")
-
-            def pair(fmt: Any) -> tuple[str, str]:
-                key = crypto.generate_private_key(crypto.SECP384R1())
-                priv = key.private_bytes(ser.Encoding.PEM, fmt, ser.NoEncryption()).decode()
-                pub = key.public_key().public_bytes(ser.Encoding.OpenSSH, ser.PublicFormat.OpenSSH).decode()
-                return priv, pub
-
-            self.private, self.public = pair(ser.PrivateFormat.OpenSSH)
-            self.private2, self.public2 = pair(ser.PrivateFormat.OpenSSH)
-            self.pkcs8, _ = pair(ser.PrivateFormat.PKCS8)
-
-    def _keygen(self, name: str, *extra: str) -> tuple[str, str]:
-        path = self.folder / name
-        assert self.ssh_keygen
-        subprocess.run([self.ssh_keygen, "-q", "-t", "ecdsa", "-b", "384", "-N", "", "-C", "test", *extra,
-                        "-f", str(path)], check=True, capture_output=True, timeout=30)
-        return path.read_text(), path.with_suffix(".pub").read_text().strip()
-
-    def node_auth_values(self, private: str | None = None, public: str | None = None) -> str:
-        return NODE_AUTH.format(private=indent(private or self.private, 6), public=public or self.public)
 
 
 @pytest.fixture(scope="module")

@@ -93,7 +93,7 @@ def test_a_request_still_turned_away_after_the_retries_fails_with_the_429(clock:
 
 
 def test_a_sync_reports_how_often_it_was_throttled(clock: Clock, tmp_path: Path) -> None:
-    from tests.unit.test_engine_fake import sync, write
+    from tests.builders import sync, write
 
     kube = fake_kube()
     kube.server.throttle = [None, "0.5"]  # the snapshot's first LISTs (sent from several threads)

@@ -87,7 +87,8 @@ def test_shutdown_wakes_blocked_getters() -> None:
     got: list[str | None] = []
     t = threading.Thread(target=lambda: got.append(q.get()))
     t.start()
-    time.sleep(0.05)
+    t.join(0.2)  # bounded negative check: a getter on an empty queue has not returned, it blocks
+    assert t.is_alive() and got == []
     q.shutdown()
     t.join(2)
-    assert got == [None]
+    assert not t.is_alive() and got == [None]

@@ -10,11 +10,10 @@ from syncer.models.supernode.naming import (
            chart_name,
            helm_fullname,
            interface,
-           release_names,
 )
 from syncer.models.supernode.security import merge_maps, security_contexts
 from syncer.models.supernode.values import SuperNodeValues, validate_values
 
 __all__ = ["KeyFormatError", "OpenSSHKey", "ReleaseNames", "SuperNodeValues", "chart_name",
            "helm_fullname", "interface", "merge_maps", "parse_openssh_private_key", "public_key_problem",
-           "release_names", "security_contexts", "validate_values"]
+           "security_contexts", "validate_values"]

@@ -27,7 +27,7 @@ _OPENSSH_END = "-----END OPENSSH PRIVATE KEY-----"
 _OPENSSH_MAGIC = b"openssh-key-v1\x00"
 _CONVERT_HINT = ("Flower reads node-auth keys in OpenSSH format only: convert the key in place with "
                  "`ssh-keygen -p -m RFC4716 -f <keyfile>`, or generate one with `ssh-keygen -t ecdsa -b 384`")
-_GENERATE_HINT = 'generate an ECDSA key with `ssh-keygen -t ecdsa -b 384 -N "" -f <keyfile>`'
+GENERATE_HINT = 'generate an ECDSA key with `ssh-keygen -t ecdsa -b 384 -N "" -f <keyfile>`'
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def parse_openssh_private_key(text: str) -> OpenSSHKey:
             "paste the key unchanged; a YAML block scalar (|+) keeps its lines intact",
         ) from None
     if not raw.startswith(_OPENSSH_MAGIC):
-        raise KeyFormatError("node-auth private key is not an openssh-key-v1 structure", _GENERATE_HINT)
+        raise KeyFormatError("node-auth private key is not an openssh-key-v1 structure", GENERATE_HINT)
     pos = len(_OPENSSH_MAGIC)
     cipher, pos = _ssh_string(raw, pos)
     _kdf, pos = _ssh_string(raw, pos)
@@ -92,13 +92,13 @@ def parse_openssh_private_key(text: str) -> OpenSSHKey:
     pos += 4
     if count != 1:
         raise KeyFormatError(f"node-auth private key file holds {count} keys; Flower needs exactly one",
-                             _GENERATE_HINT)
+                             GENERATE_HINT)
     public_blob, pos = _ssh_string(raw, pos)
     key_type_raw, _ = _ssh_string(public_blob, 0)
     key_type = _printable(key_type_raw)
     if not key_type.startswith("ecdsa-sha2-"):
         raise KeyFormatError(f"node-auth private key is a {key_type} key; Flower needs an ECDSA key "
-                             "(ecdsa-sha2-nistp384)", _GENERATE_HINT)
+                             "(ecdsa-sha2-nistp384)", GENERATE_HINT)
     if cipher != b"none":
         raise KeyFormatError("node-auth private key is protected by a passphrase, which Flower cannot supply",
                              'remove the passphrase with `ssh-keygen -p -N "" -f <keyfile>`')

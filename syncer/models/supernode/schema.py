@@ -50,9 +50,9 @@ NODE_AUTH_MOUNT_DIR = "/app/node-auth"
 PRIVATE_KEY_KEY = "private-key"
 PUBLIC_KEY_KEY = "public-key"
 
-_DIGEST = re.compile(r"^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[a-zA-Z0-9=_-]{32,}\Z")
-_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
-_IANA_SVC_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?\Z")
+DIGEST_PATTERN = re.compile(r"^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[a-zA-Z0-9=_-]{32,}\Z")
+TAG_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
+IANA_SVC_NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?\Z")
 
 
 # ---------------------------------------------------------------------------------------------

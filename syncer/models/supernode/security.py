@@ -4,16 +4,11 @@ the pod, which on the container, and what a component's values add up to."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from syncer.diagnostics import FieldPath, did_you_mean
 from syncer.models.k8s import Issue, K8sType, check_field
-from syncer.models.supernode.schema import Component
-
-if TYPE_CHECKING:
-    from syncer.models.supernode.values import SuperNodeValues
-
-
+from syncer.models.supernode.schema import Component, GlobalValues
 
 # Where each key of a component's `podSecurityContext` goes: Kubernetes accepts some only on the
 # pod, some only on the container. Keys accepted on both go to the pod (the container inherits
@@ -46,11 +41,11 @@ def merge_maps(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, An
     return out
 
 
-def security_contexts(values: SuperNodeValues, comp: Component) -> tuple[dict[str, Any], dict[str, Any]]:
+def security_contexts(global_: GlobalValues, comp: Component) -> tuple[dict[str, Any], dict[str, Any]]:
     """(pod securityContext, container securityContext) for a component: the global defaults with
     the component's `podSecurityContext` merged over, each key where Kubernetes accepts it."""
-    ids = values.global_.securityContext
-    sec = values.global_.podSecurityContext
+    ids = global_.securityContext
+    sec = global_.podSecurityContext
     seccomp: dict[str, Any] = {"type": sec.seccompProfile.type}
     if sec.seccompProfile.localhostProfile:
         seccomp["localhostProfile"] = sec.seccompProfile.localhostProfile
@@ -90,7 +85,7 @@ def security_contexts(values: SuperNodeValues, comp: Component) -> tuple[dict[st
 
 
 
-def _security_issues(values: SuperNodeValues, comp: Component, key: str) -> list[Issue]:
+def security_issues(global_: GlobalValues, comp: Component, key: str) -> list[Issue]:
     """Check a component's podSecurityContext keys against the pod or container type they go to,
     and the combinations Kubernetes refuses."""
     at: FieldPath = (key, "podSecurityContext")
@@ -113,7 +108,7 @@ def _security_issues(values: SuperNodeValues, comp: Component, key: str) -> list
         issues.extend(check_field(container_part, K8sType("api.core.v1.SecurityContext"), at))
     if issues:
         return issues
-    pod, container = security_contexts(values, comp)
+    pod, container = security_contexts(global_, comp)
     seccomp = pod.get("seccompProfile")
     localhost = isinstance(seccomp, dict) and seccomp.get("type") == "Localhost"
     if localhost and isinstance(seccomp, dict) and not seccomp.get("localhostProfile"):

@@ -28,22 +28,22 @@ from syncer.models.names import (
 )
 from syncer.models.nodeconfig import NodeConfigError, check_key, encode_typed
 from syncer.models.supernode.keys import (
-    _GENERATE_HINT,
+    GENERATE_HINT,
     KeyFormatError,
     OpenSSHKey,
     parse_openssh_private_key,
     public_key_problem,
 )
-from syncer.models.supernode.naming import _helm_trunc, interface, release_names
+from syncer.models.supernode.naming import ReleaseNames, helm_trunc, interface, release_names
 from syncer.models.supernode.schema import (
-    _DIGEST,
-    _IANA_SVC_NAME,
-    _TAG,
     CA_MOUNT_DIR,
     CA_VOLUME,
     CHART_NAME,
+    DIGEST_PATTERN,
+    IANA_SVC_NAME_PATTERN,
     NODE_AUTH_MOUNT_DIR,
     NODE_AUTH_VOLUME,
+    TAG_PATTERN,
     WRITABLE_DIRS,
     Component,
     GlobalValues,
@@ -51,7 +51,7 @@ from syncer.models.supernode.schema import (
     SuperNodeComponent,
     TLSValues,
 )
-from syncer.models.supernode.security import _security_issues
+from syncer.models.supernode.security import security_issues
 from syncer.models.supernode.versions import version_issues
 from syncer.yamldoc import YamlDoc
 
@@ -99,13 +99,17 @@ class SuperNodeValues(StrictModel):
         issues.extend(self._tls_issues())
         issues.extend(self._node_auth_issues())
         for comp, key in ((self.supernode, "supernode"), (self.superexec, "superexec")):
-            issues.extend(_security_issues(self, comp, key))
+            issues.extend(security_issues(self.global_, comp, key))
             if comp.enabled:
                 issues.extend(self._component_issues(comp, key))
         if self.supernode.enabled:
             issues.extend(self._supernode_issues())
-        issues.extend(version_issues(self))
+        issues.extend(version_issues(self.supernode, self.superexec, self.global_.nodeAuth))
         return issues
+
+    def release_names(self, release: str) -> ReleaseNames:
+        """Every name release `release` gives its objects (Helm's fullname rule)."""
+        return release_names(release, self.nameOverride, self.fullnameOverride, self.supernode, self.superexec.name)
 
     def release_issues(self, release: str) -> list[Issue]:
         """Problems that depend on the release name (the folder name), which the file does not hold."""
@@ -126,7 +130,7 @@ class SuperNodeValues(StrictModel):
                 issues.append(Issue(("nameOverride",), problem,
                                     "use a short lowercase name such as flower-client"))
         if self.fullnameOverride:
-            problem = name_problem(_helm_trunc(self.fullnameOverride), "fullnameOverride")
+            problem = name_problem(helm_trunc(self.fullnameOverride), "fullnameOverride")
             if problem:
                 issues.append(Issue(("fullnameOverride",), problem, "use a lowercase DNS name"))
         for comp, key in ((self.supernode, "supernode"), (self.superexec, "superexec")):
@@ -151,7 +155,7 @@ class SuperNodeValues(StrictModel):
         return ("fullnameOverride",)
 
     def _derived_name_issues(self, release: str) -> list[Issue]:
-        names = release_names(self, release)
+        names = self.release_names(release)
         checks: list[tuple[str, str, str, bool]] = []
         if self.supernode.enabled:
             checks.append((names.supernode, "SuperNode Deployment/Service name", "supernode", True))
@@ -274,7 +278,7 @@ class SuperNodeValues(StrictModel):
                 issues.append(Issue(path, f"{value!r} is not a valid Secret name",
                                     "use a lowercase DNS name"))
         if cert.copyFromExistingSecret.enabled:
-            names = release_names(self, "")
+            names = self.release_names("")
             if not cert.existingSecret:
                 issues.append(Issue((*at, "existingSecret"),
                                     "copyFromExistingSecret needs existingSecret: the SuperLink's Secret "
@@ -301,7 +305,7 @@ class SuperNodeValues(StrictModel):
         if not auth.authSupernodePrivateKey.strip():
             issues.append(Issue((*at, "authSupernodePrivateKey"),
                                 "global.nodeAuth.enabled needs a private key",
-                                f"set authSupernodePrivateKey to an OpenSSH ECDSA key; {_GENERATE_HINT}"))
+                                f"set authSupernodePrivateKey to an OpenSSH ECDSA key; {GENERATE_HINT}"))
         else:
             try:
                 private = parse_openssh_private_key(auth.authSupernodePrivateKey)
@@ -325,10 +329,10 @@ class SuperNodeValues(StrictModel):
         if not comp.image.repository:
             issues.append(Issue((key, "image", "repository"), "image repository is empty",
                                 "e.g. flwr/supernode"))
-        if comp.image.tag and not _TAG.match(comp.image.tag):
+        if comp.image.tag and not TAG_PATTERN.match(comp.image.tag):
             issues.append(Issue((key, "image", "tag"), f"{comp.image.tag!r} is not a valid image tag",
                                 "letters, digits, '_', '.' and '-', at most 128 characters"))
-        if comp.image.digest and not _DIGEST.match(comp.image.digest):
+        if comp.image.digest and not DIGEST_PATTERN.match(comp.image.digest):
             issues.append(Issue((key, "image", "digest"), f"{comp.image.digest!r} is not an image digest",
                                 "write it as sha256:<64 hex digits>"))
         if comp.updateStrategy.type == "Recreate" and comp.updateStrategy.rollingUpdate:
@@ -371,7 +375,7 @@ class SuperNodeValues(StrictModel):
                                 f"health and clientAppIo both use port {sn.containerPorts.health}",
                                 "give the health API its own port (8081 by convention)"))
         svc = sn.service
-        if not _IANA_SVC_NAME.match(svc.servicePortClientAppIoName) or not re.search(
+        if not IANA_SVC_NAME_PATTERN.match(svc.servicePortClientAppIoName) or not re.search(
                 "[a-z]", svc.servicePortClientAppIoName) or "--" in svc.servicePortClientAppIoName:
             issues.append(Issue(("supernode", "service", "servicePortClientAppIoName"),
                                 f"port name {svc.servicePortClientAppIoName!r} is not a valid Kubernetes "

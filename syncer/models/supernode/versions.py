@@ -20,14 +20,14 @@ from syncer.models.supernode.naming import interface
 
 if TYPE_CHECKING:
     from syncer.models.supernode.schema import Component as ChartComponent
-    from syncer.models.supernode.values import SuperNodeValues
+    from syncer.models.supernode.schema import NodeAuth, SuperExecComponent, SuperNodeComponent
 
 FLOWER_VERSION_KEY = "flowerVersion"
 
 
-def version_issues(values: SuperNodeValues) -> list[Issue]:
+def version_issues(sn: SuperNodeComponent, se: SuperExecComponent, auth: NodeAuth) -> list[Issue]:
+    """The values' fields against the Flower release of each component's image."""
     issues: list[Issue] = []
-    sn, se = values.supernode, values.superexec
     components: tuple[tuple[ChartComponent, str, Component], ...] = (
         (sn, "supernode", "supernode"), (se, "superexec", "superexec"))
     for comp, key, component in components:
@@ -52,7 +52,6 @@ def version_issues(values: SuperNodeValues) -> list[Issue]:
                                 "for a plain Flower 1.40+ SuperLink, or the Service's fleet port (9092 by "
                                 "default) for a flower-syncer Federation, which maps it to the HTTP API",
                                 severity="warning"))
-        auth = values.global_.nodeAuth
         if iface.public_key_optional and auth.enabled and auth.authSupernodePublicKey.strip():
             passed = ("so it is not passed; it is only checked against the private key" if iface.http_runtime else
                       "and ignores --auth-supernode-public-key (deprecated since 1.23), which is still passed")
