@@ -372,6 +372,7 @@ class Agent:
             self.checkout = checkout
             log.info("revision loaded", revision=checkout.revision[:12], subject=checkout.subject,
                      units=len(loaded.rendered.units), changed=len(changed), errors=loaded.errors,
+                     diagnostics=loaded.error_lines(),
                      parsed=loaded.parsed, reused=loaded.reused, ms=loaded.ms)
             plan = self.installed.plan
             self.progress.installed(checkout.revision, seen_at, {
@@ -410,6 +411,8 @@ class Agent:
                 errors_by_unit.setdefault(d.unit, []).append(d)
         for unit, planned in fresh.units.items():
             before = units.get(unit)
+            if unit in old.plan.failed:  # fixed (a revert renders its last good state again): the
+                changed.append(unit)  # next sync replaces the ConfigError its inventory records
             if before is planned and unit in digests:
                 continue  # rendered from the same LoadedUnit: nothing changed (see plan_repo's `previous`)
             digest = fingerprint({"objects": list(planned.manifests), "policy": dataclasses.asdict(planned.policy),
@@ -417,13 +420,14 @@ class Agent:
             if unit not in units:
                 self.metrics.init_unit(unit.id, {m["kind"] for m in planned.manifests})
             if digests.get(unit) != digest:
-                changed.append(unit)
+                if unit not in changed:
+                    changed.append(unit)
                 units[unit], digests[unit] = planned, digest
         erring = [(unit, errors_by_unit.get(unit.id, [])) for unit in fresh.failed]
         for unit in fresh.failed:
             if unit not in old.plan.failed and unit in units:
                 changed.append(unit)  # its last good state is synced again, and its inventory says why not newer
-            if unit in fresh.errors and unit in self.cache.state.inventories:
+            if unit in fresh.errors:  # also a unit never applied: its Event says why not
                 self._report(unit, config_error_event(unit, fresh.errors[unit]))
         for unit, errors in [*erring, *((u, []) for u in fresh.units)]:
             st = self.units.setdefault(unit, UnitState())
@@ -447,12 +451,15 @@ class Agent:
         return changed
 
     def _on_synced(self, event: UnitSynced) -> None:
-        st = self.units.setdefault(event.unit, UnitState())
-        st.last_result = event.result
-        st.last_sync = time.time()
-        st.internal_error = ""
-        if event.result.ok:
-            st.last_revision = event.revision
+        if self.installed.plan.in_git(event.unit) or event.unit in self.cache.state.inventories:
+            st = self.units.setdefault(event.unit, UnitState())
+            st.last_result = event.result
+            st.last_sync = time.time()
+            st.internal_error = ""
+            if event.result.ok:
+                st.last_revision = event.revision
+        else:  # pruned: nothing of it is left to report on
+            self.units.pop(event.unit, None)
         self.progress.synced(event.unit, event.revision, event.result.ok, time.monotonic())
         for waiter in list(self._waiters):
             if waiter.units is not None and event.unit in waiter.units:

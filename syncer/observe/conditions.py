@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from syncer.diagnostics import Diagnostic
+from syncer.diagnostics import DECRYPTION, Diagnostic, primary
 from syncer.engine.changeset import Cause, UnitResult
-from syncer.repo.encrypted import DECRYPTION
 
 if TYPE_CHECKING:
     from syncer.engine.inventory import Condition
@@ -57,7 +56,7 @@ class UnitCondition:
     message: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type, "status": "True" if self.status else "False", "reason": self.reason,
+        return {"type": self.type, "status": "True" if self.status else "False", "reason": str(self.reason),
                 "message": self.message}
 
 
@@ -75,7 +74,7 @@ class UnitConditions:
         return self.synced.status and self.healthy.status
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ready": self.ready, "synced": self.synced.reason, "health": self.healthy.reason,
+        return {"ready": self.ready, "synced": str(self.synced.reason), "health": str(self.healthy.reason),
                 "revision": self.revision, "conditions": [self.synced.to_dict(), self.healthy.to_dict()]}
 
 
@@ -83,17 +82,6 @@ class UnitConditions:
 
 def is_decryption(d: Diagnostic) -> bool:
     return d.code == DECRYPTION
-
-
-def primary(errors: Sequence[Diagnostic]) -> Diagnostic | None:
-    """The diagnostic to show first: the one that names the cause. A misspelt field (`unknown field
-    'replica'`, did you mean 'replicas'?) comes before the rule errors it sets off (`replicas must
-    be set`), and a file that cannot be decrypted before anything else."""
-    errors = [d for d in errors if d.severity == "error"]
-    if not errors:
-        return None
-    return min(errors, key=lambda d: (not is_decryption(d), not d.message.startswith("unknown field"),
-                                      d.file, d.line))
 
 
 def describe(d: Diagnostic) -> str:
@@ -142,7 +130,11 @@ def synced_condition(*, config_errors: Sequence[Diagnostic] = (), result: UnitRe
 
 def synced_from_record(condition: Condition | None, *, suspended: bool = False) -> UnitCondition:
     """Synced as a unit's inventory records it (`status` without the agent): the reason the last
-    sync wrote there, mapped onto the fixed set."""
+    sync wrote there, mapped onto the fixed set. A configuration error comes first (as in
+    `synced_condition`): it is recorded on each revision, suspended or not."""
+    config = (SyncedReason.CONFIG_ERROR.value, SyncedReason.DECRYPTION.value)
+    if condition is not None and not condition.ready and condition.reason in config:
+        return UnitCondition("Synced", False, condition.reason, condition.message)
     if suspended:
         return UnitCondition("Synced", False, SyncedReason.SUSPENDED, "not applied nor healed until resumed")
     if condition is None:

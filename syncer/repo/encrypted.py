@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from syncer.diagnostics import Diagnostic, format_path
+from syncer.diagnostics import DECRYPTION, Diagnostic, format_path
 from syncer.secrets.keys import Decryption
 from syncer.secrets.sops import METADATA_KEY, SopsError, decrypt_documents, scrubbable
 from syncer.yamldoc import YamlDoc
@@ -25,9 +25,6 @@ class Opened:
     secrets: frozenset[str] = frozenset()
     opaque: tuple[str, ...] = ()  # field paths left encrypted (no key; validate only)
     seal_key: bytes = b""  # see syncer.secrets.sops.Decrypted
-
-
-DECRYPTION = "decryption"  # Diagnostic.code of a file that cannot be decrypted
 
 
 def open_document(doc: YamlDoc, decryption: Decryption) -> tuple[Opened | None, Diagnostic | None]:

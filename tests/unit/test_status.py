@@ -225,13 +225,14 @@ def test_table() -> None:
     st.drift = 2
     report = StatusReport([st], ClusterGPUs(error="cannot read nodes: forbidden"))
     lines = format_report(report).splitlines()
-    assert lines[0].split() == ["UNIT", "POOL", "KIND", "READY", "GPUS", "DRIFT", "SUSPENDED", "REVISION",
-                                 "MESSAGE"]
+    assert lines[0].split() == ["UNIT", "SYNCED", "HEALTH", "POOL", "KIND", "READY", "GPUS", "DRIFT", "SUSPENDED",
+                                 "REVISION", "MESSAGE"]
     gpu = lines[2]
     assert gpu.startswith("federation/flower/fed")
     assert "nvidia.com/gpu 1/2" in gpu and "0123456789ab " in gpu and " 2 " in gpu
     assert "Unschedulable (1/2 pods, e.g. fed-supernode-gpu-1): 0/7 nodes are available" in gpu
-    assert lines[1].split()[1:4] == ["superlink", "StatefulSet", "1/1"] and lines[1].endswith("-")
+    assert lines[1].split()[1:6] == ["Pending", "Degraded", "superlink", "StatefulSet", "1/1"]
+    assert lines[1].endswith("Pending: no sync recorded yet")  # its inventory records no sync
     assert lines[-1] == "GPUs: cannot read nodes: forbidden"
     assert format_report(StatusReport()).startswith("no units")
 
@@ -245,12 +246,17 @@ def test_table_says_why_the_last_sync_failed_and_whether_suspended() -> None:
                      [o for o in objects if o["kind"] != "Pod"], [o for o in objects if o["kind"] == "Pod"])
     lines = format_report(StatusReport([st])).splitlines()
     first = lines[1].split()
-    assert first[6] == "yes"  # SUSPENDED
+    assert first[8] == "yes"  # SUSPENDED
+    assert first[1:3] == ["ConfigError", "Healthy"]
     assert lines[1].endswith("ConfigError: federations/fed.yaml:12:5: error: spec.mode: ...")
     assert st.to_dict()["suspended"] is True
-    assert st.to_dict()["conditions"][0] == {"type": "Ready", "status": "False", "reason": "ConfigError",
-                                             "message": failing.message, "lastTransitionTime": "",
-                                             "observedRevision": ""}
+    # the pods are fine, the unit is not: the JSON's `ready` says what its conditions say
+    assert st.to_dict()["ready"] is False and StatusReport([st]).to_dict()["ready"] is False
+    assert st.to_dict()["conditions"] == [
+        {"type": "Synced", "status": "False", "reason": "ConfigError", "message": failing.message},
+        {"type": "Healthy", "status": "True", "reason": "Healthy", "message": "2 workload(s) ready"}]
+    assert st.to_dict()["inventoryCondition"]["reason"] == "ConfigError"
+    assert format_report(StatusReport([st]), headers=False).splitlines()[0].startswith("federation/flower/fed ")
 
 
 # ---------------------------------------------------------------------------------------------
