@@ -48,7 +48,7 @@ from syncer.agent.progress import RevisionProgress
 from syncer.agent.reporting import config_error_event, suspension_event, sync_events
 from syncer.agent.revision import RevisionLoader
 from syncer.agent.supervisor import Supervisor
-from syncer.agent.unitstate import unit_report, unit_states
+from syncer.agent.unitstate import agent_status, forget, publish, unit_states
 from syncer.agent.workqueue import WorkQueue
 from syncer.cluster.client import FIELD_MANAGER, ClusterUnreachable, Kube
 from syncer.cluster.events import Event as ReportedEvent
@@ -133,6 +133,7 @@ class Agent:
         self.revisions = RevisionLoader(options.decryption_key_files, options.tenancy)
         self.units: dict[Unit, UnitState] = {}
         self.health: dict[Unit, UnitCondition] = {}  # each unit's Healthy condition, from the last status round
+        self.published: dict[Unit, tuple[str, ...]] = {}  # each unit's state as last logged (unitstate.publish)
         self._errors_counted: set[Unit] = set()  # units whose config_errors metric is set
         self.checkout: Checkout | None = None
         self.fetch_error: str = ""
@@ -448,6 +449,8 @@ class Agent:
         same = units.keys() == fresh.units.keys() and all(units[u] is p for u, p in fresh.units.items())
         claims = fresh.claims if same else Claims.of_refs(((u, p.refs) for u, p in units.items()), fresh.failed)
         self.installed = Installed(dataclasses.replace(fresh, units=units, claims=claims), digests)
+        for unit in [*fresh.failed, *fresh.units]:
+            publish(self, unit)
         return changed
 
     def _on_synced(self, event: UnitSynced) -> None:
@@ -458,8 +461,10 @@ class Agent:
             st.internal_error = ""
             if event.result.ok:
                 st.last_revision = event.revision
+            publish(self, event.unit)
         else:  # pruned: nothing of it is left to report on
             self.units.pop(event.unit, None)
+            forget(self, event.unit)
         self.progress.synced(event.unit, event.revision, event.result.ok, time.monotonic())
         for waiter in list(self._waiters):
             if waiter.units is not None and event.unit in waiter.units:
@@ -577,19 +582,5 @@ class Agent:
         return {unit: state.to_dict() for unit, state in self.unit_states().items()}
 
     def status(self) -> dict[str, Any]:
-        units = [unit_report(self, unit, state) for unit, state in self.unit_states().items()]
-        checkout = self.checkout
-        return {
-            "leader": self.leading.is_set(),
-            "ready": self.ready()[0],
-            "source": {
-                "url": self.source.describe(),
-                "revision": checkout.revision if checkout else "",
-                "subject": checkout.subject if checkout else "",
-                "error": self.fetch_error,
-            },
-            "queueDepth": self.work.depth(),
-            "tenancy": (self.options.tenancy or Tenancy()).status(),
-            "units": units,
-            "supervisor": self.supervisor.summary(),
-        }
+        """What `/api/v1/status` answers (syncer.agent.unitstate.agent_status)."""
+        return agent_status(self)

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import structlog
+
 from syncer.identity import Unit
 from syncer.observe.conditions import (
     HealthReason,
@@ -17,11 +19,14 @@ from syncer.observe.conditions import (
     healthy_condition,
     synced_condition,
 )
+from syncer.render.tenancy import Tenancy
 
 if TYPE_CHECKING:
     from syncer.agent.agent import Agent
     from syncer.observe.conditions import HealthCheck
     from syncer.observe.status import UnitStatus
+
+log = structlog.get_logger("syncer.agent")
 
 UNKNOWN_HEALTH = UnitCondition("Healthy", False, HealthReason.UNKNOWN, "no status round yet")
 
@@ -57,9 +62,31 @@ def unit_states(agent: Agent) -> dict[Unit, UnitConditions]:
 
 def observe_health(agent: Agent, units: Sequence[UnitStatus], checks: Sequence[HealthCheck] = ()) -> None:
     """A status round's figures: each unit's Healthy condition, replaced as a whole (a unit no
-    longer reported has no health figures)."""
+    longer reported has no health figures); then every unit's state is published again."""
     agent.health = {Unit.parse(u.unit): healthy_condition(u.pools, found=u.found, checks=checks, subject=u)
                     for u in units}
+    for unit in known_units(agent):
+        publish(agent, unit)
+
+
+def publish(agent: Agent, unit: Unit) -> None:
+    """The unit's state, recomputed, to the metrics (flower_syncer_unit_state) and, when it
+    changed, to the log (the reasons and the messages, which name files, lines and objects, never
+    secret values). Called at every revision, every sync and every status round."""
+    state = unit_state(agent, unit)
+    key = (str(state.synced.reason), str(state.healthy.reason))
+    agent.metrics.set_unit_state(unit.id, *key)
+    seen = (*key, state.synced.message, state.healthy.message)
+    if agent.published.get(unit) != seen:
+        agent.published[unit] = seen
+        log.info("unit state", unit=unit.id, synced=key[0], health=key[1], ready=state.ready,
+                 revision=state.revision[:12], why=state.synced.message if not state.synced.status else "",
+                 health_message=state.healthy.message if not state.healthy.status else "")
+
+
+def forget(agent: Agent, unit: Unit) -> None:
+    agent.published.pop(unit, None)
+    agent.health.pop(unit, None)
 
 
 def unit_report(agent: Agent, unit: Unit, state: UnitConditions) -> dict[str, Any]:
@@ -80,4 +107,26 @@ def unit_report(agent: Agent, unit: Unit, state: UnitConditions) -> dict[str, An
         "failedObjects": [c.to_dict() for c in result.failures()] if result else [],
         "nodeKeys": result.node_keys if result else None,
         **state.to_dict(),
+    }
+
+
+def agent_status(agent: Agent) -> dict[str, Any]:
+    """`/api/v1/status`: the agent (`ready`: its own readiness, see Agent.ready; `unitsReady`: every
+    unit Synced and Healthy), its source, and each unit with its conditions."""
+    states = unit_states(agent)
+    checkout = agent.checkout
+    return {
+        "leader": agent.leading.is_set(),
+        "ready": agent.ready()[0],
+        "unitsReady": all(state.ready for state in states.values()),
+        "source": {
+            "url": agent.source.describe(),
+            "revision": checkout.revision if checkout else "",
+            "subject": checkout.subject if checkout else "",
+            "error": agent.fetch_error,
+        },
+        "queueDepth": agent.work.depth(),
+        "tenancy": (agent.options.tenancy or Tenancy()).status(),
+        "units": [unit_report(agent, unit, state) for unit, state in states.items()],
+        "supervisor": agent.supervisor.summary(),
     }

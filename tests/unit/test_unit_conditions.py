@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
+import structlog.testing
 
 from syncer.agent.agent import Agent, AgentOptions
 from syncer.agent.messages import UnitSynced
@@ -85,6 +86,12 @@ def recorded_reason(agent: Agent, unit: Unit = FED_UNIT) -> str:
     return inv.condition.reason
 
 
+def state_series(agent: Agent, unit: Unit) -> list[tuple[str, str]]:
+    """The (synced, health) labels of the unit's flower_syncer_unit_state series."""
+    return [(s.labels["synced"], s.labels["health"]) for metric in agent.metrics.registry.collect()
+            if metric.name == "flower_syncer_unit_state" for s in metric.samples if s.labels["unit"] == unit.id]
+
+
 def config_errors(agent: Agent, unit: Unit) -> float | None:
     return agent.metrics.registry.get_sample_value("flower_syncer_config_errors", {"unit": unit.id})
 
@@ -108,6 +115,7 @@ def test_a_reverted_typo_clears_the_config_error_within_one_sync(agent: Agent, r
     assert inv.condition is not None and "unknown field 'replica'" in inv.condition.message
     assert any(e.reason == "ConfigError" and "unknown field 'replica'" in e.note for e in recorder.events)
     assert config_errors(agent, FED_UNIT) == 2
+    assert state_series(agent, FED_UNIT) == [("ConfigError", "Unknown")]
 
     repo_at(root, {"federations/fed.yaml": good})  # git revert: the last good state again
     queued = install(agent, root, "r3")
@@ -116,6 +124,7 @@ def test_a_reverted_typo_clears_the_config_error_within_one_sync(agent: Agent, r
     assert recorded_reason(agent) == "Synced"
     assert (synced(agent)["status"], synced(agent)["reason"]) == ("True", "Synced")
     assert config_errors(agent, FED_UNIT) == 0
+    assert state_series(agent, FED_UNIT) == [("Synced", "Unknown")]  # the ConfigError series is gone
     assert agent.status()["units"][0]["errors"] == []
 
 
@@ -133,7 +142,12 @@ def test_a_new_unit_that_cannot_be_decrypted_is_reported_everywhere(recorder: Re
     secret = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: edge-creds\nstringData:\n  password: sunshine\n"
     repo_at(root, {"supernodes/edge/values.yaml": "tls:\n  enabled: false\n",
                    "supernodes/edge/secrets.yaml": encrypt(secret, str(theirs.to_public()))})
-    sync(agent, install(agent, root, "r2"))
+    with structlog.testing.capture_logs() as logs:
+        sync(agent, install(agent, root, "r2"))
+    [logged] = [e for e in logs if e["event"] == "unit state" and e["unit"] == EDGE.id]
+    assert logged["synced"] == "Decryption" and logged["why"].startswith("supernodes/edge/secrets.yaml:")
+    assert "sunshine" not in repr(logs)
+    assert state_series(agent, EDGE) == [("Decryption", "Unknown")]
 
     state = agent.unit_conditions()[EDGE]
     assert state["ready"] is False and state["synced"] == "Decryption"
