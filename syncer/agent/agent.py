@@ -522,7 +522,7 @@ class Agent:
         self.metrics.observe_sync(result, seconds)
         self.metrics.set_suspended(unit.id, result.skipped is not None and result.skipped.suspended)
         if result.node_keys is not None:
-            self.metrics.set_supernode_keys(unit.id, result.node_keys["admitted"], len(result.node_keys["errors"]))
+            self.metrics.set_supernode_keys(unit.id, result.node_keys.admitted, result.node_keys.failing)
         corrected = corrections_by_kind(result, known)
         if corrected:
             self.metrics.observe_drift_corrections(unit.id, corrected)

@@ -105,7 +105,7 @@ def unit_report(agent: Agent, unit: Unit, state: UnitConditions) -> dict[str, An
         "errors": (result.errors if result else []) + [describe(d) for d in errors]
         + ([st.internal_error] if st is not None and st.internal_error else []),
         "failedObjects": [c.to_dict() for c in result.failures()] if result else [],
-        "nodeKeys": result.node_keys if result else None,
+        "nodeKeys": result.node_keys.to_dict() if result and result.node_keys else None,
         **state.to_dict(),
     }
 

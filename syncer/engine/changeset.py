@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from syncer.identity import ObjectRef, Unit
+
+if TYPE_CHECKING:
+    from syncer.engine.nodekeys import NodeKeyResult
 
 
 class Action(StrEnum):
@@ -59,6 +62,7 @@ class Cause(StrEnum):
     OTHER_UNIT = "OwnedByOtherUnit"  # another unit of this repository renders (or may want) the object
     OTHER_MANAGER = "OwnedByOtherManager"  # Helm's, the agent's own or another's Secret: never adopted by force
     MISSING_SECRET_KEY = "MissingSecretKey"  # a Secret to mount or copy from lacks the key (or is absent)
+    DIGEST_KEY = "DigestKeyUnavailable"  # the namespace's key for fingerprinting Secrets from Git (engine.digestkey)
     FORBIDDEN = "Forbidden"  # the API server said 403
     INVALID = "Invalid"  # the API server said 422
     API_ERROR = "ApiError"  # any other answer of the API server
@@ -118,7 +122,7 @@ class UnitResult:
     skipped: SkipReason | None = None
     suspended: SkipReason | None = None
     """Set on a dry-run that measured a suspended unit's drift anyway (`diff`, `status`)."""
-    node_keys: dict[str, Any] | None = None
+    node_keys: NodeKeyResult | None = None
     """For a Federation with SuperNode authentication: its keys on the SuperLink (engine/nodekeys.py)."""
 
     @property
@@ -169,5 +173,5 @@ class UnitResult:
         if self.suspended is not None:
             out["suspended"] = str(self.suspended)
         if self.node_keys is not None:
-            out["nodeKeys"] = self.node_keys
+            out["nodeKeys"] = self.node_keys.to_dict()
         return out

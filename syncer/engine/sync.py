@@ -28,6 +28,7 @@ from syncer.engine.digestkey import DigestKeyError, DigestKeys
 from syncer.engine.inventory import HISTORY_LIMIT, Applied, Entry, Inventory, inventory_name, inventory_ref
 from syncer.engine.live import LiveState
 from syncer.engine.mounts import missing_keys, mounted_secret_keys
+from syncer.engine.nodekeys import sync_planned_keys
 from syncer.engine.normalize import with_fingerprint
 from syncer.engine.outcome import config_error_condition, outcome_condition, utc_now
 from syncer.engine.ownership import recover_inventory, stamp_repository, write_conflict
@@ -353,7 +354,7 @@ class Engine:
                 try:  # a Secret from Git is fingerprinted under its namespace's key, never in the clear
                     key = self._digest_keys.key_for(filled, dry_run=opts.dry_run or not ready)
                 except DigestKeyError as exc:
-                    res.fail(Cause.API_ERROR, f"{exc.detail}; nothing of this unit is applied")
+                    res.fail(Cause.DIGEST_KEY, f"{exc.detail}; nothing of this unit is applied")
                     return res
                 desired.append(with_fingerprint(stamp_repository(filled, repository), key))
         if not ready:  # dry-run into a namespace that does not exist yet: everything would be created
@@ -406,14 +407,11 @@ class Engine:
             else:
                 res.changes.extend(Change(r, Action.SKIPPED, "not pruned: pruning is disabled") for r in leftovers)
                 entries.update({r: inv.entries[r] for r in leftovers})
-        if planned.node_auth is not None and not opts.dry_run and res.ok:
-            # before the Ready condition is written
-            from syncer.engine.nodekeys import sync_node_keys  # grpc: only for such federations
-
-            errors = len(res.errors)
-            sync_node_keys(planned.node_auth, unit, run.desired, res)
-            if len(res.errors) > errors and res.cause is None:
-                res.cause = Cause.NODE_KEYS
+        # SuperNode keys, before the Ready condition is written: what to record of them
+        errors = len(res.errors)
+        owned = sync_planned_keys(planned, run.desired, res, inv.node_keys, opts.dry_run)
+        if len(res.errors) > errors and res.cause is None:  # engine.nodekeys says why in words
+            res.cause = Cause.NODE_KEYS
         inv_ref = inventory_ref(unit)
         if run.recovered:
             res.changes.append(Change(inv_ref, Action.SKIPPED if opts.dry_run else Action.CREATED,
@@ -425,7 +423,7 @@ class Engine:
         recorded = inv.condition if condition.same(inv.condition) else condition
         source = plan.source or inv.source
         if not opts.dry_run and (entries != inv.entries or run.recovered or inv.ignored or recorded is condition
-                                 or source != inv.source or repository != inv.repository):
+                                 or source != inv.source or repository != inv.repository or owned != inv.node_keys):
             changed = res.changed
             history = inv.history
             if changed and res.ok:
@@ -433,7 +431,7 @@ class Engine:
                 history = (Applied(planned.revision, utc_now(), self.identity, tuple(sorted(counts.items()))),
                            *history)[:HISTORY_LIMIT]
             new = Inventory(unit, entries, planned.revision if changed else inv.revision, repository=repository,
-                            condition=recorded, history=history, source=source)
+                            condition=recorded, history=history, source=source, node_keys=owned)
             if self._write_inventory(new, res):
                 live.inventories[unit] = new  # a resync right after need not wait for a watch event
         return res

@@ -19,6 +19,7 @@ from syncer.models.federation import Federation
 from syncer.models.settings import PROTECTED_NAMESPACES, Guardrails, SyncPolicy
 from syncer.plan import Claims, NodeAuth, Plan, Policy, UnitPlan, refs_of
 from syncer.render.common import RenderContext, sort_manifests
+from syncer.render.control_targets import control_target_diagnostics
 from syncer.render.federation import render_federation
 from syncer.render.guardrails import check_guardrails
 from syncer.render.packed import pack
@@ -187,11 +188,14 @@ def _no_gc_pauses() -> Iterator[None]:
 
 
 def render_repo(state: RepoState, selectors: list[str] | None = None, cache: RenderCache | None = None,
-                agent: AgentAccount | None = None) -> Rendered:
+                agent: AgentAccount | None = None, *, control_targets: Sequence[str] | None = None) -> Rendered:
     """`agent`: the agent's own ServiceAccount, which no pod may run as (unknown: the chart's name
-    in every namespace). One RenderCache serves one agent."""
+    in every namespace). One RenderCache serves one agent. `control_targets`: the Control API
+    targets besides each federation's own SuperLink Service where SuperNode keys may be registered
+    (render.control_targets); by default the effective guardrails' allowedControlApiTargets (the
+    admin's policy narrows them: render.tenancy)."""
     with _no_gc_pauses():
-        return _render_repo(state, selectors, cache, agent)
+        return _render_repo(state, selectors, cache, agent, control_targets)
 
 
 def _declared_secrets(loaded: LoadedUnit) -> tuple[str, ...]:
@@ -216,10 +220,14 @@ def _render(loaded: LoadedUnit, rails: Guardrails, cache: RenderCache | None, us
 
 
 def _render_repo(state: RepoState, selectors: list[str] | None, cache: RenderCache | None,
-                 agent: AgentAccount | None) -> Rendered:
+                 agent: AgentAccount | None, control_targets: Sequence[str] | None = None) -> Rendered:
     """Every unit is rendered, selected or not: a clash with an unselected unit must still fail the
     selected one, and the engine must know every object some unit claims."""
     result = Rendered(failed=set(state.failed))
+    if control_targets is None:
+        control_targets = state.settings.guardrails.allowedControlApiTargets or ()
+    refused, refused_units = control_target_diagnostics(state, control_targets)
+    result.diagnostics.extend(refused)
     chosen = {u.unit for u in select_units(state.units, selectors or [])[0]}
     rendered: dict[Unit, tuple[LoadedUnit, Sequence[Manifest]]] = {}
     claiming: dict[int, _Done] = {}
@@ -231,6 +239,9 @@ def _render_repo(state: RepoState, selectors: list[str] | None, cache: RenderCac
             rails = cache._rails  # the same object: each unit's cache entry matches it by identity
         cache._rails = rails
     for loaded in state.units:
+        if loaded.unit in refused_units:  # nothing of it is applied, and it claims nothing
+            result.failed.add(loaded.unit)
+            continue
         done = _render(loaded, rails, cache, used, agent)
         if done.crossed:  # nothing of it is applied, and it claims nothing
             result.diagnostics.extend(done.crossed)
@@ -286,7 +297,7 @@ def node_auth_of(loaded: LoadedUnit) -> NodeAuth | None:
     if not isinstance(fed, Federation) or not fed.supernode_auth or fed.spec.insecure:
         return None
     return NodeAuth(fed.control_api_address(loaded.unit.namespace), fed.ca_secret_name(),
-                    tuple((k.label, k.pem) for k in fed.admitted_keys()))
+                    tuple((k.label, k.pem) for k in fed.admitted_keys()), fed.control_api()[0])
 
 
 def plan_repo(state: RepoState, rendered: Rendered, *, selectors: Sequence[str] = (), revision: str = "",
