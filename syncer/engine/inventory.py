@@ -75,9 +75,9 @@ class Applied:
 class Condition:
     """The outcome of the unit's last sync, kept on its inventory so that `flower-syncer status`
     shows it without asking the agent, and it survives restarts: the unit's Synced condition as
-    its last sync saw it (syncer.observe.conditions; health is never recorded, it is looked at). Written only when `ready`,
-    `reason` or `message` change (messages name objects and files, never volatile server text),
-    so a repository that stays as it is causes no writes."""
+    its last sync saw it (syncer.observe.conditions; health is never recorded, it is looked at).
+    Written only when `ready`, `reason` or `message` change (messages name objects and files,
+    never volatile server text), so a repository that stays as it is causes no writes."""
 
     ready: bool
     reason: str  # Synced, SyncFailed, Conflict, ConfigError
