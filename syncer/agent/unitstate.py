@@ -10,9 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from syncer.agent.reporting import recovered_event
 from syncer.identity import Unit
 from syncer.observe.conditions import (
     HealthReason,
+    SyncedReason,
     UnitCondition,
     UnitConditions,
     describe,
@@ -77,8 +79,12 @@ def publish(agent: Agent, unit: Unit) -> None:
     key = (str(state.synced.reason), str(state.healthy.reason))
     agent.metrics.set_unit_state(unit.id, *key)
     seen = (*key, state.synced.message, state.healthy.message)
-    if agent.published.get(unit) != seen:
+    before = agent.published.get(unit)
+    if before != seen:
         agent.published[unit] = seen
+        if before is not None and state.synced.status and before[0] not in (SyncedReason.SYNCED, SyncedReason.PENDING,
+                                                                             SyncedReason.SUSPENDED):
+            agent._report(unit, recovered_event(unit, before[0], state.revision))
         log.info("unit state", unit=unit.id, synced=key[0], health=key[1], ready=state.ready,
                  revision=state.revision[:12], why=state.synced.message if not state.synced.status else "",
                  health_message=state.healthy.message if not state.healthy.status else "")

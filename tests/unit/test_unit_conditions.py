@@ -125,6 +125,10 @@ def test_a_reverted_typo_clears_the_config_error_within_one_sync(agent: Agent, r
     assert (synced(agent)["status"], synced(agent)["reason"]) == ("True", "Synced")
     assert config_errors(agent, FED_UNIT) == 0
     assert state_series(agent, FED_UNIT) == [("Synced", "Unknown")]  # the ConfigError series is gone
+    # and the unit's Events do not end on the ConfigError: a later one says it is gone
+    notes = [(e.reason, e.note) for e in recorder.events if e.regarding.kind == "ConfigMap"]
+    warned = max(i for i, (reason, _) in enumerate(notes) if reason == "ConfigError")
+    assert ("Synced", "revision r1 applied; no longer ConfigError") in notes[warned:]  # r3 renders as r1 did
     assert agent.status()["units"][0]["errors"] == []
 
 
