@@ -49,5 +49,6 @@ def repo_status(kube: Kube, plan: Plan, errors: Sequence[Diagnostic] = ()) -> St
     for u in report.units:  # the repository is the truth here: its configuration errors, not the recorded ones
         unit = Unit.parse(u.unit)
         if unit in plan.errors:
-            u.condition = config_error_condition(plan.errors[unit], plan.revision)
+            u.condition = config_error_condition(plan.errors[unit], plan.revision,
+                                                 decryption=unit in plan.undecryptable)
     return StatusResult(report, list(errors), sync_errors)

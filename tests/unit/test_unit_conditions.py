@@ -168,6 +168,31 @@ def test_a_new_unit_that_cannot_be_decrypted_is_reported_everywhere(recorder: Re
     assert synced(agent)["reason"] == "Synced"  # the other unit is untouched
 
 
+def test_an_applied_unit_that_can_no_longer_be_decrypted_records_decryption(recorder: Recorder,
+                                                                            tmp_path: Path) -> None:
+    import pyrage
+
+    from tests.sops_writer import encrypt
+
+    mine, theirs = pyrage.x25519.Identity.generate(), pyrage.x25519.Identity.generate()
+    key = tmp_path / "age.key"
+    key.write_text(f"{mine}\n")
+    agent = make_agent(recorder, decryption_key_files=(key,))
+    secret = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: edge-creds\nstringData:\n  password: sunshine\n"
+    root = repo_at(tmp_path / "r", {"federations/fed.yaml": fed(),
+                                    "supernodes/edge/values.yaml": "tls:\n  enabled: false\n",
+                                    "supernodes/edge/secrets.yaml": encrypt(secret, str(mine.to_public()))})
+    sync(agent, install(agent, root, "r1"))
+    assert recorded_reason(agent, EDGE) == "Synced"
+    repo_at(root, {"supernodes/edge/secrets.yaml": encrypt(secret, str(theirs.to_public()))})  # re-encrypted
+    sync(agent, install(agent, root, "r2"))
+    assert synced(agent, EDGE)["reason"] == "Decryption"
+    assert recorded_reason(agent, EDGE) == "Decryption"  # what `status` without the agent shows
+    repo_at(root, {"supernodes/edge/secrets.yaml": encrypt(secret, str(mine.to_public()))})
+    sync(agent, install(agent, root, "r3"))
+    assert synced(agent, EDGE)["reason"] == "Synced" and recorded_reason(agent, EDGE) == "Synced"
+
+
 def test_a_unit_that_never_loaded_shows_its_error_then_syncs_when_fixed(agent: Agent, tmp_path: Path) -> None:
     root = repo_at(tmp_path / "r", {"federations/fed.yaml": fed().replace(*TYPO)})
     queued = install(agent, root, "r1")
