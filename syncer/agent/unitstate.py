@@ -35,8 +35,8 @@ UNKNOWN_HEALTH = UnitCondition("Healthy", False, HealthReason.UNKNOWN, "no statu
 
 def known_units(agent: Agent) -> list[Unit]:
     """Every unit the agent reports on: in Git (loaded, or failed to load), or synced before."""
-    plan = agent.installed.plan
-    return sorted(set(plan.units) | set(plan.failed) | set(agent.units))
+    plan = agent.installed.plan  # one snapshot; `units` copied at once (the status thread asks too)
+    return sorted(set(plan.units) | set(plan.failed) | set(agent.units.copy()))
 
 
 def suspended(agent: Agent, unit: Unit) -> bool:
