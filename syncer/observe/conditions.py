@@ -109,9 +109,10 @@ def synced_condition(*, config_errors: Sequence[Diagnostic] = (), result: UnitRe
         return UnitCondition("Synced", False, SyncedReason.SUSPENDED, "not applied nor healed until resumed")
     if internal_error:
         return UnitCondition("Synced", False, SyncedReason.INTERNAL_ERROR, internal_error)
+    if not in_git and (result is None or result.ok):  # what it last applied stays until it is pruned
+        return UnitCondition("Synced", False, SyncedReason.PENDING, "removed from Git; not pruned yet")
     if result is None:
-        return UnitCondition("Synced", False, SyncedReason.PENDING,
-                             "not synced yet" if in_git else "removed from Git; not pruned yet")
+        return UnitCondition("Synced", False, SyncedReason.PENDING, "not synced yet")
     if result.skipped is not None and result.skipped.suspended:  # resumed since: its next sync is due
         return UnitCondition("Synced", False, SyncedReason.PENDING, "resumed; not synced yet")
     if result.ok:

@@ -274,6 +274,8 @@ def test_synced_is_computed_from_the_current_inputs_only() -> None:
     crashed.fail(Cause.UNREACHABLE, "sync failed: connection refused")
     assert synced_condition(result=crashed).reason == SyncedReason.UNREACHABLE
     assert synced_condition(result=ok, internal_error="boom").reason == SyncedReason.INTERNAL_ERROR
+    gone = synced_condition(result=ok, in_git=False)  # removed from Git, not pruned (yet)
+    assert (gone.reason, gone.message) == (SyncedReason.PENDING, "removed from Git; not pruned yet")
 
 
 def test_health_reasons() -> None:
