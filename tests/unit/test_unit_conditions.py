@@ -7,6 +7,9 @@ are not started: each test syncs the units an installed revision queued, as a wo
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -23,7 +26,8 @@ from syncer.observe.conditions import HealthReason, SyncedReason, healthy_condit
 from syncer.observe.health import ProblemSummary
 from syncer.observe.metrics import Metrics
 from syncer.observe.status import PoolStatus, UnitStatus
-from syncer.source.git import GitSource
+from syncer.source.git import GitSource, SourceSpec
+from tests.conftest import wait_until
 from tests.fakekube import FakeApiServer, FakeKube
 from tests.unit.test_agent_fake import fed, install, repo_at
 from tests.unit.test_engine_fake import NS
@@ -294,3 +298,55 @@ def test_health_reasons() -> None:
 
     assert healthy_condition([ok], checks=[cut_off]).message == "0/1 SuperNodes connected"
     assert healthy_condition([stalled], checks=[lambda _: None]).reason == HealthReason.DEGRADED
+
+
+# -- the running agent on a real Git repository ----------------------------------------------------
+
+
+class QuietKube(FakeKube):
+    """The fake API server has no watch: here a watch is a stream that stays quiet for a moment."""
+
+    def watch(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        threading.Event().wait(0.5)
+        return iter(())
+
+
+def git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+
+
+def test_git_revert_of_a_typo_clears_the_config_error_in_the_running_agent(tmp_path: Path) -> None:
+    """Issue 26: commit a typo, then `git revert`: the running agent is Synced again after one
+    sync, and so is the unit's inventory (what `status` reads), without a resync."""
+    server = FakeApiServer()
+    server.add_namespace(NS)
+    repo = repo_at(tmp_path / "repo", {"federations/fed.yaml": fed()})
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "config", "user.email", "t@example.com")
+    git(repo, "config", "user.name", "t")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "a federation")
+    source = GitSource(SourceSpec(url=str(repo), cache_dir=tmp_path / "cache"))
+    agent = Agent(QuietKube(server), source, Metrics(), AgentOptions(namespaces=[NS], workers=1, poll_interval=3600))
+    agent.start()
+    agent.set_leading(True)
+
+    def reasons() -> tuple[str, str] | None:
+        state = agent.unit_conditions().get(FED_UNIT)
+        inv = agent.cache.state.inventories.get(FED_UNIT)
+        if state is None or inv is None or inv.condition is None:
+            return None
+        return state["synced"], inv.condition.reason
+
+    try:
+        wait_until("the first sync", lambda: reasons() == ("Synced", "Synced"), timeout=30)
+        (repo / "federations" / "fed.yaml").write_text(fed().replace(*TYPO))
+        git(repo, "commit", "-q", "-am", "a typo")
+        agent.request_fetch("test")
+        wait_until("the ConfigError", lambda: reasons() == ("ConfigError", "ConfigError"), timeout=30)
+        git(repo, "revert", "--no-edit", "HEAD")
+        agent.request_fetch("test")
+        wait_until("Synced again", lambda: reasons() == ("Synced", "Synced"), timeout=30)
+        assert agent.status()["units"][0]["errors"] == []
+    finally:
+        agent.shutdown(timeout=10)
