@@ -85,6 +85,8 @@ def publish(agent: Agent, unit: Unit) -> None:
         if before is not None and state.synced.status and before[0] not in (SyncedReason.SYNCED, SyncedReason.PENDING,
                                                                              SyncedReason.SUSPENDED):
             agent._report(unit, recovered_event(unit, before[0], state.revision))
+        if before is None and key[0] in (SyncedReason.PENDING, SyncedReason.SYNCED):
+            return  # a unit first seen (the agent starting): only its troubles are news
         log.info("unit state", unit=unit.id, synced=key[0], health=key[1], ready=state.ready,
                  revision=state.revision[:12], why=state.synced.message if not state.synced.status else "",
                  health_message=state.healthy.message if not state.healthy.status else "")
