@@ -350,3 +350,26 @@ def test_git_revert_of_a_typo_clears_the_config_error_in_the_running_agent(tmp_p
         assert agent.status()["units"][0]["errors"] == []
     finally:
         agent.shutdown(timeout=10)
+
+
+def test_every_status_round_recomputes_health(agent: Agent, tmp_path: Path) -> None:
+    """The agent's status loop (runner._status_round) hands each round's figures to the units'
+    Healthy condition and publishes the state."""
+    from syncer.agent.runner import _status_round
+    from syncer.observe.status import StatusReport
+    from syncer.observe.status_cache import StatusCache
+
+    root = repo_at(tmp_path / "r", {"federations/fed.yaml": fed()})
+    sync(agent, install(agent, root, "r1"))
+    pools = [PoolStatus("a", "StatefulSet", "fed-supernode-a", 1, 0, stalled=True)]
+
+    class Cache:
+        def report(self, _targets: object) -> StatusReport:
+            return StatusReport([UnitStatus(FED_UNIT.id, pools=pools)])
+
+    _status_round(agent, cast(StatusCache, Cache()), agent.metrics)
+    assert agent.unit_conditions()[FED_UNIT]["health"] == "Degraded"
+    assert state_series(agent, FED_UNIT) == [("Synced", "Degraded")]
+    pools = [PoolStatus("a", "StatefulSet", "fed-supernode-a", 1, 1, healthy=True)]
+    _status_round(agent, cast(StatusCache, Cache()), agent.metrics)
+    assert state_series(agent, FED_UNIT) == [("Synced", "Healthy")]
