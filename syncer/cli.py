@@ -410,6 +410,10 @@ def cmd_status(args: argparse.Namespace) -> int:
                         sys.stdout.write("---\n")
             else:
                 text = printers.format_status(report, headers=not args.no_headers) if report is not None else error
+                if args.no_headers and report is not None:  # rows only on stdout; the units' errors beside
+                    for u in report.units:
+                        for e in u.errors:
+                            print(f"error: {printers.escape(u.unit)}: {printers.escape(e)}", file=sys.stderr)
                 if args.watch:
                     header = f"every {args.interval:g}s: flower-syncer status    {time.strftime('%H:%M:%S')}\n\n"
                     text = ("\033[H\033[2J" if tty else "\n") + header + text

@@ -76,6 +76,7 @@ class Diagnostic:
     hint: str = ""
     severity: Severity = "error"
     unit: str = field(default="", compare=False)
+    code: str = field(default="", compare=False)  # a fixed kind where one decides on it (DECRYPTION, ...)
 
     def __post_init__(self) -> None:
         for name in ("file", "path", "message", "hint", "unit"):
@@ -108,4 +109,21 @@ class Diagnostic:
             "severity": self.severity,
             "unit": self.unit,
         }
+
+
+DECRYPTION = "decryption"  # Diagnostic.code of a file that cannot be decrypted
+UNKNOWN_FIELD = "unknown-field"  # ... of a field the schema does not know (often a typo)
+
+
+def primary(diagnostics: Iterable[Diagnostic]) -> Diagnostic | None:
+    """The error to show first, the one that names the cause: a file that cannot be decrypted,
+    then a misspelt field (`unknown field 'replica'`, did you mean 'replicas'?) before the rule
+    errors it sets off (`replicas must be set`), then by file and line."""
+    errors = [d for d in diagnostics if d.severity == "error"]
+    return min(errors, key=primary_first) if errors else None
+
+
+def primary_first(d: Diagnostic) -> tuple[bool, bool, Diagnostic]:
+    """A sort key that puts the primary diagnostics (see `primary`) first."""
+    return d.code != DECRYPTION, d.code != UNKNOWN_FIELD, d
 

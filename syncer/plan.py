@@ -91,6 +91,8 @@ class Plan:
     """Units in Git that did not load or render: never applied, never pruned."""
     errors: Mapping[Unit, str] = field(default_factory=dict)
     """Why a failed unit failed: its first configuration error, as `file:line: field: message`."""
+    undecryptable: frozenset[Unit] = frozenset()
+    """Failed units whose primary error is a file that cannot be decrypted (reason Decryption)."""
     defined: frozenset[Unit] = frozenset()
     """Every unit the repository defines, selected or not, loaded or not."""
     claims: Claims = Claims()

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from syncer.cluster.client import Kube
 from syncer.diagnostics import Diagnostic
+from syncer.engine.outcome import config_error_condition
 from syncer.engine.sync import Engine, SyncOptions
 from syncer.identity import Manifest, Unit
 from syncer.observe.status import StatusReport, discover_units, drift_counts, status
@@ -22,8 +23,8 @@ class StatusResult:
 
     @property
     def clean(self) -> bool:
-        """Every unit ready, nothing drifted, no configuration or sync error."""
-        return self.report.ready and not self.report.drifted and not self.errors and not self.sync_errors
+        """Every unit Synced and Healthy, nothing drifted, no configuration or sync error."""
+        return self.report.settled and not self.report.drifted and not self.errors and not self.sync_errors
 
 
 def cluster_status(kube: Kube, selectors: Sequence[str] = (),
@@ -45,4 +46,9 @@ def repo_status(kube: Kube, plan: Plan, errors: Sequence[Diagnostic] = ()) -> St
     units: dict[Unit, Sequence[Manifest] | None] = dict.fromkeys(u.unit for u in dry.units)
     units.update({u: p.manifests for u, p in plan.units.items()})
     report = status(kube, units, drift=counts, errors=sync_errors)
+    for u in report.units:  # the repository is the truth here: its configuration errors, not the recorded ones
+        unit = Unit.parse(u.unit)
+        if unit in plan.errors:
+            u.condition = config_error_condition(plan.errors[unit], plan.revision,
+                                                 decryption=unit in plan.undecryptable)
     return StatusResult(report, list(errors), sync_errors)

@@ -48,6 +48,7 @@ from syncer.agent.progress import RevisionProgress
 from syncer.agent.reporting import config_error_event, suspension_event, sync_events
 from syncer.agent.revision import RevisionLoader
 from syncer.agent.supervisor import Supervisor
+from syncer.agent.unitstate import agent_status, forget, publish, unit_states
 from syncer.agent.workqueue import WorkQueue
 from syncer.cluster.client import FIELD_MANAGER, ClusterUnreachable, Kube
 from syncer.cluster.events import Event as ReportedEvent
@@ -59,6 +60,7 @@ from syncer.engine.normalize import fingerprint, managed_fields_hash
 from syncer.engine.sync import Engine, SyncOptions, unit_namespaces
 from syncer.engine.vanished import vanished_units
 from syncer.identity import ANN_APPLIED_HASH, DEFAULT_REPOSITORY, ObjectRef, Unit, unit_matches
+from syncer.observe.conditions import UnitCondition, UnitConditions
 from syncer.observe.metrics import Metrics, corrections_by_kind, drift_by_kind
 from syncer.observe.notify import Notification, Notifier
 from syncer.plan import Claims, Plan, UnitPlan
@@ -130,6 +132,8 @@ class Agent:
         self.installed = Installed()  # replaced, never changed in place
         self.revisions = RevisionLoader(options.decryption_key_files, options.tenancy)
         self.units: dict[Unit, UnitState] = {}
+        self.health: dict[Unit, UnitCondition] = {}  # each unit's Healthy condition, from the last status round
+        self.published: dict[Unit, tuple[str, ...]] = {}  # each unit's state as last logged (unitstate.publish)
         self._errors_counted: set[Unit] = set()  # units whose config_errors metric is set
         self.checkout: Checkout | None = None
         self.fetch_error: str = ""
@@ -369,6 +373,7 @@ class Agent:
             self.checkout = checkout
             log.info("revision loaded", revision=checkout.revision[:12], subject=checkout.subject,
                      units=len(loaded.rendered.units), changed=len(changed), errors=loaded.errors,
+                     diagnostics=loaded.error_lines(),
                      parsed=loaded.parsed, reused=loaded.reused, ms=loaded.ms)
             plan = self.installed.plan
             self.progress.installed(checkout.revision, seen_at, {
@@ -407,6 +412,8 @@ class Agent:
                 errors_by_unit.setdefault(d.unit, []).append(d)
         for unit, planned in fresh.units.items():
             before = units.get(unit)
+            if unit in old.plan.failed:  # fixed (a revert renders its last good state again): the
+                changed.append(unit)  # next sync replaces the ConfigError its inventory records
             if before is planned and unit in digests:
                 continue  # rendered from the same LoadedUnit: nothing changed (see plan_repo's `previous`)
             digest = fingerprint({"objects": list(planned.manifests), "policy": dataclasses.asdict(planned.policy),
@@ -414,13 +421,14 @@ class Agent:
             if unit not in units:
                 self.metrics.init_unit(unit.id, {m["kind"] for m in planned.manifests})
             if digests.get(unit) != digest:
-                changed.append(unit)
+                if unit not in changed:
+                    changed.append(unit)
                 units[unit], digests[unit] = planned, digest
         erring = [(unit, errors_by_unit.get(unit.id, [])) for unit in fresh.failed]
         for unit in fresh.failed:
             if unit not in old.plan.failed and unit in units:
                 changed.append(unit)  # its last good state is synced again, and its inventory says why not newer
-            if unit in fresh.errors and unit in self.cache.state.inventories:
+            if unit in fresh.errors:  # also a unit never applied: its Event says why not
                 self._report(unit, config_error_event(unit, fresh.errors[unit]))
         for unit, errors in [*erring, *((u, []) for u in fresh.units)]:
             st = self.units.setdefault(unit, UnitState())
@@ -441,15 +449,22 @@ class Agent:
         same = units.keys() == fresh.units.keys() and all(units[u] is p for u, p in fresh.units.items())
         claims = fresh.claims if same else Claims.of_refs(((u, p.refs) for u, p in units.items()), fresh.failed)
         self.installed = Installed(dataclasses.replace(fresh, units=units, claims=claims), digests)
+        for unit in [*fresh.failed, *fresh.units]:
+            publish(self, unit)
         return changed
 
     def _on_synced(self, event: UnitSynced) -> None:
-        st = self.units.setdefault(event.unit, UnitState())
-        st.last_result = event.result
-        st.last_sync = time.time()
-        st.internal_error = ""
-        if event.result.ok:
-            st.last_revision = event.revision
+        if self.installed.plan.in_git(event.unit) or event.unit in self.cache.state.inventories:
+            st = self.units.setdefault(event.unit, UnitState())
+            st.last_result = event.result
+            st.last_sync = time.time()
+            st.internal_error = ""
+            if event.result.ok:
+                st.last_revision = event.revision
+            publish(self, event.unit)
+        else:  # pruned: nothing of it is left to report on
+            self.units.pop(event.unit, None)
+            forget(self, event.unit)
         self.progress.synced(event.unit, event.revision, event.result.ok, time.monotonic())
         for waiter in list(self._waiters):
             if waiter.units is not None and event.unit in waiter.units:
@@ -558,35 +573,14 @@ class Agent:
 
     # -- reporting -------------------------------------------------------------------------------------
 
+    def unit_states(self) -> dict[Unit, UnitConditions]:
+        """Every unit's Synced and Healthy conditions, computed now (syncer.agent.unitstate)."""
+        return unit_states(self)
+
+    def unit_conditions(self) -> dict[Unit, dict[str, Any]]:
+        """The same as plain dicts: {"ready", "synced", "health", "revision", "conditions": [...]}."""
+        return {unit: state.to_dict() for unit, state in self.unit_states().items()}
+
     def status(self) -> dict[str, Any]:
-        units = []
-        for unit in sorted(set(self.desired) | set(self.units)):
-            st = self.units.get(unit, UnitState())
-            result = st.last_result
-            units.append({
-                "unit": unit.id,
-                "inGit": unit in self.desired,
-                "lastSync": st.last_sync or None,
-                "lastAppliedRevision": st.last_revision,
-                "ok": result.ok if result else None,
-                "suspended": bool(result and result.skipped is not None and result.skipped.suspended),
-                "errors": (result.errors if result else []) + [d.render() for d in st.config_errors]
-                + ([st.internal_error] if st.internal_error else []),
-                "failedObjects": [c.to_dict() for c in result.changes if c.action is Action.FAILED] if result else [],
-                "nodeKeys": result.node_keys.to_dict() if result and result.node_keys else None,
-            })
-        checkout = self.checkout
-        return {
-            "leader": self.leading.is_set(),
-            "ready": self.ready()[0],
-            "source": {
-                "url": self.source.describe(),
-                "revision": checkout.revision if checkout else "",
-                "subject": checkout.subject if checkout else "",
-                "error": self.fetch_error,
-            },
-            "queueDepth": self.work.depth(),
-            "tenancy": (self.options.tenancy or Tenancy()).status(),
-            "units": units,
-            "supervisor": self.supervisor.summary(),
-        }
+        """What `/api/v1/status` answers (syncer.agent.unitstate.agent_status)."""
+        return agent_status(self)

@@ -51,6 +51,13 @@ def config_error_event(unit: Unit, first_error: str) -> Event:
                  f"not applied, the last good state stays: {first_error}")
 
 
+def recovered_event(unit: Unit, was: str, revision: str) -> Event:
+    """The unit is Synced again after `was` (a reason of syncer.observe.conditions): the Event that
+    follows the unit's last Warning, so that `kubectl events` never ends on a reason already gone."""
+    return Event(inventory_ref(unit), "Normal", "Synced", "Sync",
+                 f"revision {revision[:12] or '(no revision)'} applied; no longer {was}")
+
+
 def suspension_event(unit: Unit, suspended: bool) -> Event:
     return (Event(inventory_ref(unit), "Normal", "Suspended", "Suspend", "no longer applied or healed until resumed")
             if suspended else Event(inventory_ref(unit), "Normal", "Resumed", "Suspend", "applied and healed again"))

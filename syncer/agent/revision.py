@@ -12,6 +12,8 @@ from pathlib import Path
 import structlog
 
 from syncer.cluster.whoami import agent_account
+from syncer.diagnostics import primary_first
+from syncer.observe.conditions import describe
 from syncer.render.repo import RenderCache, Rendered, render_repo
 from syncer.render.tenancy import Tenancy, apply_policy
 from syncer.repo.loader import LoadCache, load_repo
@@ -33,6 +35,13 @@ class LoadedRevision:
     @property
     def errors(self) -> int:
         return sum(1 for d in self.state.diagnostics + self.rendered.diagnostics if d.severity == "error")
+
+    def error_lines(self, limit: int = 20) -> list[str]:
+        """The errors for the log, as `file:line: field: message (hint)` (the diagnostics of SOPS
+        files carry no secret value), the primary ones of each unit first."""
+        errors = sorted((d for d in self.state.diagnostics + self.rendered.diagnostics if d.severity == "error"),
+                        key=lambda d: (d.unit, primary_first(d)))
+        return [describe(d) for d in errors[:limit]]
 
 
 class RevisionLoader:

@@ -74,9 +74,10 @@ class Applied:
 @dataclass(frozen=True)
 class Condition:
     """The outcome of the unit's last sync, kept on its inventory so that `flower-syncer status`
-    shows it without asking the agent, and it survives restarts. Written only when `ready`,
-    `reason` or `message` change (messages name objects and files, never volatile server text),
-    so a repository that stays as it is causes no writes."""
+    shows it without asking the agent, and it survives restarts: the unit's Synced condition as
+    its last sync saw it (syncer.observe.conditions; health is never recorded, it is looked at).
+    Written only when `ready`, `reason` or `message` change (messages name objects and files,
+    never volatile server text), so a repository that stays as it is causes no writes."""
 
     ready: bool
     reason: str  # Synced, SyncFailed, Conflict, ConfigError
@@ -89,12 +90,12 @@ class Condition:
             other.ready, other.reason, other.message)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": "Ready", "status": "True" if self.ready else "False", "reason": self.reason,
+        return {"type": "Synced", "status": "True" if self.ready else "False", "reason": self.reason,
                 "message": self.message, "lastTransitionTime": self.since, "observedRevision": self.revision}
 
     @classmethod
     def from_dict(cls, d: Any) -> Condition | None:
-        if not isinstance(d, dict) or d.get("type") != "Ready":
+        if not isinstance(d, dict) or d.get("type") not in ("Synced", "Ready"):  # Ready: as recorded before
             return None
         return cls(d.get("status") == "True", str(d.get("reason", "")), str(d.get("message", "")),
                    str(d.get("lastTransitionTime", "")), str(d.get("observedRevision", "")))

@@ -28,9 +28,10 @@ def outcome_condition(res: UnitResult, revision: str) -> Condition:
                      revision)
 
 
-def config_error_condition(message: str, revision: str) -> Condition:
-    """The condition of a unit whose configuration has errors (its last applied state stays)."""
-    return Condition(False, "ConfigError", short(message), utc_now(), revision)
+def config_error_condition(message: str, revision: str, *, decryption: bool = False) -> Condition:
+    """The condition of a unit whose configuration has errors (its last applied state stays):
+    ConfigError, or Decryption when its primary error is a file that cannot be decrypted."""
+    return Condition(False, "Decryption" if decryption else "ConfigError", short(message), utc_now(), revision)
 
 
 def short(text: str, limit: int = 300) -> str:

@@ -418,7 +418,7 @@ class Engine:
                                       f"inventory was missing; rebuilt from {len(inv.entries)} labelled objects"))
         res.changes.extend(Change(inv_ref, Action.SKIPPED, f"inventory entry not understood, left alone in the "
                                   f"cluster and dropped from the inventory: {entry}") for entry in inv.ignored)
-        condition = (config_error_condition(plan.errors[unit], plan.revision)
+        condition = (config_error_condition(plan.errors[unit], plan.revision, decryption=unit in plan.undecryptable)
                      if unit in plan.errors else outcome_condition(res, plan.revision or planned.revision))
         recorded = inv.condition if condition.same(inv.condition) else condition
         source = plan.source or inv.source
@@ -453,7 +453,7 @@ class Engine:
         inv = live.inventories.get(unit)
         if inv is None or not plan.owns_record(inv.repository, inv.source):
             return False
-        condition = config_error_condition(message, plan.revision)
+        condition = config_error_condition(message, plan.revision, decryption=unit in plan.undecryptable)
         if condition.same(inv.condition):
             return False
         new = dataclasses.replace(inv, condition=condition, ignored=())

@@ -10,7 +10,7 @@ from typing import Any, ClassVar, TypeVar, Union
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import ErrorDetails
 
-from syncer.diagnostics import Diagnostic, FieldPath, Severity, did_you_mean, format_path
+from syncer.diagnostics import UNKNOWN_FIELD, Diagnostic, FieldPath, Severity, did_you_mean, format_path
 from syncer.models.k8s import Issue, K8sType, check_field
 from syncer.yamldoc import YamlDoc
 
@@ -190,14 +190,15 @@ def _short(value: Any) -> str:
 
 def validate_document(cls: type[M], doc: YamlDoc, unit: str = "") -> tuple[M | None, list[Diagnostic]]:
     """Validate one YAML document against `cls`, reporting every problem with its position."""
-    found: list[tuple[FieldPath, str, str, Severity]] = []
+    found: list[tuple[FieldPath, str, str, Severity, str]] = []
     model: M | None = None
     try:
         model = cls.model_validate(doc.data)
     except ValidationError as exc:
         errors = exc.errors(include_url=False)
         for err in errors:
-            found.append((*_describe(cls, err, doc.data), "error"))
+            found.append((*_describe(cls, err, doc.data), "error",
+                          UNKNOWN_FIELD if err["type"] == "extra_forbidden" else ""))
         if all(err["type"] == "extra_forbidden" for err in errors):
             # Only unknown keys: validate again without them, so the rules that span fields
             # are reported in the same run instead of after the typos are fixed.
@@ -207,18 +208,18 @@ def validate_document(cls: type[M], doc: YamlDoc, unit: str = "") -> tuple[M | N
             except ValidationError:
                 model = None
     for issue in _k8s_issues(cls, doc.data, ()):
-        found.append((issue.path, issue.message, issue.hint, issue.severity))
+        found.append((issue.path, issue.message, issue.hint, issue.severity, ""))
     if model is not None:
         for issue in model.semantic_issues():
-            found.append((issue.path, issue.message, issue.hint, issue.severity))
+            found.append((issue.path, issue.message, issue.hint, issue.severity, ""))
     diags = []
     seen: set[tuple[FieldPath, str]] = set()
-    for path, message, hint, severity in found:
+    for path, message, hint, severity, code in found:
         if (path, message) in seen:
             continue
         seen.add((path, message))
         line, col = doc.position(path)
-        diags.append(Diagnostic(doc.file, line, col, format_path(path), message, hint, severity, unit=unit))
+        diags.append(Diagnostic(doc.file, line, col, format_path(path), message, hint, severity, unit=unit, code=code))
     if any(d.severity == "error" for d in diags):
         return None, sorted(diags)
     return model, sorted(diags)  # warnings only: the document is used

@@ -36,6 +36,7 @@ flower_syncer_pool_desired_replicas                gauge      unit, pool        
 flower_syncer_pool_ready_replicas                  gauge      unit, pool            ready pods of the pool
 flower_syncer_pool_ready                           gauge      unit, pool            1: rolled out and all pods ready
 flower_syncer_unit_ready                           gauge      unit                  1: found and every pool ready
+flower_syncer_unit_state                           gauge      unit, synced, health  1: its Synced and Healthy reasons
 flower_syncer_pool_gpus_requested                  gauge      unit, pool, resource  per-pod GPUs x desired pods
 flower_syncer_pool_gpus_allocated                  gauge      unit, pool, resource  GPUs held by its bound pods
 flower_syncer_pool_problem_pods                    gauge      unit, pool, reason    pods with the pool's main problem
@@ -276,6 +277,10 @@ class Metrics:
 
     def set_suspended(self, unit: str, suspended: bool) -> None:
         self._units.set(unit, suspended=suspended)
+
+    def set_unit_state(self, unit: str, synced: str, health: str) -> None:
+        """The unit's conditions' reasons (flower_syncer_unit_state): the one series replaces the last."""
+        self._units.set(unit, state=(synced, health))
 
     def set_queue_depth(self, n: int) -> None:
         self.queue_depth.set(n)

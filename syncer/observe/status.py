@@ -33,6 +33,7 @@ from syncer.identity import (
     Unit,
     unit_matches,
 )
+from syncer.observe.conditions import UnitConditions, healthy_condition, synced_from_record
 from syncer.observe.health import (
     GPUCount,
     NodeGPU,
@@ -123,7 +124,16 @@ class UnitStatus:
 
     @property
     def ready(self) -> bool:
+        """Found and every pool at its goal: the pods' side alone (what `sync --wait` waits for).
+        The unit's whole answer is `state.ready`: Synced and Healthy."""
         return self.found and all(p.healthy for p in self.pools)
+
+    @property
+    def state(self) -> UnitConditions:
+        """Its Synced condition (as its inventory records its last sync) and Healthy condition (from
+        its pools): see syncer.observe.conditions."""
+        return UnitConditions(synced_from_record(self.condition, suspended=self.suspended),
+                              healthy_condition(self.pools, found=self.found), self.checked or self.revision)
 
     @property
     def gpus(self) -> dict[str, GPUCount]:
@@ -137,8 +147,10 @@ class UnitStatus:
 
     def to_dict(self) -> dict[str, Any]:
         kind, namespace, name = self.unit.split("/", 2)
+        state = self.state
         out: dict[str, Any] = {
-            "unit": self.unit, "kind": kind, "namespace": namespace, "name": name, "ready": self.ready,
+            "unit": self.unit, "kind": kind, "namespace": namespace, "name": name, "ready": state.ready,
+            "synced": str(state.synced.reason), "health": str(state.healthy.reason),
             "found": self.found, "revision": self.revision, "checkedRevision": self.checked or self.revision,
             "checkedAt": self.checked_at, "drift": self.drift,
             "gpus": {n: c.to_dict() for n, c in self.gpus.items()},
@@ -147,8 +159,9 @@ class UnitStatus:
         if self.errors:
             out["errors"] = self.errors
         out["suspended"] = self.suspended
-        if self.condition is not None:
-            out["conditions"] = [self.condition.to_dict()]
+        out["conditions"] = [state.synced.to_dict(), state.healthy.to_dict()]
+        if self.condition is not None:  # as its inventory records it, with when it last changed
+            out["inventoryCondition"] = self.condition.to_dict()
         return out
 
 
@@ -180,14 +193,20 @@ class StatusReport:
 
     @property
     def ready(self) -> bool:
+        """Every unit's pods ready (what `sync --wait` waits for); see `settled`."""
         return all(u.ready for u in self.units)
+
+    @property
+    def settled(self) -> bool:
+        """Every unit Synced and Healthy: the `ready` of the JSON and what `status`'s exit code says."""
+        return all(u.state.ready for u in self.units)
 
     @property
     def drifted(self) -> bool:
         return any(u.drift for u in self.units)
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"ready": self.ready, "drifted": self.drifted,
+        out: dict[str, Any] = {"ready": self.settled, "drifted": self.drifted,
                                "units": [u.to_dict() for u in self.units]}
         if self.gpus is not None:
             out["gpus"] = self.gpus.to_dict()
@@ -461,25 +480,27 @@ def _gpu_cell(gpus: Mapping[str, GPUCount]) -> str:
 
 
 def format_units(report: StatusReport, *, revision_width: int = 12, headers: bool = True) -> str:
-    """UNIT POOL KIND READY GPUS DRIFT SUSPENDED REVISION MESSAGE, one row per pool, units in natural
-    order. MESSAGE: the pool's problem; on a unit's first row, why its last sync failed first."""
-    rows: list[list[str]] = [["UNIT", "POOL", "KIND", "READY", "GPUS", "DRIFT", "SUSPENDED", "REVISION",
-                              "MESSAGE"]]
+    """UNIT SYNCED HEALTH POOL KIND READY GPUS DRIFT SUSPENDED REVISION MESSAGE, one row per pool,
+    units in natural order. SYNCED and HEALTH: the unit's two conditions (their reasons); MESSAGE:
+    the pool's problem; on a unit's first row, why it is not Synced first."""
+    rows: list[list[str]] = [["UNIT", "SYNCED", "HEALTH", "POOL", "KIND", "READY", "GPUS", "DRIFT", "SUSPENDED",
+                              "REVISION", "MESSAGE"]]
     for u in sorted(report.units, key=lambda u: natural_key(u.unit)):
+        state = u.state
         drift = "-" if u.drift is None else str(u.drift)
         if u.errors:
             drift += "!"
         checked = u.checked or u.revision
         revision = (checked[:revision_width] if checked else "-")
         suspended = "yes" if u.suspended else "no"
-        failing = (f"{u.condition.reason}: {u.condition.message}"
-                   if u.condition is not None and not u.condition.ready else "")
+        cells = [u.unit, str(state.synced.reason), str(state.healthy.reason)]
+        failing = "" if state.synced.status else f"{state.synced.reason}: {state.synced.message}"
         if not u.pools:
-            rows.append([u.unit, "-", "-", "-", "-", drift, suspended, revision,
+            rows.append([*cells, "-", "-", "-", "-", drift, suspended, revision,
                          failing or ("no workloads found in the cluster" if not u.found else "-")])
         for i, p in enumerate(u.pools):
             message = "; ".join(m for m in ((failing if i == 0 else ""), p.summary) if m) or "-"
-            rows.append([u.unit, p.pool, p.kind, f"{p.ready}/{p.desired}", _gpu_cell(p.gpus), drift, suspended,
+            rows.append([*cells, p.pool, p.kind, f"{p.ready}/{p.desired}", _gpu_cell(p.gpus), drift, suspended,
                          revision, message])
     return _table(rows, headers)
 
@@ -496,7 +517,11 @@ def format_gpus(gpus: ClusterGPUs, *, headers: bool = True) -> str:
 
 
 def format_report(report: StatusReport, *, headers: bool = True) -> str:
-    out = format_units(report, headers=headers) if report.units else ("no units\n" if headers else "")
+    """The units' table, their errors and the GPU table; without `headers` (`--no-headers`), the
+    units' rows only, for scripts."""
+    if not headers:
+        return format_units(report, headers=False) if report.units else ""
+    out = format_units(report) if report.units else "no units\n"
     errors = [f"{u.unit}: {e}" for u in report.units for e in u.errors]
     if errors:
         out += "".join(f"error: {e}\n" for e in errors)

@@ -44,6 +44,7 @@ class _Unit:
     config_errors: float | None = None
     suspended: float | None = None
     keys: tuple[float, float] | None = None  # (admitted, failing)
+    state: tuple[str, str] | None = None  # (Synced reason, Healthy reason): syncer.observe.conditions
     applied: dict[str, _Count] = field(default_factory=dict)  # action -> objects
     corrections: dict[str, _Count] = field(default_factory=dict)  # kind -> objects put back
     drift: dict[str, float] = field(default_factory=dict)  # kind -> objects differing from Git now
@@ -106,7 +107,8 @@ class UnitSeries(Collector):
             u.drift = {k: float(counts_by_kind.get(k, 0)) for k in sorted({*u.drift, *counts_by_kind})}
 
     def set(self, unit: str, *, commit_to_applied: float | None = None, config_errors: int | None = None,
-            suspended: bool | None = None, keys: tuple[int, int] | None = None) -> None:
+            suspended: bool | None = None, keys: tuple[int, int] | None = None,
+            state: tuple[str, str] | None = None) -> None:
         """Set the gauges given (a gauge never set has no series)."""
         with self._lock:
             u = self._unit(unit)
@@ -118,6 +120,8 @@ class UnitSeries(Collector):
                 u.suspended = 1.0 if suspended else 0.0
             if keys is not None:
                 u.keys = (float(keys[0]), float(keys[1]))
+            if state is not None:
+                u.state = state
 
     def forget(self, unit: str) -> None:
         with self._lock:
@@ -147,6 +151,9 @@ class UnitSeries(Collector):
         keys = GaugeMetricFamily(p + "supernode_keys", "SuperNode keys a Federation lists in Git, by state on its "
                                  "SuperLink: admitted (registered) or failing (cannot be registered).",
                                  labels=["unit", "state"])
+        state = GaugeMetricFamily(p + "unit_state", "Always 1: the unit's Synced and Healthy conditions, by reason "
+                                  "(synced: Synced, ConfigError, SyncFailed, ...; health: Healthy, Progressing, "
+                                  "Degraded, Unknown).", labels=["unit", "synced", "health"])
         applied = CounterMetricFamily(p + "objects_applied", "Objects handled by syncs of the unit, by action.",
                                       labels=["unit", "action"])
         drift = GaugeMetricFamily(p + "drift_objects", "Objects of the unit that currently differ from Git, by "
@@ -169,13 +176,15 @@ class UnitSeries(Collector):
                 if value is not None:
                     family.add_metric([unit], value)
             if u.keys is not None:
-                for state, n in zip(KEY_STATES, u.keys, strict=True):
-                    keys.add_metric([unit, state], n)
+                for key_state, n in zip(KEY_STATES, u.keys, strict=True):
+                    keys.add_metric([unit, key_state], n)
+            if u.state is not None:
+                state.add_metric([unit, *u.state], 1.0)
             for action, c in sorted(dict(u.applied).items()):
                 applied.add_metric([unit, action], c.value, created=c.created)
             for kind, n in dict(u.drift).items():
                 drift.add_metric([unit, kind], n)
             for kind, c in sorted(dict(u.corrections).items()):
                 corrections.add_metric([unit, kind], c.value, created=c.created)
-        return [syncs, duration, last_sync, last_success, commit, errors, suspended, keys, applied, drift,
+        return [syncs, duration, last_sync, last_success, commit, errors, suspended, keys, state, applied, drift,
                 corrections]

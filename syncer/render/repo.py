@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from syncer.diagnostics import Diagnostic
+from syncer.diagnostics import DECRYPTION, Diagnostic, primary
 from syncer.identity import DEFAULT_REPOSITORY, Manifest, ObjectRef, Unit, unit_matches
 from syncer.models.federation import Federation
 from syncer.models.settings import PROTECTED_NAMESPACES, Guardrails, SyncPolicy
@@ -327,10 +327,18 @@ def plan_repo(state: RepoState, rendered: Rendered, *, selectors: Sequence[str] 
 
     failed = frozenset(rendered.failed | state.failed)
     errors: dict[Unit, str] = {}
+    undecryptable: set[Unit] = set()
     by_id = {u.id: u for u in failed}
-    for d in sorted(state.diagnostics + rendered.diagnostics):
-        if d.severity == "error" and d.unit in by_id:
-            errors.setdefault(by_id[d.unit], d.render().splitlines()[0])
+    of_unit: dict[str, list[Diagnostic]] = {}
+    for d in state.diagnostics + rendered.diagnostics:
+        if d.unit in by_id:
+            of_unit.setdefault(d.unit, []).append(d)
+    for unit_id, diagnostics in sorted(of_unit.items()):  # the primary error of each: the one that names the cause
+        first = primary(diagnostics)
+        if first is not None:
+            errors[by_id[unit_id]] = first.render().splitlines()[0]
+            if first.code == DECRYPTION:
+                undecryptable.add(by_id[unit_id])
     defined = frozenset(loaded) | failed
     repository = state.settings.name or default_repository
     former = frozenset(state.settings.renamedFrom) - {repository}
@@ -344,6 +352,7 @@ def plan_repo(state: RepoState, rendered: Rendered, *, selectors: Sequence[str] 
         revision=revision,
         failed=failed,
         errors=errors,
+        undecryptable=frozenset(undecryptable),
         defined=defined,
         claims=Claims(rendered.claims, failed),
         prune_allowed=state.clean and rendered.clean,

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from syncer.diagnostics import Diagnostic, format_path
+from syncer.diagnostics import DECRYPTION, Diagnostic, format_path
 from syncer.secrets.keys import Decryption
 from syncer.secrets.sops import METADATA_KEY, SopsError, decrypt_documents, scrubbable
 from syncer.yamldoc import YamlDoc
@@ -53,7 +53,8 @@ def open_documents(docs: Sequence[YamlDoc], decryption: Decryption) -> tuple[lis
         decrypted = decrypt_documents([d.data for d in docs], decryption.identities)
     except SopsError as exc:
         return [None] * len(docs), [Diagnostic(first.file, line, 1, "", f"cannot decrypt this SOPS file: "
-                                               f"{exc.detail}", exc.hint or "check the file and the decryption keys")]
+                                               f"{exc.detail}", exc.hint or "check the file and the decryption keys",
+                                               code=DECRYPTION)]
     return [Opened(replace(doc, data=d.data), d.secrets, seal_key=d.seal_key)
             for doc, d in zip(docs, decrypted, strict=True)], []
 

@@ -367,10 +367,16 @@ def _load_secrets(reader: Reader, path: Path, state: RepoState,
     if text is None:
         return [], False
     docs, problems = reader.documents(text, rel)
-    state.diagnostics.extend(problems)
+    state.diagnostics.extend(_of_unit(problems, unit.id))
     if any(p.severity == "error" for p in problems):
         return [], False
     return _validate_secrets(reader, rel, docs, state, unit.id)
+
+
+def _of_unit(problems: list[Diagnostic], unit: str) -> list[Diagnostic]:
+    """The problems of reading a unit's file (YAML, decryption), attributed to the unit, so that
+    its status, metrics and Events show them."""
+    return [replace(p, unit=unit) if unit and not p.unit else p for p in problems]
 
 
 def _validate_secrets(reader: Reader, rel: str, docs: list[YamlDoc], state: RepoState,
@@ -482,7 +488,7 @@ def _load_single(reader: Reader, path: Path, cls: type[Any], state: RepoState, u
     if text is None:
         return None
     docs, problems = reader.documents(text, rel)
-    state.diagnostics.extend(problems)
+    state.diagnostics.extend(_of_unit(problems, unit))
     if any(p.severity == "error" for p in problems):
         return None
     if not docs:

@@ -284,6 +284,7 @@ def test_status_command(kube_cluster: KubeCluster, kube: Kube, namespace: str, r
     doc = json.loads(capsys.readouterr().out)
     assert doc["ready"] and not doc["drifted"]
     [unit] = doc["units"]
+    assert (unit["ready"], unit["synced"], unit["health"]) == (True, "Synced", "Healthy")
     assert (unit["unit"], unit["revision"], unit["drift"]) == (unit_id, "rev-1234", 0)
     assert {p["pool"]: (p["ready"], p["desired"]) for p in unit["pools"]} == \
         {"superlink": (1, 1), "a": (2, 2), "gpu": (1, 1)}
@@ -294,9 +295,10 @@ def test_status_command(kube_cluster: KubeCluster, kube: Kube, namespace: str, r
     assert main(["status", *kc]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    assert lines[0].split() == ["UNIT", "POOL", "KIND", "READY", "GPUS", "DRIFT", "SUSPENDED", "REVISION",
-                                 "MESSAGE"]
+    assert lines[0].split() == ["UNIT", "SYNCED", "HEALTH", "POOL", "KIND", "READY", "GPUS", "DRIFT", "SUSPENDED",
+                                 "REVISION", "MESSAGE"]
     gpu_row = next(line for line in lines if line.startswith(unit_id) and " gpu " in line)
+    assert gpu_row.split()[1:3] == ["Synced", "Healthy"]
     assert "amd.com/gpu 1/1" in gpu_row and "rev-1234" in gpu_row and "1/1" in gpu_row
     assert any(line.split()[:4] == ["NODE", "RESOURCE", "ALLOCATABLE", "USED"] for line in lines)
     assert any(line.startswith("gpu-nvidia-0") for line in lines)

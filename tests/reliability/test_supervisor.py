@@ -498,6 +498,7 @@ def test_a_failed_status_round_is_reported_and_the_next_round_runs(monkeypatch: 
     from syncer.agent import runner
     from syncer.engine.live import LiveState
     from syncer.observe.status import StatusReport
+    from syncer.plan import Plan
 
     stop = threading.Event()
     rounds: list[int] = []
@@ -517,7 +518,8 @@ def test_a_failed_status_round_is_reported_and_the_next_round_runs(monkeypatch: 
     loaded.set()
     sup = Supervisor(stop)
     agent = SimpleNamespace(loaded=loaded, desired={}, cache=SimpleNamespace(state=LiveState()), supervisor=sup,
-                            request_drift_check=lambda: drift_checks.append(1))
+                            request_drift_check=lambda: drift_checks.append(1), health={}, units={},
+                            installed=SimpleNamespace(plan=Plan(units={}, prune_allowed=False)))
     monkeypatch.setattr(runner, "STATUS_INTERVAL", 0.01)
     with capture_logs() as logs:
         thread = sup.spawn("status", lambda: runner._status_loop(agent, FlakyCache(), Metrics(), stop))  # type: ignore[arg-type]

@@ -10,8 +10,8 @@ import pytest
 
 from syncer.cli import main
 from syncer.cluster.client import ApiError, ClusterUnreachable
-from syncer.engine.inventory import Entry, Inventory
-from syncer.identity import ObjectRef
+from syncer.engine.inventory import Condition, Entry, Inventory
+from syncer.identity import ANN_SUSPENDED, ObjectRef
 from syncer.observe.status import (
     ClusterGPUs,
     StatusReport,
@@ -128,32 +128,36 @@ def test_table() -> None:
     st.drift = 2
     report = StatusReport([st], ClusterGPUs(error="cannot read nodes: forbidden"))
     lines = format_report(report).splitlines()
-    assert lines[0].split() == ["UNIT", "POOL", "KIND", "READY", "GPUS", "DRIFT", "SUSPENDED", "REVISION",
-                                 "MESSAGE"]
+    assert lines[0].split() == ["UNIT", "SYNCED", "HEALTH", "POOL", "KIND", "READY", "GPUS", "DRIFT", "SUSPENDED",
+                                 "REVISION", "MESSAGE"]
     gpu = lines[2]
     assert gpu.startswith("federation/flower/fed")
     assert "nvidia.com/gpu 1/2" in gpu and "0123456789ab " in gpu and " 2 " in gpu
     assert "Unschedulable (1/2 pods, e.g. fed-supernode-gpu-1): 0/7 nodes are available" in gpu
-    assert lines[1].split()[1:4] == ["superlink", "StatefulSet", "1/1"] and lines[1].endswith("-")
+    assert lines[1].split()[1:6] == ["Pending", "Degraded", "superlink", "StatefulSet", "1/1"]
+    assert lines[1].endswith("Pending: no sync recorded yet")  # its inventory records no sync
     assert lines[-1] == "GPUs: cannot read nodes: forbidden"
     assert format_report(StatusReport()).startswith("no units")
 
 
 def test_table_says_why_the_last_sync_failed_and_whether_suspended() -> None:
-    from syncer.engine.inventory import Condition
-
     objects = fed_objects(ready=2)
     failing = Condition(False, "ConfigError", "federations/fed.yaml:12:5: error: spec.mode: ...")
     st = unit_status(Target(FED, None, "0123456789abcdef", True, True, failing),
                      [o for o in objects if o["kind"] != "Pod"], [o for o in objects if o["kind"] == "Pod"])
     lines = format_report(StatusReport([st])).splitlines()
     first = lines[1].split()
-    assert first[6] == "yes"  # SUSPENDED
+    assert first[8] == "yes"  # SUSPENDED
+    assert first[1:3] == ["ConfigError", "Healthy"]
     assert lines[1].endswith("ConfigError: federations/fed.yaml:12:5: error: spec.mode: ...")
     assert st.to_dict()["suspended"] is True
-    assert st.to_dict()["conditions"][0] == {"type": "Ready", "status": "False", "reason": "ConfigError",
-                                             "message": failing.message, "lastTransitionTime": "",
-                                             "observedRevision": ""}
+    # the pods are fine, the unit is not: the JSON's `ready` says what its conditions say
+    assert st.to_dict()["ready"] is False and StatusReport([st]).to_dict()["ready"] is False
+    assert st.to_dict()["conditions"] == [
+        {"type": "Synced", "status": "False", "reason": "ConfigError", "message": failing.message},
+        {"type": "Healthy", "status": "True", "reason": "Healthy", "message": "2 workload(s) ready"}]
+    assert st.to_dict()["inventoryCondition"]["reason"] == "ConfigError"
+    assert format_report(StatusReport([st]), headers=False).splitlines()[0].startswith("federation/flower/fed ")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -259,3 +263,50 @@ def test_status_command_cluster_unreachable(tmp_path: Path, capsys: pytest.Captu
     assert main(["status", "--kubeconfig", str(kubeconfig)]) == 3
     assert "cannot reach" in capsys.readouterr().err
     assert main(["status", str(tmp_path / "missing"), "--kubeconfig", str(kubeconfig)]) == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# `status`'s exit code follows the units' state (the README's exit-code table)
+
+
+SYNCED = Condition(True, "Synced", "in sync with Git")
+
+
+@pytest.mark.parametrize(("ready", "condition", "suspended", "state", "code"), [
+    (2, SYNCED, False, ("Synced", "Healthy"), 0),
+    (2, Condition(False, "ConfigError", "federations/fed.yaml:12:5: error: spec.mode: ..."), False,
+     ("ConfigError", "Healthy"), 1),
+    (2, Condition(False, "SyncFailed", "1 object(s) failed: StatefulSet/flower/fed-superlink"), False,
+     ("SyncFailed", "Healthy"), 1),
+    (2, Condition(False, "Conflict", "1 object(s) have fields another manager owns"), False,
+     ("Conflict", "Healthy"), 1),
+    (2, SYNCED, True, ("Suspended", "Healthy"), 1),
+    (2, None, False, ("Pending", "Healthy"), 1),  # never synced
+    (1, SYNCED, False, ("Synced", "Progressing"), 1),  # a pod not ready yet
+])
+def test_status_exit_code_follows_synced_and_healthy(monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str], ready: int,
+                                                     condition: Condition | None, suspended: bool,
+                                                     state: tuple[str, str], code: int) -> None:
+    import syncer.cli
+
+    inv = Inventory(FED, {ObjectRef("StatefulSet", "flower", "fed-superlink"): Entry("a", "b"),
+                          ObjectRef("StatefulSet", "flower", "fed-supernode-gpu"): Entry("a", "b")},
+                    revision="deadbeef", condition=condition)
+    manifest = inv.manifest()
+    if suspended:  # as `flower-syncer suspend` marks it (the engine never writes it)
+        manifest["metadata"].setdefault("annotations", {})[ANN_SUSPENDED] = "true"
+    fake = FakeKube(lambda: fed_objects(ready=ready), inventories=[manifest])
+    monkeypatch.setattr(syncer.cli, "_connect", lambda _args: as_kube(fake))
+    assert main(["status", "--kubeconfig", "/nonexistent"]) == code
+    header, first = capsys.readouterr().out.splitlines()[:2]
+    assert header.split()[:3] == ["UNIT", "SYNCED", "HEALTH"] and first.split()[1:3] == list(state)
+    assert main(["status", "--kubeconfig", "/nonexistent", "-o", "json"]) == code
+    doc = json.loads(capsys.readouterr().out)
+    [unit] = doc["units"]
+    assert (unit["synced"], unit["health"]) == state
+    assert [c["reason"] for c in unit["conditions"]] == list(state)
+    assert doc["ready"] is unit["ready"] is (code == 0)  # the JSON never contradicts the conditions
+    assert main(["status", "--kubeconfig", "/nonexistent", "--no-headers"]) == code
+    rows = capsys.readouterr().out.splitlines()
+    assert rows and all(row.startswith("federation/flower/fed ") for row in rows)  # rows only
