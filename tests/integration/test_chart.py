@@ -49,7 +49,11 @@ NAMESPACED_RULES = {
     ("cert-manager.io", "certificates"): ["get", "create", "patch", "delete"],  # read one by one, never listed
     ("", "pods"): ["list", "watch"],
     ("events.k8s.io", "events"): ["create", "patch"],  # Kubernetes Events about the units
+    ("flower-syncer.io", "flowerunits"): MANAGED_VERBS,  # `kubectl get flowerunits`, the agent's own objects
+    ("flower-syncer.io", "flowerunits/status"): ["patch"],
 }
+AGENT_OWN_WRITES = {("events.k8s.io", "events"), ("flower-syncer.io", "flowerunits"),
+                    ("flower-syncer.io", "flowerunits/status")}  # never impersonated
 DIGEST = "sha256:" + "ab" * 32
 SSH_URL = "git@git.example.com:flower/flower-config.git"
 
@@ -425,7 +429,7 @@ def test_optional_rbac(helm: str) -> None:
 
 
 def test_tenant_mode_shrinks_the_agents_rights(helm: str) -> None:
-    """tenant.create: the agent only reads what it manages (Events aside), may impersonate exactly the
+    """tenant.create: the agent only reads what it manages (Events and FlowerUnits aside), may impersonate exactly the
     tenant, and the tenant may write only in its namespaces; the policy names the tenant."""
     for namespaces in ([], ["team-a", "team-b"]):
         objs = render(helm, {"rbac": {"namespaces": namespaces}, "tenant": {"create": True, "namespaces": ["team-a"]}})
@@ -435,7 +439,7 @@ def test_tenant_mode_shrinks_the_agents_rights(helm: str) -> None:
         for role in agent_roles:
             for (group, resource), verbs in rules_of(role).items():
                 writes = set(verbs) - {"get", "list", "watch"}
-                assert not writes or (group, resource) == ("events.k8s.io", "events"), (resource, verbs)
+                assert not writes or (group, resource) in AGENT_OWN_WRITES, (resource, verbs)
         impersonate = one(objs, "Role", name="fs-flower-syncer-impersonate-fs-flower-syncer-tenant")
         assert impersonate["metadata"]["namespace"] == "flower-system"
         assert impersonate["rules"] == [{"apiGroups": [""], "resources": ["serviceaccounts"],
