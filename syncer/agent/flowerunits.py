@@ -64,7 +64,7 @@ def unit_status(row: Mapping[str, Any]) -> dict[str, Any]:
     elif ok is None:
         ready, reason, message = "Unknown", "Progressing", "not synced yet"
     else:
-        ready, reason, message = "True", "Synced", f"applied revision {revision}"
+        ready, reason, message = "True", "Synced", f"applied revision {revision[:12]}"
     if len(message) > MESSAGE_LIMIT:
         message = message[:MESSAGE_LIMIT - 1] + "…"
     return {"lastAppliedRevision": revision,
