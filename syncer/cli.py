@@ -18,35 +18,21 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import argcomplete
-from argcomplete.shell_integration import shellcode
-
+# Only what parsing the arguments and every verb need: each verb imports the rest itself, so that
+# `validate` and `render` (pre-commit hooks, CI steps) load no cluster client, agent, HTTP server
+# or metrics (tests/unit/test_cli_imports.py).
 from syncer import __version__, printers
-from syncer.actions import status as status_action
-from syncer.actions import sync as sync_action
-from syncer.actions.history import history
-from syncer.actions.load import Loaded, RepoNotFound, ValidateResult, load
-from syncer.actions.resync import AgentRefused, AgentUnreachable, resync
-from syncer.actions.suspend import set_suspended
-from syncer.actions.version import versions
-from syncer.agent.config import AgentConfig, env_name, load_config, namespace_list
-from syncer.agent.runner import run
+from syncer.agent.config import AgentConfig, env_name, namespace_list
 from syncer.cli_env import env_defaults
-from syncer.cluster.client import ApiError, ClusterUnreachable, Kube
-from syncer.engine.sync import SyncOptions
+from syncer.cli_repo import EXIT_FAILED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, cmd_render, cmd_validate, load_selected
 from syncer.identity import UnknownUnit
-from syncer.observe.status import StatusReport
-from syncer.render.common import to_json, to_yaml
-from syncer.secrets.keys import Decryption, load_identities
-from syncer.secrets.sops import SopsError
-from syncer.source.git import head_revision
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_RUNTIME = 3
+if TYPE_CHECKING:
+    from syncer.actions.load import Loaded
+    from syncer.cluster.client import Kube
+    from syncer.observe.status import StatusReport
 
 
 
@@ -264,7 +250,10 @@ def _duration(text: str) -> float:
 def main(argv: Sequence[str] | None = None) -> int:
     gc.set_threshold(50_000, 20, 100)  # loads hold ~10 objects per manifest: default GC was 22 % of a 28k load
     parser = build_parser()
-    argcomplete.autocomplete(parser)  # answers the shell's completion requests, else does nothing
+    if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions (argcomplete's protocol)
+        import argcomplete
+
+        argcomplete.autocomplete(parser)
     problem = env_defaults(parser, os.environ)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
@@ -290,75 +279,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# Repository commands: each maps its arguments to an action and prints the result.
-
-
-def _load(args: argparse.Namespace) -> Loaded | int:
-    """The repository of `args.dir` with `args.unit` selected, or the exit code after an error."""
-    namespace = None if getattr(args, "all_namespaces", False) else getattr(args, "namespace", None)
-    files = list(args.decryption_key_file) or [Path(f) for f in os.environ.get(
-        env_name("decryption_key_files"), "").split(",") if f.strip()]
-    try:
-        # validate checks an encrypted file without a key (its values left opaque); the others need one
-        decryption = Decryption(load_identities(files), required=args.command != "validate")
-        return load(args.dir, getattr(args, "unit", ()) or (), namespace, decryption)
-    except SopsError as exc:
-        print(f"error: {exc.detail}" + (f"\nhint: {exc.hint}" if exc.hint else ""), file=sys.stderr)
-        return EXIT_USAGE
-    except RepoNotFound as exc:
-        print(f"error: {exc.detail}", file=sys.stderr)
-        return EXIT_USAGE
-    except UnknownUnit as exc:
-        print(f"error: --unit {exc}; see 'flower-syncer validate' for the units of the repository",
-              file=sys.stderr)
-        return EXIT_USAGE
-
-
-
-
-def cmd_validate(args: argparse.Namespace) -> int:
-    loaded = _load(args)
-    if isinstance(loaded, int):
-        return loaded
-    result = ValidateResult(loaded, args.strict)
-    if args.output != "text":
-        printers.emit(result.to_dict(), args.output)
-    else:
-        printers.print_diagnostics(loaded.diagnostics, sys.stdout)
-        objects = sum(len(ms) for ms in loaded.units.values())
-        print(f"{'valid' if result.valid else 'invalid'}: {len(loaded.errors)} error(s), "
-              f"{len(loaded.warnings)} warning(s) in {loaded.state.files} file(s); "
-              f"{len(loaded.units)} unit(s) render {objects} object(s)")
-    return EXIT_OK if result.valid else EXIT_FAILED
-
-
-
-
-def cmd_render(args: argparse.Namespace) -> int:
-    loaded = _load(args)
-    if isinstance(loaded, int):
-        return loaded
-    diags = loaded.selected_diagnostics()
-    printers.print_diagnostics(diags, sys.stderr)
-    manifests = loaded.manifests()
-    if not args.show_secrets:
-        manifests = printers.scrub_data(printers.redact_secrets(manifests), loaded.state.secrets)
-    if args.output == "json":
-        sys.stdout.write(to_json({"apiVersion": "v1", "kind": "List", "items": manifests}))
-    else:
-        sys.stdout.write(to_yaml(manifests))
-    return EXIT_FAILED if any(d.severity == "error" for d in diags) else EXIT_OK
-
-
-# ---------------------------------------------------------------------------------------------
 # Commands that talk to a cluster
 
 
 def _connect(args: argparse.Namespace) -> Kube:
+    from syncer.cluster.client import Kube
+
     return Kube.from_kubeconfig(args.kubeconfig, args.context)
 
 
 def _cluster_error(exc: Exception) -> int:
+    from syncer.cluster.client import ApiError
+
     if isinstance(exc, ApiError):
         print(f"\nerror: the API server refused a request: {exc}", file=sys.stderr)
         if exc.forbidden:
@@ -374,7 +306,10 @@ def _cluster_error(exc: Exception) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    loaded = _load(args)
+    from syncer.actions import sync as sync_action
+    from syncer.cluster.client import ApiError, ClusterUnreachable
+
+    loaded = load_selected(args)
     if isinstance(loaded, int):
         return loaded
     printers.print_diagnostics(loaded.errors, sys.stderr)
@@ -390,7 +325,12 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_sync(args: argparse.Namespace) -> int:
-    loaded = _load(args)
+    from syncer.actions import sync as sync_action
+    from syncer.cluster.client import ApiError, ClusterUnreachable
+    from syncer.engine.sync import SyncOptions
+    from syncer.source.git import head_revision
+
+    loaded = load_selected(args)
     if isinstance(loaded, int):
         return loaded
     diags = loaded.diagnostics
@@ -427,9 +367,12 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from syncer.actions import status as status_action
+    from syncer.cluster.client import ApiError, ClusterUnreachable
+
     loaded: Loaded | None = None
     if args.dir is not None:
-        result = _load(args)
+        result = load_selected(args)
         if isinstance(result, int):
             return result
         loaded = result
@@ -485,6 +428,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from syncer.agent.config import load_config
+    from syncer.agent.runner import run
+
     cli = {k: v for k, v in vars(args).items() if k not in ("func", "command")}
     try:
         config = load_config(cli)
@@ -511,6 +457,8 @@ def _api_token(args: argparse.Namespace) -> str | None:
 
 
 def cmd_resync(args: argparse.Namespace) -> int:
+    from syncer.actions.resync import AgentRefused, AgentUnreachable, resync
+
     if len(args.unit) > 1:
         print("error: resync takes at most one --unit", file=sys.stderr)
         return EXIT_USAGE
@@ -541,11 +489,16 @@ def cmd_resync(args: argparse.Namespace) -> int:
 
 
 def cmd_completion(args: argparse.Namespace) -> int:
+    from argcomplete.shell_integration import shellcode
+
     sys.stdout.write(shellcode(["flower-syncer"], shell=args.shell))
     return EXIT_OK
 
 
 def cmd_version(args: argparse.Namespace) -> int:
+    from syncer.actions.version import versions
+    from syncer.cluster.client import ApiError, ClusterUnreachable
+
     if args.client:
         result = versions(None, None, None)
     else:
@@ -572,6 +525,9 @@ def cmd_version(args: argparse.Namespace) -> int:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
+    from syncer.actions.history import history
+    from syncer.cluster.client import ApiError, ClusterUnreachable
+
     try:
         result = history(_connect(args), args.unit, _namespaces(args))
     except UnknownUnit as exc:
@@ -587,6 +543,9 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def cmd_suspend(args: argparse.Namespace) -> int:
+    from syncer.actions.suspend import set_suspended
+    from syncer.cluster.client import ApiError, ClusterUnreachable
+
     try:
         result = set_suspended(_connect(args), args.unit, args.suspend, _namespaces(args))
     except UnknownUnit as exc:

@@ -76,6 +76,7 @@ class Diagnostic:
     hint: str = ""
     severity: Severity = "error"
     unit: str = field(default="", compare=False)
+    code: str = field(default="", compare=False)  # a fixed kind where one decides on it: "decryption"
 
     def __post_init__(self) -> None:
         for name in ("file", "path", "message", "hint", "unit"):

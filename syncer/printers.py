@@ -8,20 +8,22 @@ import re
 import shutil
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 
-from syncer.actions.history import HistoryResult
-from syncer.actions.resync import ResyncResult
 from syncer.diagnostics import Diagnostic
 from syncer.engine.changeset import Action
-from syncer.engine.sync import SyncReport
 from syncer.identity import Manifest
-from syncer.observe.status import StatusReport, format_report
-from syncer.observe.wait import WaitResult
 from syncer.render.common import to_json
 from syncer.secrets.sops import scalar_text, scrubbable
+
+if TYPE_CHECKING:  # the results of cluster and agent verbs: `validate` and `render` never load those
+    from syncer.actions.history import HistoryResult
+    from syncer.actions.resync import ResyncResult
+    from syncer.engine.sync import SyncReport
+    from syncer.observe.status import StatusReport
+    from syncer.observe.wait import WaitResult
 
 REDACTED = "**redacted**"
 
@@ -62,6 +64,8 @@ def escape_fields(value: Any) -> Any:
 
 def format_status(report: StatusReport, *, headers: bool = True) -> str:
     """`status`'s table, every string from the cluster or Git escaped."""
+    from syncer.observe.status import format_report
+
     return format_report(escape_fields(report), headers=headers)
 
 
@@ -141,7 +145,7 @@ def print_report(report: SyncReport, *, verbose: bool = False) -> None:
         if unit.skipped is not None:
             state = f"skipped: {unit.skipped}"
         unchanged = len(unit.changes) - len(changed)
-        print(f"{escape(unit.unit)}: {escape(state)}" + (f" ({unchanged} unchanged)" if unchanged else ""))
+        print(f"{escape(unit.unit.id)}: {escape(state)}" + (f" ({unchanged} unchanged)" if unchanged else ""))
         # failures first, so that a summary never hides one
         changed.sort(key=lambda c: c.action is not Action.FAILED)
         shown = changed if verbose or len(changed) <= LISTED_CHANGES else [
@@ -150,6 +154,8 @@ def print_report(report: SyncReport, *, verbose: bool = False) -> None:
             line = f"  {c.action.value:<11} {escape(c.ref)}"
             if c.drift:
                 line += "  [drift]"
+            if c.cause is not None:
+                line += f"  [{c.cause}]"
             if c.message:
                 line += f"  ({escape(c.message)})"
             print(line)
@@ -207,7 +213,7 @@ def print_diff(report: SyncReport, secrets: frozenset[str]) -> None:
     errors on stderr, and a word on suspended units, whose drift is shown but not healed."""
     for unit in report.units:
         if unit.suspended is not None and unit.changed:
-            print(f"# {unit.unit} is {unit.suspended}: this drift is not healed until it is resumed",
+            print(f"# {unit.unit.id} is {unit.suspended}: this drift is not healed until it is resumed",
                   file=sys.stderr)
         for c in unit.changes:
             if not c.action.is_change:
@@ -218,4 +224,4 @@ def print_diff(report: SyncReport, secrets: frozenset[str]) -> None:
             else:
                 print(f"{c.action.value}: {escape(c.ref)}" + (f" ({escape(c.message)})" if c.message else ""))
         for err in unit.errors:
-            print(f"error: {escape(unit.unit)}: {escape(err)}", file=sys.stderr)
+            print(f"error: {escape(unit.unit.id)}: {escape(err)}", file=sys.stderr)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +46,31 @@ class Loaded:
     state: RepoState
     rendered: Rendered
     selectors: tuple[str, ...] = ()
-    default_repository: str = DEFAULT_REPOSITORY
-    """The repository's name when flower-syncer.yaml sets none (derived from where it comes from)."""
-    tenancy: Tenancy | None = None
-    """Where it comes from (recorded on its inventories), and the admin's policy applied."""
+    root: Path | None = None  # where it was loaded from
+    policy: RepositoryPolicy | None = None  # the admin's policy it was loaded under
+    origin: tuple[str, str] | None = None
+    """(source, sub-path) when `load` had to know it already (to choose the admin's policy entry)."""
+
+    @cached_property
+    def where(self) -> tuple[str, str] | None:
+        """Where it comes from (source.location: its Git remote when it has one), read when first
+        asked: `validate` and `render` never need it (GitPython and a `git` call)."""
+        if self.origin is not None or self.root is None:
+            return self.origin
+        try:
+            return source_location(str(self.root.resolve()))
+        except SourceError:
+            return None
+
+    @property
+    def default_repository(self) -> str:
+        """The repository's name when flower-syncer.yaml sets none (derived from where it comes from)."""
+        return DEFAULT_REPOSITORY if self.where is None else derived_repository_name(*self.where)
+
+    @cached_property
+    def tenancy(self) -> Tenancy:
+        """Where it comes from (recorded on its inventories), and the admin's policy applied."""
+        return Tenancy(policy=self.policy) if self.where is None else Tenancy(source_key(*self.where), self.policy)
 
     @property
     def repository(self) -> str:
@@ -94,14 +116,14 @@ def load(root: Path, selectors: Sequence[str] = (), namespace: str | None = None
     (loaded or failed to load) or a namespace with none."""
     if not root.is_dir():
         raise RepoNotFound(root)
-    try:
-        source, sub = source_location(str(root.resolve()))
-        if policy is None and admin is not None:  # the entry for where this repository comes from
-            policy = admin.for_source(source, "", sub)
-        default, tenancy = derived_repository_name(source, sub), Tenancy(source_key(source, sub), policy)
-    except SourceError:
-        default, tenancy = DEFAULT_REPOSITORY, Tenancy(policy=policy or (admin.default if admin else None))
-    state = apply_policy(load_repo(root, decryption), tenancy)
+    origin = None
+    if policy is None and admin is not None:  # the entry for where this repository comes from
+        try:
+            origin = source_location(str(root.resolve()))
+        except SourceError:
+            origin = None
+        policy = admin.for_source(origin[0], "", origin[1]) if origin is not None else admin.default
+    state = apply_policy(load_repo(root, decryption), Tenancy(policy=policy))
     _, unmatched = select_units(state.units, list(selectors))
     known = {u.unit for u in state.units} | state.failed
     for sel in unmatched:
@@ -112,8 +134,8 @@ def load(root: Path, selectors: Sequence[str] = (), namespace: str | None = None
                      and (not selectors or any(unit_matches(u, s) for s in selectors))]
         if not selectors:
             raise UnknownUnit(f"namespace {namespace}")
-    return Loaded(state, render_repo(state, list(selectors), agent=agent_account()), tuple(selectors), default,
-                  tenancy)
+    return Loaded(state, render_repo(state, list(selectors), agent=agent_account()), tuple(selectors), root, policy,
+                  origin)
 
 
 @dataclass(frozen=True)

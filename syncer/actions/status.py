@@ -42,7 +42,7 @@ def repo_status(kube: Kube, plan: Plan, errors: Sequence[Diagnostic] = ()) -> St
     finally:
         engine.close()
     counts, sync_errors = drift_counts(dry)
-    units: dict[Unit, Sequence[Manifest] | None] = dict.fromkeys(Unit.parse(u.unit) for u in dry.units)
+    units: dict[Unit, Sequence[Manifest] | None] = dict.fromkeys(u.unit for u in dry.units)
     units.update({u: p.manifests for u, p in plan.units.items()})
     report = status(kube, units, drift=counts, errors=sync_errors)
     return StatusResult(report, list(errors), sync_errors)

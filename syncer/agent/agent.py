@@ -48,6 +48,7 @@ from syncer.agent.progress import RevisionProgress
 from syncer.agent.reporting import config_error_event, suspension_event, sync_events
 from syncer.agent.revision import RevisionLoader
 from syncer.agent.supervisor import Supervisor
+from syncer.agent.unitstate import unit_report, unit_states
 from syncer.agent.workqueue import WorkQueue
 from syncer.cluster.client import FIELD_MANAGER, ClusterUnreachable, Kube
 from syncer.cluster.events import Event as ReportedEvent
@@ -59,6 +60,7 @@ from syncer.engine.normalize import fingerprint, managed_fields_hash
 from syncer.engine.sync import Engine, SyncOptions, unit_namespaces
 from syncer.engine.vanished import vanished_units
 from syncer.identity import ANN_APPLIED_HASH, DEFAULT_REPOSITORY, ObjectRef, Unit, unit_matches
+from syncer.observe.conditions import UnitCondition, UnitConditions
 from syncer.observe.metrics import Metrics, corrections_by_kind, drift_by_kind
 from syncer.observe.notify import Notification, Notifier
 from syncer.plan import Claims, Plan, UnitPlan
@@ -130,6 +132,7 @@ class Agent:
         self.installed = Installed()  # replaced, never changed in place
         self.revisions = RevisionLoader(options.decryption_key_files, options.tenancy)
         self.units: dict[Unit, UnitState] = {}
+        self.health: dict[Unit, UnitCondition] = {}  # each unit's Healthy condition, from the last status round
         self._errors_counted: set[Unit] = set()  # units whose config_errors metric is set
         self.checkout: Checkout | None = None
         self.fetch_error: str = ""
@@ -561,23 +564,16 @@ class Agent:
 
     # -- reporting -------------------------------------------------------------------------------------
 
+    def unit_states(self) -> dict[Unit, UnitConditions]:
+        """Every unit's Synced and Healthy conditions, computed now (syncer.agent.unitstate)."""
+        return unit_states(self)
+
+    def unit_conditions(self) -> dict[Unit, dict[str, Any]]:
+        """The same as plain dicts: {"ready", "synced", "health", "revision", "conditions": [...]}."""
+        return {unit: state.to_dict() for unit, state in self.unit_states().items()}
+
     def status(self) -> dict[str, Any]:
-        units = []
-        for unit in sorted(set(self.desired) | set(self.units)):
-            st = self.units.get(unit, UnitState())
-            result = st.last_result
-            units.append({
-                "unit": unit.id,
-                "inGit": unit in self.desired,
-                "lastSync": st.last_sync or None,
-                "lastAppliedRevision": st.last_revision,
-                "ok": result.ok if result else None,
-                "suspended": bool(result and result.skipped is not None and result.skipped.suspended),
-                "errors": (result.errors if result else []) + [d.render() for d in st.config_errors]
-                + ([st.internal_error] if st.internal_error else []),
-                "failedObjects": [c.to_dict() for c in result.changes if c.action is Action.FAILED] if result else [],
-                "nodeKeys": result.node_keys if result else None,
-            })
+        units = [unit_report(self, unit, state) for unit, state in self.unit_states().items()]
         checkout = self.checkout
         return {
             "leader": self.leading.is_set(),

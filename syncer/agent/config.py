@@ -16,7 +16,8 @@ from syncer.yamldoc import MAX_FILE_BYTES, decode_text, load_documents
 
 
 class AgentConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # its validators are built when a config is first loaded (`run`), not for the options of every verb
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     repo: str = Field(description="Git URL or local path of the config repository")
     ref: str | None = Field(None, description="branch, tag or commit to sync (default: the remote's default branch)")

@@ -21,7 +21,7 @@ from syncer.agent.messages import (
 from syncer.agent.reporting import internal_error_event
 from syncer.cluster.client import ClusterUnreachable
 from syncer.cluster.fence import Fenced
-from syncer.engine.changeset import UnitResult
+from syncer.engine.changeset import Cause, UnitResult
 from syncer.identity import Unit
 
 if TYPE_CHECKING:
@@ -82,12 +82,12 @@ def sync_failed(agent: Agent, unit: Unit, exc: BaseException, text: str) -> None
                     refused=f"{exc.method} {exc.path}", reason=exc.detail)
         return
     agent.work.retry(unit)  # first: whatever fails below, the unit is tried again
-    crashed = UnitResult(unit.id)
+    crashed = UnitResult(unit)
     if isinstance(exc, ClusterUnreachable):
         log.warning("sync failed: the API server is unreachable", unit=unit.id, error=str(exc))
-        crashed.errors.append(f"sync failed: {exc}")
+        crashed.fail(Cause.UNREACHABLE, f"sync failed: {exc}")
     else:
-        crashed.errors.append(f"sync crashed: {text}")
+        crashed.fail(Cause.CRASHED, f"sync crashed: {text}")
     agent.metrics.observe_sync(crashed, 0.0)
     agent.events.put(UnitSynced(unit, crashed, 0.0, agent.installed.plan.revision))
 

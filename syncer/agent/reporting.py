@@ -30,13 +30,13 @@ def sync_events(unit: Unit, result: UnitResult, known: Collection[ObjectRef], re
             what = "deleted" if c.action is Action.CREATED else "changed"
             events.append(Event(c.ref, "Normal", "DriftCorrected", "Apply",
                                 f"{c.ref} was {what} outside Git; put back to revision {rev}"))
-        elif c.action is Action.FAILED and "conflict" in c.message.lower():
+        elif c.is_conflict():
             events.append(Event(c.ref, "Warning", "Conflict", "Apply", f"{c.ref} not applied: {c.message}"))
         elif c.action is Action.DELETED:
             events.append(Event(inv, "Normal", "Pruned", "Prune", f"{c.ref} left Git and was deleted"))
     counts = Counter(c.action.value for c in result.changes if c.action.is_change and c.action is not Action.FAILED)
     if not result.ok:
-        failed = [c for c in result.changes if c.action is Action.FAILED]
+        failed = result.failures()
         first = result.errors[0] if result.errors else (f"{failed[0].ref}: {failed[0].message}" if failed else "")
         events.append(Event(inv, "Warning", "SyncFailed", "Sync",
                             f"revision {rev}: {len(failed)} object(s) failed; {first}".rstrip("; ")))

@@ -20,6 +20,7 @@ from syncer.agent.agent import Agent, AgentOptions
 from syncer.agent.config import AgentConfig, load_policy, read_secret
 from syncer.agent.flowerunits import FlowerUnits
 from syncer.agent.memory import release_free_memory
+from syncer.agent.unitstate import observe_health
 from syncer.cluster.client import ApiError, ClusterUnreachable, Kube, path_for
 from syncer.cluster.events import EventRecorder
 from syncer.cluster.fence import WriteFence
@@ -256,6 +257,7 @@ def _status_round(agent: Agent, cache: StatusCache, metrics: Metrics) -> None:
     units = sorted(set(agent.desired) | set(agent.cache.state.inventories))
     report = cache.report(targets_from(dict.fromkeys(units), agent.cache.state))
     metrics.observe_status(report.units, report.gpus)
+    observe_health(agent, report.units)  # each unit's Healthy condition
     agent.request_drift_check()  # measured by a worker, like every sync
     release_free_memory()  # what the last syncs freed
 

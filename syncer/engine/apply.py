@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from syncer.cluster.client import FIELD_MANAGER, ApiError, Kube
-from syncer.engine.changeset import Action, Change
+from syncer.engine.changeset import Action, Cause, Change
 from syncer.engine.inventory import Entry
 from syncer.engine.normalize import (
     managed_fields_hash,
@@ -38,28 +38,47 @@ _IMMUTABLE = ("field is immutable", "updates to statefulset spec for fields othe
 
 class ApplyError(Exception):
     """Applying one object failed for a reason the engine acts on; `detail` says it without the
-    object's name (the change entry names the object)."""
+    object's name (the change entry names the object), `hint` what to do about it, `cause` why for
+    the change entry. It wraps the API's answer it was made from (`error`, also `__cause__`)."""
 
-    def __init__(self, ref: ObjectRef, detail: str) -> None:
+    cause: Cause
+    hint: str = ""
+
+    def __init__(self, ref: ObjectRef, detail: str, error: ApiError | None = None) -> None:
         self.ref = ref
         self.detail = detail
+        self.error = error
         super().__init__(f"{ref}: {detail}")
 
 
 class ConflictError(ApplyError):
     """Fields of the object are owned by another applier."""
 
-    def __init__(self, ref: ObjectRef, fields: list[tuple[str, str]]) -> None:
+    cause = Cause.CONFLICT
+    hint = "let flower-syncer take these fields with --force-conflicts or the unit's forceConflicts policy"
+
+    def __init__(self, ref: ObjectRef, fields: list[tuple[str, str]], error: ApiError | None = None) -> None:
         self.fields = fields  # (field path, manager)
         listed = ", ".join(f"{f} (owned by {m!r})" for f, m in fields)
-        super().__init__(ref, f"conflict: {listed}")
+        super().__init__(ref, f"conflict: {listed}", error)
 
 
 class ImmutableFieldError(ApplyError):
     """The change touches a field the API server does not let change in place."""
 
-    def __init__(self, ref: ObjectRef, message: str) -> None:
-        super().__init__(ref, f"immutable field changed: {message}")
+    cause = Cause.IMMUTABLE_FIELD
+    hint = ("allow recreating it with the unit's allowRecreate policy (flower-syncer.io/allow-recreate: \"true\"), "
+            "or delete it by hand")
+
+    def __init__(self, ref: ObjectRef, error: ApiError) -> None:
+        super().__init__(ref, f"immutable field changed: {error.message}", error)
+
+
+def is_immutable(exc: ApiError) -> bool:
+    """The API server refused a change of a field it does not let change in place. The API has no
+    reason of its own for it, so this reads the server's text: the one place that does (like
+    fluxcd/pkg/ssa's IsImmutableError); everything after decides on `ImmutableFieldError`."""
+    return exc.invalid and any(marker in exc.message for marker in _IMMUTABLE)
 
 
 @dataclass
@@ -129,18 +148,13 @@ class Applier:
         force = force_conflicts or policy.force_conflicts
         try:
             return self._apply(ref, desired, live, digest, force, policy)
-        except ConflictError as exc:
-            return Outcome(Change(ref, Action.FAILED, exc.detail +
-                                  "; let flower-syncer take these fields with --force-conflicts or the unit's "
-                                  "forceConflicts policy"), None)
-        except ImmutableFieldError as exc:
-            return Outcome(Change(ref, Action.FAILED, exc.detail +
-                                  "; allow recreating it with the unit's allowRecreate policy "
-                                  "(flower-syncer.io/allow-recreate: \"true\"), or delete it by hand"), None)
+        except ApplyError as exc:
+            return Outcome(Change(ref, Action.FAILED, f"{exc.detail}; {exc.hint}", cause=exc.cause), None)
         except ApiError as exc:
             hint = ("; the API server's RBAC refused it (writes are made as the ServiceAccount the admin's "
                     "policy names for this repository)" if exc.forbidden and self.kube.impersonate else "")
-            return Outcome(Change(ref, Action.FAILED, f"{exc.reason}: {exc.message}{hint}"), None, exc)
+            return Outcome(Change(ref, Action.FAILED, f"{exc.reason}: {exc.message}{hint}",
+                                  cause=Cause.of_status(exc.status)), None, exc)
 
     def _apply(self, ref: ObjectRef, desired: Manifest, live: dict[str, Any] | None, digest: str, force: bool,
                policy: Policy) -> Outcome:
@@ -152,7 +166,8 @@ class Applier:
                 if blocker:
                     return Outcome(Change(ref, Action.FAILED, f"not adopted: {blocker}, and forceConflicts never "
                                           "takes such objects over; rename the object in Git, or remove the "
-                                          "existing one by hand if flower-syncer is to own it"), None)
+                                          "existing one by hand if flower-syncer is to own it",
+                                          cause=Cause.OTHER_MANAGER), None)
             if self.dry_run:
                 preview, created = self._server_apply(ref, desired, force=force, dry_run=True)
                 if created:
@@ -202,7 +217,7 @@ class Applier:
             appliers = _appliers(live)
             blocking = [(f, m) for f, m in exc.fields if m in appliers]
             if blocking:
-                raise ConflictError(ref, blocking) from None
+                raise ConflictError(ref, blocking, exc.error) from exc.error
             editors = {m for _, m in exc.fields}
             return self._server_apply(ref, desired, force=True, dry_run=True)[0], editors
 
@@ -212,9 +227,9 @@ class Applier:
             return self.kube.apply_status(desired, force=force, dry_run=dry_run)
         except ApiError as exc:
             if exc.conflict and exc.reason == "Conflict":
-                raise ConflictError(ref, _conflicting_fields(exc)) from None
-            if exc.invalid and any(marker in exc.message for marker in _IMMUTABLE):
-                raise ImmutableFieldError(ref, exc.message) from None
+                raise ConflictError(ref, _conflicting_fields(exc), exc) from exc
+            if is_immutable(exc):
+                raise ImmutableFieldError(ref, exc) from exc
             raise
 
     def _recreate(self, ref: ObjectRef, desired: Manifest, live: dict[str, Any], digest: str) -> Outcome:
@@ -226,7 +241,7 @@ class Applier:
         while self.kube.get(ref.kind, ref.namespace, ref.name) is not None:
             if time.monotonic() > deadline:
                 return Outcome(Change(ref, Action.FAILED, "deleted for recreation, but it is still there "
-                                      "after 60 s (finalizers?)"), None)
+                                      "after 60 s (finalizers?)", cause=Cause.RECREATE_TIMEOUT), None)
             time.sleep(0.2)
         result, _ = self._server_apply(ref, desired, force=True, dry_run=False)
         return Outcome(Change(ref, Action.RECREATED, "recreated: an immutable field changed"),

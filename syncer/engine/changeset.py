@@ -1,8 +1,10 @@
 """What a sync did, object by object: one result type for the CLI, logs, metrics and tests.
 
 Modelled on fluxcd/pkg/ssa's ChangeSetEntry: each entry names its object (an ObjectRef), the
-action, and an optional message and diff; results answer questions through predicates
-(`Action.is_change`, `UnitResult.ok`, `SkipReason.suspended`) so no caller compares strings.
+action, and an optional message and diff; a failed entry also names its `Cause`, set where the
+error is caught, so consumers (the Ready condition, Events, notifications, metrics, the CLI) decide
+on the cause and show the message. Results answer questions through predicates (`Action.is_change`,
+`Change.is_conflict()`, `UnitResult.failed()`, `SkipReason.suspended`) so no caller compares strings.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from typing import Any
 
-from syncer.identity import ObjectRef
+from syncer.identity import ObjectRef, Unit
 
 
 class Action(StrEnum):
@@ -46,6 +48,32 @@ class SkipReason(Enum):
         return self.value
 
 
+class Cause(StrEnum):
+    """Why an object or a unit was not applied: the fixed set of places a sync catches an error.
+    The message says it for people; decisions read the cause."""
+
+    CONFLICT = "Conflict"  # fields are owned by another server-side applier (engine.apply.ConflictError)
+    IMMUTABLE_FIELD = "ImmutableField"  # the change needs a recreate the unit does not allow
+    RECREATE_TIMEOUT = "RecreateTimeout"  # deleted for recreation, but still there (finalizers?)
+    OTHER_REPOSITORY = "OwnedByOtherRepository"  # the object or unit belongs to another repository
+    OTHER_UNIT = "OwnedByOtherUnit"  # another unit of this repository renders (or may want) the object
+    OTHER_MANAGER = "OwnedByOtherManager"  # Helm's, the agent's own or another's Secret: never adopted by force
+    MISSING_SECRET_KEY = "MissingSecretKey"  # a Secret to mount or copy from lacks the key (or is absent)
+    FORBIDDEN = "Forbidden"  # the API server said 403
+    INVALID = "Invalid"  # the API server said 422
+    API_ERROR = "ApiError"  # any other answer of the API server
+    UNREACHABLE = "Unreachable"  # the API server could not be reached (network, TLS, credentials)
+    WOULD_PRUNE_ALL = "WouldPruneAll"  # refused: the repository or unit renders nothing (see --allow-empty)
+    CONFIG_ERROR = "ConfigError"  # the unit's configuration has errors; nothing was applied
+    NODE_KEYS = "NodeKeys"  # registering SuperNode keys on the SuperLink failed (engine.nodekeys)
+    CRASHED = "Crashed"  # a bug: the agent's sync raised something unexpected
+
+    @staticmethod
+    def of_status(status: int) -> Cause:
+        """The cause of a failed API request, from its HTTP status."""
+        return {403: Cause.FORBIDDEN, 422: Cause.INVALID}.get(status, Cause.API_ERROR)
+
+
 @dataclass
 class Change:
     ref: ObjectRef
@@ -53,9 +81,23 @@ class Change:
     message: str = ""
     diff: str = ""
     drift: bool = False  # the live object differed from what was last applied (someone changed it)
+    cause: Cause | None = None  # why it failed: set exactly when the action is FAILED
+
+    def __post_init__(self) -> None:
+        if (self.cause is None) == (self.action is Action.FAILED):
+            raise ValueError(f"a change has a cause exactly when it failed: {self.action} with cause {self.cause}")
+
+    def failed(self) -> bool:
+        return self.action is Action.FAILED
+
+    def is_conflict(self) -> bool:
+        """Not applied because another server-side applier owns some of its fields."""
+        return self.cause is Cause.CONFLICT
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"object": str(self.ref), "action": self.action.value}
+        if self.cause is not None:
+            out["cause"] = self.cause.value
         if self.message:
             out["message"] = self.message
         if self.drift:
@@ -67,9 +109,12 @@ class Change:
 
 @dataclass
 class UnitResult:
-    unit: str
+    unit: Unit
     changes: list[Change] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    """What went wrong outside any one object, for people; add with `fail`, which records the cause."""
+    cause: Cause | None = None
+    """Why the unit itself failed (the first of its `errors`); None when it did not."""
     skipped: SkipReason | None = None
     suspended: SkipReason | None = None
     """Set on a dry-run that measured a suspended unit's drift anyway (`diff`, `status`)."""
@@ -80,6 +125,32 @@ class UnitResult:
     def ok(self) -> bool:
         return not self.errors and not any(c.action is Action.FAILED for c in self.changes)
 
+    def failed(self) -> bool:
+        return not self.ok
+
+    def fail(self, cause: Cause, message: str) -> None:
+        """Record an error of the unit (not of one object) and, if it is the first, its cause."""
+        self.errors.append(message)
+        if self.cause is None:
+            self.cause = cause
+
+    def failures(self) -> list[Change]:
+        """The changes that failed."""
+        return [c for c in self.changes if c.action is Action.FAILED]
+
+    def conflicts(self) -> list[Change]:
+        """The changes not applied because another server-side applier owns some of their fields."""
+        return [c for c in self.changes if c.is_conflict()]
+
+    def is_conflict(self) -> bool:
+        return any(c.is_conflict() for c in self.changes)
+
+    def causes(self) -> list[Cause]:
+        """Every cause of this result's failure, the unit's own first, each once."""
+        found = [] if self.cause is None else [self.cause]
+        found.extend(c.cause for c in self.changes if c.cause is not None)
+        return list(dict.fromkeys(found))
+
     @property
     def changed(self) -> bool:
         return any(c.action.is_change for c in self.changes)
@@ -88,9 +159,11 @@ class UnitResult:
         return sum(1 for c in self.changes if c.action in actions)
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"unit": self.unit, "ok": self.ok, "changes": [c.to_dict() for c in self.changes]}
+        out: dict[str, Any] = {"unit": self.unit.id, "ok": self.ok, "changes": [c.to_dict() for c in self.changes]}
         if self.errors:
             out["errors"] = self.errors
+        if self.cause is not None:
+            out["cause"] = self.cause.value
         if self.skipped is not None:
             out["skipped"] = str(self.skipped)
         if self.suspended is not None:

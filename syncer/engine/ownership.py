@@ -16,6 +16,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from syncer.engine.changeset import Cause
 from syncer.engine.inventory import Entry, Inventory
 from syncer.engine.normalize import managed_fields_hash
 from syncer.identity import (
@@ -52,36 +53,48 @@ def owner_of(obj: Mapping[str, Any] | None) -> Owner | None:
     return Owner(unit, labels.get(LABEL_REPOSITORY, "")) if unit is not None else None
 
 
+@dataclass(frozen=True)
+class WriteConflict:
+    """Why a unit must not apply over a live object: whose it is (`cause`: another repository's or
+    another unit's) and, for people, `reason`."""
+
+    cause: Cause
+    reason: str
+
+
 def write_conflict(unit: Unit, ours: Collection[str], live: Mapping[str, Any] | None, claims: Claims,
                    inventories: Mapping[Unit, Inventory], *, foreign: Callable[[str, Unit], bool] | None = None,
-                   legacy: Collection[str] = ()) -> str:
+                   legacy: Collection[str] = ()) -> WriteConflict | None:
     """Why `unit` of the repository named `ours` (its name and former names) must not apply over
-    `live`, or "" if it may. `foreign(repository, owner unit)` says when a unit recorded under one
+    `live`, or None if it may. `foreign(repository, owner unit)` says when a unit recorded under one
     of our names came from another source (a name claimed by two repositories: never taken);
     `legacy` are names earlier versions derived for us, whose objects only the same unit takes."""
     owner = owner_of(live)
     if owner is None:
-        return ""
+        return None
     owner_repo = owner.repository or _recorded_repository(owner.unit, inventories)
     if owner_repo and owner_repo in legacy and owner_repo not in ours:
         if owner.unit == unit:
-            return ""
-        return (f"it belongs to {owner.unit.id}, recorded under the name {owner_repo!r} this repository had "
-                "before refs were part of derived names; only that unit takes it over")
+            return None
+        return WriteConflict(Cause.OTHER_UNIT, f"it belongs to {owner.unit.id}, recorded under the name "
+                             f"{owner_repo!r} this repository had before refs were part of derived names; only "
+                             "that unit takes it over")
     if owner_repo and owner_repo not in ours:
-        return (f"it belongs to {owner.unit.id} of the repository {owner_repo!r}; flower-syncer never takes "
-                "another repository's objects: rename it in one of the repositories")
+        return WriteConflict(Cause.OTHER_REPOSITORY, f"it belongs to {owner.unit.id} of the repository "
+                             f"{owner_repo!r}; flower-syncer never takes another repository's objects: rename it "
+                             "in one of the repositories")
     if owner_repo and foreign is not None and foreign(owner_repo, owner.unit):
-        return (f"it belongs to {owner.unit.id}, applied under the name {owner_repo!r} by another source; "
-                "a repository never takes the objects of a name another source uses")
+        return WriteConflict(Cause.OTHER_REPOSITORY, f"it belongs to {owner.unit.id}, applied under the name "
+                             f"{owner_repo!r} by another source; a repository never takes the objects of a name "
+                             "another source uses")
     if owner.unit == unit:
-        return ""
+        return None
     if owner.unit in claims.failed:
-        return (f"it belongs to {owner.unit.id}, which has configuration errors, so it may still want it; "
-                "fix that unit first")
+        return WriteConflict(Cause.OTHER_UNIT, f"it belongs to {owner.unit.id}, which has configuration errors, "
+                             "so it may still want it; fix that unit first")
     if live is not None and claims.claimant(ObjectRef.of(live)) == owner.unit:
-        return f"it belongs to {owner.unit.id}, which renders it too"
-    return ""  # left behind by a unit of ours that no longer renders it: hand-over
+        return WriteConflict(Cause.OTHER_UNIT, f"it belongs to {owner.unit.id}, which renders it too")
+    return None  # left behind by a unit of ours that no longer renders it: hand-over
 
 
 HELM_ANNOTATION_PREFIX = "meta.helm.sh/"

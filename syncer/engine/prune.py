@@ -12,7 +12,7 @@ from collections.abc import Collection
 from typing import Any
 
 from syncer.cluster.client import FIELD_MANAGER, ApiError, Kube
-from syncer.engine.changeset import Action, Change
+from syncer.engine.changeset import Action, Cause, Change
 from syncer.engine.ownership import foreign_manager
 from syncer.identity import ANN_PRUNE, LABEL_MANAGED_BY, LABEL_REPOSITORY, MANAGED_BY, ObjectRef, Unit, apply_level
 
@@ -71,7 +71,8 @@ def prune(kube: Kube, unit: Unit, refs: list[ObjectRef], live: dict[ObjectRef, d
             if exc.conflict:  # the uid precondition failed: someone recreated it; not ours to delete
                 changes.append(Change(ref, Action.SKIPPED, "kept: it was replaced by a new object"))
                 continue
-            changes.append(Change(ref, Action.FAILED, f"delete failed: {exc.message}"))
+            changes.append(Change(ref, Action.FAILED, f"delete failed: {exc.message}",
+                                  cause=Cause.of_status(exc.status)))
             keep.append(ref)
             continue
         changes.append(Change(ref, Action.DELETED))

@@ -15,21 +15,21 @@ from collections import Counter
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any, TypeVar
 
 from syncer.cluster.client import FIELD_MANAGER, ApiError, ClusterUnreachable, Kube
 from syncer.cluster.fence import Fenced
 from syncer.engine.apply import Applier, Outcome
-from syncer.engine.changeset import Action, Change, SkipReason, UnitResult
+from syncer.engine.changeset import Action, Cause, Change, SkipReason, UnitResult
 from syncer.engine.checked import Checked
 from syncer.engine.copies import fill_copies
 from syncer.engine.digestkey import DigestKeyError, DigestKeys
-from syncer.engine.inventory import HISTORY_LIMIT, Applied, Condition, Entry, Inventory, inventory_name, inventory_ref
+from syncer.engine.inventory import HISTORY_LIMIT, Applied, Entry, Inventory, inventory_name, inventory_ref
 from syncer.engine.live import LiveState
 from syncer.engine.mounts import missing_keys, mounted_secret_keys
 from syncer.engine.normalize import with_fingerprint
+from syncer.engine.outcome import config_error_condition, outcome_condition, utc_now
 from syncer.engine.ownership import recover_inventory, stamp_repository, write_conflict
 from syncer.engine.prune import prune
 from syncer.engine.vanished import recorded_source, vanished_units
@@ -135,8 +135,10 @@ class Engine:
             report.units.extend(self._staged(pool, [plan.units[u] for u in units], live, opts, plan))
         for unit in sorted(plan.failed):
             if plan.selected(unit):
-                report.units.append(UnitResult(unit.id, errors=["configuration has errors; nothing was changed "
-                                                                "(the last applied state stays)"]))
+                failed = UnitResult(unit)
+                failed.fail(Cause.CONFIG_ERROR, "configuration has errors; nothing was changed (the last applied "
+                            "state stays)")
+                report.units.append(failed)
                 if not opts.dry_run and unit in plan.errors:
                     self.record_config_error(unit, plan.errors[unit], live, plan)
         report.units.extend(self._prune_vanished(plan, live, opts))
@@ -185,10 +187,11 @@ class Engine:
         try:
             return step()
         except (ApiError, ClusterUnreachable, OSError) as exc:
+            res = UnitResult(unit) if run is None else run.res
+            res.fail(cause_of(exc), f"sync failed: {exc}")
             if run is None:
-                return UnitResult(unit.id, errors=[f"sync failed: {exc}"])
+                return res
             run.failed = f"sync failed: {exc}"
-            run.res.errors.append(run.failed)
             return None
 
     def _snapshot(self, plan: Plan, opts: SyncOptions) -> LiveState:
@@ -215,7 +218,8 @@ class Engine:
             try:
                 results.append(self.prune_vanished(unit, live, opts, plan))
             except (ApiError, ClusterUnreachable, OSError) as exc:  # the next unit is still pruned
-                results.append(UnitResult(unit.id, errors=[f"prune failed: {exc}"]))
+                results.append(failed := UnitResult(unit))
+                failed.fail(cause_of(exc), f"prune failed: {exc}")
         return results
 
     def prune_vanished(self, unit: Unit, live: LiveState, opts: SyncOptions, plan: Plan) -> UnitResult:
@@ -225,7 +229,7 @@ class Engine:
         when the repository renders nothing at all unless `allow_empty`. Objects another unit of the
         repository renders now are handed over, not deleted. A unit whose inventory was deleted is
         pruned from the objects that still carry its labels."""
-        res = UnitResult(unit.id)
+        res = UnitResult(unit)
         repository = plan.repository
         inv = live.inventories.get(unit)
         if inv is None:
@@ -247,8 +251,8 @@ class Engine:
             res.skipped = SkipReason.NOT_PRUNED_PRUNING_DISABLED
             return res
         if not plan.renders_anything and not opts.allow_empty:
-            res.errors.append("refusing to prune: the repository renders nothing at all (wrong path or "
-                              "branch?); pass --allow-empty to delete everything")
+            res.fail(Cause.WOULD_PRUNE_ALL, "refusing to prune: the repository renders nothing at all (wrong path "
+                     "or branch?); pass --allow-empty to delete everything")
             return res
         refs, handed = _hand_over(unit, list(inv.entries), plan.claims)
         res.changes.extend(handed)
@@ -283,7 +287,7 @@ class Engine:
             if current is not None and current.revision == revision and (current.source == source or not source):
                 continue
             try:
-                record = Checked(repository, revision, _now(), source)
+                record = Checked(repository, revision, utc_now(), source)
                 self.kube.apply(record.manifest(ns), force=True)
                 live.checked[(ns, repository)] = record
             except (ApiError, ClusterUnreachable, OSError) as exc:
@@ -306,7 +310,7 @@ class Engine:
         """A unit's checks before anything is applied: whose it is, whether it is suspended, its
         desired objects and namespace. A UnitResult when there is nothing to apply."""
         unit, manifests, policy = planned.unit, planned.manifests, planned.policy
-        res = UnitResult(unit.id)
+        res = UnitResult(unit)
         repository = plan.repository
         inv = live.inventories.get(unit)
         recovered = False
@@ -317,17 +321,17 @@ class Engine:
             inv = inv or Inventory(unit, repository=repository)
         source = recorded_source(live, unit, inv)
         if plan.owns(inv.repository) and plan.foreign_source(inv.repository, source):
-            res.errors.append(f"{unit.id} was applied by the repository {inv.repository!r} from another source "
-                              f"({source}), not from this one ({plan.source}): a repository may not take over "
-                              f"the units of a name another source uses. Choose another name; or, if this is "
-                              f"meant, ask the cluster's admins to list {inv.repository!r} in this repository's "
-                              f"`names` in the admin policy")
+            res.fail(Cause.OTHER_REPOSITORY, f"{unit.id} was applied by the repository {inv.repository!r} from "
+                     f"another source ({source}), not from this one ({plan.source}): a repository may not take "
+                     f"over the units of a name another source uses. Choose another name; or, if this is meant, "
+                     f"ask the cluster's admins to list {inv.repository!r} in this repository's `names` in the "
+                     f"admin policy")
             return res
         if not plan.owns_record(inv.repository, source, in_git=True):
-            res.errors.append(f"{unit.id} was applied by the repository {inv.repository!r}, not by this one "
-                              f"({repository!r}): flower-syncer never takes another repository's units. Rename "
-                              f"the unit; or, if {inv.repository!r} was this repository's earlier name, add "
-                              f"`renamedFrom: [{inv.repository}]` to its flower-syncer.yaml")
+            res.fail(Cause.OTHER_REPOSITORY, f"{unit.id} was applied by the repository {inv.repository!r}, not by this "
+                     f"one ({repository!r}): flower-syncer never takes another repository's units. Rename the unit; "
+                     f"or, if {inv.repository!r} was this repository's earlier name, add "
+                     f"`renamedFrom: [{inv.repository}]` to its flower-syncer.yaml")
             return res
         if policy.suspend or inv.suspended:
             reason = SkipReason.SUSPENDED_BY_CLI if inv.suspended else SkipReason.SUSPENDED_IN_GIT
@@ -336,7 +340,8 @@ class Engine:
                 return res
             res.suspended = reason  # a dry-run that shows what differs all the same (diff, status)
         if not manifests and inv.entries and not opts.allow_empty:
-            res.errors.append("refusing to prune this unit down to nothing; pass --allow-empty if that is meant")
+            res.fail(Cause.WOULD_PRUNE_ALL, "refusing to prune this unit down to nothing; pass --allow-empty if that "
+                     "is meant")
             return res
         ready = self._ensure_namespace(unit.namespace, opts.dry_run, res)
         if ready is None:
@@ -348,7 +353,7 @@ class Engine:
                 try:  # a Secret from Git is fingerprinted under its namespace's key, never in the clear
                     key = self._digest_keys.key_for(filled, dry_run=opts.dry_run or not ready)
                 except DigestKeyError as exc:
-                    res.errors.append(f"{exc.detail}; nothing of this unit is applied")
+                    res.fail(Cause.API_ERROR, f"{exc.detail}; nothing of this unit is applied")
                     return res
                 desired.append(with_fingerprint(stamp_repository(filled, repository), key))
         if not ready:  # dry-run into a namespace that does not exist yet: everything would be created
@@ -405,14 +410,17 @@ class Engine:
             # before the Ready condition is written
             from syncer.engine.nodekeys import sync_node_keys  # grpc: only for such federations
 
+            errors = len(res.errors)
             sync_node_keys(planned.node_auth, unit, run.desired, res)
+            if len(res.errors) > errors and res.cause is None:
+                res.cause = Cause.NODE_KEYS
         inv_ref = inventory_ref(unit)
         if run.recovered:
             res.changes.append(Change(inv_ref, Action.SKIPPED if opts.dry_run else Action.CREATED,
                                       f"inventory was missing; rebuilt from {len(inv.entries)} labelled objects"))
         res.changes.extend(Change(inv_ref, Action.SKIPPED, f"inventory entry not understood, left alone in the "
                                   f"cluster and dropped from the inventory: {entry}") for entry in inv.ignored)
-        condition = (Condition(False, "ConfigError", _short(plan.errors[unit]), _now(), plan.revision)
+        condition = (config_error_condition(plan.errors[unit], plan.revision)
                      if unit in plan.errors else outcome_condition(res, plan.revision or planned.revision))
         recorded = inv.condition if condition.same(inv.condition) else condition
         source = plan.source or inv.source
@@ -422,7 +430,7 @@ class Engine:
             history = inv.history
             if changed and res.ok:
                 counts = Counter(c.action.value for c in res.changes if c.action.is_change)
-                history = (Applied(planned.revision, _now(), self.identity, tuple(sorted(counts.items()))),
+                history = (Applied(planned.revision, utc_now(), self.identity, tuple(sorted(counts.items()))),
                            *history)[:HISTORY_LIMIT]
             new = Inventory(unit, entries, planned.revision if changed else inv.revision, repository=repository,
                             condition=recorded, history=history, source=source)
@@ -447,7 +455,7 @@ class Engine:
         inv = live.inventories.get(unit)
         if inv is None or not plan.owns_record(inv.repository, inv.source):
             return False
-        condition = Condition(False, "ConfigError", _short(message), _now(), plan.revision)
+        condition = config_error_condition(message, plan.revision)
         if condition.same(inv.condition):
             return False
         new = dataclasses.replace(inv, condition=condition, ignored=())
@@ -471,14 +479,16 @@ class Engine:
                                       live.inventories, foreign=lambda repo, owner: plan.foreign_source(
                                           repo, recorded_source(live, owner, live.inventories.get(owner))),
                                       legacy=plan.legacy_names)
-            if conflict:
-                outcomes.append(Outcome(Change(ref, Action.FAILED, f"not applied: {conflict}"), None))
+            if conflict is not None:
+                outcomes.append(Outcome(Change(ref, Action.FAILED, f"not applied: {conflict.reason}",
+                                               cause=conflict.cause), None))
                 continue
             quick = applier.known_unchanged(m, live.objects.get(ref), inv.entries.get(ref))
             if quick is None:
                 problems = self._unmountable(m, own_secrets)
                 if problems:  # its pods would wait in ContainerCreating: say why instead
-                    quick = Outcome(Change(ref, Action.FAILED, f"not applied: {'; '.join(problems)}"), None)
+                    quick = Outcome(Change(ref, Action.FAILED, f"not applied: {'; '.join(problems)}",
+                                           cause=Cause.MISSING_SECRET_KEY), None)
             outcomes.append(quick)
             if quick is None:
                 pending.append((i, m, ref))
@@ -540,7 +550,7 @@ class Engine:
                 res.changes.append(Change(ObjectRef("Namespace", "", namespace), Action.CREATED))
         except ApiError as exc:
             if not exc.conflict:  # 409 AlreadyExists: created meanwhile, fine
-                res.errors.append(f"cannot ensure namespace {namespace}: {exc.message}")
+                res.fail(Cause.of_status(exc.status), f"cannot ensure namespace {namespace}: {exc.message}")
                 return None
         self._namespaces_seen.add(namespace)
         return True
@@ -550,40 +560,20 @@ class Engine:
             self.kube.apply(inv.manifest(), force=True)
         except ApiError as exc:
             if res is not None:
-                res.errors.append(f"cannot record the inventory {inv.name()}: {exc.message}")
+                res.fail(Cause.of_status(exc.status), f"cannot record the inventory {inv.name()}: {exc.message}")
             return False
         return True
 
 
-def outcome_condition(res: UnitResult, revision: str) -> Condition:
-    """The Ready condition a sync result stands for. Its message names objects, never volatile
-    server text, so the same failure gives the same condition (and no new write)."""
-    if res.ok:
-        return Condition(True, "Synced", "in sync with Git", _now(), revision)
-    failed = [c for c in res.changes if c.action is Action.FAILED]
-    conflicts = [c.ref for c in failed if "conflict" in c.message.lower()]
-    if conflicts:
-        return Condition(False, "Conflict", _short(f"{len(conflicts)} object(s) have fields another manager "
-                                                   f"owns: {', '.join(map(str, conflicts[:3]))}"), _now(), revision)
-    if failed:
-        return Condition(False, "SyncFailed", _short(f"{len(failed)} object(s) failed: "
-                                                     f"{', '.join(str(c.ref) for c in failed[:3])}"), _now(), revision)
-    return Condition(False, "SyncFailed", _short(res.errors[0] if res.errors else "the sync failed"), _now(),
-                     revision)
+def cause_of(exc: ApiError | ClusterUnreachable | OSError) -> Cause:
+    """The cause of a request that failed: the API's answer, or no answer at all."""
+    return Cause.of_status(exc.status) if isinstance(exc, ApiError) else Cause.UNREACHABLE
 
 
 def unit_namespaces(plan: Plan, scope: Collection[str] | None = None) -> set[str]:
     """The namespaces of the plan's units (loaded or failed), within `scope` when given."""
     namespaces = {u.namespace for u in plan.units} | {u.namespace for u in plan.failed}
     return namespaces if scope is None else namespaces & set(scope)
-
-
-def _short(text: str, limit: int = 300) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _hand_over(unit: Unit, refs: list[ObjectRef], claims: Claims | None) -> tuple[list[ObjectRef], list[Change]]:

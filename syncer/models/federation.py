@@ -15,7 +15,7 @@ from pydantic import Field
 from syncer.diagnostics import FieldPath
 from syncer.models.base import StrictModel
 from syncer.models.flower import ANN_FLOWER_VERSION, FlowerInterface, image_version, interface_of_image
-from syncer.models.k8s import Issue, K8sType, env_issues
+from syncer.models.k8s import Issue, K8sType, reserved_env_issues
 from syncer.models.names import (
     DNS1123_SUBDOMAIN,
     MAX_NAME,
@@ -447,7 +447,7 @@ class Federation(StrictModel):
                 continue
             for path, env in ((("spec", "supernodes", "env"), spec.supernodes.env),
                               (("spec", "supernodes", "pools", i, "env"), pool.env)):
-                issues.extend(e for e in env_issues(env, path, reserved) if "is set by" in e.message)
+                issues.extend(reserved_env_issues(env, path, reserved))
         return issues
 
     def _name_issues(self) -> list[Issue]:

@@ -100,7 +100,17 @@ def env_name_problem(name: str) -> str | None:
 def env_issues(env: list[Any], path: FieldPath, reserved: Mapping[str, str] | None = None) -> list[Issue]:
     """Names the API server refuses, names given twice (server-side apply keys env by name: it
     answers 500), and names the renderer sets itself (`reserved`: name -> what sets it)."""
-    issues: list[Issue] = []
+    return [issue for issue, _ in _env_issues(env, path, reserved)]
+
+
+def reserved_env_issues(env: list[Any], path: FieldPath, reserved: Mapping[str, str]) -> list[Issue]:
+    """Of `env_issues`, only those naming a variable the renderer sets itself."""
+    return [issue for issue, is_reserved in _env_issues(env, path, reserved) if is_reserved]
+
+
+def _env_issues(env: list[Any], path: FieldPath, reserved: Mapping[str, str] | None) -> list[tuple[Issue, bool]]:
+    """`env_issues`, each with whether it is about a reserved name."""
+    issues: list[tuple[Issue, bool]] = []
     seen: dict[str, int] = {}
     for i, item in enumerate(env):
         name = item.get("name") if isinstance(item, dict) else None
@@ -108,13 +118,13 @@ def env_issues(env: list[Any], path: FieldPath, reserved: Mapping[str, str] | No
             continue
         problem = env_name_problem(name)
         if problem:
-            issues.append(Issue((*path, i, "name"), problem, "use a name such as MY_SETTING"))
+            issues.append((Issue((*path, i, "name"), problem, "use a name such as MY_SETTING"), False))
         elif name in seen:
-            issues.append(Issue((*path, i, "name"), f"environment variable {name!r} is set twice (also at "
-                                f"[{seen[name]}])", "keep one of them"))
+            issues.append((Issue((*path, i, "name"), f"environment variable {name!r} is set twice (also at "
+                                 f"[{seen[name]}])", "keep one of them"), False))
         elif reserved and name in reserved:
-            issues.append(Issue((*path, i, "name"), f"environment variable {name!r} is set by {reserved[name]}",
-                                "rename yours"))
+            issues.append((Issue((*path, i, "name"), f"environment variable {name!r} is set by {reserved[name]}",
+                                 "rename yours"), True))
         seen.setdefault(name, i)
     return issues
 

@@ -96,7 +96,7 @@ CORRECTING = (Action.CONFIGURED, Action.RECREATED)
 
 def result_of(unit: UnitResult) -> str:
     """success, failed or skipped (suspended, or removed from Git and not pruned)."""
-    if not unit.ok:
+    if unit.failed():
         return "failed"
     if unit.skipped is not None:
         return "skipped"
@@ -248,7 +248,7 @@ class Metrics:
         actions: dict[str, int] = {}
         for c in report_unit.changes:
             actions[c.action.value] = actions.get(c.action.value, 0) + 1
-        self._units.sync(report_unit.unit, result_of(report_unit), max(seconds, 0.0), time.time(), actions)
+        self._units.sync(report_unit.unit.id, result_of(report_unit), max(seconds, 0.0), time.time(), actions)
 
     def observe_drift_corrections(self, unit: str, counts_by_kind: Mapping[str, int]) -> None:
         """Objects of `unit` changed or deleted outside Git that a sync put back, by kind (see

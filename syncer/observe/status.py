@@ -428,9 +428,9 @@ def drift_counts(report: SyncReport) -> tuple[dict[str, int], dict[str, list[str
     counts: dict[str, int] = {}
     errors: dict[str, list[str]] = {}
     for u in report.units:
-        counts[u.unit] = sum(1 for c in u.changes if c.action.is_change)
+        counts[u.unit.id] = sum(1 for c in u.changes if c.action.is_change)
         if u.errors:
-            errors[u.unit] = list(u.errors)
+            errors[u.unit.id] = list(u.errors)
     return counts, errors
 
 

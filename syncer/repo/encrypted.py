@@ -27,6 +27,9 @@ class Opened:
     seal_key: bytes = b""  # see syncer.secrets.sops.Decrypted
 
 
+DECRYPTION = "decryption"  # Diagnostic.code of a file that cannot be decrypted
+
+
 def open_document(doc: YamlDoc, decryption: Decryption) -> tuple[Opened | None, Diagnostic | None]:
     """The document decrypted; or, without a key when none is required, with placeholders where
     values are encrypted (and a warning); or None and an error naming the file."""
@@ -53,7 +56,8 @@ def open_documents(docs: Sequence[YamlDoc], decryption: Decryption) -> tuple[lis
         decrypted = decrypt_documents([d.data for d in docs], decryption.identities)
     except SopsError as exc:
         return [None] * len(docs), [Diagnostic(first.file, line, 1, "", f"cannot decrypt this SOPS file: "
-                                               f"{exc.detail}", exc.hint or "check the file and the decryption keys")]
+                                               f"{exc.detail}", exc.hint or "check the file and the decryption keys",
+                                               code=DECRYPTION)]
     return [Opened(replace(doc, data=d.data), d.secrets, seal_key=d.seal_key)
             for doc, d in zip(docs, decrypted, strict=True)], []
 

@@ -24,9 +24,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
 METADATA_KEY = "sops"
 _ENC = re.compile(r"ENC\[AES256_GCM,data:([^,]*),iv:([^,]*),tag:([^,]*),type:([^\]]*)\]\Z")
 _MAC_ONLY_ENCRYPTED_INIT = hashlib.sha256(b"sops").digest()  # what sops prefixes to such a MAC
@@ -229,6 +226,9 @@ def _decrypt_value(value: Any, key: bytes, aad: str) -> Any:
     if m is None:
         raise SopsError(f"the value at {aad[:-1] or '(top)'} should be encrypted but is not",
                         "the file was edited by hand after encryption: edit it with `sops` instead")
+    from cryptography.exceptions import InvalidTag  # only for a file that is decrypted
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
     try:
         data, iv, tag = (base64.b64decode(m.group(i), validate=True) for i in (1, 2, 3))
         raw = AESGCM(key).decrypt(iv, data + tag, aad.encode())

@@ -6,8 +6,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import git as gitpython
-
 from syncer.source import urls
 from syncer.source.refs import normalize_subpath
 
@@ -24,6 +22,8 @@ def source_location(repo: str, path: str = "") -> tuple[str, str]:
     if local is None:
         return _plain_url(repo), normalize_subpath(path)
     folder = (local / path) if path else local
+    import git as gitpython  # GitPython: only for a local repository, and only when a name is derived
+
     try:
         git_repo = gitpython.Repo(folder, search_parent_directories=True)
     except (gitpython.exc.GitError, ValueError, OSError):

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from syncer.cluster.client import Kube
-from syncer.engine.changeset import Action, Change, SkipReason
+from syncer.engine.changeset import Action, Cause, Change, SkipReason
 from syncer.engine.sync import Engine, SyncOptions, SyncReport
 from syncer.render.repo import plan_repo, render_repo
 from syncer.repo.loader import load_repo
@@ -141,8 +141,8 @@ def test_broken_file_deletes_nothing_of_that_unit(kube: Kube, repo: Path, namesp
     (repo / "federations" / "other.yaml").unlink()
     report = sync(kube, repo)
     assert not report.ok
-    results = {u.unit: u for u in report.units}
-    assert results[f"federation/{namespace}/fed"].errors
+    results = {u.unit.id: u for u in report.units}
+    assert results[f"federation/{namespace}/fed"].cause is Cause.CONFIG_ERROR
     assert results[f"federation/{namespace}/other"].skipped is SkipReason.NOT_PRUNED_REPO_HAS_ERRORS
     assert kube.get("StatefulSet", namespace, "fed-supernode-b") is not None
     assert kube.get("StatefulSet", namespace, "other-supernode-a") is not None
@@ -203,7 +203,7 @@ def test_field_owned_by_another_applier_is_a_conflict(kube: Kube, repo: Path, na
     kube.apply(patch, manager="other-team", force=True)
     report = sync(kube, repo)
     change = sts_change(report)
-    assert change.action is Action.FAILED
+    assert change.action is Action.FAILED and change.cause is Cause.CONFLICT
     assert ".spec.replicas" in change.message and "other-team" in change.message
     forced = sync(kube, repo, force_conflicts=True)
     assert forced.ok
@@ -223,7 +223,7 @@ def test_immutable_field_change_is_refused_unless_recreate_is_allowed(kube: Kube
     write_fed(repo, pools=pool("a", 1, VCT.replace("SIZE", "2Gi")))
     report = sync(kube, repo)
     change = sts_change(report)
-    assert change.action is Action.FAILED
+    assert change.action is Action.FAILED and change.cause is Cause.IMMUTABLE_FIELD
     assert "immutable" in change.message and "allow-recreate" in change.message
     text = (repo / "federations" / "fed.yaml").read_text().replace(
         "  name: fed\n", '  name: fed\n  annotations:\n    flower-syncer.io/allow-recreate: "true"\n', 1)

@@ -107,7 +107,7 @@ def test_a_clash_within_a_repository_fails_both_units_and_applies_neither(kube: 
     before = identity(kube, "Service", namespace, "fed-superlink")
     write(repo, {"supernodes/aaa/values.yaml": CLASHING_RELEASE})
     report = sync(kube, repo)
-    errors = {u.unit: u.errors for u in report.units if u.errors}
+    errors = {u.unit.id: u.errors for u in report.units if u.errors}
     assert set(errors) == {f"federation/{namespace}/fed", f"supernode/{namespace}/aaa"}
     assert report.writes == 1  # no object: only fed's inventory, recording the clash (aaa has none yet)
     assert identity(kube, "Service", namespace, "fed-superlink") == before
@@ -130,8 +130,8 @@ def test_an_object_moved_between_units_is_handed_over_not_deleted(kube: Kube, tm
                  "supernodes/new/release.yaml": "policy:\n  allowRecreate: true\n"})
     report = sync(kube, repo)
     assert report.ok, report.to_dict()
-    new = {str(c.ref): c.action.value for u in report.units if u.unit.endswith("/new") for c in u.changes}
-    old = {str(c.ref): (c.action.value, c.message) for u in report.units if u.unit.endswith("/old") for c in u.changes}
+    new = {str(c.ref): c.action.value for u in report.units if u.unit.name == "new" for c in u.changes}
+    old = {str(c.ref): (c.action.value, c.message) for u in report.units if u.unit.name == "old" for c in u.changes}
     assert new[f"Service/{namespace}/shared-supernode"] == "configured"
     assert new[f"Deployment/{namespace}/shared-supernode"] == "recreated"
     assert old and all(a == "skipped" and "renders it now" in m for a, m in old.values()), old

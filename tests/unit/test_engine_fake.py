@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from syncer.engine.changeset import Action
+from syncer.engine.changeset import Action, Cause
 from syncer.engine.live import managed_reads
 from syncer.engine.sync import Engine, SyncOptions, SyncReport
 from syncer.identity import LABEL_REPOSITORY, Unit
@@ -110,6 +110,7 @@ def test_a_field_another_applier_owns_is_a_conflict_unless_forced(kube: FakeKube
     report = sync(kube, repo)
     failed = [c for u in report.units for c in u.changes if c.action is Action.FAILED]
     assert len(failed) == 1 and "other-gitops" in failed[0].message and "--force-conflicts" in failed[0].message
+    assert failed[0].is_conflict() and [c for u in report.units for c in u.conflicts()] == failed
     forced = sync(kube, repo, force_conflicts=True)
     assert forced.ok
     taken = server.get("StatefulSet", NS, "fed-supernode-a")
@@ -126,6 +127,7 @@ def test_an_immutable_change_fails_or_recreates_with_the_policy(kube: FakeKube, 
     report = sync(kube, repo)
     change = next(c for u in report.units for c in u.changes if str(c.ref) == f"StatefulSet/{NS}/fed-superlink")
     assert change.action is Action.FAILED and "allowRecreate" in change.message
+    assert change.cause is Cause.IMMUTABLE_FIELD and not change.is_conflict()
     write(repo, annotations='"flower-syncer.io/allow-recreate": "true"')
     report = sync(kube, repo)
     assert actions(report)[f"StatefulSet/{NS}/fed-superlink"] == "recreated"

@@ -9,7 +9,7 @@ from typing import cast
 from syncer.agent.agent import Agent, AgentOptions
 from syncer.agent.reporting import sync_events
 from syncer.cluster.events import BURST, Event, EventRecorder
-from syncer.engine.changeset import Action, Change, UnitResult
+from syncer.engine.changeset import Action, Cause, Change, UnitResult
 from syncer.engine.live import LiveState
 from syncer.identity import ObjectRef, Unit
 from syncer.observe.metrics import Metrics
@@ -30,7 +30,7 @@ def events(server: FakeApiServer) -> list[dict[str, object]]:
 
 
 def test_what_a_sync_reports() -> None:
-    result = UnitResult(UNIT.id, changes=[
+    result = UnitResult(UNIT, changes=[
         Change(STS, Action.CONFIGURED, drift=True),
         Change(ObjectRef("Service", NS, "fed-superlink"), Action.CREATED),
         Change(ObjectRef("Deployment", NS, "old"), Action.DELETED),
@@ -39,11 +39,14 @@ def test_what_a_sync_reports() -> None:
     assert [(e.regarding.kind, e.reason) for e in reported] == [
         ("StatefulSet", "DriftCorrected"), ("ConfigMap", "Pruned"), ("ConfigMap", "Synced")]
     assert reported[-1].note == "revision 0123456789ab: 1 configured, 1 created, 1 deleted"
-    assert sync_events(UNIT, UnitResult(UNIT.id, changes=[Change(STS, Action.UNCHANGED)]), set(), "r") == []
-    failed = UnitResult(UNIT.id, changes=[Change(STS, Action.FAILED, "conflict with kubectl on .spec.replicas")])
+    assert sync_events(UNIT, UnitResult(UNIT, changes=[Change(STS, Action.UNCHANGED)]), set(), "r") == []
+    failed = UnitResult(UNIT, changes=[Change(STS, Action.FAILED, "fields owned by kubectl", cause=Cause.CONFLICT)])
     assert [(e.regarding, e.type, e.reason) for e in sync_events(UNIT, failed, set(), "r")] == [
         (STS, "Warning", "Conflict"), (ObjectRef("ConfigMap", NS, "flower-syncer.federation.fed"), "Warning",
                                        "SyncFailed")]
+    # the cause decides, not the words: a refusal whose text says "conflict" is no Conflict event
+    worded = UnitResult(UNIT, changes=[Change(STS, Action.FAILED, "Conflict: conflict", cause=Cause.API_ERROR)])
+    assert [e.reason for e in sync_events(UNIT, worded, set(), "r")] == ["SyncFailed"]
 
 
 def test_repeats_become_a_series_and_floods_are_cut() -> None:

@@ -9,6 +9,7 @@ import base64
 from pathlib import Path
 from typing import Any
 
+from syncer.engine.changeset import Cause
 from syncer.engine.sync import Engine, SyncOptions
 from syncer.render.repo import plan_repo, render_repo
 from syncer.repo.loader import load_repo
@@ -110,6 +111,7 @@ def test_a_named_issuer_renders_the_superlinks_certificate(tmp_path: Path) -> No
     changes = {str(c.ref): c.action.value for u in first.units for c in u.changes}
     assert changes[f"Certificate/{NS}/fed-superlink"] == "created"
     assert "does not exist" in first.units[0].errors[0]  # until cert-manager has written the Secret
+    assert first.units[0].cause is Cause.MISSING_SECRET_KEY
     kube.create({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
                  "metadata": {"name": "fed-superlink-tls", "namespace": NS},
                  "data": {"tls.crt": "Y2VydA==", "tls.key": "a2V5", "ca.crt": "Y2E="}})

@@ -9,14 +9,15 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from syncer import __version__
-from syncer.engine.changeset import Action, Change, SkipReason, UnitResult
-from syncer.identity import ObjectRef
+from syncer.engine.changeset import Action, Cause, Change, SkipReason, UnitResult
+from syncer.identity import ObjectRef, Unit
 from syncer.observe.health import GPUCount, NodeGPU
 from syncer.observe.metrics import CONTENT_TYPE, Metrics, corrections_by_kind, drift_by_kind
 from syncer.observe.status import ClusterGPUs, PoolStatus, UnitStatus
 
 FED = "federation/flower/fed"
 SN = "supernode/edge/pytorch"
+FED_UNIT, SN_UNIT = Unit.parse(FED), Unit.parse(SN)
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -68,7 +69,7 @@ def test_agent_metrics_present_from_the_start() -> None:
 
 def test_observe_sync_success_counts_actions() -> None:
     m = Metrics()
-    result = UnitResult(FED, changes=[
+    result = UnitResult(FED_UNIT, changes=[
         Change(ref("StatefulSet/flower/fed-superlink"), Action.CONFIGURED, drift=True),
         Change(ref("StatefulSet/flower/fed-pool-a"), Action.CONFIGURED, drift=True),
         Change(ref("Service/flower/fed"), Action.CONFIGURED),  # Git changed it: not a correction
@@ -96,7 +97,7 @@ def test_observe_sync_success_counts_actions() -> None:
     assert value(m, "flower_syncer_objects_applied_total", unit=FED, action="failed") is None
     assert series(m, "flower_syncer_drift_corrections_total") == []  # counted by observe_drift_corrections
 
-    m.observe_sync(UnitResult(FED, changes=[Change(ref("StatefulSet/flower/fed-pool-a"), Action.CONFIGURED,
+    m.observe_sync(UnitResult(FED_UNIT, changes=[Change(ref("StatefulSet/flower/fed-pool-a"), Action.CONFIGURED,
                                                    drift=True)]), 0.02)
     assert value(m, "flower_syncer_sync_total", unit=FED, result="success") == 2
     assert value(m, "flower_syncer_objects_applied_total", unit=FED, action="configured") == 4
@@ -104,13 +105,14 @@ def test_observe_sync_success_counts_actions() -> None:
 
 def test_drift_corrections() -> None:
     m = Metrics()
-    result = UnitResult(FED, changes=[
+    result = UnitResult(FED_UNIT, changes=[
         Change(ref("StatefulSet/flower/fed-superlink"), Action.CONFIGURED, drift=True),
         Change(ref("StatefulSet/flower/fed-pool-a"), Action.RECREATED, drift=True),
         Change(ref("Service/flower/fed"), Action.CONFIGURED),  # Git changed it: not a correction
         Change(ref("Service/flower/gone"), Action.CREATED),  # someone deleted it (it is in the inventory)
         Change(ref("Secret/flower/new"), Action.CREATED),  # new in Git
-        Change(ref("ConfigMap/flower/a"), Action.FAILED, drift=True),  # a failed correction is none
+        # a failed correction is none
+        Change(ref("ConfigMap/flower/a"), Action.FAILED, drift=True, cause=Cause.INVALID),
     ])
     counts = corrections_by_kind(result, known={ref("Service/flower/gone"), ref("Service/flower/fed")})
     assert counts == {"StatefulSet": 2, "Service": 1}
@@ -123,9 +125,10 @@ def test_drift_corrections() -> None:
 
 def test_observe_sync_failed_and_skipped() -> None:
     m = Metrics()
-    m.observe_sync(UnitResult(FED, errors=["configuration has errors"]), 0.01)
-    m.observe_sync(UnitResult(FED, changes=[Change(ref("Service/flower/a"), Action.FAILED, "422 Invalid")]), 1.0)
-    m.observe_sync(UnitResult(SN, skipped=SkipReason.SUSPENDED_IN_GIT), 0.001)
+    m.observe_sync(UnitResult(FED_UNIT, errors=["configuration has errors"]), 0.01)
+    invalid = Change(ref("Service/flower/a"), Action.FAILED, "422 Invalid", cause=Cause.INVALID)
+    m.observe_sync(UnitResult(FED_UNIT, changes=[invalid]), 1.0)
+    m.observe_sync(UnitResult(SN_UNIT, skipped=SkipReason.SUSPENDED_IN_GIT), 0.001)
     assert value(m, "flower_syncer_sync_total", unit=FED, result="failed") == 2
     assert value(m, "flower_syncer_sync_total", unit=FED, result="success") == 0
     assert value(m, "flower_syncer_sync_total", unit=SN, result="skipped") == 1
@@ -187,7 +190,7 @@ def test_config_errors_queue_depth() -> None:
 
 def test_drift_objects_by_kind() -> None:
     m = Metrics()
-    dry_run = UnitResult(FED, changes=[
+    dry_run = UnitResult(FED_UNIT, changes=[
         Change(ref("StatefulSet/flower/a"), Action.CONFIGURED, "would configure", drift=True),
         Change(ref("StatefulSet/flower/b"), Action.CONFIGURED, "would configure"),
         Change(ref("Service/flower/c"), Action.CREATED, "would create"),
@@ -291,7 +294,8 @@ def test_two_workloads_with_one_pool_name_are_added_up() -> None:
 def test_forget_unit_drops_every_series_of_the_unit() -> None:
     m = Metrics()
     for unit in (FED, SN):
-        m.observe_sync(UnitResult(unit, changes=[Change(ref("StatefulSet/x/a"), Action.CONFIGURED, drift=True)]), 0.1)
+        configured = Change(ref("StatefulSet/x/a"), Action.CONFIGURED, drift=True)
+        m.observe_sync(UnitResult(Unit.parse(unit), changes=[configured]), 0.1)
         m.set_config_errors(unit, 1)
         m.set_drift(unit, {"StatefulSet": 1})
         m.observe_drift_corrections(unit, {"StatefulSet": 1})
@@ -310,13 +314,13 @@ def test_forget_unit_drops_every_series_of_the_unit() -> None:
     m.forget_unit("federation/never/seen")
     assert {dict(labels).get("unit") for (_, labels) in samples(m)} == {None}
     # a unit that comes back starts from zero
-    m.observe_sync(UnitResult(SN), 0.1)
+    m.observe_sync(UnitResult(SN_UNIT), 0.1)
     assert value(m, "flower_syncer_sync_total", unit=SN, result="success") == 1
 
 
 def test_exposition_is_valid_text_format() -> None:
     m = Metrics()
-    m.observe_sync(UnitResult(FED, changes=[Change(ref("Service/flower/a"), Action.CREATED)]), 0.2)
+    m.observe_sync(UnitResult(FED_UNIT, changes=[Change(ref("Service/flower/a"), Action.CREATED)]), 0.2)
     m.observe_status(_statuses(), [NodeGPU("n", "nvidia.com/gpu", 1, 1)])
     m.set_revision("abc")
     m.observe_drift_corrections(FED, {"Service": 1})
@@ -396,13 +400,13 @@ def test_per_unit_series_are_what_prometheus_clients_labelled_metrics_expose() -
         applied.labels(FED, action.value)
     corrections.labels(FED, "Service")
     for seconds, changes in ((0.02, [Action.CREATED, Action.CREATED]), (0.3, [Action.UNCHANGED]), (75.0, [])):
-        m.observe_sync(UnitResult(SN, changes=[Change(ref(f"Service/edge/s{i}"), a) for i, a in enumerate(changes)]),
-                       seconds)
+        made = [Change(ref(f"Service/edge/s{i}"), a) for i, a in enumerate(changes)]
+        m.observe_sync(UnitResult(SN_UNIT, changes=made), seconds)
         sync_total.labels(SN, "success").inc()
         duration.labels(SN).observe(seconds)
         for a in changes:
             applied.labels(SN, a.value).inc()
-    m.observe_sync(UnitResult(FED, errors=["boom"]), 0.01)
+    m.observe_sync(UnitResult(FED_UNIT, errors=["boom"]), 0.01)
     sync_total.labels(FED, "failed").inc()
     duration.labels(FED).observe(0.01)
     m.observe_drift_corrections(SN, {"StatefulSet": 2, "Service": 0})

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
+from syncer.engine.changeset import Cause
 from syncer.engine.mounts import missing_keys, mounted_secret_keys
 from syncer.engine.sync import Engine, SyncOptions
 from syncer.render.repo import plan_repo, render_repo
@@ -42,14 +43,14 @@ def test_a_kubernetes_tls_secret_without_ca_crt_is_a_sync_error_not_a_stuck_pod(
                  "data": {"tls.crt": b64("cert"), "tls.key": b64("key")}})
     state = load_repo(repo)
 
-    def sync() -> dict[str, tuple[str, str]]:
+    def sync() -> dict[str, tuple[str, str, Cause | None]]:
         report = Engine(kube).sync(plan_repo(state, render_repo(state), revision="r1"), SyncOptions())
-        return {str(c.ref): (c.action.value, c.message) for u in report.units for c in u.changes}
+        return {str(c.ref): (c.action.value, c.message, c.cause) for u in report.units for c in u.changes}
 
     changes = sync()
     deployment = f"Deployment/{NS}/edge-flower-client-supernode"
-    action, message = changes[deployment]
-    assert action == "failed"
+    action, message, cause = changes[deployment]
+    assert action == "failed" and cause is Cause.MISSING_SECRET_KEY
     assert "Secret superlink-ca has no key ca.crt" in message and "kubectl create secret tls" in message
     assert kube.get("Deployment", NS, "edge-flower-client-supernode") is None
     # the Service and the rest are applied; the workload follows once the Secret has the key

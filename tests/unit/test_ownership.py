@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from syncer.engine.changeset import Cause
 from syncer.engine.inventory import INVENTORY_KEY, Inventory, decode
 from syncer.engine.live import LiveState, ManagedObjects
 from syncer.engine.ownership import owner_of, recover_inventory, stamp_repository, write_conflict
@@ -45,37 +46,40 @@ def test_owner_of_reads_unit_and_repository_labels() -> None:
 
 def test_a_unit_writes_its_own_and_unmanaged_objects() -> None:
     claims = Claims.of([(A, [obj("x", A)])])
-    assert write_conflict(A, {"repo"}, obj("x", A), claims, {}) == ""
-    assert write_conflict(A, {"repo"}, obj("x", None), claims, {}) == ""
-    assert write_conflict(A, {"repo"}, None, claims, {}) == ""
+    assert write_conflict(A, {"repo"}, obj("x", A), claims, {}) is None
+    assert write_conflict(A, {"repo"}, obj("x", None), claims, {}) is None
+    assert write_conflict(A, {"repo"}, None, claims, {}) is None
 
 
 def test_another_repositorys_object_is_a_conflict_even_for_the_same_unit_id() -> None:
     claims = Claims.of([(A, [obj("x", A)])])
-    reason = write_conflict(A, {"repo"}, obj("x", A, repository="other"), claims, {})
-    assert "repository 'other'" in reason and A.id in reason
-    reason = write_conflict(A, {"repo"}, obj("x", B, repository="other"), claims, {})
-    assert "repository 'other'" in reason and B.id in reason
+    for owner in (A, B):
+        conflict = write_conflict(A, {"repo"}, obj("x", owner, repository="other"), claims, {})
+        assert conflict is not None and conflict.cause is Cause.OTHER_REPOSITORY
+        assert "repository 'other'" in conflict.reason and owner.id in conflict.reason
 
 
 def test_legacy_objects_take_the_repository_from_the_owners_inventory() -> None:
     claims = Claims.of([(A, [obj("x", A)])])
     inventories = {B: Inventory(B, repository="other")}
-    assert "repository 'other'" in write_conflict(A, {"repo"}, obj("x", B, repository=None), claims, inventories)
-    assert write_conflict(A, {"repo"}, obj("x", A, repository=None), claims, {A: Inventory(A, repository="repo")}) == ""
+    legacy = write_conflict(A, {"repo"}, obj("x", B, repository=None), claims, inventories)
+    assert legacy is not None and legacy.cause is Cause.OTHER_REPOSITORY and "repository 'other'" in legacy.reason
+    own = {A: Inventory(A, repository="repo")}
+    assert write_conflict(A, {"repo"}, obj("x", A, repository=None), claims, own) is None
 
 
 def test_an_object_another_unit_still_renders_or_may_render_is_refused() -> None:
     live = obj("x", B)
     both = Claims({ObjectRef("Service", "ns", "x"): B})
-    assert "renders it too" in write_conflict(A, {"repo"}, live, both, {})
     failed = Claims({ObjectRef("Service", "ns", "x"): A}, frozenset({B}))
-    assert "configuration errors" in write_conflict(A, {"repo"}, live, failed, {})
+    for claims, why in ((both, "renders it too"), (failed, "configuration errors")):
+        conflict = write_conflict(A, {"repo"}, live, claims, {})
+        assert conflict is not None and conflict.cause is Cause.OTHER_UNIT and why in conflict.reason
 
 
 def test_an_object_left_behind_by_a_unit_of_the_same_repository_is_handed_over() -> None:
     claims = Claims({ObjectRef("Service", "ns", "x"): A})
-    assert write_conflict(A, {"repo"}, obj("x", B), claims, {}) == ""
+    assert write_conflict(A, {"repo"}, obj("x", B), claims, {}) is None
 
 
 def test_recover_inventory_from_labelled_objects_only() -> None:

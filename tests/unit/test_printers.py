@@ -8,15 +8,16 @@ import io
 import pytest
 
 from syncer import printers
-from syncer.engine.changeset import Action, Change, UnitResult
+from syncer.engine.changeset import Action, Cause, Change, UnitResult
 from syncer.engine.sync import SyncReport
-from syncer.identity import ObjectRef
+from syncer.identity import ObjectRef, Unit
 
 
 def big_report() -> SyncReport:
-    unit = UnitResult("federation/flower/big")
+    unit = UnitResult(Unit.parse("federation/flower/big"))
     unit.changes = [Change(ObjectRef("Service", "flower", f"svc-{i:03d}"), Action.CREATED) for i in range(50)]
-    unit.changes.insert(45, Change(ObjectRef("StatefulSet", "flower", "broken"), Action.FAILED, "refused"))
+    broken = ObjectRef("StatefulSet", "flower", "broken")
+    unit.changes.insert(45, Change(broken, Action.FAILED, "refused", cause=Cause.FORBIDDEN))
     unit.changes += [Change(ObjectRef("Secret", "flower", "same"), Action.UNCHANGED)]
     return SyncReport(units=[unit])
 
@@ -55,7 +56,7 @@ def test_escape_shows_every_control_character() -> None:
 
 
 def test_escape_fields_keeps_types_and_enums() -> None:
-    change = Change(ObjectRef("Service", "flower", "svc"), Action.FAILED, FORGED)
+    change = Change(ObjectRef("Service", "flower", "svc"), Action.FAILED, FORGED, cause=Cause.API_ERROR)
     escaped = printers.escape_fields(change)
     assert escaped.action is Action.FAILED and escaped.ref == change.ref
     assert "\n" not in escaped.message and escaped.message.startswith("10.0.0.1:9093\\nfederation")
@@ -67,8 +68,9 @@ def _no_forged_lines(text: str) -> None:
 
 
 def test_sync_output_cannot_be_forged(capsys: pytest.CaptureFixture[str]) -> None:
-    unit = UnitResult("federation/flower/fed")
-    unit.changes = [Change(ObjectRef("StatefulSet", "flower", "x"), Action.FAILED, f"cannot reach {FORGED}")]
+    unit = UnitResult(Unit.parse("federation/flower/fed"))
+    unit.changes = [Change(ObjectRef("StatefulSet", "flower", "x"), Action.FAILED, f"cannot reach {FORGED}",
+                           cause=Cause.UNREACHABLE)]
     unit.errors = [f"control API {FORGED}"]
     printers.print_report(SyncReport(units=[unit]))
     out = capsys.readouterr().out

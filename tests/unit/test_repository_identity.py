@@ -11,6 +11,7 @@ import pytest
 
 from syncer.actions.load import load
 from syncer.actions.sync import sync
+from syncer.engine.changeset import Cause
 from syncer.engine.sync import SyncOptions
 from syncer.identity import DEFAULT_REPOSITORY, LABEL_REPOSITORY, derived_repository_name
 from syncer.source.location import source_location
@@ -84,8 +85,8 @@ def test_two_unnamed_repositories_never_prune_each_other(tmp_path: Path, kube: F
         assert svc is not None and svc["metadata"]["labels"][LABEL_REPOSITORY] == owner
     # the same unit name in the second repository is refused, not taken
     clash = sync(kube, load(repo(tmp_path / "two", "beta", "alpha")), SyncOptions())
-    errors = {u.unit: u.errors for u in clash.units}
-    assert any("was applied by the repository" in e for e in errors[f"federation/{NS}/alpha"])
+    refused = {u.unit.id: u for u in clash.units}[f"federation/{NS}/alpha"]
+    assert refused.cause is Cause.OTHER_REPOSITORY and any("was applied by the repository" in e for e in refused.errors)
     assert kube.get("Service", NS, "alpha-superlink")["metadata"]["labels"][LABEL_REPOSITORY] == one.repository
 
 

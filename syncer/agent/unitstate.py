@@ -1,0 +1,83 @@
+"""Each unit's state as the agent knows it now: its Synced and Healthy conditions
+(`syncer.observe.conditions`), recomputed from the installed revision, the last sync and the last
+status round every time it is asked for, so no earlier revision's or sync's reason can stay behind.
+`Agent.unit_conditions()` and `/api/v1/status` read it; so do the metrics and the logs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from syncer.identity import Unit
+from syncer.observe.conditions import (
+    HealthReason,
+    UnitCondition,
+    UnitConditions,
+    describe,
+    healthy_condition,
+    synced_condition,
+)
+
+if TYPE_CHECKING:
+    from syncer.agent.agent import Agent
+    from syncer.observe.conditions import HealthCheck
+    from syncer.observe.status import UnitStatus
+
+UNKNOWN_HEALTH = UnitCondition("Healthy", False, HealthReason.UNKNOWN, "no status round yet")
+
+
+def known_units(agent: Agent) -> list[Unit]:
+    """Every unit the agent reports on: in Git (loaded, or failed to load), or synced before."""
+    plan = agent.installed.plan
+    return sorted(set(plan.units) | set(plan.failed) | set(agent.units))
+
+
+def suspended(agent: Agent, unit: Unit) -> bool:
+    """Suspended now: by `flower-syncer suspend` (its inventory) or by its policy in Git."""
+    inv = agent.cache.state.inventories.get(unit)
+    desired = agent.installed.plan.units.get(unit)
+    return (inv is not None and inv.suspended) or (desired is not None and desired.policy.suspend)
+
+
+def unit_state(agent: Agent, unit: Unit) -> UnitConditions:
+    plan = agent.installed.plan
+    st = agent.units.get(unit)
+    errors = st.config_errors if st is not None and unit in plan.failed else []
+    synced = synced_condition(config_errors=errors, result=st.last_result if st else None,
+                              suspended=suspended(agent, unit), internal_error=st.internal_error if st else "",
+                              in_git=plan.in_git(unit))
+    desired = plan.units.get(unit)
+    return UnitConditions(synced, agent.health.get(unit, UNKNOWN_HEALTH),
+                          desired.revision if desired is not None else (st.last_revision if st else ""))
+
+
+def unit_states(agent: Agent) -> dict[Unit, UnitConditions]:
+    return {unit: unit_state(agent, unit) for unit in known_units(agent)}
+
+
+def observe_health(agent: Agent, units: Sequence[UnitStatus], checks: Sequence[HealthCheck] = ()) -> None:
+    """A status round's figures: each unit's Healthy condition, replaced as a whole (a unit no
+    longer reported has no health figures)."""
+    agent.health = {Unit.parse(u.unit): healthy_condition(u.pools, found=u.found, checks=checks, subject=u)
+                    for u in units}
+
+
+def unit_report(agent: Agent, unit: Unit, state: UnitConditions) -> dict[str, Any]:
+    """One unit of `/api/v1/status`: its conditions beside what its last sync did."""
+    plan = agent.installed.plan
+    st = agent.units.get(unit)
+    result = st.last_result if st else None
+    errors = st.config_errors if st is not None and unit in plan.failed else []
+    return {
+        "unit": unit.id,
+        "inGit": plan.in_git(unit),
+        "lastSync": (st.last_sync if st else 0.0) or None,
+        "lastAppliedRevision": st.last_revision if st else "",
+        "ok": result.ok if result else None,
+        "suspended": state.synced.reason == "Suspended",
+        "errors": (result.errors if result else []) + [describe(d) for d in errors]
+        + ([st.internal_error] if st is not None and st.internal_error else []),
+        "failedObjects": [c.to_dict() for c in result.failures()] if result else [],
+        "nodeKeys": result.node_keys if result else None,
+        **state.to_dict(),
+    }

@@ -1,0 +1,88 @@
+"""The verbs that read a config repository and nothing else (`validate`, `render`), and loading
+the repository for every verb that reads one. Split from syncer/cli.py along the line that matters
+at start-up: these verbs, run by pre-commit hooks and CI steps, import the models and nothing of
+the cluster, the agent, the HTTP server or the metrics (tests/unit/test_cli_imports.py); the models
+themselves only when a verb loads a repository, not for `--help`.
+
+The exit codes are the CLI's, documented in syncer/cli.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from syncer import printers
+from syncer.agent.config import env_name
+from syncer.identity import UnknownUnit
+from syncer.render.common import to_json, to_yaml
+
+if TYPE_CHECKING:
+    from syncer.actions.load import Loaded
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_RUNTIME = 3
+
+
+def load_selected(args: argparse.Namespace) -> Loaded | int:
+    """The repository of `args.dir` with `args.unit` selected, or the exit code after an error."""
+    from syncer.actions.load import RepoNotFound, load  # the models: not for --help or the agent
+    from syncer.secrets.keys import Decryption, load_identities
+    from syncer.secrets.sops import SopsError
+
+    namespace = None if getattr(args, "all_namespaces", False) else getattr(args, "namespace", None)
+    files = list(args.decryption_key_file) or [Path(f) for f in os.environ.get(
+        env_name("decryption_key_files"), "").split(",") if f.strip()]
+    try:
+        # validate checks an encrypted file without a key (its values left opaque); the others need one
+        decryption = Decryption(load_identities(files), required=args.command != "validate")
+        return load(args.dir, getattr(args, "unit", ()) or (), namespace, decryption)
+    except SopsError as exc:
+        print(f"error: {exc.detail}" + (f"\nhint: {exc.hint}" if exc.hint else ""), file=sys.stderr)
+        return EXIT_USAGE
+    except RepoNotFound as exc:
+        print(f"error: {exc.detail}", file=sys.stderr)
+        return EXIT_USAGE
+    except UnknownUnit as exc:
+        print(f"error: --unit {exc}; see 'flower-syncer validate' for the units of the repository",
+              file=sys.stderr)
+        return EXIT_USAGE
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from syncer.actions.load import ValidateResult
+
+    loaded = load_selected(args)
+    if isinstance(loaded, int):
+        return loaded
+    result = ValidateResult(loaded, args.strict)
+    if args.output != "text":
+        printers.emit(result.to_dict(), args.output)
+    else:
+        printers.print_diagnostics(loaded.diagnostics, sys.stdout)
+        objects = sum(len(ms) for ms in loaded.units.values())
+        print(f"{'valid' if result.valid else 'invalid'}: {len(loaded.errors)} error(s), "
+              f"{len(loaded.warnings)} warning(s) in {loaded.state.files} file(s); "
+              f"{len(loaded.units)} unit(s) render {objects} object(s)")
+    return EXIT_OK if result.valid else EXIT_FAILED
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    loaded = load_selected(args)
+    if isinstance(loaded, int):
+        return loaded
+    diags = loaded.selected_diagnostics()
+    printers.print_diagnostics(diags, sys.stderr)
+    manifests = loaded.manifests()
+    if not args.show_secrets:
+        manifests = printers.scrub_data(printers.redact_secrets(manifests), loaded.state.secrets)
+    if args.output == "json":
+        sys.stdout.write(to_json({"apiVersion": "v1", "kind": "List", "items": manifests}))
+    else:
+        sys.stdout.write(to_yaml(manifests))
+    return EXIT_FAILED if any(d.severity == "error" for d in diags) else EXIT_OK

@@ -1,0 +1,41 @@
+"""The Ready condition a unit's inventory records: what its last sync (or its configuration)
+means for it. Decided on the result's causes (engine.changeset.Cause), never on message text; the
+message names objects, never volatile server text, so the same failure gives the same condition
+(and no new write)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from syncer.engine.changeset import UnitResult
+from syncer.engine.inventory import Condition
+
+
+def outcome_condition(res: UnitResult, revision: str) -> Condition:
+    """The Ready condition a sync result stands for: Synced, Conflict (another applier owns fields
+    of some objects; it wins over other failures) or SyncFailed."""
+    if res.ok:
+        return Condition(True, "Synced", "in sync with Git", utc_now(), revision)
+    failed = res.failures()
+    conflicts = [c.ref for c in res.conflicts()]
+    if conflicts:
+        return Condition(False, "Conflict", short(f"{len(conflicts)} object(s) have fields another manager "
+                                                  f"owns: {', '.join(map(str, conflicts[:3]))}"), utc_now(), revision)
+    if failed:
+        listed = ", ".join(str(c.ref) for c in failed[:3])
+        return Condition(False, "SyncFailed", short(f"{len(failed)} object(s) failed: {listed}"), utc_now(), revision)
+    return Condition(False, "SyncFailed", short(res.errors[0] if res.errors else "the sync failed"), utc_now(),
+                     revision)
+
+
+def config_error_condition(message: str, revision: str) -> Condition:
+    """The condition of a unit whose configuration has errors (its last applied state stays)."""
+    return Condition(False, "ConfigError", short(message), utc_now(), revision)
+
+
+def short(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,196 @@
+"""One state per unit, the same wherever a user looks (`status`, `/api/v1/status`, metrics, Events,
+notifications, logs): two conditions, after Argo CD's sync status and health.
+
+- **Synced**: True when the unit's revision was applied; else False with a reason from the fixed
+  set `SyncedReason` (ConfigError, Decryption, SyncFailed, Conflict, Suspended, ...).
+- **Healthy**: Healthy, Progressing or Degraded (`HealthReason`), from its workloads' pods and
+  pool readiness. Flower-level health (SuperNodes connected to their SuperLink) plugs in as a
+  `HealthCheck`: it may only make a unit less healthy than its pods say.
+
+Pure: results, diagnostics and pool figures in, conditions out. Every decision reads a typed value
+(a `Cause`, a diagnostic's kind, a pool's figures), never message text. Each condition is computed
+from scratch every time it is asked for, so nothing an earlier revision or sync said can stay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from syncer.diagnostics import Diagnostic
+from syncer.engine.changeset import Cause, UnitResult
+from syncer.repo.encrypted import DECRYPTION
+
+if TYPE_CHECKING:
+    from syncer.engine.inventory import Condition
+    from syncer.observe.status import PoolStatus
+
+
+class SyncedReason(StrEnum):
+    """Why a unit is (or is not) Synced: the fixed set every view shows."""
+
+    SYNCED = "Synced"  # the revision was applied
+    PENDING = "Pending"  # not synced yet since the agent started or the unit changed
+    CONFIG_ERROR = "ConfigError"  # the unit's configuration has errors; its last good state stays
+    DECRYPTION = "Decryption"  # a SOPS-encrypted file of the unit cannot be decrypted
+    CONFLICT = "Conflict"  # another server-side applier owns fields of some objects
+    SYNC_FAILED = "SyncFailed"  # objects could not be applied (API errors, ownership, keys, ...)
+    UNREACHABLE = "Unreachable"  # the API server could not be reached
+    SUSPENDED = "Suspended"  # not applied nor healed until resumed
+    INTERNAL_ERROR = "InternalError"  # the agent failed on the unit (a bug); it syncs again
+
+
+class HealthReason(StrEnum):
+    HEALTHY = "Healthy"  # every workload reached its goal
+    PROGRESSING = "Progressing"  # rolling out, starting, or not applied yet: may still become healthy
+    DEGRADED = "Degraded"  # a workload's pods fail (crash loop, image pull, unschedulable, stalled)
+    UNKNOWN = "Unknown"  # nothing of the unit was looked at (e.g. the agent has no pod figures)
+
+
+@dataclass(frozen=True)
+class UnitCondition:
+    type: str  # "Synced" or "Healthy"
+    status: bool
+    reason: str  # a SyncedReason or HealthReason value
+    message: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "status": "True" if self.status else "False", "reason": self.reason,
+                "message": self.message}
+
+
+@dataclass(frozen=True)
+class UnitConditions:
+    """The two conditions of one unit. `ready` is both: the one answer the top-level JSON `ready`,
+    the exit code and a READY column give."""
+
+    synced: UnitCondition
+    healthy: UnitCondition
+    revision: str = ""
+
+    @property
+    def ready(self) -> bool:
+        return self.synced.status and self.healthy.status
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ready": self.ready, "synced": self.synced.reason, "health": self.healthy.reason,
+                "revision": self.revision, "conditions": [self.synced.to_dict(), self.healthy.to_dict()]}
+
+
+# -- Synced --------------------------------------------------------------------------------------
+
+def is_decryption(d: Diagnostic) -> bool:
+    return d.code == DECRYPTION
+
+
+def primary(errors: Sequence[Diagnostic]) -> Diagnostic | None:
+    """The diagnostic to show first: the one that names the cause. A misspelt field (`unknown field
+    'replica'`, did you mean 'replicas'?) comes before the rule errors it sets off (`replicas must
+    be set`), and a file that cannot be decrypted before anything else."""
+    errors = [d for d in errors if d.severity == "error"]
+    if not errors:
+        return None
+    return min(errors, key=lambda d: (not is_decryption(d), not d.message.startswith("unknown field"),
+                                      d.file, d.line))
+
+
+def describe(d: Diagnostic) -> str:
+    """`file:line: field: message (hint)`: what a log line, an Event and a status row say."""
+    where = f"{d.file}:{d.line}" if d.line else d.file
+    text = f"{where}: {d.path}: {d.message}" if d.path and not is_decryption(d) else f"{where}: {d.message}"
+    return f"{text} ({d.hint})" if d.hint else text
+
+
+_BY_CAUSE = {Cause.CONFLICT: SyncedReason.CONFLICT, Cause.UNREACHABLE: SyncedReason.UNREACHABLE,
+             Cause.CRASHED: SyncedReason.INTERNAL_ERROR, Cause.CONFIG_ERROR: SyncedReason.CONFIG_ERROR}
+
+
+def synced_condition(*, config_errors: Sequence[Diagnostic] = (), result: UnitResult | None = None,
+                     suspended: bool = False, internal_error: str = "", in_git: bool = True) -> UnitCondition:
+    """Synced from what is known of the unit now: its configuration errors of the installed
+    revision first (its last good state stays applied, but not this revision), then suspension,
+    then its last sync's result. Every input is the current one: nothing is carried over."""
+    first = primary(config_errors)
+    if first is not None:
+        reason = SyncedReason.DECRYPTION if is_decryption(first) else SyncedReason.CONFIG_ERROR
+        more = len([d for d in config_errors if d.severity == "error"]) - 1
+        return UnitCondition("Synced", False, reason, describe(first) + (f" (and {more} more)" if more else ""))
+    if suspended:
+        return UnitCondition("Synced", False, SyncedReason.SUSPENDED, "not applied nor healed until resumed")
+    if internal_error:
+        return UnitCondition("Synced", False, SyncedReason.INTERNAL_ERROR, internal_error)
+    if result is None:
+        return UnitCondition("Synced", False, SyncedReason.PENDING,
+                             "not synced yet" if in_git else "removed from Git; not pruned yet")
+    if result.skipped is not None and result.skipped.suspended:  # resumed since: its next sync is due
+        return UnitCondition("Synced", False, SyncedReason.PENDING, "resumed; not synced yet")
+    if result.ok:
+        return UnitCondition("Synced", True, SyncedReason.SYNCED, "the revision was applied")
+    conflicts = result.conflicts()
+    if conflicts:
+        return UnitCondition("Synced", False, SyncedReason.CONFLICT,
+                             f"{len(conflicts)} object(s) have fields another manager owns: "
+                             + ", ".join(str(c.ref) for c in conflicts[:3]))
+    reason = _BY_CAUSE.get(result.cause, SyncedReason.SYNC_FAILED) if result.cause else SyncedReason.SYNC_FAILED
+    failed = result.failures()
+    message = (result.errors[0] if result.errors else
+               "; ".join(f"{c.ref}: {c.message}" for c in failed[:3]) or "the sync failed")
+    return UnitCondition("Synced", False, reason, message)
+
+
+def synced_from_record(condition: Condition | None, *, suspended: bool = False) -> UnitCondition:
+    """Synced as a unit's inventory records it (`status` without the agent): the reason the last
+    sync wrote there, mapped onto the fixed set."""
+    if suspended:
+        return UnitCondition("Synced", False, SyncedReason.SUSPENDED, "not applied nor healed until resumed")
+    if condition is None:
+        return UnitCondition("Synced", False, SyncedReason.PENDING, "no sync recorded yet")
+    if condition.ready:
+        return UnitCondition("Synced", True, SyncedReason.SYNCED, condition.message)
+    known = {r.value for r in SyncedReason}
+    reason = condition.reason if condition.reason in known else SyncedReason.SYNC_FAILED.value
+    return UnitCondition("Synced", False, reason, condition.message)
+
+
+# -- Healthy -------------------------------------------------------------------------------------
+
+HealthCheck = Callable[[Any], "UnitCondition | None"]
+"""A further health check of a unit (e.g. Flower's: SuperNodes connected to the SuperLink): given
+what `healthy_condition` is given, a Degraded or Progressing condition, or None when it has nothing
+to say. Such checks may only make a unit less healthy than its pods say."""
+
+
+def healthy_condition(pools: Sequence[PoolStatus] | None, *, found: bool = True,
+                      checks: Sequence[HealthCheck] = (), subject: Any = None) -> UnitCondition:
+    """Healthy from the unit's workloads: Degraded when a pool's pods visibly fail or its rollout
+    stalled, Progressing while a pool is not yet at its goal (or nothing was applied yet), else
+    Healthy; then each extra check may lower it."""
+    if pools is None:
+        return UnitCondition("Healthy", False, HealthReason.UNKNOWN, "no workload figures")
+    if not found:
+        return UnitCondition("Healthy", False, HealthReason.PROGRESSING, "no workloads found in the cluster")
+    degraded = [p for p in pools if not p.healthy and (p.problem is not None or p.stalled)]
+    waiting = [p for p in pools if not p.healthy]
+    if degraded:
+        cond = UnitCondition("Healthy", False, HealthReason.DEGRADED,
+                             "; ".join(f"{p.pool}: {p.summary or 'stalled'}" for p in degraded[:3]))
+    elif waiting:
+        cond = UnitCondition("Healthy", False, HealthReason.PROGRESSING,
+                             "; ".join(f"{p.pool}: {p.ready}/{p.desired} ready" + (f" ({p.summary})" if p.summary
+                                                                                   else "") for p in waiting[:3]))
+    else:
+        cond = UnitCondition("Healthy", True, HealthReason.HEALTHY, f"{len(pools)} workload(s) ready")
+    for check in checks:
+        other = check(subject)
+        if other is not None and _rank(other) > _rank(cond):
+            cond = other
+    return cond
+
+
+def _rank(c: UnitCondition) -> int:
+    return {HealthReason.HEALTHY: 0, HealthReason.UNKNOWN: 1, HealthReason.PROGRESSING: 2,
+            HealthReason.DEGRADED: 3}.get(HealthReason(c.reason), 1)
+
+
