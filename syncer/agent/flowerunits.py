@@ -4,7 +4,8 @@ A FlowerUnit (`flowerunits.flower-syncer.io`, charts/flower-syncer/crds/) is the
 object, not rendered from Git: it is created when a unit is first seen, its status subresource is
 patched when the unit's state changes (never when nothing changed: an unchanged repository makes
 no write), and it is deleted once the unit is gone from Git and pruned. The printer columns show
-READY, STATUS (the reason's message), REVISION and AGE, as Flux's Kustomizations do. Its
+READY (Synced and Healthy), STATUS (the message), REVISION and AGE, as Flux's Kustomizations do,
+and with `-o wide` the reasons of Synced and Healthy, as Argo CD's SYNC STATUS/HEALTH STATUS. Its
 `flower-syncer.io/requestedAt` annotation is a reconcile request (see reconcile_request.py).
 
 Writes are the agent's own (not impersonated: a tenant's ServiceAccount need not know FlowerUnits)
@@ -47,28 +48,34 @@ def object_name(unit: Unit) -> str:
     return f"{unit.kind}.{unit.name}"
 
 
-def unit_status(row: Mapping[str, Any]) -> dict[str, Any]:
-    """THE adapter from the agent's state to a FlowerUnit's status: one row of `Agent.status()`
-    ["units"] in, `.status` out (without times: the writer keeps those). Everything the view
-    shows comes through here, so a new source of the state (per-unit Synced/Healthy conditions)
-    replaces this function alone."""
-    revision = str(row.get("lastAppliedRevision") or "")
-    errors = [str(e) for e in row.get("errors") or []]
-    ok = row.get("ok")
-    if row.get("suspended"):
-        ready, reason, message = "False", "Suspended", "suspended: Git is not applied until `flower-syncer resume`"
-    elif ok is False:
-        ready, reason, message = "False", "SyncFailed", errors[0] if errors else "the last sync failed"
-    elif errors:
-        ready, reason, message = "False", "ConfigError", errors[0]
-    elif ok is None:
-        ready, reason, message = "Unknown", "Progressing", "not synced yet"
+def unit_status(state: Mapping[str, Any]) -> dict[str, Any]:
+    """THE adapter from the agent's state to a FlowerUnit's status: one value of
+    `Agent.unit_conditions()` in (`ready`, `revision`, the Synced and Healthy conditions), `.status`
+    out, without times (the writer keeps those). Ready is both: True when Synced and Healthy;
+    Unknown while it may still get there (not synced yet, rolling out, no status round yet); else
+    False, with the reason and message of the condition that is not met, Synced first.
+    `lastAppliedRevision` is given only while Synced (otherwise the one recorded stays)."""
+    conditions = {c["type"]: dict(c) for c in state.get("conditions") or []}
+    synced = conditions.get("Synced") or {"type": "Synced", "status": "False", "reason": "Pending", "message": ""}
+    healthy = conditions.get("Healthy") or {"type": "Healthy", "status": "False", "reason": "Unknown", "message": ""}
+    revision = str(state.get("revision") or "")
+    if state.get("ready"):
+        ready, reason = "True", "Healthy"
+        message = f"applied revision {revision[:12]}" + (f"; {healthy['message']}" if healthy.get("message") else "")
     else:
-        ready, reason, message = "True", "Synced", f"applied revision {revision[:12]}"
-    if len(message) > MESSAGE_LIMIT:
-        message = message[:MESSAGE_LIMIT - 1] + "…"
-    return {"lastAppliedRevision": revision,
-            "conditions": [{"type": "Ready", "status": ready, "reason": reason, "message": message}]}
+        blocking = synced if synced["status"] != "True" else healthy
+        waiting = blocking["reason"] in ("Pending", "Progressing", "Unknown")
+        ready, reason, message = "Unknown" if waiting else "False", blocking["reason"], blocking.get("message", "")
+    out: dict[str, Any] = {"conditions": [{"type": "Ready", "status": ready, "reason": reason,
+                                           "message": _short(message)},
+                                          *({**c, "message": _short(c.get("message", ""))} for c in (synced, healthy))]}
+    if synced["status"] == "True":
+        out["lastAppliedRevision"] = revision
+    return out
+
+
+def _short(message: str) -> str:
+    return message if len(message) <= MESSAGE_LIMIT else message[:MESSAGE_LIMIT - 1] + "…"
 
 
 def _untimed(status: Mapping[str, Any]) -> dict[str, Any]:
@@ -182,14 +189,17 @@ class FlowerUnits:
         for unit, obj in seen.items():  # requests made while another replica led, or before we listed
             self.requests.seen(unit, obj)
         inventories = agent.cache.state.inventories
-        rows = {u: r for r in agent.status()["units"] if (u := Unit.parse(r["unit"])) is not None
-                and (self.namespaces is None or u.namespace in self.namespaces)
-                # in Git, or applied and not pruned yet, or failing to load: a unit; else gone
-                and (r.get("inGit") or u in inventories or r.get("errors"))}
+        plan = agent.installed.plan
+        rows = {u: r for u, r in agent.unit_conditions().items()
+                if (self.namespaces is None or u.namespace in self.namespaces)
+                and (plan.in_git(u) or u in inventories)}  # in Git (loaded or not), or not pruned yet
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
         for unit, row in sorted(rows.items(), key=lambda kv: kv[0].id):
             observed = seen.get(unit)
             desired = unit_status(row)
+            recorded = ((observed or {}).get("status") or {}).get("lastAppliedRevision")
+            if "lastAppliedRevision" not in desired and recorded:
+                desired["lastAppliedRevision"] = recorded
             handled = self.requests.handled(unit, observed)
             if handled:
                 desired["lastHandledReconcileAt"] = handled
@@ -198,7 +208,6 @@ class FlowerUnits:
             except ApiError as exc:  # one unit's FlowerUnit never holds up the others'
                 if not exc.not_found:  # 404: its namespace is not there yet (made by its first sync)
                     self._warn(unit, exc)
-        plan = agent.installed.plan
         for unit, obj in seen.items():
             repository = (obj.get("metadata", {}).get("labels") or {}).get(LABEL_REPOSITORY, "")
             if unit not in rows and plan.owns(repository):
@@ -229,7 +238,8 @@ class FlowerUnits:
         patched = self.kube.request("PATCH", path_for(KIND, unit.namespace, object_name(unit), "status"),
                                     body={"status": status}, content_type=MERGE_PATCH)
         self._remember(unit, patched if isinstance(patched, dict) else {**observed, "status": status})
-        log.debug("FlowerUnit status written", unit=unit.id, ready=status["conditions"][0]["status"])
+        log.debug("FlowerUnit status written", unit=unit.id, ready=status["conditions"][0]["status"],
+                  reason=status["conditions"][0]["reason"])
         return writes + 1
 
     def _warn(self, unit: Unit, exc: ApiError) -> None:

@@ -56,7 +56,7 @@ def test_kubectl_get_shows_each_unit_and_an_annotation_syncs_it_within_a_second(
     table = wait_until("kubectl get flowerunits: both units ready at the revision", both_ready, timeout=60,
                        log=agent.log)
     assert list(table["federation.fed"]) == ["NAMESPACE", "NAME", "READY", "STATUS", "REVISION", "AGE"]
-    assert table["federation.fed"]["STATUS"] == f"applied revision {rev[:12]}"
+    assert table["federation.fed"]["STATUS"].startswith(f"applied revision {rev[:12]}; ")
     print(kube_cluster.kubectl("get", "flowerunits", "-n", namespace, "-o", "wide").stdout)
 
     unit, other = f"federation/{namespace}/fed", f"federation/{namespace}/fed2"

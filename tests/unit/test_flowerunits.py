@@ -17,6 +17,7 @@ from syncer.agent.messages import ResyncRequested
 from syncer.agent.reconcile_request import ANN_REQUESTED_AT
 from syncer.engine.live import LiveState
 from syncer.identity import LABEL_REPOSITORY, Unit
+from syncer.observe.conditions import UnitCondition
 from syncer.observe.metrics import Metrics
 from syncer.source.git import GitSource
 from tests.conftest import wait_until
@@ -51,7 +52,11 @@ def agent(kube: FakeKube, tmp_path: Path) -> Agent:
     install(agent, repo_at(tmp_path / "r", {"federations/fed.yaml": fed()}), "r1")
     agent.cache.synced.set()
     agent.leading.set()
+    agent.health[FED_UNIT] = HEALTHY  # as a status round finds it
     return agent
+
+
+HEALTHY = UnitCondition("Healthy", True, "Healthy", "1 workload(s) ready")
 
 
 @pytest.fixture
@@ -92,8 +97,11 @@ def test_a_synced_unit_gets_a_flowerunit_and_an_unchanged_one_no_writes(agent: A
     assert obj["metadata"]["labels"][LABEL_REPOSITORY] == agent.repository
     assert Unit.from_labels(NS, obj["metadata"]["labels"]) == FED_UNIT
     assert obj["status"]["lastAppliedRevision"] == "r1"
-    assert ready(obj) == {"type": "Ready", "status": "True", "reason": "Synced", "message": "applied revision r1",
+    assert ready(obj) == {"type": "Ready", "status": "True", "reason": "Healthy",
+                          "message": "applied revision r1; 1 workload(s) ready",
                           "lastTransitionTime": "2027-01-15T08:00:00Z"}
+    assert [(c["type"], c["status"], c["reason"]) for c in obj["status"]["conditions"]] == [
+        ("Ready", "True", "Healthy"), ("Synced", "True", "Synced"), ("Healthy", "True", "Healthy")]
     writes = kube.writes
     assert view.write_round() == 0
     sync(agent)  # the same revision again: nothing about the unit changed
@@ -108,7 +116,8 @@ def test_status_is_written_when_the_state_changes_and_keeps_its_transition_time_
     kube.server.add_namespace(NS)
     assert view.write_round() == 2  # created, not synced yet
     obj = stored(kube)
-    assert obj is not None and ready(obj)["status"] == "Unknown" and ready(obj)["reason"] == "Progressing"
+    assert obj is not None and ready(obj)["status"] == "Unknown" and ready(obj)["reason"] == "Pending"
+    assert "lastAppliedRevision" not in obj["status"]
     clock.now += 60
     sync(agent)
     assert view.write_round() == 1
@@ -123,6 +132,28 @@ def test_status_is_written_when_the_state_changes_and_keeps_its_transition_time_
     assert second is not None and second["status"]["lastAppliedRevision"] == "r2"
     assert ready(second)["lastTransitionTime"] == "2027-01-15T08:02:00Z"
     assert view.write_round() == 0
+
+
+def test_a_config_error_shows_its_diagnostic_and_the_fix_clears_it(agent: Agent, kube: FakeKube,
+                                                                   view: FlowerUnits, tmp_path: Path) -> None:
+    sync(agent)
+    view.write_round()
+    broken = fed(pools=pool("a").replace("replicas:", "replica:"))
+    install(agent, repo_at(tmp_path / "r", {"federations/fed.yaml": broken}), "r2")
+    sync(agent)  # its last good state stays applied
+    assert view.write_round() == 1
+    obj = stored(kube)
+    assert obj is not None
+    cond = ready(obj)
+    assert (cond["status"], cond["reason"]) == ("False", "ConfigError")
+    assert "federations/fed.yaml:" in cond["message"] and "replica" in cond["message"]
+    assert obj["status"]["lastAppliedRevision"] == "r1"  # what is applied
+    install(agent, repo_at(tmp_path / "r", {"federations/fed.yaml": fed()}), "r3")  # the fix
+    sync(agent)
+    assert view.write_round() == 1
+    fixed = stored(kube)
+    assert fixed is not None and ready(fixed)["status"] == "True"
+    assert fixed["status"]["lastAppliedRevision"] == "r1"  # r3 renders what r1 did: the unit keeps r1
 
 
 def test_an_annotation_asks_for_exactly_one_resync_and_is_recorded_as_handled(agent: Agent, kube: FakeKube,
@@ -210,15 +241,31 @@ def test_a_missing_crd_is_one_clear_error_and_no_writes(agent: Agent, kube: Fake
     assert view.write_round() == 2
 
 
-@pytest.mark.parametrize(("row", "expected"), [
-    ({"ok": True, "lastAppliedRevision": "abc", "errors": []}, ("True", "Synced", "applied revision abc")),
-    ({"ok": None, "errors": []}, ("Unknown", "Progressing", "not synced yet")),
-    ({"ok": False, "errors": ["apply failed"]}, ("False", "SyncFailed", "apply failed")),
-    ({"ok": True, "errors": ["f.yaml:3:1: bad"]}, ("False", "ConfigError", "f.yaml:3:1: bad")),
-    ({"ok": None, "errors": ["f.yaml:3:1: bad"]}, ("False", "ConfigError", "f.yaml:3:1: bad")),
-    ({"ok": True, "suspended": True, "errors": []},
-     ("False", "Suspended", "suspended: Git is not applied until `flower-syncer resume`")),
+def conditions(synced: tuple[str, str, str], healthy: tuple[str, str, str], revision: str = "abc") -> dict[str, Any]:
+    """A value of Agent.unit_conditions()."""
+    conds = [{"type": t, "status": st, "reason": r, "message": m}
+             for t, (st, r, m) in (("Synced", synced), ("Healthy", healthy))]
+    return {"ready": synced[0] == healthy[0] == "True", "revision": revision, "conditions": conds}
+
+
+OK = ("True", "Synced", "the revision was applied")
+FINE = ("True", "Healthy", "2 workload(s) ready")
+
+
+@pytest.mark.parametrize(("state", "expected"), [
+    (conditions(OK, FINE), ("True", "Healthy", "applied revision abc; 2 workload(s) ready")),
+    (conditions(("False", "Pending", "not synced yet"), FINE), ("Unknown", "Pending", "not synced yet")),
+    (conditions(OK, ("False", "Unknown", "no status round yet")), ("Unknown", "Unknown", "no status round yet")),
+    (conditions(OK, ("False", "Progressing", "a: 1/2 ready")), ("Unknown", "Progressing", "a: 1/2 ready")),
+    (conditions(OK, ("False", "Degraded", "a: CrashLoopBackOff")), ("False", "Degraded", "a: CrashLoopBackOff")),
+    (conditions(("False", "ConfigError", "f.yaml:3:1: bad"), FINE), ("False", "ConfigError", "f.yaml:3:1: bad")),
+    (conditions(("False", "SyncFailed", "apply failed"), ("False", "Degraded", "x")),
+     ("False", "SyncFailed", "apply failed")),  # Synced first
+    (conditions(("False", "Suspended", "not applied"), FINE), ("False", "Suspended", "not applied")),
 ])
-def test_the_adapter_maps_each_state_to_ready(row: dict[str, Any], expected: tuple[str, str, str]) -> None:
-    cond = unit_status(row)["conditions"][0]
-    assert (cond["status"], cond["reason"], cond["message"]) == expected
+def test_the_adapter_maps_each_state_to_ready(state: dict[str, Any], expected: tuple[str, str, str]) -> None:
+    status = unit_status(state)
+    cond = status["conditions"][0]
+    assert (cond["type"], cond["status"], cond["reason"], cond["message"]) == ("Ready", *expected)
+    assert [c["type"] for c in status["conditions"]] == ["Ready", "Synced", "Healthy"]
+    assert ("lastAppliedRevision" in status) is (state["conditions"][0]["status"] == "True")
