@@ -877,10 +877,10 @@ def test_agent_runs_with_the_chart_environment(chart_identity: ChartIdentity, tm
         metrics = _get(url + "/metrics", token)
         assert metrics[0] == 200 and b"flower_syncer_" in metrics[1]
         # the agent's own rights (not the tenant's) write a FlowerUnit per unit: `kubectl get flowerunits`
-        wait_until("a Ready FlowerUnit per unit", lambda: {
+        wait_until("a Synced FlowerUnit per unit", lambda: {
             f"{u['metadata']['labels']['flower-syncer.io/unit-kind']}/{n}/{u['metadata']['labels']['flower-syncer.io/unit']}"
             for n in (ns, ns2) for u in chart_identity.admin.list("FlowerUnit", n)[0]
-            if any(c["type"] == "Ready" and c["status"] == "True" for c in u.get("status", {}).get("conditions", []))
+            if any(c["type"] == "Synced" and c["status"] == "True" for c in u.get("status", {}).get("conditions", []))
         } == _units(ns, ns2), timeout=15, log=log)
         lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
         problems = [line for line in lines if line.get("level") in ("warning", "error")]
