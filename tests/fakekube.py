@@ -14,7 +14,8 @@ engine's decisions depend on:
 - writes into a namespace that does not exist fail with 404 `namespaces "x" not found`;
 - immutable `spec.selector` of workloads (422 "field is immutable");
 - LIST with equality label selectors, metadata-only lists, resourceVersion;
-- 429 Too Many Requests with a Retry-After header, for the next requests listed in `throttle`.
+- 429 Too Many Requests with a Retry-After header, for the next requests listed in `throttle`;
+- kinds listed in `absent` answer a bare 404, as for a CustomResourceDefinition not installed.
 
 It is not a full API server (no defaulting, no admission, no watch); integration tests on the
 local control plane prove the real thing.
@@ -148,6 +149,8 @@ class FakeApiServer:
     namespaces_required: bool = True
     throttle: list[str | None] = field(default_factory=list)
     """Retry-After values (None: no header) of the next requests to turn away with 429, in order."""
+    absent: set[str] = field(default_factory=set)
+    """Kinds whose CustomResourceDefinition is not installed: every request is a bare 404."""
     _rv: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _uid: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -180,6 +183,8 @@ class FakeApiServer:
             namespace, segments = segments[1], segments[2:]
         kind = _PLURALS[(api_version, segments[0])]
         name = segments[1] if len(segments) > 1 else ""
+        if kind in self.absent:  # what the API server answers for a group/version it does not serve
+            return _Response(404, b"404 page not found\n", "Not Found")
         with self._lock:
             if self.throttle:
                 retry_after = self.throttle.pop(0)

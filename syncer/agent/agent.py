@@ -147,6 +147,7 @@ class Agent:
         self._recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checked")
         self._waiters: list[Waiter] = []
         self._threads: list[threading.Thread] = []
+        self.on_unit_synced: list[Callable[[Unit], None]] = []  # e.g. the FlowerUnits' writer (dispatcher thread)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -473,6 +474,8 @@ class Agent:
                 if not waiter.units:
                     waiter.done.set()
                     self._waiters.remove(waiter)
+        for listener in self.on_unit_synced:
+            listener(event.unit)
 
     def _record_checked(self, revision: str) -> None:
         """Every unit of `revision` has been synced: note it for `status` (leader only, off the

@@ -18,6 +18,7 @@ import structlog
 from syncer import __version__
 from syncer.agent.agent import Agent, AgentOptions
 from syncer.agent.config import AgentConfig, load_policy, read_secret
+from syncer.agent.flowerunits import FlowerUnits
 from syncer.agent.memory import release_free_memory
 from syncer.agent.unitstate import observe_health
 from syncer.cluster.client import ApiError, ClusterUnreachable, Kube, path_for
@@ -120,6 +121,8 @@ def run(config: AgentConfig) -> int:
     # is the boundary, even where our own checks would miss something
     agent = Agent(kube.fenced(fence).impersonating(tenancy.impersonate), source, metrics, options, recorder, notifier)
     recorder.start(agent.supervisor.spawn)
+    # `kubectl get flowerunits` and reconcile requests by annotation: the agent's own writes, fenced
+    flower_units = FlowerUnits(agent, kube.fenced(fence), namespaces=config.namespaces)
     if notifier is not None:
         metrics.registry.register(notifier)  # flower_syncer_notifications_total, ..._queue
         notifier.start(agent.supervisor.spawn)  # a worker per receiver, restarted should it crash
@@ -142,6 +145,7 @@ def run(config: AgentConfig) -> int:
              namespaces=config.namespaces or "all")
     gc_pauses.install()
     agent.start()
+    flower_units.start(stop)
     watcher = None
     local = source.local_paths()
     if local:

@@ -58,6 +58,7 @@ RESOURCES: dict[str, Resource] = {
     "DaemonSet": Resource("apps/v1", "daemonsets"),
     "Lease": Resource("coordination.k8s.io/v1", "leases"),
     "Certificate": Resource("cert-manager.io/v1", "certificates"),
+    "FlowerUnit": Resource("flower-syncer.io/v1alpha1", "flowerunits"),  # the agent's own view of each unit
 }
 
 

@@ -30,7 +30,7 @@ import yaml
 from syncer import __version__
 from syncer.cluster.client import ApiError, Kube
 from syncer.identity import MANAGED_SELECTOR
-from tests.conftest import KubeCluster
+from tests.conftest import KubeCluster, wait_until
 
 if TYPE_CHECKING:
     from syncer.agent.config import AgentConfig
@@ -49,7 +49,11 @@ NAMESPACED_RULES = {
     ("cert-manager.io", "certificates"): ["get", "create", "patch", "delete"],  # read one by one, never listed
     ("", "pods"): ["list", "watch"],
     ("events.k8s.io", "events"): ["create", "patch"],  # Kubernetes Events about the units
+    ("flower-syncer.io", "flowerunits"): MANAGED_VERBS,  # `kubectl get flowerunits`, the agent's own objects
+    ("flower-syncer.io", "flowerunits/status"): ["patch"],
 }
+AGENT_OWN_WRITES = {("events.k8s.io", "events"), ("flower-syncer.io", "flowerunits"),
+                    ("flower-syncer.io", "flowerunits/status")}  # never impersonated
 DIGEST = "sha256:" + "ab" * 32
 SSH_URL = "git@git.example.com:flower/flower-config.git"
 
@@ -425,7 +429,7 @@ def test_optional_rbac(helm: str) -> None:
 
 
 def test_tenant_mode_shrinks_the_agents_rights(helm: str) -> None:
-    """tenant.create: the agent only reads what it manages (Events aside), may impersonate exactly the
+    """tenant.create: the agent only reads what it manages (Events and FlowerUnits aside), may impersonate exactly the
     tenant, and the tenant may write only in its namespaces; the policy names the tenant."""
     for namespaces in ([], ["team-a", "team-b"]):
         objs = render(helm, {"rbac": {"namespaces": namespaces}, "tenant": {"create": True, "namespaces": ["team-a"]}})
@@ -435,7 +439,7 @@ def test_tenant_mode_shrinks_the_agents_rights(helm: str) -> None:
         for role in agent_roles:
             for (group, resource), verbs in rules_of(role).items():
                 writes = set(verbs) - {"get", "list", "watch"}
-                assert not writes or (group, resource) == ("events.k8s.io", "events"), (resource, verbs)
+                assert not writes or (group, resource) in AGENT_OWN_WRITES, (resource, verbs)
         impersonate = one(objs, "Role", name="fs-flower-syncer-impersonate-fs-flower-syncer-tenant")
         assert impersonate["metadata"]["namespace"] == "flower-system"
         assert impersonate["rules"] == [{"apiGroups": [""], "resources": ["serviceaccounts"],
@@ -706,6 +710,8 @@ def chart_identity(kube_cluster: KubeCluster, helm: str, namespace: str, second_
     rbac = [o for o in objs if o["kind"] in ("ServiceAccount", "Role", "RoleBinding", "ClusterRole",
                                              "ClusterRoleBinding")]
     kube_cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(rbac))
+    kube_cluster.kubectl("apply", "--server-side", "-f", str(CHART / "crds"))  # as `helm install` does first
+    kube_cluster.kubectl("wait", "--for=condition=Established", "crd/flowerunits.flower-syncer.io", "--timeout=60s")
     repo = tmp_path / "config"
     shutil.copytree(EXAMPLES, repo)
     (repo / "flower-syncer.yaml").write_text(f"name: {namespace}\ndefaultNamespace: {namespace}\n")
@@ -870,6 +876,12 @@ def test_agent_runs_with_the_chart_environment(chart_identity: ChartIdentity, tm
             assert status["tenancy"]["serviceAccount"] == f"{ns}/fs-flower-syncer-tenant"
         metrics = _get(url + "/metrics", token)
         assert metrics[0] == 200 and b"flower_syncer_" in metrics[1]
+        # the agent's own rights (not the tenant's) write a FlowerUnit per unit: `kubectl get flowerunits`
+        wait_until("a Synced FlowerUnit per unit", lambda: {
+            f"{u['metadata']['labels']['flower-syncer.io/unit-kind']}/{n}/{u['metadata']['labels']['flower-syncer.io/unit']}"
+            for n in (ns, ns2) for u in chart_identity.admin.list("FlowerUnit", n)[0]
+            if any(c["type"] == "Synced" and c["status"] == "True" for c in u.get("status", {}).get("conditions", []))
+        } == _units(ns, ns2), timeout=15, log=log)
         lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
         problems = [line for line in lines if line.get("level") in ("warning", "error")]
         assert not problems, problems  # e.g. a watch refused by RBAC

@@ -1,0 +1,271 @@
+"""FlowerUnits on the fake API server: created for each unit, status written only when the unit's
+state changes (zero writes when nothing did), an annotation asks for exactly one resync, a unit
+removed from Git and pruned loses its FlowerUnit, and a missing CRD is a clear error, not a crash."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from structlog.testing import capture_logs
+
+from syncer.agent.agent import Agent, AgentOptions
+from syncer.agent.flowerunits import CRD_NAME, KIND, FlowerUnits, object_name, unit_status
+from syncer.agent.messages import ResyncRequested
+from syncer.agent.reconcile_request import ANN_REQUESTED_AT
+from syncer.engine.live import LiveState
+from syncer.identity import LABEL_REPOSITORY, Unit
+from syncer.observe.conditions import UnitCondition
+from syncer.observe.metrics import Metrics
+from syncer.source.git import GitSource
+from tests.conftest import wait_until
+from tests.fakekube import FakeKube
+from tests.unit.test_agent_fake import fed, install, repo_at
+from tests.unit.test_engine_fake import NS, pool
+
+FED_UNIT = Unit("federation", NS, "fed")
+
+
+class Source:
+    def describe(self) -> str:
+        return "test"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def kube() -> FakeKube:
+    return FakeKube()
+
+
+@pytest.fixture
+def agent(kube: FakeKube, tmp_path: Path) -> Agent:
+    agent = Agent(kube, cast(GitSource, Source()), Metrics(), AgentOptions())
+    install(agent, repo_at(tmp_path / "r", {"federations/fed.yaml": fed()}), "r1")
+    agent.cache.synced.set()
+    agent.leading.set()
+    agent.health[FED_UNIT] = HEALTHY  # as a status round finds it
+    return agent
+
+
+HEALTHY = UnitCondition("Healthy", True, "Healthy", "1 workload(s) ready")
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def view(agent: Agent, kube: FakeKube, clock: Clock) -> FlowerUnits:
+    view = FlowerUnits(agent, kube, clock=clock)
+    view.replace(None, [])  # the first listing: none yet
+    view._listed()
+    return view
+
+
+def sync(agent: Agent, unit: Unit = FED_UNIT) -> None:
+    """As a worker and then the dispatcher do (the cache as the watches would have it)."""
+    agent.cache.state = LiveState.load(agent.kube, None)
+    agent._sync(unit)
+    while not agent.events.empty():
+        agent._handle(agent.events.get())
+
+
+def stored(kube: FakeKube, unit: Unit = FED_UNIT) -> dict[str, Any] | None:
+    return kube.server.get(KIND, unit.namespace, object_name(unit))
+
+
+def ready(obj: dict[str, Any]) -> dict[str, Any]:
+    return cast(dict[str, Any], next(c for c in obj["status"]["conditions"] if c["type"] == "Ready"))
+
+
+def test_a_synced_unit_gets_a_flowerunit_and_an_unchanged_one_no_writes(agent: Agent, kube: FakeKube,
+                                                                         view: FlowerUnits) -> None:
+    sync(agent)
+    assert view.write_round() == 2  # create, then its status
+    obj = stored(kube)
+    assert obj is not None
+    assert obj["metadata"]["labels"][LABEL_REPOSITORY] == agent.repository
+    assert Unit.from_labels(NS, obj["metadata"]["labels"]) == FED_UNIT
+    assert obj["status"]["lastAppliedRevision"] == "r1"
+    assert ready(obj) == {"type": "Ready", "status": "True", "reason": "Healthy",
+                          "message": "applied revision r1; 1 workload(s) ready",
+                          "lastTransitionTime": "2027-01-15T08:00:00Z"}
+    assert [(c["type"], c["status"], c["reason"]) for c in obj["status"]["conditions"]] == [
+        ("Ready", "True", "Healthy"), ("Synced", "True", "Synced"), ("Healthy", "True", "Healthy")]
+    writes = kube.writes
+    assert view.write_round() == 0
+    sync(agent)  # the same revision again: nothing about the unit changed
+    view.event("MODIFIED", obj)  # the watch echoes our own write
+    assert view.write_round() == 0
+    assert kube.writes == writes
+
+
+def test_status_is_written_when_the_state_changes_and_keeps_its_transition_time_otherwise(
+        agent: Agent, kube: FakeKube, view: FlowerUnits, clock: Clock, tmp_path: Path) -> None:
+    assert view.write_round() == 0  # its namespace is made by its first sync
+    kube.server.add_namespace(NS)
+    assert view.write_round() == 2  # created, not synced yet
+    obj = stored(kube)
+    assert obj is not None and ready(obj)["status"] == "Unknown" and ready(obj)["reason"] == "Pending"
+    assert "lastAppliedRevision" not in obj["status"]
+    clock.now += 60
+    sync(agent)
+    assert view.write_round() == 1
+    first = stored(kube)
+    assert first is not None and ready(first)["status"] == "True"
+    assert ready(first)["lastTransitionTime"] == "2027-01-15T08:01:00Z"
+    clock.now += 60
+    install(agent, repo_at(tmp_path / "r", {"federations/fed.yaml": fed(pools=pool("a", replicas=2))}), "r2")
+    sync(agent)
+    assert view.write_round() == 1
+    second = stored(kube)
+    assert second is not None and second["status"]["lastAppliedRevision"] == "r2"
+    assert ready(second)["lastTransitionTime"] == "2027-01-15T08:02:00Z"
+    assert view.write_round() == 0
+
+
+def test_a_config_error_shows_its_diagnostic_and_the_fix_clears_it(agent: Agent, kube: FakeKube,
+                                                                   view: FlowerUnits, tmp_path: Path) -> None:
+    sync(agent)
+    view.write_round()
+    broken = fed(pools=pool("a").replace("replicas:", "replica:"))
+    install(agent, repo_at(tmp_path / "r", {"federations/fed.yaml": broken}), "r2")
+    sync(agent)  # its last good state stays applied
+    assert view.write_round() == 1
+    obj = stored(kube)
+    assert obj is not None
+    cond = ready(obj)
+    assert (cond["status"], cond["reason"]) == ("False", "ConfigError")
+    assert "federations/fed.yaml:" in cond["message"] and "replica" in cond["message"]
+    assert obj["status"]["lastAppliedRevision"] == "r1"  # what is applied
+    install(agent, repo_at(tmp_path / "r", {"federations/fed.yaml": fed()}), "r3")  # the fix
+    sync(agent)
+    assert view.write_round() == 1
+    fixed = stored(kube)
+    assert fixed is not None and ready(fixed)["status"] == "True"
+    assert fixed["status"]["lastAppliedRevision"] == "r1"  # r3 renders what r1 did: the unit keeps r1
+
+
+def test_an_annotation_asks_for_exactly_one_resync_and_is_recorded_as_handled(agent: Agent, kube: FakeKube,
+                                                                              view: FlowerUnits) -> None:
+    sync(agent)
+    view.write_round()
+    obj = stored(kube)
+    assert obj is not None
+    kube.server.edit(KIND, NS, object_name(FED_UNIT), {"metadata": {"annotations": {ANN_REQUESTED_AT: "1700"}}},
+                     manager="kubectl-annotate")
+    annotated = stored(kube)
+    assert annotated is not None
+    view.event("MODIFIED", annotated)
+    requests = [agent.events.get() for _ in range(agent.events.qsize())]
+    assert [(type(e), getattr(e, "unit", None)) for e in requests] == [(ResyncRequested, FED_UNIT.id)]
+    view.event("MODIFIED", annotated)  # seen again (a re-list, a status write's echo): not a new request
+    assert view.write_round() == 0  # the resync has not finished: nothing to record yet
+    assert agent.events.empty()
+    request = cast(ResyncRequested, requests[0])
+    assert request.waiter is not None and request.waiter.selector == FED_UNIT.id
+    request.waiter.finish()  # the resync finished (the integration test runs the real one)
+    assert view.write_round() == 1
+    done = stored(kube)
+    assert done is not None and done["status"]["lastHandledReconcileAt"] == "1700"
+    assert view.write_round() == 0
+    # the next leader (no memory of it) does not handle the same value again
+    successor = FlowerUnits(agent, kube)
+    successor.replace(None, [done])
+    assert agent.events.empty() and successor.requests.requested == 0
+    # a new value is a new request; a standby leaves it for the leader
+    kube.server.edit(KIND, NS, object_name(FED_UNIT), {"metadata": {"annotations": {ANN_REQUESTED_AT: "1701"}}},
+                     manager="kubectl-annotate")
+    again = stored(kube)
+    assert again is not None
+    agent.leading.clear()
+    successor.event("MODIFIED", again)
+    assert agent.events.empty()
+    agent.leading.set()
+    successor.event("MODIFIED", again)
+    assert agent.events.qsize() == 1
+
+
+def test_a_unit_removed_from_git_loses_its_flowerunit_after_the_prune(agent: Agent, kube: FakeKube,
+                                                                      view: FlowerUnits, tmp_path: Path) -> None:
+    sync(agent)
+    view.write_round()
+    other = Unit("federation", NS, "foreign")
+    foreign = {"apiVersion": "flower-syncer.io/v1alpha1", "kind": KIND,
+               "metadata": {"name": object_name(other), "namespace": NS,
+                            "labels": {**other.labels(), LABEL_REPOSITORY: "someone-else"}}}
+    view.event("ADDED", kube.create(foreign))  # another repository's unit sharing the cluster
+    agent.cache.state = LiveState.load(kube, None)
+    install(agent, repo_at(tmp_path / "gone", {"federations/another.yaml": fed("another")}), "r2")  # fed left Git
+    assert view.write_round() == 2  # "another" is new (created, its status); fed is not pruned yet
+    assert stored(kube) is not None  # its objects (and inventory) are still there
+    sync(agent)  # the prune
+    assert FED_UNIT not in agent.cache.state.inventories
+    assert view.write_round() == 1
+    assert stored(kube) is None
+    assert stored(kube, other) is not None  # not ours: left alone
+    assert view.write_round() == 0
+
+
+def test_a_missing_crd_is_one_clear_error_and_no_writes(agent: Agent, kube: FakeKube, view: FlowerUnits) -> None:
+    kube.server.absent.add(KIND)
+    stop = threading.Event()
+    with capture_logs() as logs:
+        reflector = view.reflector(None)
+        thread = threading.Thread(target=reflector.run, args=(stop,), daemon=True)
+        thread.start()
+        wait_until("the missing CRD noticed", lambda: view.missing, timeout=10)
+        view.failed(RuntimeError("unrelated"))
+        stop.set()
+        thread.join(5)
+    errors = [e for e in logs if e["log_level"] == "error"]
+    assert len(errors) == 1
+    assert CRD_NAME in errors[0]["error"] and "kubectl apply -f charts/flower-syncer/crds/" in errors[0]["error"]
+    sync(agent)
+    writes = kube.writes
+    assert view.write_round() == 0
+    assert kube.writes == writes
+    kube.server.absent.clear()  # installed later: the next listing turns it on
+    view.replace(None, [])
+    assert view.missing == ""
+    assert view.write_round() == 2
+
+
+def conditions(synced: tuple[str, str, str], healthy: tuple[str, str, str], revision: str = "abc") -> dict[str, Any]:
+    """A value of Agent.unit_conditions()."""
+    conds = [{"type": t, "status": st, "reason": r, "message": m}
+             for t, (st, r, m) in (("Synced", synced), ("Healthy", healthy))]
+    return {"ready": synced[0] == healthy[0] == "True", "revision": revision, "conditions": conds}
+
+
+OK = ("True", "Synced", "the revision was applied")
+FINE = ("True", "Healthy", "2 workload(s) ready")
+
+
+@pytest.mark.parametrize(("state", "expected"), [
+    (conditions(OK, FINE), ("True", "Healthy", "applied revision abc; 2 workload(s) ready")),
+    (conditions(("False", "Pending", "not synced yet"), FINE), ("Unknown", "Pending", "not synced yet")),
+    (conditions(OK, ("False", "Unknown", "no status round yet")), ("Unknown", "Unknown", "no status round yet")),
+    (conditions(OK, ("False", "Progressing", "a: 1/2 ready")), ("Unknown", "Progressing", "a: 1/2 ready")),
+    (conditions(OK, ("False", "Degraded", "a: CrashLoopBackOff")), ("False", "Degraded", "a: CrashLoopBackOff")),
+    (conditions(("False", "ConfigError", "f.yaml:3:1: bad"), FINE), ("False", "ConfigError", "f.yaml:3:1: bad")),
+    (conditions(("False", "SyncFailed", "apply failed"), ("False", "Degraded", "x")),
+     ("False", "SyncFailed", "apply failed")),  # Synced first
+    (conditions(("False", "Suspended", "not applied"), FINE), ("False", "Suspended", "not applied")),
+])
+def test_the_adapter_maps_each_state_to_ready(state: dict[str, Any], expected: tuple[str, str, str]) -> None:
+    status = unit_status(state)
+    cond = status["conditions"][0]
+    assert (cond["type"], cond["status"], cond["reason"], cond["message"]) == ("Ready", *expected)
+    assert [c["type"] for c in status["conditions"]] == ["Ready", "Synced", "Healthy"]
+    assert ("lastAppliedRevision" in status) is (state["conditions"][0]["status"] == "True")
