@@ -207,8 +207,11 @@ def test_a_unit_removed_from_git_loses_its_flowerunit_after_the_prune(agent: Age
     view.event("ADDED", kube.create(foreign))  # another repository's unit sharing the cluster
     agent.cache.state = LiveState.load(kube, None)
     install(agent, repo_at(tmp_path / "gone", {"federations/another.yaml": fed("another")}), "r2")  # fed left Git
-    assert view.write_round() == 2  # "another" is new (created, its status); fed is not pruned yet
-    assert stored(kube) is not None  # its objects (and inventory) are still there
+    # "another" is new (created, its status); fed is not pruned yet: its status says it is Pending
+    assert view.write_round() == 3
+    left = stored(kube)
+    assert left is not None  # its objects (and inventory) are still there
+    assert "Pending" in str(left["status"])
     sync(agent)  # the prune
     assert FED_UNIT not in agent.cache.state.inventories
     assert view.write_round() == 1
