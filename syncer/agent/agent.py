@@ -508,8 +508,12 @@ class Agent:
                 self.work.done(unit)
 
     def _sync(self, unit: Unit) -> None:
-        if not self.cache.synced.is_set():
-            self.cache.wait_synced(30)
+        if not self.cache.synced.is_set() and not self.cache.wait_synced(30):
+            # without the listed inventories and objects a sync would record a partial inventory,
+            # and what left Git meanwhile would never be pruned: wait for the watches instead
+            log.warning("the cluster's objects are not listed yet; the unit waits", unit=unit.id,
+                        retry_in=self.work.retry(unit))
+            return
         plan = self.installed.plan  # one snapshot for the whole sync
         desired = plan.units.get(unit)
         revision = desired.revision if desired is not None else plan.revision

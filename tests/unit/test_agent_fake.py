@@ -212,3 +212,25 @@ def test_suspended_drift_is_measured_by_a_worker_through_the_queue(tmp_path: Pat
     assert metrics.registry.get_sample_value("flower_syncer_drift_objects",
                                              {"unit": FED_UNIT.id, "kind": "StatefulSet"}) == 1
     assert kube.writes == writes  # measured, not healed
+
+
+def test_a_unit_waits_for_the_listed_cluster_instead_of_syncing_on_a_partial_view(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Until the watches have listed the inventories and objects, a sync would start from a partial
+    inventory (and what left Git meanwhile would never be pruned): the unit is requeued, nothing is
+    written."""
+    from tests.fakekube import FakeApiServer
+
+    server = FakeApiServer()
+    server.add_namespace(NS)
+    kube = FakeKube(server)
+    agent = Agent(kube, cast(GitSource, object()), Metrics(), AgentOptions())
+    install(agent, repo_at(tmp_path / "r", {"federations/fed.yaml": fed()}), "r1")
+    agent.leading.set()
+    monkeypatch.setattr(agent.cache, "wait_synced", lambda timeout: False)
+    agent._sync(FED_UNIT)
+    assert kube.writes == 0
+    assert agent.work.depth() == 1  # requeued, after its backoff
+    agent.cache.synced.set()
+    agent._sync(FED_UNIT)
+    assert kube.writes > 0
