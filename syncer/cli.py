@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 def _add_repo_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", metavar="DIR", nargs="?", default=".", type=Path,
                    help="config repository (a folder with federations/ and/or supernodes/); default: .")
+    p.add_argument("--policy", metavar="FILE", type=Path, default=None,
+                   help="the cluster admins' policy file, as the agent reads it: check the repository within it "
+                        f"(default: ${env_name('policy')})")
     _add_decryption_arg(p)
 
 

@@ -32,16 +32,23 @@ EXIT_RUNTIME = 3
 def load_selected(args: argparse.Namespace) -> Loaded | int:
     """The repository of `args.dir` with `args.unit` selected, or the exit code after an error."""
     from syncer.actions.load import RepoNotFound, load  # the models: not for --help or the agent
+    from syncer.agent.config import load_policy
     from syncer.secrets.keys import Decryption, load_identities
     from syncer.secrets.sops import SopsError
 
     namespace = None if getattr(args, "all_namespaces", False) else getattr(args, "namespace", None)
     files = list(args.decryption_key_file) or [Path(f) for f in os.environ.get(
         env_name("decryption_key_files"), "").split(",") if f.strip()]
+    policy_file = getattr(args, "policy", None) or os.environ.get(env_name("policy")) or None
+    try:
+        admin = load_policy(Path(policy_file)) if policy_file else None
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         # validate checks an encrypted file without a key (its values left opaque); the others need one
         decryption = Decryption(load_identities(files), required=args.command != "validate")
-        return load(args.dir, getattr(args, "unit", ()) or (), namespace, decryption)
+        return load(args.dir, getattr(args, "unit", ()) or (), namespace, decryption, admin=admin)
     except SopsError as exc:
         print(f"error: {exc.detail}" + (f"\nhint: {exc.hint}" if exc.hint else ""), file=sys.stderr)
         return EXIT_USAGE

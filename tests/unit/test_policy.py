@@ -116,3 +116,29 @@ def test_load_picks_the_admins_entry_for_where_the_repository_comes_from(tmp_pat
                                                        guardrails=Guardrails(allowedNamespaces=["team-a"]))])
     assert any("'team-b', which this repository may not use" in d.message for d in load(tmp_path, admin=admin).errors)
     assert not load(tmp_path, admin=AdminPolicy()).errors  # the default entry: any but the cluster's own
+
+
+def test_validate_checks_the_repository_within_the_admins_policy(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """`validate --policy FILE` (or $FLOWER_SYNCER_POLICY) sees what the agent would: a repository
+    widening its own guardrails beyond the admin's is invalid, which a CI step can catch before a push."""
+    from syncer.cli import main
+
+    repo = tmp_path / "repo"
+    (repo / "federations").mkdir(parents=True)
+    (repo / "flower-syncer.yaml").write_text("apiVersion: flower-syncer.io/v1\nkind: Settings\nname: team-a\n"
+                                             "guardrails:\n  allowedNamespaces: [team-a, kube-system]\n")
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("apiVersion: flower-syncer.io/v1\nkind: Policy\ndefault:\n"
+                      "  guardrails: {allowedNamespaces: [team-a]}\n  names: [team-a]\n")
+    monkeypatch.delenv("FLOWER_SYNCER_POLICY", raising=False)
+    assert main(["validate", str(repo)]) == 0
+    capsys.readouterr()
+    assert main(["validate", str(repo), "--policy", str(policy)]) == 1
+    out = capsys.readouterr().out
+    assert "guardrails.allowedNamespaces" in out and "kube-system" in out
+    monkeypatch.setenv("FLOWER_SYNCER_POLICY", str(policy))
+    assert main(["validate", str(repo)]) == 1
+    policy.write_text("kind: Policy\ndefault: {guardrails: {allowedNamespaces: 7}}\n")
+    assert main(["validate", str(repo)]) == 2
+    assert "policy" in capsys.readouterr().err
