@@ -14,6 +14,8 @@ from pydantic import Field
 
 from syncer.diagnostics import FieldPath
 from syncer.models.base import StrictModel
+from syncer.models.federation_versions import federation_version_issues
+from syncer.models.flower import ANN_FLOWER_VERSION, FlowerInterface, image_version, interface_of_image
 from syncer.models.k8s import Issue, K8sType, env_issues
 from syncer.models.names import (
     DNS1123_SUBDOMAIN,
@@ -49,7 +51,6 @@ from syncer.models.nodeconfig import (
     encode_template,
     unknown_placeholders,
 )
-from syncer.models.supernode.naming import image_version
 
 API_VERSION = "flwr.exalsius.ai/v1"
 KIND = "Federation"
@@ -236,6 +237,32 @@ class Federation(StrictModel):
         default = f"{self.superlink_name()}.{namespace}.svc:{CONTROL_API_PORT}"
         return self.metadata.annotations.get(ANN_CONTROL_API_ADDRESS, default)
 
+    def flower(self, image: str) -> FlowerInterface:
+        """The Flower interface of one of this federation's images: from its tag, else from the
+        annotation flower-syncer.io/flower-version, else (assumed, with a warning) the SuperLink's
+        release when its tag names one (the operator's examples pair `flwr/superlink:1.25.0` with
+        `my-app/client:latest`), else the newest known release."""
+        explicit = self.metadata.annotations.get(ANN_FLOWER_VERSION, "")
+        iface = interface_of_image(image, explicit)
+        if iface.assumed and image != self.spec.superlink.image:
+            return iface.beside(interface_of_image(self.spec.superlink.image, explicit))
+        return iface
+
+    def images(self) -> list[tuple[FieldPath, str]]:
+        """(field, image) of every Flower container this federation runs."""
+        spec = self.spec
+        out: list[tuple[FieldPath, str]] = [(("spec", "superlink", "image"), spec.superlink.image)]
+        if spec.isolationMode == "process" and spec.superlink.superexecImage:
+            out.append((("spec", "superlink", "superexecImage"), spec.superlink.superexecImage))
+        out.append((("spec", "supernodes", "image"), spec.supernodes.image))
+        for i, pool in enumerate(spec.supernodes.pools):
+            if pool.images.supernode:
+                out.append((("spec", "supernodes", "pools", i, "images", "supernode"), pool.images.supernode))
+            if spec.isolationMode == "process" and pool.images.superexecClientApp:
+                out.append((("spec", "supernodes", "pools", i, "images", "superexecClientApp"),
+                            pool.images.superexecClientApp))
+        return out
+
     def api_sources(self, annotation: str) -> list[Source]:
         """Who may reach a SuperLink API besides the federation's own SuperNodes (netsources)."""
         return parse_sources(self.metadata.annotations.get(annotation, ""))[0]
@@ -286,6 +313,7 @@ class Federation(StrictModel):
         issues.extend(self._network_issues())
         issues.extend(self._auth_issues())
         issues.extend(self._issuer_issues())
+        issues.extend(federation_version_issues(self))
         if not spec.insecure and not self.tls_secret():
             issues.append(Issue(("spec", "insecure"), "insecure: false needs the SuperLink's certificate, and none is "
                                 "named (Flower would exit at start-up)",

@@ -10,8 +10,11 @@ models/netsources.py). Differences from the operator, on purpose:
 - node config is quoted so Flower reads back exactly what was written, and the shell wrapper
   passes every argument as its own word (no shell injection through values or extraArgs);
 - pool StatefulSets get the governing Service they name;
-- SuperExec containers always get `--insecure` (SuperExec has no TLS up to Flower 1.26 and only
-  talks to its own pod) and accept `superexecExtraArgs`;
+- SuperExec containers talk to their own pod and accept `superexecExtraArgs`; they get `--insecure`,
+  except beside a TLS SuperLink of Flower 1.37+, whose Runtime API is TLS: then they trust the CA;
+- the flags, ports, transports and probes follow each image's Flower release (syncer.models.flower):
+  from 1.35 the APIs are bound to 0.0.0.0 with `--host/--port` and probed on GET /health; the
+  Service keeps its port names and numbers across releases and only the target ports move;
 - `podTemplate.metadata` labels/annotations reach the pods, `initContainers` are appended, and
   other pod-level fields replace ours instead of being silently dropped;
 - NetworkPolicies (the operator renders none): the Fleet API only from the federation's SuperNodes
@@ -35,11 +38,10 @@ from syncer.identity import (
     Manifest,
 )
 from syncer.models.federation import GPU, GPU_ENV, ClaimTemplate, Federation, Pool
+from syncer.models.flower import HEALTH_PATH, SUPERLINK_HTTP_PORT, FlowerInterface, interface_of_image
 from syncer.models.netsources import ANN_CONTROL_API_FROM, ANN_FLEET_API_FROM, Source
 from syncer.models.nodeauth import CONTROL_API_PORT
 from syncer.models.nodeconfig import INDEX_VAR, NODE_VAR, POD_NAME_VAR, encode_template, join_pairs, shell_word
-from syncer.models.supernode.naming import image_supports
-from syncer.models.supernode.schema import HEALTH_SINCE
 from syncer.render.common import RenderContext, clone, metadata
 
 SERVERAPPIO_PORT = 9091
@@ -90,6 +92,7 @@ def pool_selector(fed: Federation, pool: Pool) -> dict[str, str]:
 
 def _superlink_statefulset(fed: Federation, ctx: RenderContext) -> Manifest:
     sl = fed.spec.superlink
+    link = fed.flower(sl.image)
     process = fed.spec.isolationMode == "process"
     args = [f"--isolation={fed.spec.isolationMode}"]
     if fed.spec.insecure:
@@ -99,25 +102,24 @@ def _superlink_statefulset(fed: Federation, ctx: RenderContext) -> Manifest:
                  f"--ssl-keyfile={CERT_DIR}/tls.key"]
         if fed.supernode_auth:  # only the keys flower-syncer registers (engine/nodekeys.py) are admitted
             args.append("--enable-supernode-auth")
+    if link.http_runtime:  # 1.35+: the HTTP API (Runtime; Control from 1.37, Fleet from 1.40) for everyone
+        args += ["--host=0.0.0.0", f"--port={SUPERLINK_HTTP_PORT}"]
     args.extend(sl.extraArgs)
-    ports = [_port("fleet", FLEET_PORT), _port("control", CONTROL_PORT)]
-    if process:
-        ports.append(_port("serverappio", SERVERAPPIO_PORT))
     tls_mounts = [] if fed.spec.insecure else [{"name": TLS_VOLUME, "mountPath": CERT_DIR, "readOnly": True}]
-    superlink = _container("superlink", sl.image, args=args, ports=ports, env=sl.env, resources=sl.resources,
-                           mounts=[*sl.volumeMounts, *tls_mounts])
-    superlink["readinessProbe"] = {"tcpSocket": {"port": "fleet"}, "periodSeconds": 10}
-    _with_health(superlink, HEALTH_PORT, "health")
+    superlink = _container("superlink", sl.image, args=args, ports=_superlink_container_ports(link, process),
+                           env=sl.env, resources=sl.resources, mounts=[*sl.volumeMounts, *tls_mounts])
+    if link.http_runtime:
+        _with_http_health(superlink, SUPERLINK_HTTP_PORT, tls=not fed.spec.insecure and link.superlink_runtime_tls)
+    else:
+        superlink["readinessProbe"] = {"tcpSocket": {"port": "fleet"}, "periodSeconds": 10}
+        _with_health(superlink, HEALTH_PORT, "health", link)
     containers = [superlink]
-    if process:
-        containers.append(_with_health(_container(
-            "superexec-serverapp", sl.superexecImage,
-            args=["--plugin-type=serverapp", f"--appio-api-address=localhost:{SERVERAPPIO_PORT}", "--insecure",
-                  *sl.superexecExtraArgs],
-            env=sl.env, resources=sl.superexecResources, mounts=sl.superexecVolumeMounts or sl.volumeMounts),
-            SUPEREXEC_HEALTH_PORT, "health-exec"))
-    pod_spec: dict[str, Any] = {"containers": containers}
     volumes = clone(sl.volumes)
+    if process:
+        sidecar, ca_volume = _serverapp_sidecar(fed, link)
+        containers.append(sidecar)
+        volumes = _merge_named(volumes, ca_volume, keep_existing=True)
+    pod_spec: dict[str, Any] = {"containers": containers}
     if not fed.spec.insecure:  # the server's key and certificate, and the CA flower-syncer copied
         volumes.append({"name": TLS_VOLUME, "projected": {"sources": [
             {"secret": {"name": fed.tls_secret(), "items": [{"key": "tls.crt", "path": "tls.crt"},
@@ -138,34 +140,88 @@ def _superlink_statefulset(fed: Federation, ctx: RenderContext) -> Manifest:
     return {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": metadata(ctx, name, selector), "spec": spec}
 
 
+def _superlink_container_ports(link: FlowerInterface, process: bool) -> list[dict[str, Any]]:
+    """The SuperLink's container ports: one per gRPC API, and `http` for the HTTP API (1.35+)."""
+    if not link.http_runtime:
+        return [_port(api, port) for api, port in link.superlink_ports(process)]
+    grpc = [_port(api, port) for api, port in link.superlink_ports(process) if port != SUPERLINK_HTTP_PORT]
+    return [*grpc, _port("http", SUPERLINK_HTTP_PORT)]
+
+
+def _serverapp_sidecar(fed: Federation, link: FlowerInterface) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The ServerApp SuperExec of process isolation, dialing the SuperLink in its pod; and the
+    volume it needs (the CA, when the SuperLink's Runtime API is TLS: 1.37+)."""
+    sl = fed.spec.superlink
+    exec_ = fed.flower(sl.superexecImage or "").beside(link)
+    mounts = sl.superexecVolumeMounts or sl.volumeMounts
+    volumes: list[dict[str, Any]] = []
+    if not link.http_runtime and not exec_.http_runtime:
+        args = ["--plugin-type=serverapp", f"--appio-api-address=localhost:{SERVERAPPIO_PORT}", "--insecure"]
+    else:
+        args = ["--plugin-type=serverapp"] if exec_.plugin_type else []
+        args.append(f"{exec_.superexec_address_flag}=127.0.0.1:{link.serverappio_port}")
+        if not fed.spec.insecure and link.superlink_runtime_tls:  # the certificate has the IP SAN 127.0.0.1
+            args.append(f"--root-certificates={CERT_DIR}/ca.crt")
+            volumes.append({"name": CA_VOLUME, "secret": {"secretName": fed.ca_secret_name(),
+                                                          "items": [{"key": "ca.crt", "path": "ca.crt"}]}})
+            mounts = _merge_named(mounts, [{"name": CA_VOLUME, "mountPath": CERT_DIR, "readOnly": True}],
+                                  keep_existing=True)
+        else:
+            args.append("--insecure")
+    args.extend(sl.superexecExtraArgs)
+    container = _container("superexec-serverapp", sl.superexecImage, args=args, env=sl.env,
+                           resources=sl.superexecResources, mounts=mounts)
+    return _with_health(container, SUPEREXEC_HEALTH_PORT, "health-exec", exec_), volumes
+
+
 def _superlink_policy(fed: Federation, ctx: RenderContext) -> Manifest:
     """Ingress to the SuperLink: the Fleet API from the federation's own SuperNodes and the sources
     named in flower-syncer.io/fleet-api-from; the Control API (flwr run, flwr ls) only from those
     in flower-syncer.io/control-api-from (none by default; `kubectl port-forward` still works).
-    ServerAppIo stays inside the pod (the SuperExec sidecar dials localhost)."""
+    The ServerApp API stays inside the pod (the SuperExec sidecar dials the loopback address).
+
+    From Flower 1.37 the Control API, and from 1.40 the Fleet API too, share the HTTP port with the
+    ServerApp API: a NetworkPolicy sees ports, not paths, so whoever may reach one of them there
+    reaches all three. The kubelet's HTTP /health probes come from the node, which NetworkPolicy
+    implementations admit (the port is not opened to the cluster for them)."""
+    sl = fed.spec.superlink
+    link = fed.flower(sl.image)
     own = {"podSelector": {"matchLabels": _supernode_pods(fed, ctx)}}
-    ingress = [_rule(FLEET_PORT, [own], fed.api_sources(ANN_FLEET_API_FROM))]
+    ingress = [_rule(link.fleet_port, [own], fed.api_sources(ANN_FLEET_API_FROM))]
     control = fed.api_sources(ANN_CONTROL_API_FROM)
     if control:
-        ingress.append(_rule(CONTROL_PORT, [], control))
-    ingress += _health_rule([fed.spec.superlink.image, fed.spec.superlink.superexecImage or ""])
+        ingress.append(_rule(link.control_port, [], control))
+    process = fed.spec.isolationMode == "process"
+    images = [(sl.image, link)]
+    if process and sl.superexecImage:
+        images.append((sl.superexecImage, fed.flower(sl.superexecImage).beside(link)))
+    ingress += _health_rule(images)
     return _policy(fed, ctx, fed.superlink_name(), superlink_selector(fed), ingress)
 
 
 def _supernodes_policy(fed: Federation, ctx: RenderContext) -> Manifest:
     """No ingress to the pool pods: a SuperNode dials out to the SuperLink, and its ClientAppIo API
     serves only the SuperExec in its own pod (localhost)."""
-    images = [i for p in fed.spec.supernodes.pools
-              for i in (p.images.supernode or fed.spec.supernodes.image, p.images.superexecClientApp or "")]
+    images: list[tuple[str, FlowerInterface]] = []
+    for p in fed.spec.supernodes.pools:
+        image = p.images.supernode or fed.spec.supernodes.image
+        images.append((image, fed.flower(image)))
+        if p.images.superexecClientApp:
+            images.append((p.images.superexecClientApp,
+                           fed.flower(p.images.superexecClientApp).beside(images[-1][1])))
     return _policy(fed, ctx, f"{fed.name}-supernodes", _supernode_pods(fed, ctx), _health_rule(images))
 
 
-def _health_rule(images: list[str]) -> list[dict[str, Any]]:
-    """The health ports, open: the kubelet's gRPC probes come from the node, which some CNIs hold
-    to NetworkPolicies (the health service says SERVING and nothing else)."""
-    if not any(i and has_health_server(i) for i in images):
-        return []
-    return [{"ports": [{"protocol": "TCP", "port": HEALTH_PORT}, {"protocol": "TCP", "port": SUPEREXEC_HEALTH_PORT}]}]
+def _health_rule(images: list[tuple[str, FlowerInterface]]) -> list[dict[str, Any]]:
+    """The gRPC health ports, open: the kubelet's gRPC probes come from the node, which some CNIs
+    hold to NetworkPolicies (the health service says SERVING and nothing else). Up to Flower 1.34
+    both ports whenever one container has a health server; from 1.35 only the SuperExec's."""
+    if any(i.health_server and not i.http_runtime for _, i in images):
+        return [{"ports": [{"protocol": "TCP", "port": HEALTH_PORT},
+                           {"protocol": "TCP", "port": SUPEREXEC_HEALTH_PORT}]}]
+    if any(i.health_server for _, i in images):  # 1.35-1.42 SuperExecs
+        return [{"ports": [{"protocol": "TCP", "port": SUPEREXEC_HEALTH_PORT}]}]
+    return []
 
 
 def _supernode_pods(fed: Federation, ctx: RenderContext) -> dict[str, str]:
@@ -196,7 +252,7 @@ def _superlink_certificate(fed: Federation, ctx: RenderContext) -> Manifest:
     kind, name = fed.tls_issuer() or ("Issuer", "")
     service, ns = fed.superlink_name(), ctx.unit.namespace
     names = [service, f"{service}.{ns}", f"{service}.{ns}.svc", f"{service}.{ns}.svc.cluster.local"]
-    ips = []
+    ips = ["127.0.0.1"] if fed.flower(fed.spec.superlink.image).loopback_ip_san else []
     for extra in fed.tls_extra_names():
         try:
             ips.append(str(ipaddress.ip_address(extra)))
@@ -227,12 +283,13 @@ def _ca_secret(fed: Federation, ctx: RenderContext) -> Manifest:
 
 def _superlink_service(fed: Federation, ctx: RenderContext) -> Manifest:
     svc = fed.spec.superlink.service
-    ports = [
-        _service_port("fleet", svc.ports.grpc, FLEET_PORT),
-        _service_port("control", svc.ports.extra, CONTROL_PORT),
-    ]
-    if fed.spec.isolationMode == "process":
-        ports.append(_service_port("serverappio", svc.ports.serverAppIO, SERVERAPPIO_PORT))
+    # Names and Service port numbers stay the same across releases; only the target port follows
+    # the release, so an upgrade (say 1.26 -> 1.42) is an in-place update of the same ports and the
+    # SuperNodes keep dialing <name>:<ports.grpc>.
+    numbers = {"fleet": svc.ports.grpc, "control": svc.ports.extra, "serverappio": svc.ports.serverAppIO}
+    link = fed.flower(fed.spec.superlink.image)
+    ports = [_service_port(api, numbers[api], target)
+             for api, target in link.superlink_ports(fed.spec.isolationMode == "process")]
     selector = superlink_selector(fed)
     labels = {**svc.labels, **selector}
     return {
@@ -263,29 +320,41 @@ def _pool_workload(fed: Federation, pool: Pool, ctx: RenderContext) -> Manifest:
         args.append("--insecure")
     else:
         args.append(f"--root-certificates={CERT_DIR}/ca.crt")  # the CA only: never the server's key
-    if process:
+    image = pool.images.supernode or spec_.supernodes.image
+    node = fed.flower(image)
+    if node.http_runtime:  # 1.35+: the ClientApp API is HTTP, with GET /health, on --host/--port
+        args += ["--host=0.0.0.0", f"--port={CLIENTAPPIO_PORT}"]
+    elif process:
         args.append(f"--clientappio-api-address=0.0.0.0:{CLIENTAPPIO_PORT}")
     args.extend(pool.extraArgs)
 
     supernode = _container(
-        "supernode", pool.images.supernode or spec_.supernodes.image, args=args,
+        "supernode", image, args=args,
         ports=[_port("clientappio", CLIENTAPPIO_PORT)], env=env,
         resources=_with_gpu(pool.supernodeResources, None if process else gpu_resource),
         mounts=_merge_named(pool.volumeMounts, [*gpu_mounts, *([] if spec_.insecure else [
             {"name": CA_VOLUME, "mountPath": CERT_DIR, "readOnly": True}])], keep_existing=True),
         privileged=privileged)
-    supernode["readinessProbe"] = {"tcpSocket": {"port": "clientappio"}, "periodSeconds": 10}
-    _with_health(supernode, HEALTH_PORT, "health")
+    if node.http_runtime:
+        _with_http_health(supernode, CLIENTAPPIO_PORT, tls=False)  # plain HTTP: no --ssl-* on the SuperNode
+    else:
+        supernode["readinessProbe"] = {"tcpSocket": {"port": "clientappio"}, "periodSeconds": 10}
+        _with_health(supernode, HEALTH_PORT, "health", node)
     _add_node_config(fed, pool, supernode)
     containers = [supernode]
     if process:
+        exec_ = fed.flower(pool.images.superexecClientApp).beside(node)
+        if not node.http_runtime and not exec_.http_runtime:
+            exec_args = ["--plugin-type=clientapp", f"--appio-api-address=localhost:{CLIENTAPPIO_PORT}", "--insecure"]
+        else:  # the SuperNode's ClientApp API is plain HTTP (no --ssl-*), in the same pod
+            exec_args = ["--plugin-type=clientapp"] if exec_.plugin_type else []
+            exec_args += [f"{exec_.superexec_address_flag}=127.0.0.1:{CLIENTAPPIO_PORT}", "--insecure"]
         containers.append(_with_health(_container(
             "superexec-clientapp", pool.images.superexecClientApp,
-            args=["--plugin-type=clientapp", f"--appio-api-address=localhost:{CLIENTAPPIO_PORT}", "--insecure",
-                  *pool.superexecExtraArgs],
+            args=[*exec_args, *pool.superexecExtraArgs],
             env=env, resources=_with_gpu(pool.superexecResources, gpu_resource),
             mounts=_merge_named(pool.superexecVolumeMounts or pool.volumeMounts, gpu_mounts, keep_existing=True),
-            privileged=privileged), SUPEREXEC_HEALTH_PORT, "health-exec"))
+            privileged=privileged), SUPEREXEC_HEALTH_PORT, "health-exec", exec_))
 
     pod_spec: dict[str, Any] = {"containers": containers}
     ca_volume = [] if spec_.insecure else [{"name": CA_VOLUME, "secret": {
@@ -404,21 +473,32 @@ def _container(name: str, image: str, *, args: list[str], env: list[dict[str, An
 
 
 def has_health_server(image: str) -> bool:
-    """Whether the image's Flower has --health-server-address (1.21+); unknown tags (latest, a
-    digest) are taken as recent, as on the SuperNode chart's side."""
-    return image_supports(image, HEALTH_SINCE)
+    """Whether the image's Flower has --health-server-address (1.21 to 1.42); a tag without a
+    version is the newest known release (syncer.models.flower)."""
+    return interface_of_image(image).health_server
 
 
-def _with_health(container: dict[str, Any], port: int, port_name: str) -> dict[str, Any]:
+def _with_health(container: dict[str, Any], port: int, port_name: str, iface: FlowerInterface) -> dict[str, Any]:
     """Flower's gRPC health server (plain text, also beside a TLS SuperLink) on `port`, and kubelet
-    gRPC probes on it: readiness, and liveness so a wedged process is restarted."""
-    if has_health_server(container["image"]):
+    gRPC probes on it: readiness, and liveness so a wedged process is restarted. Only where it is
+    the best there is: up to 1.34 for SuperLinks and SuperNodes, up to 1.42 for SuperExecs (1.43
+    removed it)."""
+    if iface.health_server:
         container["args"].append(f"--health-server-address=0.0.0.0:{port}")
         container.setdefault("ports", []).append(_port(port_name, port))
         probe = {"grpc": {"port": port}, "periodSeconds": 10, "timeoutSeconds": 1, "failureThreshold": 3}
         container["readinessProbe"] = probe
         container["livenessProbe"] = {**probe, "failureThreshold": 6}
     return container
+
+
+def _with_http_health(container: dict[str, Any], port: int, *, tls: bool) -> None:
+    """Probes on Flower's GET /health (1.35+), served by the same HTTP server as the APIs on `port`:
+    when the API cannot be reached, the pod is not Ready."""
+    probe = {"httpGet": {"path": HEALTH_PATH, "port": port, "scheme": "HTTPS" if tls else "HTTP"},
+             "periodSeconds": 10, "timeoutSeconds": 1, "failureThreshold": 3}
+    container["readinessProbe"] = probe
+    container["livenessProbe"] = {**probe, "failureThreshold": 6}
 
 
 def _port(name: str, number: int) -> dict[str, Any]:

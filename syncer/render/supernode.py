@@ -21,9 +21,12 @@ Objects, per release (names from `release_names`, `<fullname>` by Helm's rule):
 
 Both Deployments come from one pod builder (`_deployment`) fed by a `_Plan` per component:
 security contexts (see `security_contexts`), writable emptyDirs when the root filesystem is read-only,
-affinity presets, env/nodeSelector/tolerations merges, probes. Flower versions are read from the image
-tag: before 1.21 there is no health server, so neither `--health-server-address` nor the gRPC probes
-are rendered (the documented examples use 1.20 images).
+affinity presets, env/nodeSelector/tolerations merges, probes. Flags, ports and probes follow the
+Flower release of each image (syncer.models.flower: its tag, else `image.flowerVersion`): before 1.21
+there is no health server, so neither `--health-server-address` nor the gRPC probes are rendered (the
+documented examples use 1.20 images); from 1.35 the SuperNode's ClientApp API is HTTP on `--host
+0.0.0.0 --port <containerPorts.clientAppIo>` and probed on its GET /health; the SuperExec keeps its
+gRPC health server up to 1.42.
 
 Pure and deterministic: no I/O, lists in a fixed order, user sub-trees copied (nulls dropped), so no
 two manifests share a mutable object and nothing renders as null.
@@ -38,21 +41,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from syncer.identity import ANN_COPY_FROM, ANN_COPY_KEYS, LABEL_COMPONENT, LABEL_INSTANCE, LABEL_NAME, Manifest
+from syncer.models.flower import HEALTH_PATH
 from syncer.models.nodeconfig import encode_typed, join_pairs
 from syncer.models.supernode import (
     ReleaseNames,
     SuperNodeValues,
     chart_name,
+    interface,
     merge_maps,
     release_names,
     security_contexts,
-    supports,
 )
 from syncer.models.supernode.schema import (
     CA_KEY,
     CA_MOUNT_DIR,
     CA_VOLUME,
-    HEALTH_SINCE,
     NODE_AUTH_MOUNT_DIR,
     NODE_AUTH_VOLUME,
     PRIVATE_KEY_KEY,
@@ -97,17 +100,19 @@ def _supernode_objects(values: SuperNodeValues, release: str, names: ReleaseName
                        ctx: RenderContext) -> list[Manifest]:
     sn = values.supernode
     ports = sn.containerPorts
-    health = supports(sn.image, HEALTH_SINCE)
-    args = [
-        f"--superlink={_host(sn.superlink.address)}:{sn.superlink.port}",
-        f"--isolation={sn.isolationMode}",
-        f"--clientappio-api-address=0.0.0.0:{ports.clientAppIo}",
-    ]
-    if health:
-        args.append(f"--health-server-address=0.0.0.0:{ports.health}")
-    plan = _Plan(comp=sn, name=names.supernode, container="supernode", security=security_contexts(values, sn),
-                 ports=[("clientappio", ports.clientAppIo), ("health", ports.health)],
-                 health_port=ports.health if health else None)
+    iface = interface(sn.image)
+    args = [f"--superlink={_host(sn.superlink.address)}:{sn.superlink.port}", f"--isolation={sn.isolationMode}"]
+    if iface.http_runtime:  # 1.35+: the ClientApp API is HTTP, with GET /health, on --host/--port
+        args += ["--host=0.0.0.0", f"--port={ports.clientAppIo}"]
+        plan = _Plan(comp=sn, name=names.supernode, container="supernode", security=security_contexts(values, sn),
+                     ports=[("clientappio", ports.clientAppIo)], health_port=ports.clientAppIo, http_health=True)
+    else:
+        args.append(f"--clientappio-api-address=0.0.0.0:{ports.clientAppIo}")
+        if iface.health_server:
+            args.append(f"--health-server-address=0.0.0.0:{ports.health}")
+        plan = _Plan(comp=sn, name=names.supernode, container="supernode", security=security_contexts(values, sn),
+                     ports=[("clientappio", ports.clientAppIo), ("health", ports.health)],
+                     health_port=ports.health if iface.health_server else None)
     out: list[Manifest] = []
     if values.tls.enabled:
         args.append(f"--root-certificates={CA_PATH}")
@@ -176,7 +181,9 @@ def _supernode_network_policy(values: SuperNodeValues, release: str, selector: d
     this release's SuperExec in process mode); egress unrestricted, or DNS + the SuperLink port."""
     sn = values.supernode
     np = sn.networkPolicy
-    ports = [_np_port(sn.containerPorts.clientAppIo), _np_port(sn.containerPorts.health)]
+    ports = [_np_port(sn.containerPorts.clientAppIo)]
+    if not interface(sn.image).http_runtime:  # 1.35+ has no separate health port
+        ports.append(_np_port(sn.containerPorts.health))
     ingress: list[dict[str, Any]] = []
     if np.allowExternal:
         ingress.append({"ports": ports})
@@ -251,14 +258,20 @@ def _superexec_objects(values: SuperNodeValues, release: str, names: ReleaseName
     else:
         host, port = names.supernode, sn.service.servicePortClientAppIo
         egress_port = sn.containerPorts.clientAppIo  # after the Service's translation to the pod
-    health = supports(se.image, HEALTH_SINCE)
-    args = ["--plugin-type=clientapp", f"--appio-api-address={host}:{port}", "--insecure"]
-    if health:
+    iface = interface(se.image)
+    if interface(sn.image).http_runtime or iface.http_runtime:  # 1.35+: plain HTTP (no --ssl-* on the SuperNode)
+        args = [f"{iface.superexec_address_flag}={host}:{port}", "--insecure"]
+        if iface.plugin_type:
+            args.insert(0, "--plugin-type=clientapp")
+    else:
+        args = ["--plugin-type=clientapp", f"--appio-api-address={host}:{port}", "--insecure"]
+    if iface.health_server:
         args.append(f"--health-server-address=0.0.0.0:{se.containerPorts.health}")
     args.extend(se.extraArgs)
+    keep_port = iface.health_server or not iface.http_runtime  # 1.43+ has no health server
     plan = _Plan(comp=se, name=names.superexec, container="superexec", security=security_contexts(values, se),
-                 args=args, ports=[("health", se.containerPorts.health)],
-                 health_port=se.containerPorts.health if health else None)
+                 args=args, ports=[("health", se.containerPorts.health)] if keep_port else [],
+                 health_port=se.containerPorts.health if iface.health_server else None)
     selector = selector_labels(values, release, se)
     out: list[Manifest] = []
     if se.serviceAccount.enabled:
@@ -286,6 +299,8 @@ class _Plan:
     """(pod, container) securityContext"""
     ports: list[tuple[str, int]]
     health_port: int | None
+    http_health: bool = False
+    """Probe Flower's GET /health on health_port (1.35+) instead of its gRPC health server."""
     args: list[str] = field(default_factory=list)
     volumes: list[dict[str, Any]] = field(default_factory=list)
     mounts: list[dict[str, Any]] = field(default_factory=list)
@@ -368,9 +383,10 @@ def _deployment(values: SuperNodeValues, release: str, plan: _Plan, selector: di
         "image": comp.image.reference(),
         "imagePullPolicy": _pull_policy(values, comp),
         "args": list(plan.args),
-        "ports": [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in plan.ports],
-        "securityContext": container_sc,
     }
+    if plan.ports:
+        container["ports"] = [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in plan.ports]
+    container["securityContext"] = container_sc
     env = _merge_env(g.env, comp.env)
     if env:
         container["env"] = env
@@ -381,8 +397,11 @@ def _deployment(values: SuperNodeValues, release: str, plan: _Plan, selector: di
     if plan.health_port is not None:
         for key, probe in (("livenessProbe", comp.livenessProbe), ("readinessProbe", comp.readinessProbe)):
             if probe.enabled:
+                check: dict[str, Any] = {"grpc": {"port": plan.health_port}}
+                if plan.http_health:
+                    check = {"httpGet": {"path": HEALTH_PATH, "port": plan.health_port, "scheme": "HTTP"}}
                 container[key] = {
-                    "grpc": {"port": plan.health_port},
+                    **check,
                     "initialDelaySeconds": probe.initialDelaySeconds,
                     "periodSeconds": probe.periodSeconds,
                     "timeoutSeconds": probe.timeoutSeconds,

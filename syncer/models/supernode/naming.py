@@ -1,12 +1,13 @@
-"""Helm's naming rules for a release (`fullname`, chart name) and the Flower version in an image tag."""
+"""Helm's naming rules for a release (`fullname`, chart name) and the Flower interface of an image."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from syncer.models.flower import FlowerInterface, interface_of_tag
 from syncer.models.names import MAX_NAME
-from syncer.models.supernode.schema import _VERSION, CHART_NAME, DEFAULT_CA_SECRET, NODE_AUTH_SUFFIX, Image
+from syncer.models.supernode.schema import CHART_NAME, DEFAULT_CA_SECRET, NODE_AUTH_SUFFIX, Image
 
 if TYPE_CHECKING:
     from syncer.models.supernode.values import SuperNodeValues
@@ -72,28 +73,7 @@ def release_names(values: SuperNodeValues, release: str) -> ReleaseNames:
     )
 
 
-def flower_version(tag: str) -> tuple[int, int] | None:
-    """(major, minor) from an image tag such as `1.20.0-pytorch`; None when the tag says nothing."""
-    match = _VERSION.match(tag)
-    return (int(match.group(1)), int(match.group(2))) if match else None
-
-
-def image_version(image: str) -> tuple[int, int] | None:
-    """(major, minor) from an image reference such as `flwr/superlink:1.25.0` or
-    `registry:5000/flwr/supernode:1.20.0-py3.11`; None for `latest`, a digest or no tag."""
-    last = image.split("@", 1)[0].rsplit("/", 1)[-1]
-    return flower_version(last.split(":", 1)[1]) if ":" in last else None
-
-
-def supports(image: Image, since: tuple[int, int]) -> bool:
-    """Whether the image's Flower version has a feature; unknown versions are taken as recent."""
-    return _at_least(flower_version(image.tag), since)
-
-
-def image_supports(image: str, since: tuple[int, int]) -> bool:
-    """`supports` for an image reference written as one string (a Federation's images)."""
-    return _at_least(image_version(image), since)
-
-
-def _at_least(version: tuple[int, int] | None, since: tuple[int, int]) -> bool:
-    return version is None or version >= since
+def interface(image: Image) -> FlowerInterface:
+    """The Flower interface of a component's image: from its tag, else from `image.flowerVersion`
+    (a flower-syncer key the chart ignores), else the newest known release (assumed)."""
+    return interface_of_tag(image.tag, image.flowerVersion)

@@ -16,10 +16,6 @@ DEFAULT_CA_SECRET = "flower-client-tls"
 NODE_AUTH_SUFFIX = "node-auth"
 CLIENTAPPIO_PORT = 9094
 
-# Flower versions (from the image tag) where flags and executables appear.
-HEALTH_SINCE = (1, 21)  # --health-server-address
-SUPEREXEC_SINCE = (1, 21)  # flower-superexec
-PUBLIC_KEY_OPTIONAL_SINCE = (1, 23)  # --auth-supernode-public-key deprecated and ignored
 
 EnvList = Annotated[list[dict[str, Any]], K8sType("api.core.v1.EnvVar", list_of=True)]
 Volumes = Annotated[list[dict[str, Any]], K8sType("api.core.v1.Volume", list_of=True)]
@@ -54,7 +50,6 @@ NODE_AUTH_MOUNT_DIR = "/app/node-auth"
 PRIVATE_KEY_KEY = "private-key"
 PUBLIC_KEY_KEY = "public-key"
 
-_VERSION = re.compile(r"^v?(\d+)\.(\d+)")
 _DIGEST = re.compile(r"^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[a-zA-Z0-9=_-]{32,}\Z")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
 _IANA_SVC_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?\Z")
@@ -164,6 +159,9 @@ class Image(StrictModel):
     tag: str = ""
     digest: str = ""
     pullPolicy: Literal["Always", "IfNotPresent", "Never", ""] = "IfNotPresent"
+    flowerVersion: str = ""
+    """flower-syncer's key (Helm passes it through, the chart reads no such key): the Flower release
+    of an image whose tag names none (`latest`, a digest, a private build), e.g. "1.42.0"."""
 
     field_hints: ClassVar[dict[str, str]] = {"pullPolicy": "use Always, IfNotPresent or Never"}
 

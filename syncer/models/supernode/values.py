@@ -34,7 +34,7 @@ from syncer.models.supernode.keys import (
     parse_openssh_private_key,
     public_key_problem,
 )
-from syncer.models.supernode.naming import _helm_trunc, release_names, supports
+from syncer.models.supernode.naming import _helm_trunc, interface, release_names
 from syncer.models.supernode.schema import (
     _DIGEST,
     _IANA_SVC_NAME,
@@ -44,8 +44,6 @@ from syncer.models.supernode.schema import (
     CHART_NAME,
     NODE_AUTH_MOUNT_DIR,
     NODE_AUTH_VOLUME,
-    PUBLIC_KEY_OPTIONAL_SINCE,
-    SUPEREXEC_SINCE,
     WRITABLE_DIRS,
     Component,
     GlobalValues,
@@ -54,6 +52,7 @@ from syncer.models.supernode.schema import (
     TLSValues,
 )
 from syncer.models.supernode.security import _security_issues
+from syncer.models.supernode.versions import version_issues
 from syncer.yamldoc import YamlDoc
 
 # ---------------------------------------------------------------------------------------------
@@ -105,6 +104,7 @@ class SuperNodeValues(StrictModel):
                 issues.extend(self._component_issues(comp, key))
         if self.supernode.enabled:
             issues.extend(self._supernode_issues())
+        issues.extend(version_issues(self))
         return issues
 
     def release_issues(self, release: str) -> list[Issue]:
@@ -255,7 +255,7 @@ class SuperNodeValues(StrictModel):
                 issues.append(Issue(("superexec", "supernode", "address"), problem,
                                     "write the host name or IP only; the port goes in "
                                     "superexec.supernode.port"))
-        if not supports(se.image, SUPEREXEC_SINCE):
+        if not interface(se.image).superexec:
             issues.append(Issue(("superexec", "image", "tag"),
                                 f"flower-superexec exists from Flower 1.21; image tag {se.image.tag!r} "
                                 "is older", "use a SuperExec image of Flower 1.21 or later"))
@@ -311,7 +311,7 @@ class SuperNodeValues(StrictModel):
             found = public_key_problem(auth.authSupernodePublicKey, private)
             if found:
                 issues.append(Issue((*at, "authSupernodePublicKey"), *found))
-        elif not supports(self.supernode.image, PUBLIC_KEY_OPTIONAL_SINCE):
+        elif not interface(self.supernode.image).public_key_optional:
             issues.append(Issue((*at, "authSupernodePublicKey"),
                                 f"Flower before 1.23 (image tag {self.supernode.image.tag!r}) needs the "
                                 "public key together with the private key",
