@@ -268,24 +268,33 @@ def build_base(force: bool = False) -> Path:
     return layer
 
 
-# The images' environment. FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION: a SuperLink of 1.37+ runs
-# `uv sync` for the app's dependencies before each ServerApp (subprocess isolation), which needs an
-# index; the real node has no network, so the run would fail (exit code 608, "Runtime installation of
-# app dependencies failed"). The e2e app needs only numpy, a dependency of flwr, already in the venv.
-# This is what an air-gapped site does (or `--disable-runtime-dependency-installation`); Flower's
-# published images leave it unset. Older releases ignore it; SuperNodes and SuperExecs install nothing
-# unless told to (`--allow-runtime-dependency-installation`).
 FLWR_ENV = (
     "PATH=/python/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     "PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1", "PYTHONIOENCODING=UTF-8",
-    "LANG=C.UTF-8", "LC_ALL=C.UTF-8", "HOME=/app", "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1",
+    "LANG=C.UTF-8", "LC_ALL=C.UTF-8", "HOME=/app",
 )
+# From 1.32 a SuperLink in subprocess isolation runs `uv sync` for the app's dependencies before each
+# ServerApp, which needs a package index; the real node has no network, so every run would fail (exit
+# code 608, "Runtime installation of app dependencies failed"; seen with 1.42.0 in a network namespace
+# with loopback only). The e2e app needs only numpy, a dependency of flwr, already in the venv. This
+# variable (1.32+) turns it off, as an air-gapped site would (or `--disable-runtime-dependency-installation`);
+# Flower's published images leave it unset. SuperNodes and SuperExecs install nothing unless told to.
+NO_RUNTIME_INSTALL_SINCE = (1, 32)
+NO_RUNTIME_INSTALL_ENV = "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1"
+
+
+def flwr_env(version: str) -> tuple[str, ...]:
+    """The environment of the images of `version`."""
+    release = tuple(int(n) for n in version.split(".")[:2])
+    return (*FLWR_ENV, NO_RUNTIME_INSTALL_ENV) if release >= NO_RUNTIME_INSTALL_SINCE else FLWR_ENV
 
 
 def build_flwr(version: str, force: bool = False) -> Path:
     name = f"flwr-{version}"
     base = build_base()
-    key = _key(name, (base.with_suffix(".stamp")).read_text(), *FLWR_ENV)
+    env = flwr_env(version)
+    # What the environment adds is part of the key (the images of releases without it keep theirs).
+    key = _key(name, (base.with_suffix(".stamp")).read_text(), *env[len(FLWR_ENV):])
     if not force and (cached := _cached(name, key)):
         return cached
     started = time.monotonic()
@@ -317,7 +326,7 @@ def build_flwr(version: str, force: bool = False) -> Path:
             shutil.rmtree(root)
         images = [
             ImageConfig(name=f"docker.io/flwr/{component}:{version}", entrypoint=[command],
-                        user=FLWR_USER, workdir="/app", env=FLWR_ENV)
+                        user=FLWR_USER, workdir="/app", env=env)
             for component, command in FLWR_ENTRYPOINTS.items()
         ]
         return _save(name, key, work, images, [base, work / "flwr.tar"], started)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 
-from images import FLWR_VERSIONS, default_versions, example_versions
+from images import FLWR_ENV, FLWR_VERSIONS, NO_RUNTIME_INSTALL_ENV, default_versions, example_versions, flwr_env
 
 from tests.e2e.test_training import FLWR, OLD_FLWR
 
@@ -31,3 +31,11 @@ def test_the_default_build_covers_the_e2e_suite_and_the_examples() -> None:
     assert {FLWR, OLD_FLWR} <= set(versions)
     assert set(FLWR_VERSIONS) | set(example_versions()) == set(versions)
     assert versions == sorted(versions, key=lambda v: tuple(int(n) for n in v.split(".")))
+
+
+def test_only_releases_that_install_app_dependencies_get_the_switch_off() -> None:
+    # A SuperLink runs `uv sync` before each ServerApp from 1.32 (when the variable appeared); the
+    # images of older releases keep the environment, and so the cache key, they always had.
+    assert NO_RUNTIME_INSTALL_ENV not in flwr_env("1.26.0")
+    assert flwr_env("1.26.0") == FLWR_ENV
+    assert flwr_env("1.32.0") == flwr_env("1.42.0") == (*FLWR_ENV, NO_RUNTIME_INSTALL_ENV)
