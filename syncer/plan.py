@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from syncer.identity import DEFAULT_REPOSITORY, Manifest, ObjectRef, Unit, selected
 
@@ -33,6 +34,7 @@ class NodeAuth:
     address: str  # host:port of the Control API
     ca_secret: str  # Secret of the unit's namespace whose ca.crt the Control API's certificate chains to
     keys: tuple[tuple[str, bytes], ...] = ()  # (label, SubjectPublicKeyInfo PEM), in Git's order
+    transport: Literal["grpc", "http"] = "http"  # gRPC before Flower 1.37, HTTPS POST from 1.37
 
 
 @dataclass(frozen=True)

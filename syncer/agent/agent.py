@@ -512,7 +512,7 @@ class Agent:
         self.metrics.observe_sync(result, seconds)
         self.metrics.set_suspended(unit.id, result.skipped is not None and result.skipped.suspended)
         if result.node_keys is not None:
-            self.metrics.set_supernode_keys(unit.id, result.node_keys["admitted"], len(result.node_keys["errors"]))
+            self.metrics.set_supernode_keys(unit.id, result.node_keys.admitted, result.node_keys.failing)
         corrected = corrections_by_kind(result, known)
         if corrected:
             self.metrics.observe_drift_corrections(unit.id, corrected)
@@ -577,7 +577,7 @@ class Agent:
                 "suspended": bool(result and result.skipped is not None and result.skipped.suspended),
                 "errors": (result.errors if result else []) + [d.render() for d in st.config_errors],
                 "failedObjects": [c.to_dict() for c in result.changes if c.action is Action.FAILED] if result else [],
-                "nodeKeys": result.node_keys if result else None,
+                "nodeKeys": result.node_keys.to_dict() if result and result.node_keys else None,
             })
         checkout = self.checkout
         return {

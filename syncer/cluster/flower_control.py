@@ -1,31 +1,67 @@
-"""A client of the Flower SuperLink's Control API for SuperNode keys: list, register, unregister
-(`flwr supernode ls|register|unregister` speak the same three RPCs of `flwr.proto.Control`).
+"""A client of the Flower SuperLink's Control API for SuperNode keys and runs: list, register,
+unregister SuperNodes, list runs (`flwr supernode ls|register|unregister` and `flwr ls` speak the
+same RPCs of `flwr.proto.Control`).
+
+Two transports carry the same protobuf messages (checked in the wheels 1.26, 1.37, 1.42 and the
+1.43 nightly: the field numbers of these messages never changed):
+
+- gRPC (`/flwr.proto.Control/<Rpc>` on `--control-api-address`, default port 9093) for Flower
+  before 1.37;
+- HTTPS POST `/v1/control/<rpc>` with `content-type: application/protobuf` on the SuperLink's
+  `--host`/`--port` (uvicorn, HTTP/1.1, default port 8000) from 1.37, where gRPC Control is served
+  only with an internal environment variable (and 1.43 removes it). Errors come back as JSON
+  `{"code": <ApiErrorCode>, "detail": <public message>}` (flwr.supercore.error).
 
 The messages are tiny and fixed, so they are encoded here on protobuf's wire format instead of
 pulling in the `flwr` package (numpy, SQLAlchemy, ~200 MB) for its generated classes;
-tests/integration/test_node_auth.py checks this codec against flwr's own messages and runs it
-against a real SuperLink. grpcio carries the calls (TLS with the federation's CA).
+tests/unit/test_node_auth.py checks this codec against flwr's own messages and
+tests/integration/test_node_auth.py runs both transports against real SuperLinks. TLS verifies the
+server against the federation's CA.
+
+What a target says is never echoed: an error carries a `ControlErrorCode` that callers act on and
+a detail that is either a parsed Control API error (bounded, escaped, one line) or words of ours.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Literal, Protocol
 
-if TYPE_CHECKING:
-    import grpc
-
-SERVICE = "/flwr.proto.Control/"
 UNREGISTERED = "unregistered"
+Transport = Literal["grpc", "http"]
+MAX_DETAIL = 160  # characters of a server's error detail that are shown
+
+
+class ControlErrorCode(enum.StrEnum):
+    """What went wrong, for callers to act on (never the message text)."""
+
+    KEY_IN_USE = "key-in-use"  # "Public key already in use": registered before (maybe unregistered since)
+    KEY_INVALID = "key-invalid"  # the SuperLink does not accept this public key
+    NODE_NOT_FOUND = "node-not-found"  # no such node id for this account
+    DENIED = "denied"  # the SuperLink wants credentials, or refuses the account
+    UNAVAILABLE = "unavailable"  # nothing answers at the address (refused, timed out, name not found)
+    TLS = "tls"  # the TLS handshake failed: the server is not verified by the federation's CA
+    NOT_CONTROL_API = "not-control-api"  # something answers, but not the Control API of this transport
+    SERVER = "server"  # another error of the Control API
 
 
 class ControlApiError(Exception):
-    """A Control API call failed: `detail` is the server's or the transport's message."""
+    """A Control API call failed. `code` says what; `detail` is safe to show (see the module doc)."""
 
-    def __init__(self, call: str, address: str, detail: str, code: str = "") -> None:
-        super().__init__(f"{call} at {address}: {detail}")
-        self.call, self.address, self.detail, self.code = call, address, detail, code
+    def __init__(self, call: str, address: str, code: ControlErrorCode, detail: str) -> None:
+        detail = one_line(detail)
+        super().__init__(f"{call} at {one_line(address)}: {detail}")
+        self.call, self.address, self.code, self.detail = call, address, code, detail
+
+
+def one_line(text: str, limit: int = MAX_DETAIL) -> str:
+    """`text` bounded to `limit` characters, on one line, with control and non-ASCII characters
+    escaped (a target's bytes cannot forge log or status lines)."""
+    escaped = text.encode("unicode_escape", "backslashreplace").decode("ascii")
+    escaped = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in escaped)
+    return escaped if len(escaped) <= limit else escaped[:limit - 3] + "..."
 
 
 @dataclass(frozen=True)
@@ -35,35 +71,107 @@ class RegisteredNode:
     public_key: bytes  # SubjectPublicKeyInfo PEM
 
 
-class ControlClient:
-    def __init__(self, address: str, root_certificates: bytes, *, timeout: float = 10.0) -> None:
-        import grpc  # only agents with a SuperNode-authenticating federation load it
+@dataclass(frozen=True)
+class RunInfo:
+    run_id: int
+    fab_id: str
+    fab_version: str
+    status: str  # pending | starting | running | finished
+    sub_status: str  # completed | failed | stopped (finished runs)
+    pending_at: str = ""
+    running_at: str = ""
+    finished_at: str = ""
 
-        self.address = address
-        self.timeout = timeout
-        self._grpc = grpc
-        self._channel = grpc.secure_channel(address, grpc.ssl_channel_credentials(root_certificates))
 
-    def close(self) -> None:
-        self._channel.close()
+class ControlApi(Protocol):
+    """One SuperLink's Control API, whatever carries it."""
 
-    def _call(self, method: str, request: bytes) -> bytes:
-        call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = self._channel.unary_unary(
-            SERVICE + method, request_serializer=None, response_deserializer=None)
-        try:
-            response: bytes = call(request, timeout=self.timeout)
-        except self._grpc.RpcError as exc:
-            raise ControlApiError(method, self.address, str(exc.details() or exc), str(exc.code().name)) from exc
-        return response
+    address: str
+    transport: Transport
 
-    def list_nodes(self) -> list[RegisteredNode]:
-        return decode_list_nodes(self._call("ListNodes", b""))
+    def list_nodes(self) -> list[RegisteredNode]: ...
+    def register(self, public_key: bytes) -> int: ...
+    def unregister(self, node_id: int) -> None: ...
+    def list_runs(self) -> list[RunInfo]: ...
+    def close(self) -> None: ...
 
-    def register(self, public_key: bytes) -> int:
-        return int(dict(_fields(self._call("RegisterNode", _bytes_field(1, public_key)))).get(1, 0))
 
-    def unregister(self, node_id: int) -> None:
-        self._call("UnregisterNode", _varint_field(1, node_id))
+# (gRPC method, HTTP path) of each call
+CALLS: dict[str, tuple[str, str]] = {
+    "list_nodes": ("ListNodes", "/v1/control/list-nodes"),
+    "register": ("RegisterNode", "/v1/control/register-node"),
+    "unregister": ("UnregisterNode", "/v1/control/unregister-node"),
+    "list_runs": ("ListRuns", "/v1/control/list-runs"),
+}
+
+
+def connect(address: str, transport: Transport, root_certificates: bytes, *, timeout: float = 10.0) -> ControlApi:
+    """A client of the Control API at `address` (host:port) over `transport`, verifying the
+    server against `root_certificates` (PEM)."""
+    if transport == "http":
+        from syncer.cluster.control_transports import HttpControl
+
+        return HttpControl(address, root_certificates, timeout=timeout)
+    from syncer.cluster.control_transports import GrpcControl  # grpc: only for SuperLinks before 1.37
+
+    return GrpcControl(address, root_certificates, timeout=timeout)
+
+
+# -- the messages ------------------------------------------------------------------------------
+
+def encode_register(public_key: bytes) -> bytes:
+    """RegisterNodeRequest: bytes public_key = 1."""
+    return _bytes_field(1, public_key)
+
+
+def encode_unregister(node_id: int) -> bytes:
+    """UnregisterNodeRequest: uint64 node_id = 1."""
+    return _varint_field(1, node_id)
+
+
+def decode_register(data: bytes) -> int:
+    """RegisterNodeResponse: uint64 node_id = 1."""
+    node_id = dict(_fields(data)).get(1, 0)
+    return node_id if isinstance(node_id, int) else 0
+
+
+def decode_list_nodes(data: bytes) -> list[RegisteredNode]:
+    """ListNodesResponse: repeated NodeInfo nodes_info = 1 (node_id = 1, status = 4, public_key = 11)."""
+    nodes = []
+    for number, value in _fields(data):
+        if number == 1 and isinstance(value, bytes):
+            info = dict(_fields(value))
+            nodes.append(RegisteredNode(_int(info.get(1)), _text(info.get(4)), _bytes(info.get(11))))
+    return nodes
+
+
+def decode_list_runs(data: bytes) -> list[RunInfo]:
+    """ListRunsResponse: map<uint64, Run> run_dict = 1 (entries: key = 1, value = 2); Run: run_id = 1,
+    fab_id = 2, fab_version = 3, pending_at = 6, running_at = 8, finished_at = 9, status = 10
+    (RunStatus: status = 1, sub_status = 2). Sorted by run id."""
+    runs = []
+    for number, value in _fields(data):
+        if number != 1 or not isinstance(value, bytes):
+            continue
+        entry = dict(_fields(value))
+        run = dict(_fields(_bytes(entry.get(2))))
+        status = dict(_fields(_bytes(run.get(10))))
+        runs.append(RunInfo(_int(run.get(1)) or _int(entry.get(1)), _text(run.get(2)), _text(run.get(3)),
+                            _text(status.get(1)), _text(status.get(2)), _text(run.get(6)), _text(run.get(8)),
+                            _text(run.get(9))))
+    return sorted(runs, key=lambda r: r.run_id)
+
+
+def _int(value: int | bytes | None) -> int:
+    return value if isinstance(value, int) else 0
+
+
+def _bytes(value: int | bytes | None) -> bytes:
+    return value if isinstance(value, bytes) else b""
+
+
+def _text(value: int | bytes | None) -> str:
+    return _bytes(value).decode("utf-8", "replace")
 
 
 # -- protobuf wire format (https://protobuf.dev/programming-guides/encoding/) ---------------------
@@ -101,7 +209,7 @@ def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
 
 def _fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
     """(field number, value) of a message: varints as int, length-delimited as bytes; fixed
-    64/32-bit fields are skipped over (as bytes)."""
+    64/32-bit fields are skipped over (as bytes). Malformed data raises ValueError."""
     pos = 0
     while pos < len(data):
         key, pos = _read_varint(data, pos)
@@ -117,20 +225,9 @@ def _fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
             pos += size
         elif wire in (1, 5):
             size = 8 if wire == 1 else 4
+            if pos + size > len(data):
+                raise ValueError("truncated field")
             yield number, data[pos:pos + size]
             pos += size
         else:
             raise ValueError(f"unsupported wire type {wire}")
-
-
-def decode_list_nodes(data: bytes) -> list[RegisteredNode]:
-    """ListNodesResponse: repeated NodeInfo nodes_info = 1 (node_id = 1, status = 4, public_key = 11)."""
-    nodes = []
-    for number, value in _fields(data):
-        if number == 1 and isinstance(value, bytes):
-            info = dict(_fields(value))
-            node_id, status, key = info.get(1, 0), info.get(4, b""), info.get(11, b"")
-            nodes.append(RegisteredNode(node_id if isinstance(node_id, int) else 0,
-                                        status.decode() if isinstance(status, bytes) else "",
-                                        key if isinstance(key, bytes) else b""))
-    return nodes

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from syncer.identity import ObjectRef
+
+if TYPE_CHECKING:
+    from syncer.engine.nodekeys import NodeKeyResult
 
 
 class Action(StrEnum):
@@ -73,7 +76,7 @@ class UnitResult:
     skipped: SkipReason | None = None
     suspended: SkipReason | None = None
     """Set on a dry-run that measured a suspended unit's drift anyway (`diff`, `status`)."""
-    node_keys: dict[str, Any] | None = None
+    node_keys: NodeKeyResult | None = None
     """For a Federation with SuperNode authentication: its keys on the SuperLink (engine/nodekeys.py)."""
 
     @property
@@ -96,5 +99,5 @@ class UnitResult:
         if self.suspended is not None:
             out["suspended"] = str(self.suspended)
         if self.node_keys is not None:
-            out["nodeKeys"] = self.node_keys
+            out["nodeKeys"] = self.node_keys.to_dict()
         return out

@@ -26,6 +26,27 @@ INVENTORY_KEY = "inventory.json"
 STATUS_KEY = "status.json"  # the unit's last sync outcome, a metav1.Condition-style record
 HISTORY_KEY = "history.json"  # the last revisions applied to the unit (newest first)
 HISTORY_LIMIT = 10
+NODE_KEYS_KEY = "nodekeys.json"  # SuperNode keys this federation registered with its SuperLink (engine/nodekeys.py)
+
+
+@dataclass(frozen=True)
+class OwnedKeys:
+    """The SuperNode keys a federation registered itself, at one Control API: the only ones it
+    ever unregisters (another federation's keys, or keys registered by hand, are left alone)."""
+
+    address: str
+    nodes: tuple[tuple[int, str], ...] = ()  # (node id, "sha256:<hex>" of the key's PEM), sorted
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"address": self.address, "nodes": [{"id": n, "key": k} for n, k in self.nodes]}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> OwnedKeys | None:
+        if not isinstance(d, dict) or not isinstance(d.get("address"), str) or not isinstance(d.get("nodes"), list):
+            return None
+        nodes = sorted((n["id"], n["key"]) for n in d["nodes"] if isinstance(n, dict) and isinstance(n.get("id"), int)
+                       and isinstance(n.get("key"), str))
+        return cls(d["address"], tuple(nodes))
 
 
 @dataclass(frozen=True)
@@ -97,6 +118,7 @@ class Inventory:
     the cluster and dropped from the inventory the next time it is written."""
     condition: Condition | None = None
     history: tuple[Applied, ...] = ()  # newest first, at most HISTORY_LIMIT
+    node_keys: OwnedKeys | None = None
 
     def name(self) -> str:
         return inventory_name(self.unit)
@@ -124,7 +146,9 @@ class Inventory:
                      **({STATUS_KEY: json.dumps(self.condition.to_dict(), indent=1, sort_keys=True)}
                         if self.condition is not None else {}),
                      **({HISTORY_KEY: json.dumps([h.to_dict() for h in self.history[:HISTORY_LIMIT]], indent=1,
-                                                 sort_keys=True)} if self.history else {})},
+                                                 sort_keys=True)} if self.history else {}),
+                     **({NODE_KEYS_KEY: json.dumps(self.node_keys.to_dict(), indent=1, sort_keys=True)}
+                        if self.node_keys is not None else {})},
         }
 
 
@@ -155,12 +179,17 @@ def decode(cm: dict[str, Any]) -> Inventory | None:
     except (ValueError, TypeError):
         history = ()
     try:
+        node_keys = OwnedKeys.from_dict(json.loads(cm.get("data", {}).get(NODE_KEYS_KEY, "null")))
+    except (ValueError, TypeError):
+        node_keys = None
+    try:
         payload = json.loads(cm.get("data", {}).get(INVENTORY_KEY, "{}"))
         objects = payload.get("objects", [])
         if not isinstance(objects, list):
             raise TypeError("objects is not a list")
     except (ValueError, TypeError, AttributeError):
-        return Inventory(unit, suspended=suspended, repository=repository, condition=condition, history=history)
+        return Inventory(unit, suspended=suspended, repository=repository, condition=condition, history=history,
+                         node_keys=node_keys)
     entries: dict[ObjectRef, Entry] = {}
     ignored: list[str] = []
     for o in objects:
@@ -170,7 +199,7 @@ def decode(cm: dict[str, Any]) -> Inventory | None:
             continue
         entries[ref] = Entry(str(o.get("applied", "")), str(o.get("fields", "")))
     return Inventory(unit, entries, str(payload.get("revision", "")), suspended, repository, tuple(ignored),
-                     condition, history)
+                     condition, history, node_keys)
 
 
 def _entry_ref(o: Any) -> ObjectRef | None:

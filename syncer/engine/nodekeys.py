@@ -1,6 +1,10 @@
 """Keep the SuperNode keys a SuperLink admits equal to Git: register the keys a Federation lists,
-unregister the ones it no longer lists (also keys someone registered by hand with
-`flwr supernode register`: drift on the SuperLink's side is corrected too).
+unregister the ones it registered itself and no longer lists.
+
+Only keys this federation registered are ever unregistered: the node ids it registered are
+recorded on its inventory (`OwnedKeys`), so a second federation on the same SuperLink, or a key an
+operator registered by hand with `flwr supernode register`, is left alone (and counted as
+`foreign`). A key that is listed but was registered by someone else is admitted, not claimed.
 
 Flower never admits a key again once it was unregistered from a SuperLink ("Public key already in
 use"): such a key is reported, with the fix (a new key pair), not retried forever in silence.
@@ -9,90 +13,152 @@ use"): such a key is reported, with the fix (a new key pair), not retried foreve
 from __future__ import annotations
 
 import base64
+import enum
+import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
-from syncer.cluster.flower_control import UNREGISTERED, ControlApiError, ControlClient, RegisteredNode
+from syncer.cluster.flower_control import (
+    UNREGISTERED,
+    ControlApi,
+    ControlApiError,
+    ControlErrorCode,
+    Transport,
+    connect,
+)
 from syncer.engine.changeset import UnitResult
+from syncer.engine.inventory import OwnedKeys
 from syncer.identity import Manifest, Unit
 from syncer.plan import NodeAuth
 
-
-class ControlApi(Protocol):
-    def list_nodes(self) -> list[RegisteredNode]: ...
-    def register(self, public_key: bytes) -> int: ...
-    def unregister(self, node_id: int) -> None: ...
+__all__ = ["ControlApi", "KeyOutcome", "NodeKeyResult", "key_digest", "reconcile", "sync_node_keys"]
 
 
-@dataclass
-class KeyReport:
+class KeyOutcome(enum.StrEnum):
+    IN_STEP = "in-step"  # every key of Git admitted, nothing to do
+    CHANGED = "changed"  # this sync registered or unregistered keys, and every key of Git is admitted
+    FAILED = "failed"  # a key is not admitted, or the Control API could not be asked
+
+
+@dataclass(frozen=True)
+class NodeKeyResult:
+    """A federation's SuperNode keys on its SuperLink after a sync."""
+
+    outcome: KeyOutcome
+    address: str
+    transport: Transport
     admitted: int = 0  # keys of Git registered with the SuperLink now
-    registered: list[str] = field(default_factory=list)  # labels registered by this sync
-    unregistered: list[int] = field(default_factory=list)  # node ids whose keys left Git
-    errors: list[str] = field(default_factory=list)
+    registered: tuple[str, ...] = ()  # labels registered by this sync
+    unregistered: tuple[int, ...] = ()  # node ids of keys this federation registered and Git no longer lists
+    foreign: int = 0  # active keys that neither Git lists nor this federation registered: left alone
+    errors: tuple[str, ...] = ()
+    error_codes: tuple[ControlErrorCode, ...] = ()
+    owned: OwnedKeys | None = None  # what to record on the inventory (None: keep what it has)
 
     @property
     def changed(self) -> bool:
         return bool(self.registered or self.unregistered)
 
+    @property
+    def failing(self) -> int:
+        return len(self.errors)
+
     def to_dict(self) -> dict[str, Any]:
-        return {"admitted": self.admitted, "registered": self.registered, "unregistered": self.unregistered,
-                "errors": self.errors}
+        return {"outcome": str(self.outcome), "address": self.address, "transport": self.transport,
+                "admitted": self.admitted, "registered": list(self.registered),
+                "unregistered": list(self.unregistered), "foreign": self.foreign, "errors": list(self.errors)}
 
 
-def reconcile(api: ControlApi, keys: Sequence[tuple[str, bytes]]) -> KeyReport:
-    """Register `keys` ((label, PEM), Git's list) and unregister every other active key."""
-    report = KeyReport()
+def key_digest(pem: bytes) -> str:
+    return "sha256:" + hashlib.sha256(pem.strip()).hexdigest()
+
+
+def reconcile(api: ControlApi, keys: Sequence[tuple[str, bytes]], owned: OwnedKeys | None = None) -> NodeKeyResult:
+    """Register `keys` ((label, PEM), Git's list); unregister the active keys that `owned` says
+    this federation registered and Git no longer lists. `owned` recorded for another address
+    counts for nothing."""
+    mine = dict(owned.nodes) if owned is not None and owned.address == api.address else {}
+    errors: list[str] = []
+    codes: list[ControlErrorCode] = []
+
+    def fail(message: str, code: ControlErrorCode) -> None:
+        errors.append(message)
+        codes.append(code)
+
     try:
         nodes = api.list_nodes()
     except ControlApiError as exc:
-        report.errors.append(f"cannot list the SuperLink's SuperNodes: {exc}")
-        return report
+        fail(f"cannot list the SuperLink's SuperNodes: {exc}", exc.code)
+        return NodeKeyResult(KeyOutcome.FAILED, api.address, api.transport, errors=tuple(errors),
+                             error_codes=tuple(codes))
     active = {n.public_key.strip(): n for n in nodes if n.status != UNREGISTERED}
     retired = {n.public_key.strip() for n in nodes if n.status == UNREGISTERED}
+    # forget what is no longer active (unregistered since, by anyone): never ours to touch again
+    mine = {node_id: digest for node_id, digest in mine.items()
+            if any(n.node_id == node_id and key_digest(pem) == digest for pem, n in active.items())}
     # compared without the trailing newline, registered exactly as cryptography writes PEM: the
     # SuperLink matches a connecting SuperNode's key byte for byte against what was registered
     wanted = {pem.strip(): (label, pem) for label, pem in keys}
+    admitted, registered, unregistered, foreign = 0, [], [], 0
     for pem, (label, exact) in wanted.items():
         if pem in active:
-            report.admitted += 1
+            admitted += 1
         elif pem in retired:
-            report.errors.append(f"key {label} was unregistered from this SuperLink before, and Flower never "
-                                 "admits it again: make a new key pair for that SuperNode and list its public key")
+            fail(f"key {label} was unregistered from this SuperLink before, and Flower never admits it again: "
+                 "make a new key pair for that SuperNode and list its public key", ControlErrorCode.KEY_IN_USE)
         else:
             try:
-                api.register(exact)
+                node_id = api.register(exact)
             except ControlApiError as exc:
-                report.errors.append(f"cannot register key {label}: {exc.detail}")
+                if exc.code is ControlErrorCode.KEY_IN_USE:
+                    fail(f"cannot register key {label}: the SuperLink has it already, registered by another "
+                         "account or unregistered before (Flower never admits it again): make a new key pair for "
+                         "that SuperNode and list its public key", exc.code)
+                else:
+                    fail(f"cannot register key {label}: {exc.detail}", exc.code)
                 continue
-            report.registered.append(label)
-            report.admitted += 1
+            registered.append(label)
+            mine[node_id] = key_digest(pem)
+            admitted += 1
     for pem, node in sorted(active.items(), key=lambda kv: kv[1].node_id):
-        if pem not in wanted:
-            try:
-                api.unregister(node.node_id)
-            except ControlApiError as exc:
-                report.errors.append(f"cannot unregister SuperNode {node.node_id}: {exc.detail}")
-                continue
-            report.unregistered.append(node.node_id)
-    return report
+        if pem in wanted:
+            continue
+        if mine.get(node.node_id) != key_digest(pem):
+            foreign += 1
+            continue
+        try:
+            api.unregister(node.node_id)
+        except ControlApiError as exc:
+            fail(f"cannot unregister SuperNode {node.node_id}: {exc.detail}", exc.code)
+            continue
+        unregistered.append(node.node_id)
+        del mine[node.node_id]
+    outcome = KeyOutcome.FAILED if errors else KeyOutcome.CHANGED if registered or unregistered else KeyOutcome.IN_STEP
+    return NodeKeyResult(outcome, api.address, api.transport, admitted, tuple(registered), tuple(unregistered),
+                         foreign, tuple(errors), tuple(codes), OwnedKeys(api.address, tuple(sorted(mine.items()))))
 
 
-def sync_node_keys(auth: NodeAuth, unit: Unit, desired: list[Manifest], res: UnitResult) -> None:
-    """Register a federation's SuperNode keys with its SuperLink (and unregister the rest), over
-    TLS with the CA flower-syncer copied for the SuperNodes (filled by this sync in `desired`);
-    the outcome and errors go into `res`."""
+def sync_node_keys(auth: NodeAuth, unit: Unit, desired: list[Manifest], res: UnitResult,
+                   owned: OwnedKeys | None = None) -> None:
+    """Register a federation's SuperNode keys with its SuperLink (and unregister the ones it
+    registered that left Git), over TLS with the CA flower-syncer copied for the SuperNodes
+    (filled by this sync in `desired`); the outcome and errors go into `res`."""
     copy = next((m for m in desired if m["kind"] == "Secret" and m["metadata"]["name"] == auth.ca_secret), {})
     ca = (copy.get("data") or {}).get("ca.crt") or ""
     if not ca:
         res.errors.append(f"cannot register SuperNode keys yet: Secret {unit.namespace}/{auth.ca_secret} "
                           "has no ca.crt")
         return
-    client = ControlClient(auth.address, base64.b64decode(ca))
     try:
-        report = reconcile(client, auth.keys)
+        client = connect(auth.address, auth.transport, base64.b64decode(ca))
+    except (ValueError, OSError) as exc:  # a CA that is not PEM: ssl refuses it
+        res.errors.append(f"cannot register SuperNode keys: the CA in Secret {unit.namespace}/{auth.ca_secret} "
+                          f"is not usable ({type(exc).__name__})")
+        return
+    try:
+        result = reconcile(client, auth.keys, owned)
     finally:
         client.close()
-    res.node_keys = report.to_dict()
-    res.errors.extend(report.errors)
+    res.node_keys = result
+    res.errors.extend(result.errors)

@@ -381,7 +381,7 @@ class Engine:
             # before the Ready condition is written
             from syncer.engine.nodekeys import sync_node_keys  # grpc: only for such federations
 
-            sync_node_keys(planned.node_auth, unit, run.desired, res)
+            sync_node_keys(planned.node_auth, unit, run.desired, res, inv.node_keys)
         inv_ref = inventory_ref(unit)
         if run.recovered:
             res.changes.append(Change(inv_ref, Action.SKIPPED if opts.dry_run else Action.CREATED,
@@ -391,7 +391,9 @@ class Engine:
         condition = (Condition(False, "ConfigError", _short(plan.errors[unit]), _now(), plan.revision)
                      if unit in plan.errors else outcome_condition(res, plan.revision or planned.revision))
         recorded = inv.condition if condition.same(inv.condition) else condition
-        if not opts.dry_run and (entries != inv.entries or run.recovered or inv.ignored or recorded is condition):
+        owned = res.node_keys.owned if res.node_keys is not None and res.node_keys.owned is not None else inv.node_keys
+        if not opts.dry_run and (entries != inv.entries or run.recovered or inv.ignored or recorded is condition
+                                 or owned != inv.node_keys):
             changed = res.changed
             history = inv.history
             if changed and res.ok:
@@ -399,7 +401,7 @@ class Engine:
                 history = (Applied(planned.revision, _now(), self.identity, tuple(sorted(counts.items()))),
                            *history)[:HISTORY_LIMIT]
             new = Inventory(unit, entries, planned.revision if changed else inv.revision, repository=repository,
-                            condition=recorded, history=history)
+                            condition=recorded, history=history, node_keys=owned)
             if self._write_inventory(new, res):
                 live.inventories[unit] = new  # a resync right after need not wait for a watch event
         return res

@@ -37,9 +37,12 @@ from syncer.models.nodeauth import (
     ANN_SUPERNODE_AUTH,
     ANN_SUPERNODE_KEYS,
     AUTH_SINCE,
-    CONTROL_API_PORT,
-    GRPC_CONTROL_DEPRECATED,
+    KEY_HINT,
+    ControlTransport,
     NodeKey,
+    control_address_problem,
+    control_interface,
+    own_control_targets,
     parse_keys,
 )
 from syncer.models.nodeconfig import (
@@ -231,11 +234,20 @@ class Federation(StrictModel):
     def admitted_keys(self) -> list[NodeKey]:
         return parse_keys(self.metadata.annotations.get(ANN_SUPERNODE_KEYS, ""))[0]
 
+    def control_api(self) -> tuple[ControlTransport, int]:
+        """(transport, port) of the SuperLink's Control API, from its image's Flower version."""
+        return control_interface(image_version(self.spec.superlink.image))
+
+    def own_control_targets(self, namespace: str) -> tuple[str, ...]:
+        """The SuperLink Service's addresses at the Control port: always a target the agent may dial."""
+        return own_control_targets(self.superlink_name(), namespace, self.control_api()[1])
+
     def control_api_address(self, namespace: str) -> str:
         """Where flower-syncer reaches the Control API to register keys: the SuperLink's Service,
-        unless the annotation says otherwise (a SuperLink outside the cluster, tests)."""
-        default = f"{self.superlink_name()}.{namespace}.svc:{CONTROL_API_PORT}"
-        return self.metadata.annotations.get(ANN_CONTROL_API_ADDRESS, default)
+        unless the annotation says otherwise (a SuperLink outside the cluster, tests), which the
+        admin must allow (render.control_targets)."""
+        default = self.own_control_targets(namespace)[1]
+        return self.metadata.annotations.get(ANN_CONTROL_API_ADDRESS, default).strip() or default
 
     def flower(self, image: str) -> FlowerInterface:
         """The Flower interface of one of this federation's images: from its tag, else from the
@@ -351,9 +363,14 @@ class Federation(StrictModel):
         annotations = self.metadata.annotations
         at: FieldPath = ("metadata", "annotations", ANN_SUPERNODE_AUTH)
         keys_at: FieldPath = ("metadata", "annotations", ANN_SUPERNODE_KEYS)
-        issues = [Issue(keys_at, f"line {i + 1} of the list: {problem}",
-                        "one OpenSSH ECDSA public key per line, as ssh-keygen -t ecdsa writes it (the .pub file)")
+        issues = [Issue(keys_at, f"line {i + 1} of the list: {problem}", KEY_HINT)
                   for i, problem in parse_keys(annotations.get(ANN_SUPERNODE_KEYS, ""))[1]]
+        address = annotations.get(ANN_CONTROL_API_ADDRESS)
+        if address is not None and control_address_problem(address.strip()):
+            issues.append(Issue(("metadata", "annotations", ANN_CONTROL_API_ADDRESS),
+                                f"the Control API address {control_address_problem(address.strip())}",
+                                "write host:port of the SuperLink's Control API, or remove the annotation to use "
+                                "the federation's own SuperLink Service"))
         mode = annotations.get(ANN_SUPERNODE_AUTH, "disabled")
         if mode not in ("enabled", "disabled"):
             return [*issues, Issue(at, f"{mode!r} is not a setting", "write enabled or disabled (the default)")]
@@ -373,12 +390,6 @@ class Federation(StrictModel):
             issues.append(Issue(at, "SuperNode authentication needs a TLS SuperLink (Flower refuses it with "
                                 "--insecure)", f"set insecure: false and name the certificate in {ANN_TLS_SECRET}"))
         version = image_version(spec.superlink.image)
-        if version is not None and version >= GRPC_CONTROL_DEPRECATED:
-            issues.append(Issue(("spec", "superlink", "image"), f"flower-syncer registers keys through the gRPC "
-                                f"Control API, which Flower 1.37 deprecated for HTTP; tested with Flower 1.23 to "
-                                f"1.26, not with {spec.superlink.image}", "check that the keys get registered "
-                                "(flower_syncer_supernode_keys), or use a SuperLink from 1.23 to 1.36",
-                                severity="warning"))
         if version is not None and version < AUTH_SINCE:
             issues.append(Issue(("spec", "superlink", "image"), f"SuperNode authentication with keys registered "
                                 f"through the Control API needs Flower 1.23 or newer, not {spec.superlink.image}",

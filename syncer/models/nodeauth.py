@@ -15,20 +15,29 @@ elliptic curve, as `ssh-keygen -t ecdsa` writes them and `flwr supernode registe
 from __future__ import annotations
 
 import base64
+import binascii
+import fnmatch
 import hashlib
+import ipaddress
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 ANN_SUPERNODE_AUTH = "flower-syncer.io/supernode-auth"  # enabled | disabled (default)
 ANN_SUPERNODE_KEYS = "flower-syncer.io/supernode-public-keys"  # one OpenSSH public key per line
 ANN_CONTROL_API_ADDRESS = "flower-syncer.io/control-api-address"  # where the agent reaches the Control API
-CONTROL_API_PORT = 9093
+CONTROL_API_PORT = 9093  # gRPC Control (--control-api-address), Flower before 1.37
+HTTP_CONTROL_PORT = 8000  # the SuperLink's --host/--port (uvicorn), which serves Control from 1.37
 AUTH_SINCE = (1, 23)  # --enable-supernode-auth with keys registered through the Control API
-# From 1.37 Flower serves the Control API over HTTP and marks its gRPC address flag deprecated
-# (checked in the wheels: HTTP routers since 1.33, the flag deprecated since 1.37).
-GRPC_CONTROL_DEPRECATED = (1, 37)
+# From 1.37 Flower serves the Control API over HTTP on --host/--port and gRPC Control only with the
+# internal FLWR_INTERNAL_GRPC_CONTROL_API=1 (checked in the wheels 1.37.0, 1.42.0); 1.43 removes it.
+HTTP_CONTROL_SINCE = (1, 37)
+ControlTransport = Literal["grpc", "http"]
 
 _NIST = (ec.SECP256R1, ec.SECP384R1, ec.SECP521R1)
 
@@ -42,6 +51,56 @@ class NodeKey:
     @property
     def label(self) -> str:
         return f"{self.fingerprint} ({self.comment})" if self.comment else self.fingerprint
+
+
+def control_interface(version: tuple[int, int] | None) -> tuple[ControlTransport, int]:
+    """(transport, SuperLink container port) of the Control API of a Flower release; an unknown
+    version is taken as the newest. The one version switch of key registration: it gives way to
+    syncer.models.flower (`flower_interface(version).control_transport/.control_port`)."""
+    if version is None or version >= HTTP_CONTROL_SINCE:
+        return "http", HTTP_CONTROL_PORT
+    return "grpc", CONTROL_API_PORT
+
+
+_DNS_NAME = re.compile(r"^(?=.{1,253}$)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$")
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:(?!\d+$)")
+
+
+def control_address_problem(address: str) -> str:
+    """Why `address` is not a `host:port` the agent may dial ("" when it is one): no scheme (no
+    `unix:`, `https://`), a DNS name or an IP address, a port 1-65535, nothing else."""
+    if not address or any(c.isspace() or not c.isprintable() for c in address):
+        return "is empty or holds spaces or control characters"
+    if _SCHEME.match(address) or "/" in address or "@" in address:
+        return "is not host:port (schemes such as unix: or https://, paths and user names are refused)"
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        return "has no port 1-65535 (write host:port)"
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            return "has a bracketed host that is not an IPv6 address"
+        return ""
+    try:
+        ipaddress.IPv4Address(host)
+    except ValueError:
+        if not _DNS_NAME.match(host):
+            return "has a host that is neither a DNS name nor an IP address"
+    return ""
+
+
+def own_control_targets(superlink: str, namespace: str, port: int) -> tuple[str, ...]:
+    """The addresses of a federation's own SuperLink Service at the Control port."""
+    return tuple(f"{superlink}.{namespace}{suffix}:{port}" for suffix in ("", ".svc", ".svc.cluster.local"))
+
+
+def control_target_allowed(address: str, own: Sequence[str], allowed: Sequence[str]) -> bool:
+    """Whether the agent may register keys at `address`: the federation's own SuperLink Service,
+    or a target the admin allows (`allowed`: patterns with * and ?, e.g. `*.flower.example.com:8000`,
+    `127.0.0.1:*`)."""
+    return address in own or any(fnmatch.fnmatchcase(address, pattern) for pattern in allowed)
 
 
 def parse_keys(text: str) -> tuple[list[NodeKey], list[tuple[int, str]]]:
@@ -65,16 +124,34 @@ def parse_keys(text: str) -> tuple[list[NodeKey], list[tuple[int, str]]]:
     return keys, problems
 
 
+KEY_HINT = "one OpenSSH ECDSA public key per line, as ssh-keygen -t ecdsa writes it (the .pub file)"
+
+
 def parse_key(line: str) -> tuple[NodeKey | None, str]:
+    """The key of one line, or None and why not. Never raises: what cannot be parsed is a problem."""
     parts = line.split(None, 2)
+    if parts and parts[0] in ("-", "*"):
+        return None, (f"starts with {parts[0]!r}: write the key alone on the line, without a list marker "
+                      "(the annotation is one block of text, not a YAML list)")
+    if len(parts) < 2:
+        return None, "not an OpenSSH public key (expected: key type, base64 key, optional comment)"
+    kind = _shown(parts[0])
     try:
         public = serialization.load_ssh_public_key(" ".join(parts[:2]).encode())
-    except (ValueError, IndexError, TypeError) as exc:
-        return None, f"not an OpenSSH public key ({exc})"
+    except UnsupportedAlgorithm:
+        return None, f"a key of type {kind}, which is not an OpenSSH key type this parser knows"
+    except (ValueError, IndexError, TypeError, binascii.Error) as exc:
+        return None, f"not an OpenSSH public key of type {kind} ({_shown(str(exc))})"
     if not isinstance(public, ec.EllipticCurvePublicKey) or not isinstance(public.curve, _NIST):
-        return None, (f"a {parts[0]} key: Flower admits ECDSA keys on NIST curves only "
+        return None, (f"a {kind} key: Flower admits ECDSA keys on NIST curves only "
                       "(ssh-keygen -t ecdsa -b 384)")
     blob = base64.b64decode(parts[1])
     fingerprint = "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
     pem = public.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     return NodeKey(pem, fingerprint, parts[2].strip() if len(parts) > 2 else ""), ""
+
+
+def _shown(text: str, limit: int = 60) -> str:
+    """Part of a line from Git, safe in a one-line diagnostic: escaped and bounded."""
+    escaped = text.encode("unicode_escape", "backslashreplace").decode("ascii")
+    return escaped if len(escaped) <= limit else escaped[:limit - 3] + "..."

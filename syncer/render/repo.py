@@ -19,6 +19,7 @@ from syncer.models.federation import Federation
 from syncer.models.settings import Guardrails, SyncPolicy
 from syncer.plan import Claims, NodeAuth, Plan, Policy, UnitPlan, refs_of
 from syncer.render.common import RenderContext, sort_manifests
+from syncer.render.control_targets import control_target_diagnostics
 from syncer.render.federation import render_federation
 from syncer.render.guardrails import check_guardrails
 from syncer.render.packed import pack
@@ -181,9 +182,12 @@ def _no_gc_pauses() -> Iterator[None]:
             gc.enable()
 
 
-def render_repo(state: RepoState, selectors: list[str] | None = None, cache: RenderCache | None = None) -> Rendered:
+def render_repo(state: RepoState, selectors: list[str] | None = None, cache: RenderCache | None = None, *,
+                control_targets: Sequence[str] = ()) -> Rendered:
+    """`control_targets`: the Control API targets besides each federation's own SuperLink Service
+    where the admin lets the agent register SuperNode keys (render.control_targets)."""
     with _no_gc_pauses():
-        return _render_repo(state, selectors, cache)
+        return _render_repo(state, selectors, cache, control_targets)
 
 
 def _render(loaded: LoadedUnit, rails: Guardrails, cache: RenderCache | None, used: dict[int, _Done]) -> _Done:
@@ -198,10 +202,13 @@ def _render(loaded: LoadedUnit, rails: Guardrails, cache: RenderCache | None, us
     return done
 
 
-def _render_repo(state: RepoState, selectors: list[str] | None, cache: RenderCache | None) -> Rendered:
+def _render_repo(state: RepoState, selectors: list[str] | None, cache: RenderCache | None,
+                 control_targets: Sequence[str] = ()) -> Rendered:
     """Every unit is rendered, selected or not: a clash with an unselected unit must still fail the
     selected one, and the engine must know every object some unit claims."""
     result = Rendered(failed=set(state.failed))
+    refused, refused_units = control_target_diagnostics(state, control_targets)
+    result.diagnostics.extend(refused)
     chosen = {u.unit for u in select_units(state.units, selectors or [])[0]}
     rendered: dict[Unit, tuple[LoadedUnit, Sequence[Manifest]]] = {}
     claiming: dict[int, _Done] = {}
@@ -213,6 +220,9 @@ def _render_repo(state: RepoState, selectors: list[str] | None, cache: RenderCac
             rails = cache._rails  # the same object: each unit's cache entry matches it by identity
         cache._rails = rails
     for loaded in state.units:
+        if loaded.unit in refused_units:  # nothing of it is applied, and it claims nothing
+            result.failed.add(loaded.unit)
+            continue
         done = _render(loaded, rails, cache, used)
         if done.crossed:  # nothing of it is applied, and it claims nothing
             result.diagnostics.extend(done.crossed)
@@ -268,7 +278,7 @@ def node_auth_of(loaded: LoadedUnit) -> NodeAuth | None:
     if not isinstance(fed, Federation) or not fed.supernode_auth or fed.spec.insecure:
         return None
     return NodeAuth(fed.control_api_address(loaded.unit.namespace), fed.ca_secret_name(),
-                    tuple((k.label, k.pem) for k in fed.admitted_keys()))
+                    tuple((k.label, k.pem) for k in fed.admitted_keys()), fed.control_api()[0])
 
 
 def plan_repo(state: RepoState, rendered: Rendered, *, selectors: Sequence[str] = (), revision: str = "",

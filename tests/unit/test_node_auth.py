@@ -9,10 +9,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from syncer.cluster.flower_control import ControlApiError, RegisteredNode, _bytes_field, decode_list_nodes
-from syncer.engine.nodekeys import reconcile
-from syncer.models.nodeauth import parse_key
+from syncer.cluster.flower_control import (
+    ControlApiError,
+    ControlErrorCode,
+    RegisteredNode,
+    RunInfo,
+    Transport,
+    _bytes_field,
+    decode_list_nodes,
+    decode_list_runs,
+)
+from syncer.engine.inventory import OwnedKeys
+from syncer.engine.nodekeys import KeyOutcome, key_digest, reconcile
+from syncer.models.nodeauth import parse_key, parse_keys
 from syncer.render.repo import plan_repo, render_repo
 from syncer.repo.loader import load_repo
 from tests.unit.test_engine_fake import NS
@@ -41,7 +53,7 @@ spec:
   superlink:
     image: {image}
   supernodes:
-    image: flwr/supernode:1.26.0
+    image: flwr/supernode:{node_tag}
     pools:
       - name: a
         replicas: {replicas}
@@ -56,7 +68,8 @@ def load(tmp_path: Path, keys: list[str], *, mode: str = "enabled", insecure: st
     (repo / "flower-syncer.yaml").write_text(f"name: auth\ndefaultNamespace: {NS}\n")
     (repo / "federations" / "fed.yaml").write_text(FED.format(
         mode=mode, keys="\n".join(f"      {k}" for k in keys) or "      # none", insecure=insecure,
-        replicas=replicas, image=image, args=args))
+        replicas=replicas, image=image, args=args,
+        node_tag=image.rsplit(":", 1)[1]))  # SuperNodes of the SuperLink's release (a 1.26 one cannot dial 1.42)
     return load_repo(repo)
 
 
@@ -68,7 +81,8 @@ def test_a_federation_with_node_auth_plans_its_keys_and_the_superlink_flag(tmp_p
     plan = plan_repo(state, render_repo(state), revision="r1")
     (planned,) = plan.units.values()
     assert planned.node_auth is not None
-    assert planned.node_auth.address == f"fed-superlink.{NS}.svc:9093"
+    assert planned.node_auth.address == f"fed-superlink.{NS}.svc:9093"  # Flower 1.26: gRPC Control
+    assert planned.node_auth.transport == "grpc"
     assert planned.node_auth.ca_secret == "fed-superlink-ca"
     assert [label.split(" ")[1] for label, _ in planned.node_auth.keys] == ["(k1@site)", "(k2@site)"]
     assert all(pem.startswith(b"-----BEGIN PUBLIC KEY-----") for _, pem in planned.node_auth.keys)
@@ -92,12 +106,20 @@ def test_node_auth_mistakes_are_validation_errors(tmp_path: Path, kwargs: dict[s
                for d in errors), errors
 
 
-def test_a_superlink_past_the_grpc_control_api_is_a_warning(tmp_path: Path) -> None:
-    state = load(tmp_path, [], image="flwr/superlink:1.42.0")
-    warnings = [d for d in state.diagnostics if d.severity == "warning" and d.path == "spec.superlink.image"]
-    assert len(warnings) == 1 and "deprecated for HTTP" in warnings[0].message
-    # the only error: the fixture's 1.26 SuperNodes cannot talk to a 1.42 SuperLink (models/flower.py fleet_skew)
-    assert [d.path for d in state.diagnostics if d.severity == "error"] == ["spec.supernodes.image"]
+@pytest.mark.parametrize(("image", "transport", "port"), [
+    ("flwr/superlink:1.36.0", "grpc", 9093), ("flwr/superlink:1.37.0", "http", 8000),
+    ("flwr/superlink:1.42.0-py3.11-ubuntu24.04", "http", 8000), ("flwr/superlink:latest", "http", 8000)])
+def test_keys_go_to_the_control_api_of_the_superlinks_release(tmp_path: Path, image: str, transport: str,
+                                                              port: int) -> None:
+    """gRPC Control before 1.37, HTTP on the SuperLink's --port from 1.37 (and for a tag without
+    a version: the newest); no warning about it any more."""
+    state = load(tmp_path, [], image=image)
+    # (`latest` still gets models/flower.py's "names no Flower version" warning there)
+    assert not [d for d in state.diagnostics if d.path == "spec.superlink.image"
+                and "names no Flower version" not in d.message], state.diagnostics
+    (planned,) = plan_repo(state, render_repo(state)).units.values()
+    assert planned.node_auth is not None
+    assert (planned.node_auth.transport, planned.node_auth.address) == (transport, f"fed-superlink.{NS}.svc:{port}")
 
 
 def test_bad_keys_name_their_line(tmp_path: Path) -> None:
@@ -120,6 +142,12 @@ def test_keys_without_auth_are_a_warning(tmp_path: Path) -> None:
 
 
 class FakeSuperLink:
+    """A SuperLink's Control API as Flower behaves: a key once registered is never registered
+    again (not even after it was unregistered)."""
+
+    address = "fake:8000"
+    transport: Transport = "http"
+
     def __init__(self, nodes: list[RegisteredNode]) -> None:
         self.nodes = nodes
         self.calls: list[str] = []
@@ -130,7 +158,7 @@ class FakeSuperLink:
     def register(self, public_key: bytes) -> int:
         self.calls.append("register")
         if any(n.public_key == public_key for n in self.nodes):
-            raise ControlApiError("RegisterNode", "fake", "Public key already in use", "FAILED_PRECONDITION")
+            raise ControlApiError("RegisterNode", "fake", ControlErrorCode.KEY_IN_USE, "Public key already in use.")
         node = RegisteredNode(100 + len(self.nodes), "registered", public_key)
         self.nodes.append(node)
         return node.node_id
@@ -140,22 +168,62 @@ class FakeSuperLink:
         self.nodes = [RegisteredNode(n.node_id, "unregistered", n.public_key) if n.node_id == node_id else n
                       for n in self.nodes]
 
+    def list_runs(self) -> list[RunInfo]:
+        return []
 
-def test_reconcile_registers_what_git_lists_and_unregisters_the_rest() -> None:
+    def close(self) -> None:
+        pass
+
+
+def test_reconcile_registers_what_git_lists_and_unregisters_only_its_own() -> None:
     api = FakeSuperLink([RegisteredNode(1, "online", b"PEM-A\n"), RegisteredNode(2, "registered", b"PEM-HAND"),
                          RegisteredNode(3, "unregistered", b"PEM-OLD")])
     report = reconcile(api, [("a", b"PEM-A"), ("b", b"PEM-B\n"), ("old", b"PEM-OLD")])
-    assert report.registered == ["b"] and report.unregistered == [2] and report.admitted == 2
+    assert report.registered == ("b",) and report.unregistered == () and report.admitted == 2
+    assert report.outcome is KeyOutcome.FAILED and report.error_codes == (ControlErrorCode.KEY_IN_USE,)
+    assert report.foreign == 1  # registered by hand: not ours to unregister
     assert RegisteredNode(103, "registered", b"PEM-B\n") in api.nodes  # registered byte for byte
-    assert report.errors == ["key old was unregistered from this SuperLink before, and Flower never admits it again: "
-                             "make a new key pair for that SuperNode and list its public key"]
+    assert report.errors == ("key old was unregistered from this SuperLink before, and Flower never admits it again: "
+                             "make a new key pair for that SuperNode and list its public key",)
+    # only what it registered is recorded as its own: the key of node 1 was there before
+    assert report.owned == OwnedKeys("fake:8000", ((103, key_digest(b"PEM-B")),))
     api.calls.clear()
-    again = reconcile(api, [("a", b"PEM-A"), ("b", b"PEM-B\n")])
+    again = reconcile(api, [("a", b"PEM-A"), ("b", b"PEM-B\n")], report.owned)
     assert api.calls == [] and not again.changed and again.admitted == 2  # in step: no calls but the list
+    assert again.outcome is KeyOutcome.IN_STEP and again.owned == report.owned
+    # b leaves Git: unregistered, being ours; a and the hand-registered key stay
+    gone = reconcile(api, [("a", b"PEM-A")], again.owned)
+    assert gone.unregistered == (103,) and api.calls == ["unregister 103"] and gone.outcome is KeyOutcome.CHANGED
+    assert gone.owned == OwnedKeys("fake:8000", ()) and gone.foreign == 1
+
+
+def test_a_second_federation_on_one_superlink_cannot_unregister_the_firsts_keys() -> None:
+    """Issue 25, finding 4: B registers its key on A's SuperLink and lists nothing of A's; A's key
+    stays registered, whatever B's Git says, and what A recorded for another address counts for nothing."""
+    api = FakeSuperLink([])
+    a = reconcile(api, [("a", b"PEM-A")])
+    b = reconcile(api, [("b", b"PEM-B")])
+    assert b.registered == ("b",) and b.unregistered == () and b.foreign == 1
+    b_empty = reconcile(api, [], b.owned)
+    assert b_empty.unregistered == (b.owned.nodes[0][0],) if b.owned else False
+    assert [n.status for n in api.nodes] == ["registered", "unregistered"]  # A's key untouched
+    elsewhere = OwnedKeys("other:8000", a.owned.nodes if a.owned else ())
+    assert reconcile(api, [], elsewhere).unregistered == ()  # a record of another SuperLink is not a claim
+
+
+def test_an_unreachable_control_api_is_a_typed_failure() -> None:
+    class Down(FakeSuperLink):
+        def list_nodes(self) -> list[RegisteredNode]:
+            raise ControlApiError("ListNodes", "fake", ControlErrorCode.UNAVAILABLE, "connection refused")
+
+    report = reconcile(Down([]), [("a", b"PEM-A")])
+    assert report.outcome is KeyOutcome.FAILED and report.error_codes == (ControlErrorCode.UNAVAILABLE,)
+    assert report.owned is None and report.failing == 1  # the record on the inventory is kept as it is
+    assert report.to_dict()["outcome"] == "failed"
 
 
 def test_the_codec_speaks_flowers_messages(tmp_path: Path) -> None:
-    from flwr.proto import control_pb2, node_pb2  # the reference: flwr is a test dependency
+    from flwr.proto import control_pb2, node_pb2, run_pb2  # the reference: flwr is a test dependency
 
     pem, _ = parse_key(keypair(tmp_path, "k1")[1])
     assert pem is not None
@@ -167,7 +235,70 @@ def test_the_codec_speaks_flowers_messages(tmp_path: Path) -> None:
         node_pb2.NodeInfo(node_id=7, status="unregistered")])
     assert decode_list_nodes(response.SerializeToString()) == [
         RegisteredNode(2**63 + 5, "online", pem.pem), RegisteredNode(7, "unregistered", b"")]
+    runs = control_pb2.ListRunsResponse(now="x", run_dict={
+        9: run_pb2.Run(run_id=9, fab_id="app", fab_version="1.0", pending_at="p", running_at="r", finished_at="f",
+                       status=run_pb2.RunStatus(status="finished", sub_status="completed", details="done"),
+                       override_config={}, bytes_sent=3, clientapp_runtime=0.5),
+        2: run_pb2.Run(run_id=2, status=run_pb2.RunStatus(status="running"))})
+    assert decode_list_runs(runs.SerializeToString()) == [
+        RunInfo(2, "", "", "running", ""), RunInfo(9, "app", "1.0", "finished", "completed", "p", "r", "f")]
 
+
+BAD_LINES = [
+    "- ecdsa-sha2-nistp384 AAAAE2VjZHNhLXNoYTItbmlzdHAzODQAAAAIbmlzdHAzODQAAABhBA== site",  # a pasted list dash
+    "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp384 AAAA", "ecdsa-sha2-nistp384 ====", "ecdsa-sha2-nistp384 AAAA\x00",
+    "ssh-dss AAAAB3NzaC1kc3MAAACBAP", "sk-ecdsa-sha2-nistp256@openssh.com AAAAInNrLWVjZHNh", "x509v3-sign-rsa AAAA",
+    "ecdsa-sha2-nistp521 " + "A" * 5000, "\u202eecdsa-sha2-nistp256 AAAA", "ecdsa-sha2-nistp256 \udcff",
+    "ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBAAA",
+]
+
+
+@pytest.mark.parametrize("line", BAD_LINES)
+def test_a_bad_key_line_is_a_problem_never_an_exception(line: str) -> None:
+    """Issue 25, finding 5: an unknown key type raised UnsupportedAlgorithm out of the parser."""
+    key, problem = parse_key(line)
+    assert key is None and problem and problem.isprintable() and len(problem) < 300
+
+
+_KINDS = ["ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521", "ssh-ed25519", "ssh-rsa", "ssh-dss",
+          "sk-ecdsa-sha2-nistp256@openssh.com", "ecdsa-sha2-nistp999"]
+
+
+def _wire_line(kind: str, rest: bytes) -> str:
+    """A line whose base64 blob starts like a real key of `kind` (so the parser gets past the
+    name) and goes on with arbitrary bytes."""
+    import base64
+    import struct
+
+    name = kind.encode()
+    curve = kind.rsplit("-", 1)[-1].encode()
+    blob = struct.pack(">I", len(name)) + name + (struct.pack(">I", len(curve)) + curve if "ecdsa" in kind else b"")
+    return f"{kind} {base64.b64encode(blob + rest).decode()} c"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(BAD_LINES), st.text(max_size=80),
+                          st.builds(lambda kind, blob: f"{kind} {blob}", st.sampled_from(
+                              ["ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ssh-ed25519", "ssh-rsa", "-", "foo"]),
+                              st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=",
+                                      max_size=120)),
+                          st.builds(_wire_line, st.sampled_from(_KINDS), st.binary(max_size=120))), max_size=5))
+def test_the_key_parser_only_ever_reports_problems(lines: list[str]) -> None:
+    _, problems = parse_keys("\n".join(lines))
+    assert all(problem.isprintable() for _, problem in problems)
+
+
+def test_an_unknown_key_type_is_a_diagnostic_with_the_fix(tmp_path: Path) -> None:
+    _, k1 = keypair(tmp_path, "k1")
+    state = load(tmp_path, [k1, f"- {k1}", "ecdsa-sha2-nistp999 AAAA"])
+    errors = [d for d in state.diagnostics if d.severity == "error"]
+    assert [(d.file, d.path, d.message.split(":")[0]) for d in errors] == [
+        ("federations/fed.yaml", "metadata.annotations['flower-syncer.io/supernode-public-keys']",
+         "line 2 of the list"),
+        ("federations/fed.yaml", "metadata.annotations['flower-syncer.io/supernode-public-keys']",
+         "line 3 of the list")]
+    assert "without a list marker" in errors[0].message and errors[0].line > 0 and errors[0].hint
+    assert "not an OpenSSH key type" in errors[1].message
 
 
 def test_a_closed_control_api_is_a_warning(tmp_path: Path) -> None:

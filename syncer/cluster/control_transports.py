@@ -1,0 +1,208 @@
+"""The two transports of the Control API (see syncer.cluster.flower_control): gRPC for Flower
+before 1.37, HTTPS POST with protobuf bodies from 1.37 (the standard library's http.client over
+an ssl context that trusts only the federation's CA; uvicorn speaks HTTP/1.1, which is what we
+offer in ALPN).
+
+Neither ever returns a target's own words unless they are a parsed Control API error: an HTTP
+answer that is not one is reported by its status code only, a transport failure by its kind."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import ssl
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
+
+from syncer.cluster.flower_control import (
+    CALLS,
+    ControlApiError,
+    ControlErrorCode,
+    RegisteredNode,
+    RunInfo,
+    Transport,
+    decode_list_nodes,
+    decode_list_runs,
+    decode_register,
+    encode_register,
+    encode_unregister,
+)
+
+if TYPE_CHECKING:
+    import grpc
+
+T = TypeVar("T")
+PROTOBUF = "application/protobuf"
+MAX_RESPONSE = 8 << 20  # bytes of a Control API answer (ListNodes with thousands of keys fits)
+MAX_ERROR = 64 << 10  # bytes of an error answer read (Flower's own client reads as much)
+
+# Flower's ApiErrorCode (flwr.supercore.error.base, 1.37 - 1.43) of the calls made here
+_HTTP_CODES = {22: ControlErrorCode.KEY_INVALID, 23: ControlErrorCode.KEY_IN_USE, 24: ControlErrorCode.NODE_NOT_FOUND}
+# Flower's own messages before 1.37 (flwr.common.constant), the only thing a gRPC status carries
+_GRPC_MESSAGES = {"Public key already in use": ControlErrorCode.KEY_IN_USE,
+                  "The provided public key is not valid": ControlErrorCode.KEY_INVALID,
+                  "Node ID not found for account": ControlErrorCode.NODE_NOT_FOUND}
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """host and port of `host:port` or `[v6]:port` (validated earlier: models.nodeauth)."""
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def _transport_error(call: str, address: str, exc: BaseException) -> ControlApiError:
+    """A failure below the Control API, described by its kind (never the peer's bytes)."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        reason = exc.verify_message or "certificate verify failed"
+        return ControlApiError(call, address, ControlErrorCode.TLS, f"the server's certificate is not accepted "
+                               f"({reason}): it must chain to the federation's CA and name this address")
+    if isinstance(exc, ssl.SSLError):
+        return ControlApiError(call, address, ControlErrorCode.TLS, "the TLS handshake failed (not a TLS server "
+                               "of the federation?)")
+    if isinstance(exc, ConnectionRefusedError):
+        return ControlApiError(call, address, ControlErrorCode.UNAVAILABLE, "connection refused")
+    if isinstance(exc, socket.gaierror):
+        return ControlApiError(call, address, ControlErrorCode.UNAVAILABLE, "the host name does not resolve")
+    if isinstance(exc, TimeoutError):
+        return ControlApiError(call, address, ControlErrorCode.UNAVAILABLE, "timed out")
+    if isinstance(exc, http.client.HTTPException | ConnectionError):
+        return ControlApiError(call, address, ControlErrorCode.NOT_CONTROL_API,
+                               "the connection broke, or the answer is not HTTP")
+    return ControlApiError(call, address, ControlErrorCode.UNAVAILABLE, f"cannot connect ({type(exc).__name__})")
+
+
+class _Calls:
+    """The calls, over a transport's `_call(name, request) -> response bytes`."""
+
+    address: str
+
+    def _call(self, name: str, body: bytes) -> bytes:
+        raise NotImplementedError
+
+    def list_nodes(self) -> list[RegisteredNode]:
+        return _decoded("ListNodes", self.address, decode_list_nodes, self._call("list_nodes", b""))
+
+    def register(self, public_key: bytes) -> int:
+        return _decoded("RegisterNode", self.address, decode_register,
+                        self._call("register", encode_register(public_key)))
+
+    def unregister(self, node_id: int) -> None:
+        self._call("unregister", encode_unregister(node_id))
+
+    def list_runs(self) -> list[RunInfo]:
+        return _decoded("ListRuns", self.address, decode_list_runs, self._call("list_runs", b""))
+
+
+class HttpControl(_Calls):
+    """The Control API over HTTPS (Flower 1.37+). One keep-alive connection, re-made after a failure."""
+
+    transport: Transport = "http"
+
+    def __init__(self, address: str, root_certificates: bytes, *, timeout: float = 10.0) -> None:
+        self.address = address
+        self.host, self.port = split_address(address)
+        self.timeout = timeout
+        self._context = ssl.create_default_context(cadata=root_certificates.decode("ascii", "replace"))
+        self._context.set_alpn_protocols(["http/1.1"])
+        self._conn: http.client.HTTPSConnection | None = None
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _call(self, name: str, body: bytes) -> bytes:
+        rpc, path = CALLS[name]
+        if self._conn is None:
+            self._conn = http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout, context=self._context)
+        try:
+            self._conn.request("POST", path, body, {"content-type": PROTOBUF, "accept": PROTOBUF})
+            response = self._conn.getresponse()
+            status = response.status
+            content_type = (response.getheader("content-type") or "").split(";")[0].strip().lower()
+            data = response.read(MAX_RESPONSE + 1 if status == 200 else MAX_ERROR + 1)
+            if response.will_close or len(data) > (MAX_RESPONSE if status == 200 else MAX_ERROR):
+                self.close()
+        except (OSError, http.client.HTTPException) as exc:
+            self.close()
+            raise _transport_error(rpc, self.address, exc) from None
+        if status == 200 and content_type == PROTOBUF and len(data) <= MAX_RESPONSE:
+            return data
+        raise self._error(rpc, status, content_type, data)
+
+    def _error(self, rpc: str, status: int, content_type: str, data: bytes) -> ControlApiError:
+        if status == 200:
+            return ControlApiError(rpc, self.address, ControlErrorCode.NOT_CONTROL_API,
+                                   "HTTP 200 without a protobuf body: not a Flower Control API")
+        parsed = None
+        if content_type == "application/json" and len(data) <= MAX_ERROR:
+            try:
+                parsed = json.loads(data)
+            except ValueError:
+                parsed = None
+        if isinstance(parsed, dict) and isinstance(parsed.get("code"), int) and isinstance(parsed.get("detail"), str):
+            code = _HTTP_CODES.get(parsed["code"], ControlErrorCode.SERVER)
+            return ControlApiError(rpc, self.address, code, f"{parsed['detail']} (HTTP {status}, Flower error "
+                                   f"{parsed['code']})")
+        if status in (401, 403):
+            return ControlApiError(rpc, self.address, ControlErrorCode.DENIED, f"HTTP {status}: the SuperLink "
+                                   "asks for credentials (Control API authentication is not supported)")
+        return ControlApiError(rpc, self.address, ControlErrorCode.NOT_CONTROL_API if status in (404, 405, 415)
+                               else ControlErrorCode.SERVER, f"HTTP {status}, not an answer of a Flower 1.37+ "
+                               "Control API (is the SuperLink older, or the address another server?)")
+
+
+class GrpcControl(_Calls):
+    """The Control API over gRPC (Flower before 1.37)."""
+
+    transport: Transport = "grpc"
+
+    def __init__(self, address: str, root_certificates: bytes, *, timeout: float = 10.0) -> None:
+        import grpc  # only agents with a SuperNode-authenticating federation of Flower < 1.37 load it
+
+        self.address = address
+        self.timeout = timeout
+        self._grpc = grpc
+        self._channel = grpc.secure_channel(address, grpc.ssl_channel_credentials(root_certificates))
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def _call(self, name: str, request: bytes) -> bytes:
+        method = CALLS[name][0]
+        call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = self._channel.unary_unary(
+            "/flwr.proto.Control/" + method, request_serializer=None, response_deserializer=None)
+        try:
+            response: bytes = call(request, timeout=self.timeout)
+        except self._grpc.RpcError as exc:
+            raise self._error(method, exc) from None
+        return response
+
+    def _error(self, method: str, exc: grpc.RpcError) -> ControlApiError:
+        status = exc.code() if isinstance(exc, self._grpc.Call) else None
+        details = str(exc.details() or "") if isinstance(exc, self._grpc.Call) else ""
+        name = status.name if status is not None else "UNKNOWN"
+        known = _GRPC_MESSAGES.get(details.rstrip("."))
+        if known is not None:
+            return ControlApiError(method, self.address, known, f"{details} ({name})")
+        if name in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
+            # the channel's own words about connecting (no peer text): kind only
+            return ControlApiError(method, self.address, ControlErrorCode.UNAVAILABLE,
+                                   f"{name}: nothing answers gRPC with the federation's CA here (is the "
+                                   "SuperLink Flower 1.37 or newer, which serves the Control API over HTTP?)")
+        if name in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
+            return ControlApiError(method, self.address, ControlErrorCode.DENIED, f"{name}: the SuperLink asks for "
+                                   "credentials (Control API authentication is not supported)")
+        if name == "UNIMPLEMENTED":
+            return ControlApiError(method, self.address, ControlErrorCode.NOT_CONTROL_API,
+                                   f"{name}: no Flower Control API at this address")
+        return ControlApiError(method, self.address, ControlErrorCode.SERVER, f"{name}: {details}")
+
+
+def _decoded(rpc: str, address: str, decode: Callable[[bytes], T], data: bytes) -> T:
+    try:
+        return decode(data)
+    except ValueError:
+        raise ControlApiError(rpc, address, ControlErrorCode.NOT_CONTROL_API,
+                              "the answer is not the expected protobuf message") from None
