@@ -9,6 +9,7 @@ missing is a failure, never a skip.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -195,17 +196,39 @@ def run_agent(tmp_path: Path, real_cluster: RealCluster) -> Iterator[Callable[[C
             agent.proc.kill()
 
 
+def flwr_cli(version: str) -> Path:
+    """The `flwr` CLI of `version`: the dev venv's when it is that version (the dev extras pin one),
+    else a venv of its own, `~/.cache/flower-syncer/flwr-cli-<version>` (as `tools/demo --real`
+    makes it), created once with the host's pip. A CLI talks to a SuperLink of its own release
+    only: 1.26's speaks gRPC to the Control API, 1.37+ HTTP. A venv costs ~30 s once (the wheels
+    come from pip's cache after tools/images.py) and nothing after; running the CLI in a container
+    would need the app and its config copied into a pod for every run."""
+    if version == importlib.metadata.version("flwr"):
+        return Path(sys.executable).with_name("flwr")
+    venv = Path(os.environ.get("FLOWER_SYNCER_CACHE", "~/.cache/flower-syncer")).expanduser() / f"flwr-cli-{version}"
+    done = venv / ".flower-syncer-complete"
+    if not done.exists():  # absent or half-made: (re)create it
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=120)
+        pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", f"flwr=={version}"], capture_output=True,
+                             text=True, timeout=900, check=False)
+        if pip.returncode != 0:
+            _unavailable(f"pip install flwr=={version} into {venv}:\n{pip.stdout[-2000:]}{pip.stderr[-2000:]}")
+        done.write_text(version + "\n")
+    return venv / "bin" / "flwr"
+
+
 def flwr_run(app: Path, address: str, home: Path, timeout: float = 300, run_config: str = "",
-             root_certificates: Path | None = None) -> str:
-    """`flwr run APP e2e --stream` against the Control API at `address` (TLS when given the CA);
-    returns its output."""
+             root_certificates: Path | None = None, version: str = "") -> str:
+    """`flwr run APP e2e --stream` against the Control API at `address` (TLS when given the CA),
+    with the `flwr` CLI of `version` (default: the dev venv's); returns its output."""
     home.mkdir(parents=True, exist_ok=True)
     tls = f'root-certificates = "{root_certificates}"' if root_certificates else "insecure = true"
     connection = f'[superlink.e2e]\naddress = "{address}"\n{tls}\n'
     (home / "config.toml").write_text(f'[superlink]\ndefault = "e2e"\n\n{connection}')
     work = home / "app"
     shutil.copytree(app, work, dirs_exist_ok=True)
-    flwr = Path(sys.executable).with_name("flwr")
+    flwr = flwr_cli(version) if version else Path(sys.executable).with_name("flwr")
     extra = ["--run-config", run_config] if run_config else []
     proc = subprocess.run([str(flwr), "run", str(work), "e2e", "--stream", *extra], capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, "FLWR_HOME": str(home)}, check=False)
