@@ -14,7 +14,6 @@ from pydantic import Field
 
 from syncer.diagnostics import FieldPath
 from syncer.models.base import StrictModel
-from syncer.models.federation_versions import federation_version_issues
 from syncer.models.flower import ANN_FLOWER_VERSION, FlowerInterface, image_version, interface_of_image
 from syncer.models.k8s import Issue, K8sType, env_issues
 from syncer.models.names import (
@@ -251,10 +250,11 @@ class Federation(StrictModel):
 
     def flower(self, image: str) -> FlowerInterface:
         """The Flower interface of one of this federation's images: from its tag, else from the
-        annotation flower-syncer.io/flower-version, else (assumed, with a warning) the SuperLink's
-        release when its tag names one (the operator's examples pair `flwr/superlink:1.25.0` with
-        `my-app/client:latest`), else the newest known release."""
-        explicit = self.metadata.annotations.get(ANN_FLOWER_VERSION, "")
+        annotation flower-syncer.io/flower-version, else from the operator's `spec.version` (its
+        "convenience field for the Flower version", when it reads as one), else (assumed, with a
+        warning) the SuperLink's release when its tag names one (the operator's examples pair
+        `flwr/superlink:1.25.0` with `my-app/client:latest`), else the newest known release."""
+        explicit = self.metadata.annotations.get(ANN_FLOWER_VERSION, "") or self.spec.version or ""
         iface = interface_of_image(image, explicit)
         if iface.assumed and image != self.spec.superlink.image:
             return iface.beside(interface_of_image(self.spec.superlink.image, explicit))
@@ -325,6 +325,8 @@ class Federation(StrictModel):
         issues.extend(self._network_issues())
         issues.extend(self._auth_issues())
         issues.extend(self._issuer_issues())
+        from syncer.models.federation_versions import federation_version_issues  # imports this module
+
         issues.extend(federation_version_issues(self))
         if not spec.insecure and not self.tls_secret():
             issues.append(Issue(("spec", "insecure"), "insecure: false needs the SuperLink's certificate, and none is "

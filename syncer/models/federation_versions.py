@@ -5,9 +5,8 @@ with the IP SAN 127.0.0.1."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from syncer.diagnostics import FieldPath
+from syncer.models.federation import ANN_TLS_SECRET, Federation
 from syncer.models.flower import (
     ANN_FLOWER_VERSION,
     NEWEST,
@@ -18,11 +17,6 @@ from syncer.models.flower import (
 )
 from syncer.models.k8s import Issue
 from syncer.models.supernode.versions import flag_issues
-
-if TYPE_CHECKING:
-    from syncer.models.federation import Federation
-
-ANN_TLS_SECRET = "flower-syncer.io/superlink-tls-secret"  # models/federation.py's constant (no import cycle)
 
 
 def federation_version_issues(fed: Federation) -> list[Issue]:
@@ -50,6 +44,8 @@ def federation_version_issues(fed: Federation) -> list[Issue]:
         issues += flag_issues(exec_, "superexec", spec.superlink.superexecExtraArgs,
                               ("spec", "superlink", "superexecExtraArgs"))
         problem = runtime_skew(exec_, link, tls=not spec.insecure)
+        if not exec_.superexec and not exec_.assumed:
+            problem = "flower-superexec exists from Flower 1.21"
         if problem:
             issues.append(Issue(("spec", "superlink", "superexecImage"),
                                 f"the ServerApp SuperExec ({spec.superlink.superexecImage}, Flower {exec_.label}) "
@@ -74,6 +70,8 @@ def federation_version_issues(fed: Federation) -> list[Issue]:
             exec_ = fed.flower(pool.images.superexecClientApp).beside(node)
             issues += flag_issues(exec_, "superexec", pool.superexecExtraArgs, (*at, "superexecExtraArgs"))
             problem = runtime_skew(exec_, node, tls=False)
+            if not exec_.superexec and not exec_.assumed:
+                problem = "flower-superexec exists from Flower 1.21"
             if problem:
                 issues.append(Issue((*at, "images", "superexecClientApp"),
                                     f"pool {pool.name!r}: the ClientApp SuperExec (Flower {exec_.label}) cannot talk "

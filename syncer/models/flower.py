@@ -250,7 +250,7 @@ def fleet_skew(supernode: FlowerInterface, superlink: FlowerInterface) -> str:
     The boundary is the Fleet transport: SuperNodes before 1.40 speak gRPC (`--grpc-rere`), from 1.40
     HTTP only; SuperLinks before 1.40 serve the Fleet API over gRPC only, from 1.40 over HTTP only
     (gRPC only with the internal FLWR_INTERNAL_GRPC_FLEET_API=1). Observed with real processes (see
-    tests/compat/test_skew.py): 1.42 SuperNode -> 1.26 SuperLink and 1.26 SuperNode -> 1.42 SuperLink
+    tests/integration/test_flower_skew.py): 1.42 SuperNode -> 1.26 SuperLink and 1.26 SuperNode -> 1.42 SuperLink
     never connect; pairs within one era do."""
     if supernode.fleet_transport == superlink.fleet_transport:
         return ""

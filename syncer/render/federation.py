@@ -495,10 +495,12 @@ def _with_health(container: dict[str, Any], port: int, port_name: str, iface: Fl
 def _with_http_health(container: dict[str, Any], port: int, *, tls: bool) -> None:
     """Probes on Flower's GET /health (1.35+), served by the same HTTP server as the APIs on `port`:
     when the API cannot be reached, the pod is not Ready."""
-    probe = {"httpGet": {"path": HEALTH_PATH, "port": port, "scheme": "HTTPS" if tls else "HTTP"},
-             "periodSeconds": 10, "timeoutSeconds": 1, "failureThreshold": 3}
-    container["readinessProbe"] = probe
-    container["livenessProbe"] = {**probe, "failureThreshold": 6}
+    def probe(failures: int) -> dict[str, Any]:
+        return {"httpGet": {"path": HEALTH_PATH, "port": port, "scheme": "HTTPS" if tls else "HTTP"},
+                "periodSeconds": 10, "timeoutSeconds": 1, "failureThreshold": failures}
+
+    container["readinessProbe"] = probe(3)
+    container["livenessProbe"] = probe(6)
 
 
 def _port(name: str, number: int) -> dict[str, Any]:

@@ -128,7 +128,7 @@ def _supernode_objects(values: SuperNodeValues, release: str, names: ReleaseName
         secret = _node_auth_secret(values, release, names, ctx)
         out.append(secret)
         args.append(f"--auth-supernode-private-key={PRIVATE_KEY_PATH}")
-        if PUBLIC_KEY_KEY in secret["data"]:
+        if PUBLIC_KEY_KEY in secret["data"] and not iface.http_runtime:  # deprecated and ignored from 1.23
             args.append(f"--auth-supernode-public-key={PUBLIC_KEY_PATH}")
         # Files readable by the pod's group (fsGroup) or, without one, by anyone in the pod.
         mode = 0o440 if plan.security[0].get("fsGroup") is not None else 0o444

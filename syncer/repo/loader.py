@@ -33,6 +33,7 @@ from syncer.models.settings import ReleaseSettings, RepoSettings, SyncPolicy
 from syncer.models.supernode import SuperNodeValues, validate_values
 from syncer.repo.encrypted import scrub
 from syncer.repo.reader import YAML_SUFFIXES, Reader, Signature
+from syncer.repo.skew import check_version_skew
 from syncer.secrets.keys import Decryption
 from syncer.yamldoc import YamlDoc
 
@@ -157,6 +158,7 @@ def load_repo(root: Path, decryption: Decryption | None = None, cache: LoadCache
             cache._end()
             cache._files = reader.seen
     _check_duplicates(state)
+    check_version_skew(state)
     state.diagnostics[:] = scrub(state.diagnostics, reader.secrets, reader.opaque)
     state.secrets = frozenset().union(*reader.secrets.values()) if reader.secrets else frozenset()
     state.diagnostics.sort()

@@ -138,6 +138,10 @@ def test_an_image_without_a_version_is_the_newest_with_a_warning_or_the_annotati
     assert not [d for d in diags if d.path == "spec.superlink.image" and d.severity == "warning"]
     assert [d.path for d in diags if d.severity == "error"] == ["spec.superlink.superexecImage",
                                                                "spec.supernodes.image"]  # 1.26 vs 1.42: skew
+    operator_field = text.replace("  isolationMode: process\n", "  isolationMode: process\n  version: 1.26.0\n")
+    _, diags = load_federation(operator_field)  # the operator's spec.version says the same
+    assert [d.path for d in diags if d.severity == "error"] == ["spec.superlink.superexecImage",
+                                                               "spec.supernodes.image"]
 
 
 def test_deprecated_and_refused_extra_args_per_release() -> None:
@@ -211,3 +215,71 @@ def test_chart_values_that_no_longer_map_onto_a_flag_are_warnings() -> None:
     assert "--clientappio-api-address=0.0.0.0:9094" in sn["args"]
     _, diags = load_values(latest.replace('tag: "latest"}', 'tag: "latest", flowerVersion: "newest"}'))
     assert [d.severity for d in diags if d.path == "supernode.image.flowerVersion"] == ["error"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Across units: a release dialing a federation's SuperLink in the same repository
+
+def _repo(tmp: Any, superlink: str, supernode_tag: str, port: int = 9092) -> Any:
+    from syncer.repo.loader import load_repo
+
+    (tmp / "federations").mkdir(parents=True)
+    (tmp / "supernodes" / "edge").mkdir(parents=True)
+    (tmp / "flower-syncer.yaml").write_text("name: skew\ndefaultNamespace: flower\n")
+    (tmp / "federations" / "fed.yaml").write_text(SUBPROCESS.replace("flwr/superlink:1.25.0", superlink).replace(
+        "1.25.0", superlink.rsplit(":", 1)[1]))
+    (tmp / "supernodes" / "edge" / "values.yaml").write_text(
+        "tls:\n  enabled: false\nsupernode:\n  superlink:\n    address: federation-subprocess-superlink.flower.svc\n"
+        f"    port: {port}\n  image:\n    repository: flwr/supernode\n    tag: \"{supernode_tag}\"\n")
+    return load_repo(tmp)
+
+
+def test_a_release_that_cannot_talk_to_the_federation_it_dials_is_an_error(tmp_path: Any) -> None:
+    state = _repo(tmp_path, "flwr/superlink:1.26.0", "1.42.0")
+    (error,) = [d for d in state.diagnostics if d.severity == "error"]
+    assert error.file == "supernodes/edge/values.yaml" and error.path == "supernode.image.tag"
+    assert error.line == 9  # the tag's own line
+    assert "Flower 1.42" in error.message and "Flower 1.26" in error.message and "federations/fed.yaml" in error.message
+    assert "transport era" in error.hint
+    assert [u.name for u in state.failed] == ["edge"]  # not shipped
+    assert [u.unit.name for u in state.units] == ["federation-subprocess"]
+
+
+def test_a_release_of_the_same_era_or_elsewhere_is_fine(tmp_path: Any) -> None:
+    ok = _repo(tmp_path / "a", "flwr/superlink:1.40.0", "1.42.0")
+    assert not [d for d in ok.diagnostics if d.severity == "error"], ok.diagnostics
+    port = _repo(tmp_path / "b", "flwr/superlink:1.42.0", "1.42.0", port=9093)
+    (error,) = [d for d in port.diagnostics if d.severity == "error"]
+    assert error.path == "supernode.superlink.port" and "set supernode.superlink.port: 9092" in error.hint
+
+
+def test_chart_public_key_and_managed_flags_per_release() -> None:
+    import tempfile
+    from pathlib import Path
+
+    from tests.unit.test_supernode import Keys
+
+    with tempfile.TemporaryDirectory() as folder:
+        keys = Keys(Path(folder))
+        text = keys.node_auth_values()
+    for tag, passed in (("1.21.0", True), ("1.26.0", True), ("1.42.0", False)):
+        values = text.replace("\nsupernode:\n  enabled: true\n", "\nsupernode:\n  enabled: true\n  image: "
+                              f"{{repository: flwr/supernode, tag: \"{tag}\"}}\n", 1)
+        _, diags = load_values(values)
+        warned = [d for d in diags if d.path == "global.nodeAuth.authSupernodePublicKey"]
+        assert bool(warned) is (tag != "1.21.0"), (tag, diags)  # 1.21-1.22 need it
+        out = render_values(values)
+        args = out[("Deployment", "test-flower-client-supernode")]["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert any(a.startswith("--auth-supernode-public-key=") for a in args) is passed, tag
+    _, diags = load_values(RELEASE.format(version="1.42.0").replace(
+        "  isolationMode: process\n", "  isolationMode: process\n  extraArgs: [--port=1]\n"))
+    assert [d.severity for d in diags if d.path == "supernode.extraArgs[0]"] == ["error"]
+
+
+def test_chart_superexec_of_another_runtime_era_is_an_error() -> None:
+    text = RELEASE.format(version="1.42.0").replace('repository: flwr/superexec, tag: "1.42.0"',
+                                                    'repository: flwr/superexec, tag: "1.26.0"')
+    _, diags = load_values(text)
+    (error,) = [d for d in diags if d.severity == "error"]
+    assert error.path == "superexec.image.tag" and "Flower 1.26" in error.message and "Flower 1.42" in error.message
+    assert error.line > 0

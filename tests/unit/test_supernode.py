@@ -1181,7 +1181,7 @@ def test_example_config_releases_validate_and_render() -> None:
     pytorch = render((EXAMPLES / "pytorch" / "values.yaml").read_text(), release="pytorch")
     args = container(pytorch, "pytorch-flower-client-supernode")["args"]
     assert args[0] == "--superlink=federation-statefulset-superlink:9092" and "--insecure" in args
-    assert container(pytorch, "pytorch-flower-client-supernode")["image"] == "docker.io/flwr/supernode:1.25.0"
+    assert container(pytorch, "pytorch-flower-client-supernode")["image"] == "docker.io/flwr/supernode:1.42.0"
     edge = render((EXAMPLES / "secure-edge" / "values.yaml").read_text(), release="secure-edge",
                   namespace="flower-edge")
     copy = edge[("Secret", "secure-edge-superlink-ca")]

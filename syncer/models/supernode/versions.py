@@ -7,7 +7,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from syncer.diagnostics import FieldPath
-from syncer.models.flower import NEWEST, SUPERLINK_HTTP_PORT, Component, FlowerInterface, explicit_version
+from syncer.models.flower import (
+    NEWEST,
+    SUPERLINK_HTTP_PORT,
+    Component,
+    FlowerInterface,
+    explicit_version,
+    runtime_skew,
+)
 from syncer.models.k8s import Issue
 from syncer.models.supernode.naming import interface
 
@@ -45,8 +52,32 @@ def version_issues(values: SuperNodeValues) -> list[Issue]:
                                 "for a plain Flower 1.40+ SuperLink, or the Service's fleet port (9092 by "
                                 "default) for a flower-syncer Federation, which maps it to the HTTP API",
                                 severity="warning"))
+        auth = values.global_.nodeAuth
+        if iface.public_key_optional and auth.enabled and auth.authSupernodePublicKey.strip():
+            passed = ("so it is not passed; it is only checked against the private key" if iface.http_runtime else
+                      "and ignores --auth-supernode-public-key (deprecated since 1.23), which is still passed")
+            issues.append(Issue(("global", "nodeAuth", "authSupernodePublicKey"),
+                                f"Flower {iface.label} derives the public key from the private key, {passed}",
+                                "remove it, or keep it as a check", severity="warning"))
+        for i, arg in enumerate(sn.extraArgs):
+            if iface.http_runtime and arg.split("=", 1)[0] in ("--host", "--port"):
+                issues.append(Issue(("supernode", "extraArgs", i), f"{arg.split('=', 1)[0]} is already set from the "
+                                    f"values (Flower {iface.label} serves the ClientApp API on it)",
+                                    "set supernode.containerPorts.clientAppIo instead"))
     if se.enabled:
         iface = interface(se.image)
+        if sn.enabled and not se.supernode.address:  # this release's SuperExec dials this release's SuperNode
+            node = interface(sn.image)
+            problem = runtime_skew(iface.beside(node), node, tls=False)
+            if problem:
+                issues.append(Issue(("superexec", "image", "tag"),
+                                    f"the SuperExec (Flower {iface.label}) cannot talk to the SuperNode of this "
+                                    f"release (Flower {node.label}): {problem}",
+                                    "use the same Flower release for supernode.image and superexec.image"))
+        for i, arg in enumerate(se.extraArgs):
+            if arg.split("=", 1)[0] == "--runtime-api-address":
+                issues.append(Issue(("superexec", "extraArgs", i), "--runtime-api-address is already set from the "
+                                    "values", "set superexec.supernode.address and superexec.supernode.port instead"))
         if not iface.health_server and iface.superexec and "health" in se.containerPorts.model_fields_set:
             issues.append(Issue(("superexec", "containerPorts", "health"),
                                 f"Flower {iface.label} has no health server (--health-server-address was removed "
