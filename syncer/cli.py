@@ -37,7 +37,7 @@ from syncer.cli_env import env_defaults
 from syncer.cluster.client import ApiError, ClusterUnreachable, Kube
 from syncer.engine.sync import SyncOptions
 from syncer.identity import UnknownUnit
-from syncer.observe.status import StatusReport, format_report
+from syncer.observe.status import StatusReport
 from syncer.render.common import to_json, to_yaml
 from syncer.secrets.keys import Decryption, load_identities
 from syncer.secrets.sops import SopsError
@@ -466,7 +466,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                     if args.watch:
                         sys.stdout.write("---\n")
             else:
-                text = format_report(report, headers=not args.no_headers) if report is not None else error
+                text = printers.format_status(report, headers=not args.no_headers) if report is not None else error
                 if args.watch:
                     header = f"every {args.interval:g}s: flower-syncer status    {time.strftime('%H:%M:%S')}\n\n"
                     text = ("\033[H\033[2J" if tty else "\n") + header + text
@@ -595,5 +595,5 @@ def cmd_suspend(args: argparse.Namespace) -> int:
     except (ClusterUnreachable, ApiError) as exc:
         return _cluster_error(exc)
     verb = "suspended" if result.suspended else "resumed"
-    print(f"{result.unit.id} {verb}" + ("" if result.changed else f" (it already was {verb})"))
+    print(f"{printers.escape(result.unit.id)} {verb}" + ("" if result.changed else f" (it already was {verb})"))
     return EXIT_OK

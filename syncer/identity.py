@@ -38,16 +38,29 @@ ANN_APPLIED_HASH = "flower-syncer.io/applied-hash"  # fingerprint of the desired
 DEFAULT_REPOSITORY = "default"  # only for callers that name no source (tests, benchmarks)
 
 
-def derived_repository_name(source: str, subpath: str = "") -> str:
+def derived_repository_name(source: str, subpath: str = "", ref: str = "") -> str:
     """The identity of a repository that sets no `name`: readable, label-safe and unique per source
     (`source`: its remote URL without credentials, or its absolute local path; `subpath`: the
-    folder of the config inside it), e.g. `flower-config-3fa9c2d1e0`. Two repositories without a
-    name never share one by accident (see syncer.source.location.source_location)."""
-    digest = hashlib.sha256(f"{source}\0{subpath.strip('/')}".encode()).hexdigest()[:10]
+    folder of the config inside it; `ref`: the branch, tag or commit synced, when one is named),
+    e.g. `flower-config-3fa9c2d1e0`. Two repositories without a name never share one by accident,
+    nor do two checkouts of one origin on different branches (staging and prod). Without a ref
+    the name is the one flower-syncer derived before refs were part of it (see
+    `source_key` and syncer.source.location.source_location)."""
+    key = f"{source}\0{subpath.strip('/')}" + (f"\0{ref}" if ref else "")
+    digest = hashlib.sha256(key.encode()).hexdigest()[:10]
     parts = [p for p in re.split(r"[/:@]", source.rstrip("/")) if p and p not in (".", "..")]
     base = parts[-1].removesuffix(".git") if parts else ""
     base = re.sub(r"[^a-z0-9]+", "-", base.lower()).strip("-")[:40].strip("-")
     return f"{base}-{digest}" if base else digest
+
+
+def source_key(source: str, subpath: str = "", ref: str = "") -> str:
+    """Where a repository's units come from, as recorded on their inventories so that another
+    source cannot take them over by claiming the same `name`: `source` (URL without credentials,
+    or local path), `#ref` when a ref is named, `//subpath` when the config is in a sub-folder."""
+    sub = subpath.strip("/")
+    return source + (f"#{ref}" if ref else "") + (f"//{sub}" if sub else "")
+
 
 MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 INVENTORY_SELECTOR = f"{LABEL_INVENTORY}=true,{MANAGED_SELECTOR}"

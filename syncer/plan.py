@@ -9,6 +9,7 @@ one per installed revision. Importing this module imports no models and no clien
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -101,6 +102,41 @@ class Plan:
     selectors: tuple[str, ...] = ()
     namespaces: frozenset[str] = frozenset()
     """Every namespace the repository's units live in (what to read with namespaced credentials)."""
+    source: str = ""
+    """Where the repository comes from (identity.source_key), recorded on its inventories; "" when
+    unknown (then any source's record under its names is taken as its own, as before sources were
+    recorded)."""
+    movable: frozenset[str] = frozenset()
+    """Names of `repository`/`former_names` whose units the admin's policy lets this repository
+    take over from another source."""
+    legacy_names: frozenset[str] = frozenset()
+    """Names earlier versions derived for this repository: units recorded under them that it still
+    renders are taken over; none is pruned by that name."""
+    allowed_namespaces: tuple[str, ...] | None = None
+    """The effective guardrails' namespaces (shell patterns); None: any but `protected_namespaces`."""
+    protected_namespaces: tuple[str, ...] = ()
+    control_api_targets: tuple[str, ...] | None = None
+    """Control API addresses (shell patterns) the repository's federations may register keys with
+    (the effective guardrails' allowedControlApiTargets); None: no list (the federation's own
+    SuperLink Service only). For the Control API client."""
+
+    def namespace_allowed(self, namespace: str) -> bool:
+        """Whether the repository may act in `namespace` at all (nothing is pruned elsewhere)."""
+        if self.allowed_namespaces is None:
+            return namespace not in self.protected_namespaces
+        return any(fnmatch.fnmatchcase(namespace, p) for p in self.allowed_namespaces)
+
+    def owns_record(self, repository: str, source: str, *, in_git: bool = False) -> bool:
+        """Whether what `repository` recorded from `source` (an inventory) is ours: our name or a
+        former one (or a legacy derived name, for a unit still in Git), and our source, or a
+        source unknown on either side, or a name the admin lets us take over."""
+        if not (self.owns(repository) or (in_git and repository in self.legacy_names)):
+            return False
+        return not source or not self.source or source == self.source or repository in self.movable
+
+    def foreign_source(self, repository: str, source: str) -> bool:
+        """Recorded under one of our names by another source that we may not take over."""
+        return bool(source and self.source and source != self.source and repository not in self.movable)
 
     @property
     def renders_anything(self) -> bool:

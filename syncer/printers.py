@@ -3,6 +3,8 @@ on a terminal. Printers only; `syncer.cli` maps arguments to actions and picks o
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import shutil
 import sys
 from collections.abc import Callable, Sequence
@@ -16,10 +18,50 @@ from syncer.diagnostics import Diagnostic
 from syncer.engine.changeset import Action
 from syncer.engine.sync import SyncReport
 from syncer.identity import Manifest
+from syncer.observe.status import StatusReport, format_report
 from syncer.observe.wait import WaitResult
 from syncer.render.common import to_json
 
 REDACTED = "**redacted**"
+
+# C0 and C1 controls, DEL, line and paragraph separators, and the bidirectional controls that
+# reorder what a terminal shows (Trojan Source): none may reach a table row from Git
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def escape(text: object) -> str:
+    """`text` as one printable line: every control character shown as an escape (``\\n``,
+    ``\\x1b``, ``\\u202e``), so a string from Git (a unit name, an annotation, a message, a
+    recorded revision) can never forge a line or a colour in text output. JSON and YAML output
+    is already safe (they quote), and does not use this."""
+    value = str(text)
+    if not _UNPRINTABLE.search(value):
+        return value
+    return _UNPRINTABLE.sub(lambda m: _NAMED.get(m[0]) or (f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100
+                                                          else f"\\u{ord(m[0]):04x}"), value)
+
+
+def escape_fields(value: Any) -> Any:
+    """A copy of `value` (dataclasses, lists, tuples, dicts, nested) with `escape` applied to every
+    plain string in it: for printing a whole report through a formatter that knows nothing of it."""
+    if type(value) is str:
+        return escape(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {f.name: escape_fields(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
+        return dataclasses.replace(value, **changes)
+    if isinstance(value, list):
+        return [escape_fields(v) for v in value]
+    if type(value) is tuple:
+        return tuple(escape_fields(v) for v in value)
+    if isinstance(value, dict):
+        return {escape_fields(k): escape_fields(v) for k, v in value.items()}
+    return value
+
+
+def format_status(report: StatusReport, *, headers: bool = True) -> str:
+    """`status`'s table, every string from the cluster or Git escaped."""
+    return format_report(escape_fields(report), headers=headers)
 
 
 def scrub(text: str, secrets: frozenset[str]) -> str:
@@ -54,7 +96,7 @@ def emit(payload: Any, fmt: str, secrets: frozenset[str] = frozenset()) -> None:
 
 def print_diagnostics(diags: Sequence[Diagnostic], out: TextIO) -> None:
     for d in diags:
-        print(d.render(), file=out)
+        print(escape_fields(d).render(), file=out)
 
 
 def redact_secrets(manifests: list[Manifest]) -> list[Manifest]:
@@ -95,22 +137,22 @@ def print_report(report: SyncReport, *, verbose: bool = False) -> None:
         if unit.skipped is not None:
             state = f"skipped: {unit.skipped}"
         unchanged = len(unit.changes) - len(changed)
-        print(f"{unit.unit}: {state}" + (f" ({unchanged} unchanged)" if unchanged else ""))
+        print(f"{escape(unit.unit)}: {escape(state)}" + (f" ({unchanged} unchanged)" if unchanged else ""))
         # failures first, so that a summary never hides one
         changed.sort(key=lambda c: c.action is not Action.FAILED)
         shown = changed if verbose or len(changed) <= LISTED_CHANGES else [
             c for i, c in enumerate(changed) if i < LISTED_CHANGES or c.action is Action.FAILED]
         for c in shown:
-            line = f"  {c.action.value:<11} {c.ref}"
+            line = f"  {c.action.value:<11} {escape(c.ref)}"
             if c.drift:
                 line += "  [drift]"
             if c.message:
-                line += f"  ({c.message})"
+                line += f"  ({escape(c.message)})"
             print(line)
         if len(shown) < len(changed):
             print(f"  ... and {len(changed) - len(shown)} more (-v lists them all)")
         for err in unit.errors:
-            print(f"  error: {err}")
+            print(f"  error: {escape(err)}")
         for c in unit.changes:
             totals[c.action.value] = totals.get(c.action.value, 0) + 1
     summary = ", ".join(f"{n} {a}" for a, n in sorted(totals.items())) or "nothing to do"
@@ -118,37 +160,38 @@ def print_report(report: SyncReport, *, verbose: bool = False) -> None:
 
 
 def print_not_ready(result: WaitResult) -> None:
-    print(f"not ready: {result.reason}", file=sys.stderr)
+    print(f"not ready: {escape(result.reason)}", file=sys.stderr)
     for st in result.statuses:
         for pool in st.pools:
             if not pool.healthy:
-                print(f"  {st.unit} {pool.pool}: {pool.ready}/{pool.desired}"
-                      + (f" ({pool.summary})" if pool.summary else ""), file=sys.stderr)
+                print(f"  {escape(st.unit)} {escape(pool.pool)}: {pool.ready}/{pool.desired}"
+                      + (f" ({escape(pool.summary)})" if pool.summary else ""), file=sys.stderr)
 
 
 def print_resync(result: ResyncResult) -> None:
     if result.error:
-        print(f"error: {result.error}")
+        print(f"error: {escape(result.error)}")
     for unit in result.units:
         changed = [c for c in unit.changes if c.get("action") != "unchanged"]
         state = "ok" if unit.ok else "FAILED"
         if unit.skipped:
             state = f"skipped: {unit.skipped}"
-        print(f"{unit.unit}: {state} at {result.revision[:12]} ({len(changed)} changed, "
+        print(f"{escape(unit.unit)}: {escape(state)} at {escape(result.revision[:12])} ({len(changed)} changed, "
               f"{len(unit.changes) - len(changed)} unchanged)")
         for c in changed:
-            print(f"  {c['action']:<11} {c['object']}" + (f"  ({c['message']})" if c.get("message") else ""))
+            print(f"  {escape(c['action']):<11} {escape(c['object'])}"
+                  + (f"  ({escape(c['message'])})" if c.get("message") else ""))
         for err in unit.errors:
-            print(f"  error: {err}")
+            print(f"  error: {escape(err)}")
 
 
 def print_history(result: HistoryResult, *, headers: bool = True) -> None:
     rows = [["REVISION", "APPLIED", "BY", "CHANGES"]] if headers else []
     for e in result.entries:
-        rows.append([e.revision[:12] or "-", e.at or "-", e.by or "-",
-                     ", ".join(f"{n} {action}" for action, n in e.counts) or "-"])
+        rows.append([escape(e.revision[:12]) or "-", escape(e.at) or "-", escape(e.by) or "-",
+                     escape(", ".join(f"{n} {action}" for action, n in e.counts)) or "-"])
     if not result.entries:
-        print(f"{result.unit.id}: no revision recorded yet", file=sys.stderr)
+        print(f"{escape(result.unit.id)}: no revision recorded yet", file=sys.stderr)
         return
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for r in rows:
@@ -169,6 +212,6 @@ def print_diff(report: SyncReport, secrets: frozenset[str]) -> None:
                 diff = scrub(c.diff, secrets)
                 sys.stdout.write(diff if diff.endswith("\n") else diff + "\n")
             else:
-                print(f"{c.action.value}: {c.ref}" + (f" ({c.message})" if c.message else ""))
+                print(f"{c.action.value}: {escape(c.ref)}" + (f" ({escape(c.message)})" if c.message else ""))
         for err in unit.errors:
-            print(f"error: {unit.unit}: {err}", file=sys.stderr)
+            print(f"error: {escape(unit.unit)}: {escape(err)}", file=sys.stderr)

@@ -9,9 +9,19 @@ from pathlib import Path
 from typing import Any
 
 from syncer.diagnostics import Diagnostic
-from syncer.identity import DEFAULT_REPOSITORY, Manifest, Unit, UnknownUnit, derived_repository_name, unit_matches
+from syncer.identity import (
+    DEFAULT_REPOSITORY,
+    Manifest,
+    Unit,
+    UnknownUnit,
+    derived_repository_name,
+    source_key,
+    unit_matches,
+)
+from syncer.models.policy import AdminPolicy, RepositoryPolicy
 from syncer.plan import Plan
 from syncer.render.repo import Rendered, plan_repo, render_repo, select_units
+from syncer.render.tenancy import Tenancy, apply_policy
 from syncer.repo.loader import RepoState, load_repo
 from syncer.secrets.keys import Decryption
 from syncer.source.location import source_location
@@ -36,6 +46,8 @@ class Loaded:
     selectors: tuple[str, ...] = ()
     default_repository: str = DEFAULT_REPOSITORY
     """The repository's name when flower-syncer.yaml sets none (derived from where it comes from)."""
+    tenancy: Tenancy | None = None
+    """Where it comes from (recorded on its inventories), and the admin's policy applied."""
 
     @property
     def repository(self) -> str:
@@ -67,20 +79,28 @@ class Loaded:
 
     def plan(self, revision: str = "") -> Plan:
         return plan_repo(self.state, self.rendered, selectors=self.selectors, revision=revision,
-                         default_repository=self.default_repository)
+                         default_repository=self.default_repository, tenancy=self.tenancy)
 
     def manifests(self) -> list[Manifest]:
         return self.rendered.manifests()
 
 
 def load(root: Path, selectors: Sequence[str] = (), namespace: str | None = None,
-         decryption: Decryption | None = None) -> Loaded:
+         decryption: Decryption | None = None, policy: RepositoryPolicy | None = None,
+         admin: AdminPolicy | None = None) -> Loaded:
     """Load and render `root`, selecting units by `selectors` and, when given, `namespace`.
     Raises RepoNotFound, or UnknownUnit for a selector that matches no unit of the repository
     (loaded or failed to load) or a namespace with none."""
     if not root.is_dir():
         raise RepoNotFound(root)
-    state = load_repo(root, decryption)
+    try:
+        source, sub = source_location(str(root.resolve()))
+        if policy is None and admin is not None:  # the entry for where this repository comes from
+            policy = admin.for_source(source, "", sub)
+        default, tenancy = derived_repository_name(source, sub), Tenancy(source_key(source, sub), policy)
+    except SourceError:
+        default, tenancy = DEFAULT_REPOSITORY, Tenancy(policy=policy or (admin.default if admin else None))
+    state = apply_policy(load_repo(root, decryption), tenancy)
     _, unmatched = select_units(state.units, list(selectors))
     known = {u.unit for u in state.units} | state.failed
     for sel in unmatched:
@@ -91,11 +111,7 @@ def load(root: Path, selectors: Sequence[str] = (), namespace: str | None = None
                      and (not selectors or any(unit_matches(u, s) for s in selectors))]
         if not selectors:
             raise UnknownUnit(f"namespace {namespace}")
-    try:
-        default = derived_repository_name(*source_location(str(root.resolve())))
-    except SourceError:
-        default = DEFAULT_REPOSITORY
-    return Loaded(state, render_repo(state, list(selectors)), tuple(selectors), default)
+    return Loaded(state, render_repo(state, list(selectors)), tuple(selectors), default, tenancy)
 
 
 @dataclass(frozen=True)

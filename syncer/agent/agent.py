@@ -14,6 +14,7 @@ the engine; a failing unit backs off without holding up the others. Only the lea
 from __future__ import annotations
 
 import dataclasses
+import functools
 import queue
 import random
 import threading
@@ -28,6 +29,7 @@ from typing import Any
 import structlog
 
 from syncer.agent.cache import LiveCache
+from syncer.agent.failures import event_failed, sync_failed
 from syncer.agent.messages import (
     DriftCheckDue,
     Event,
@@ -45,6 +47,7 @@ from syncer.agent.messages import (
 from syncer.agent.progress import RevisionProgress
 from syncer.agent.reporting import config_error_event, suspension_event, sync_events
 from syncer.agent.revision import RevisionLoader
+from syncer.agent.supervisor import Supervisor
 from syncer.agent.workqueue import WorkQueue
 from syncer.cluster.client import FIELD_MANAGER, ClusterUnreachable, Kube
 from syncer.cluster.events import Event as ReportedEvent
@@ -53,12 +56,14 @@ from syncer.cluster.fence import Fenced
 from syncer.diagnostics import Diagnostic
 from syncer.engine.changeset import Action, UnitResult
 from syncer.engine.normalize import fingerprint, managed_fields_hash
-from syncer.engine.sync import Engine, SyncOptions, unit_namespaces, vanished_units
+from syncer.engine.sync import Engine, SyncOptions, unit_namespaces
+from syncer.engine.vanished import vanished_units
 from syncer.identity import ANN_APPLIED_HASH, DEFAULT_REPOSITORY, ObjectRef, Unit, unit_matches
 from syncer.observe.metrics import Metrics, corrections_by_kind, drift_by_kind
 from syncer.observe.notify import Notification, Notifier
 from syncer.plan import Claims, Plan, UnitPlan
 from syncer.render.repo import Rendered, plan_repo
+from syncer.render.tenancy import Tenancy
 from syncer.repo.loader import RepoState
 from syncer.source.git import Checkout, GitSource
 from syncer.source.refs import SourceError
@@ -86,6 +91,7 @@ class UnitState:
     last_revision: str = ""
     config_errors: list[Diagnostic] = field(default_factory=list)
     drift_corrections: int = 0
+    internal_error: str = ""  # the agent failed handling an event of the unit (cleared by its next sync)
 
 
 POLL_JITTER = 0.1  # each poll waits the interval +/- 10 %
@@ -100,6 +106,7 @@ class AgentOptions:
     repository: str = DEFAULT_REPOSITORY  # the name when flower-syncer.yaml sets none (derived from the source)
     identity: str = "agent"  # recorded in each unit's history as who applied it
     decryption_key_files: tuple[Path, ...] = ()  # age identities for SOPS-encrypted files
+    tenancy: Tenancy | None = None  # where the repository comes from, and the admin's policy for it
     fetch_backoff: float = 1.0  # first wait after a failed fetch; doubles up to fetch_backoff_max
     fetch_backoff_max: float = 300.0
 
@@ -121,7 +128,7 @@ class Agent:
                                on_inventory=lambda inv: self.events.put(InventoryChanged(inv)),
                                on_inventory_deleted=lambda unit: self.events.put(InventoryDeleted(unit)))
         self.installed = Installed()  # replaced, never changed in place
-        self.revisions = RevisionLoader(options.decryption_key_files)
+        self.revisions = RevisionLoader(options.decryption_key_files, options.tenancy)
         self.units: dict[Unit, UnitState] = {}
         self._errors_counted: set[Unit] = set()  # units whose config_errors metric is set
         self.checkout: Checkout | None = None
@@ -129,6 +136,7 @@ class Agent:
         self.leading = threading.Event()
         self.loaded = threading.Event()
         self.stop = threading.Event()
+        self.supervisor = Supervisor(self.stop)  # every thread: an exception is reported, never fatal
         self._fetch_wanted = threading.Event()
         self.progress = RevisionProgress(applied=self.metrics.observe_commit_applied, checked=self._record_checked,
                                          unit_applied=lambda u, s: self.metrics.observe_unit_commit_applied(u.id, s))
@@ -139,7 +147,7 @@ class Agent:
     # -- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> None:
-        self.cache.start(self.stop)
+        self.cache.start(self.stop, self.supervisor.spawn)
         self._spawn(self._dispatch, "dispatcher")
         self._spawn(self._fetch_loop, "source")
         for i in range(self.options.workers):
@@ -147,9 +155,7 @@ class Agent:
         self.request_fetch("start")
 
     def _spawn(self, target: Callable[[], None], name: str) -> None:
-        t = threading.Thread(target=target, name=name, daemon=True)
-        t.start()
-        self._threads.append(t)
+        self._threads.append(self.supervisor.spawn(name, target))
 
     def shutdown(self, timeout: float = 30.0) -> None:
         """Stop taking work, let the syncs in flight finish, then stop every thread."""
@@ -164,7 +170,7 @@ class Agent:
         self.engine.close()
 
     def healthy(self) -> bool:
-        return all(t.is_alive() for t in self._threads) and not self.stop.is_set()
+        return self.supervisor.healthy()[0] and not self.stop.is_set()
 
     def ready(self) -> tuple[bool, str]:
         if not self.loaded.is_set():
@@ -201,10 +207,15 @@ class Agent:
             return {"accepted": False, "done": False,
                     "error": "this agent is a standby, not the Lease holder: send the request to the leader "
                              "(the standby only fetched)"}
-        waiter = Waiter(selector=unit) if wait else None
+        # an unknown unit may come with this fetch: then even without `wait`, answer once it is installed
+        known = unit is None or any(unit_matches(u, unit) for u in [*self.desired, *self.cache.state.inventories])
+        waiter = Waiter(selector=unit) if wait or not known else None
         self.events.put(ResyncRequested(unit, waiter))
         if waiter is None:
             return {"accepted": True}
+        if not wait:
+            waiter.fetched.wait(timeout)
+            return {"accepted": True, "unknownUnit": waiter.unknown_unit, "error": waiter.error}
         if not waiter.done.wait(timeout):
             return {"accepted": True, "done": False, "error": f"not finished within {timeout:.0f}s"}
         return {"accepted": True, "done": True, "revision": waiter.revision, "error": waiter.error,
@@ -272,8 +283,10 @@ class Agent:
             seen = time.monotonic()
             try:
                 checkout = self.source.fetch()
-            except SourceError as exc:
-                self.events.put(FetchFailed(exc))  # the last good revision stays applied
+            except Exception as exc:  # the last good revision stays applied; a bug is reported like an outage
+                error = exc if isinstance(exc, SourceError) else SourceError(
+                    "invalid", f"the fetch failed: {self.supervisor.report('fetching', exc)}")
+                self.events.put(FetchFailed(error))
                 wait, backoff = backoff, min(backoff * 2, self.options.fetch_backoff_max)
                 continue
             backoff = self.options.fetch_backoff
@@ -290,10 +303,10 @@ class Agent:
             event = self.events.get()
             if isinstance(event, Stop):
                 return
-            try:
-                self._handle(event)
-            except Exception:  # the agent must survive anything a single event does
-                log.exception("event handling failed", event=type(event).__name__)
+            # the agent survives anything a single event does; the error is reported where it belongs
+            self.supervisor.guard("event handling", functools.partial(self._handle, event),
+                                  on_error=functools.partial(event_failed, self, event),
+                                  about={"about": type(event).__name__})
             self.metrics.set_queue_depth(self.work.depth())
 
     def _handle(self, event: Event) -> None:
@@ -307,8 +320,7 @@ class Agent:
             log.warning("source fetch failed; keeping the last good revision", source=self.source.describe(),
                         error=str(event.error))
             for waiter in [w for w in self._waiters if w.units is None]:
-                waiter.error = str(event.error)
-                waiter.done.set()
+                waiter.finish(str(event.error))
                 self._waiters.remove(waiter)
         elif isinstance(event, ObjectChanged):
             if self._ours(event.unit) and self._touched(event):
@@ -369,13 +381,13 @@ class Agent:
             if waiter.selector:
                 units = {u for u in units if unit_matches(u, waiter.selector)}
                 if not units:
-                    waiter.error = f"no unit matches {waiter.selector!r}"
                     waiter.unknown_unit = True
-                    waiter.done.set()
+                    waiter.finish(f"no unit matches {waiter.selector!r}")
                     self._waiters.remove(waiter)
                     continue
             waiter.units = set(units)
             waiter.revision = checkout.revision
+            waiter.fetched.set()
             for unit in units:
                 self.work.add(unit)
 
@@ -385,7 +397,7 @@ class Agent:
         whole revision loaded and rendered without errors."""
         old = self.installed
         fresh = plan_repo(state, rendered, revision=revision, default_repository=self.options.repository,
-                          previous=old.plan.units)
+                          previous=old.plan.units, tenancy=self.options.tenancy)
         units = dict(old.plan.units)
         digests = dict(old.digests)
         changed: list[Unit] = []
@@ -423,7 +435,7 @@ class Agent:
                 changed.append(unit)
             # also units that left Git while no agent was running (or whose inventory was deleted)
             changed += [u for u in vanished_units(self.cache.state, fresh.repository, fresh.former_names,
-                                                  fresh.in_git) if u not in changed]
+                                                  fresh.in_git, foreign=fresh.foreign_source) if u not in changed]
         # what each unit claims, from the desired state kept (a failed unit keeps its last claims);
         # when that is the fresh plan's units, the fresh plan's claims
         same = units.keys() == fresh.units.keys() and all(units[u] is p for u, p in fresh.units.items())
@@ -435,6 +447,7 @@ class Agent:
         st = self.units.setdefault(event.unit, UnitState())
         st.last_result = event.result
         st.last_sync = time.time()
+        st.internal_error = ""
         if event.result.ok:
             st.last_revision = event.revision
         self.progress.synced(event.unit, event.revision, event.result.ok, time.monotonic())
@@ -451,12 +464,14 @@ class Agent:
         dispatcher's thread)."""
         if self.leading.is_set():
             plan = self.installed.plan
-            self._recorder.submit(self._write_checked, plan.repository, revision,
-                                  unit_namespaces(plan, self.options.namespaces))
+            write = functools.partial(self._write_checked, plan.repository, revision,
+                                      unit_namespaces(plan, self.options.namespaces))
+            self._recorder.submit(self.supervisor.guard, "recording the checked revision", write)
 
     def _write_checked(self, repository: str, revision: str, namespaces: set[str]) -> None:
         try:
-            errors = self.engine.record_checked(repository, revision, namespaces, self.cache.state)
+            errors = self.engine.record_checked(repository, revision, namespaces, self.cache.state,
+                                                source=self.installed.plan.source)
         except Fenced:
             return  # the next leader records it
         for error in errors:
@@ -465,32 +480,12 @@ class Agent:
     # -- workers ------------------------------------------------------------------------------------
 
     def _worker(self) -> None:
-        while True:
-            unit = self.work.get()
-            if unit is None:
-                return
+        while (unit := self.work.get()) is not None:
             try:
-                if not self.leading.is_set():
-                    continue  # the leader does the writing; we pick the unit up again when we lead
-                self._sync(unit)
-            except Fenced as exc:
-                # the Lease may be someone else's by now: stop here, write nothing more; whoever
-                # leads next syncs the unit (and so do we, should we lead again). Not a failure of
-                # the unit's config: counted as fenced.
-                self.metrics.observe_fenced(unit.id)
-                log.warning("sync fenced: this replica no longer holds the Lease", unit=unit.id,
-                            refused=f"{exc.method} {exc.path}", reason=exc.detail)
-            except Exception as exc:  # a failed sync is counted and reported like any other
-                if isinstance(exc, ClusterUnreachable):
-                    log.warning("sync failed: the API server is unreachable", unit=unit.id, error=str(exc))
-                else:
-                    log.exception("sync crashed", unit=unit.id)
-                crashed = UnitResult(unit.id)
-                crashed.errors.append(f"sync failed: {exc}" if isinstance(exc, ClusterUnreachable)
-                                      else f"sync crashed: {type(exc).__name__}: {exc}")
-                self.metrics.observe_sync(crashed, 0.0)
-                self.work.retry(unit)
-                self.events.put(UnitSynced(unit, crashed, 0.0, self.installed.plan.revision))
+                if self.leading.is_set():  # the leader does the writing; we pick the unit up when we lead
+                    self.supervisor.guard("sync", functools.partial(self._sync, unit),
+                                          quiet=(Fenced, ClusterUnreachable),
+                                          on_error=functools.partial(sync_failed, self, unit), about={"unit": unit.id})
             finally:
                 self.work.done(unit)
 
@@ -541,12 +536,12 @@ class Agent:
         """A Kubernetes Event, and a notification to the receivers that want it (leader only)."""
         if not self.leading.is_set():
             return
-        if self.recorder is not None:
-            self.recorder.record(event)
+        if self.recorder is not None:  # a failure to report never fails what is reported
+            self.supervisor.guard("posting an Event", functools.partial(self.recorder.record, event))
         if self.notifier is not None:
             about = "" if event.regarding.kind == "ConfigMap" else str(event.regarding)
-            self.notifier.notify(Notification(unit, "error" if event.type == "Warning" else "info", event.reason,
-                                              event.note, about))
+            note = Notification(unit, "error" if event.type == "Warning" else "info", event.reason, event.note, about)
+            self.supervisor.guard("notifying", functools.partial(self.notifier.notify, note))
 
     def _prune_vanished(self, unit: Unit, opts: SyncOptions, plan: Plan) -> UnitResult:
         """A unit removed from Git: the engine's rules and deletion, then forget its figures."""
@@ -575,7 +570,8 @@ class Agent:
                 "lastAppliedRevision": st.last_revision,
                 "ok": result.ok if result else None,
                 "suspended": bool(result and result.skipped is not None and result.skipped.suspended),
-                "errors": (result.errors if result else []) + [d.render() for d in st.config_errors],
+                "errors": (result.errors if result else []) + [d.render() for d in st.config_errors]
+                + ([st.internal_error] if st.internal_error else []),
                 "failedObjects": [c.to_dict() for c in result.changes if c.action is Action.FAILED] if result else [],
                 "nodeKeys": result.node_keys.to_dict() if result and result.node_keys else None,
             })
@@ -590,5 +586,7 @@ class Agent:
                 "error": self.fetch_error,
             },
             "queueDepth": self.work.depth(),
+            "tenancy": (self.options.tenancy or Tenancy()).status(),
             "units": units,
+            "supervisor": self.supervisor.summary(),
         }

@@ -8,6 +8,7 @@ an outside edit is seen at once. The list/watch loop (resume, re-list on 410 Gon
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ OnChange = Callable[[str, ObjectRef, dict[str, Any] | None], None]
 """Called with (event type, object ref, object or None when deleted)."""
 OnInventory = Callable[[Inventory], None]
 OnInventoryDeleted = Callable[[Unit], None]
+Spawn = Callable[[str, Callable[[], None]], threading.Thread]
 
 
 class LiveCache:
@@ -39,18 +41,28 @@ class LiveCache:
         self._kinds = kinds
         self._threads: list[threading.Thread] = []
         self._pending = 0
+        self._listed_reads: set[Read] = set()
         self._lock = threading.Lock()
 
-    def start(self, stop: threading.Event) -> None:
+    def start(self, stop: threading.Event, spawn: Spawn | None = None) -> None:
+        """A watch thread per read; `spawn(name, loop)` starts each (the agent's supervisor, which
+        restarts a loop that raises), else a plain thread."""
         reads = managed_reads(self.namespaces, self._kinds)
         self._pending = len(reads)
         for read in reads:
-            t = threading.Thread(target=self._run, args=(read, stop), name=f"watch-{read.kind}", daemon=True)
+            loop = functools.partial(self._run, read, stop)
+            if spawn is not None:
+                self._threads.append(spawn(f"watch-{read.kind}", loop))
+                continue
+            t = threading.Thread(target=loop, name=f"watch-{read.kind}", daemon=True)
             t.start()
             self._threads.append(t)
 
-    def _listed(self) -> None:
+    def _listed(self, read: Read) -> None:
         with self._lock:
+            if read in self._listed_reads:
+                return  # listed again by a restarted loop: counted once
+            self._listed_reads.add(read)
             self._pending -= 1
             if self._pending == 0:
                 self.synced.set()
@@ -63,7 +75,7 @@ class LiveCache:
 
         event = self._inventory_event if inventory else self._object_event
         Reflector(self.kube, kind, ns, replace, event, labels=selector, metadata_only=not inventory,
-                  listed=self._listed).run(stop)
+                  listed=functools.partial(self._listed, read)).run(stop)
 
     def _replace(self, kind: str, ns: str | None, items: list[dict[str, Any]], inventory: bool) -> None:
         """Install a fresh listing (startup or after a watch expired), reporting what changed meanwhile."""

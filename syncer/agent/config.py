@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from syncer.models.base import validate_document
+from syncer.models.policy import AdminPolicy
 from syncer.yamldoc import MAX_FILE_BYTES, decode_text, load_documents
 
 
@@ -49,6 +51,10 @@ class AgentConfig(BaseModel):
     decryption_key_files: list[Path] | None = Field(
         None, description="age identity files for SOPS-encrypted files (comma-separated; read again at every "
                           "revision, so a rotated key needs no restart)")
+    policy: Path | None = Field(
+        None, description="the cluster admins' policy file: what the repository may do (namespaces, pod features, "
+                          "names, the ServiceAccount its writes are made as); flower-syncer.yaml can only narrow it. "
+                          "Unset: single-tenant, the repository's own guardrails are all there is")
     log_format: Literal["auto", "json", "console"] = Field("auto", description="log format (auto: console on a TTY)")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="log level")
 
@@ -119,6 +125,28 @@ def load_config(cli: dict[str, Any], environ: dict[str, str] | None = None) -> A
     except ValidationError as exc:
         detail = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}" for e in exc.errors())
         raise ValueError(f"invalid agent settings: {detail}") from None
+
+
+def load_policy(path: Path) -> AdminPolicy:
+    """The admin's policy file (see syncer.models.policy); raises ValueError naming the file, line
+    and field of the first problem."""
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ValueError(f"cannot read the policy file {path}: {exc.strerror}") from None
+    text, problems = decode_text(raw, str(path))
+    docs, more = load_documents(text, str(path)) if text is not None else ([], [])
+    problems += [d for d in more if d.severity == "error"]
+    if not problems and len(docs) > 1:
+        raise ValueError(f"{path}: expected one YAML document (the policy), got {len(docs)}")
+    model = None
+    if not problems and docs:
+        model, problems = validate_document(AdminPolicy, docs[0])
+        problems = [d for d in problems if d.severity == "error"]
+    if problems:
+        raise ValueError(f"invalid policy: {problems[0].render().splitlines()[0]}")
+    return model or AdminPolicy()
 
 
 def read_secret(path: Path | None) -> str | None:

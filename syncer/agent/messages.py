@@ -86,3 +86,10 @@ class Waiter:
     revision: str = ""
     error: str = ""
     unknown_unit: bool = False
+    fetched: threading.Event = field(default_factory=threading.Event)  # units known (or none matched), or failed
+
+    def finish(self, error: str = "") -> None:
+        if error:
+            self.error = error
+        self.fetched.set()
+        self.done.set()

@@ -54,3 +54,10 @@ def config_error_event(unit: Unit, first_error: str) -> Event:
 def suspension_event(unit: Unit, suspended: bool) -> Event:
     return (Event(inventory_ref(unit), "Normal", "Suspended", "Suspend", "no longer applied or healed until resumed")
             if suspended else Event(inventory_ref(unit), "Normal", "Resumed", "Suspend", "applied and healed again"))
+
+
+def internal_error_event(unit: Unit, text: str) -> Event:
+    """The agent failed on something about `unit` (a bug, not the unit's config): it goes on and
+    syncs the unit again."""
+    return Event(inventory_ref(unit), "Warning", "InternalError", "Agent",
+                 f"the agent failed handling a change and will sync again: {text}")

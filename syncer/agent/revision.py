@@ -12,6 +12,7 @@ from pathlib import Path
 import structlog
 
 from syncer.render.repo import RenderCache, Rendered, render_repo
+from syncer.render.tenancy import Tenancy, apply_policy
 from syncer.repo.loader import LoadCache, RepoState, load_repo
 from syncer.secrets.keys import Decryption, load_identities
 from syncer.secrets.sops import SopsError
@@ -33,8 +34,9 @@ class LoadedRevision:
 
 
 class RevisionLoader:
-    def __init__(self, key_files: tuple[Path, ...] = ()) -> None:
+    def __init__(self, key_files: tuple[Path, ...] = (), tenancy: Tenancy | None = None) -> None:
         self.key_files = key_files
+        self.tenancy = tenancy  # the admin's policy, applied to every revision
         self._files = LoadCache()
         self._renders = RenderCache()
         self._loaded: tuple[Path, str] | None = None  # the root and revision of the latest load
@@ -47,7 +49,7 @@ class RevisionLoader:
         if not (since and self._loaded == (root, since)):
             changed = None
         self._loaded = (root, revision) if revision else None
-        state = load_repo(root, self.decryption(), self._files, changed)
+        state = apply_policy(load_repo(root, self.decryption(), self._files, changed), self.tenancy)
         rendered = render_repo(state, cache=self._renders)
         return LoadedRevision(state, rendered, self._files.misses, self._files.hits,
                               round((time.monotonic() - started) * 1000))

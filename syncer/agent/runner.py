@@ -6,30 +6,32 @@ leader lease (so a standby takes over at once), stop the HTTP server, exit 0.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import threading
-import time
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
 from syncer import __version__
 from syncer.agent.agent import Agent, AgentOptions
-from syncer.agent.config import AgentConfig, read_secret
+from syncer.agent.config import AgentConfig, load_policy, read_secret
 from syncer.agent.memory import release_free_memory
 from syncer.cluster.client import ApiError, ClusterUnreachable, Kube, path_for
 from syncer.cluster.events import EventRecorder
 from syncer.cluster.fence import WriteFence
 from syncer.cluster.lease import LeaderElector
 from syncer.http import AgentServer
-from syncer.identity import UnknownUnit, derived_repository_name
+from syncer.identity import UnknownUnit, derived_repository_name, source_key
 from syncer.logs import configure
 from syncer.observe.gc_pauses import GCPauses
 from syncer.observe.metrics import Metrics
 from syncer.observe.notify import Notifier, load_receivers
 from syncer.observe.status import targets_from
 from syncer.observe.status_cache import StatusCache
+from syncer.render.tenancy import Tenancy
 from syncer.source.git import GitSource, SourceSpec, default_cache_dir
 from syncer.source.location import source_location
 from syncer.source.refs import SourceError
@@ -93,15 +95,19 @@ def run(config: AgentConfig) -> int:
     gc_pauses = GCPauses()
     metrics.registry.register(gc_pauses)
     try:
-        repository = derived_repository_name(*source_location(config.repo, config.path))
+        tenancy = repository_tenancy(config)
     except SourceError as exc:
         log.error("invalid source", error=str(exc))
         return 2
+    except ValueError as exc:
+        log.error("invalid admin policy", error=str(exc), hint="fix the file given with --policy")
+        return 2
+    repository = tenancy.name
     # every write of the agent checks the fence: with leader election nothing is written until we
     # lead, and nothing after the lease's renew deadline (lease duration - safety margin)
     fence = WriteFence() if config.leader_elect else WriteFence.open()
     options = AgentOptions(namespaces=config.namespaces, workers=config.workers, poll_interval=config.interval,
-                           repository=repository, identity=config.identity,
+                           repository=repository, identity=config.identity, tenancy=tenancy.tenancy,
                            decryption_key_files=tuple(config.decryption_key_files or ()))
     try:
         notifier = Notifier(load_receivers(config.notifications_file)) if config.notifications_file else None
@@ -109,10 +115,13 @@ def run(config: AgentConfig) -> int:
         log.error("invalid notification config", error=str(exc))
         return 2
     recorder = EventRecorder(kube.fenced(fence), config.identity)  # only the leader reports
-    recorder.start()
+    # the repository's writes are made as the ServiceAccount the admin names: the API server's RBAC
+    # is the boundary, even where our own checks would miss something
+    agent = Agent(kube.fenced(fence).impersonating(tenancy.impersonate), source, metrics, options, recorder, notifier)
+    recorder.start(agent.supervisor.spawn)
     if notifier is not None:
-        notifier.start()
-    agent = Agent(kube.fenced(fence), source, metrics, options, recorder, notifier)
+        metrics.registry.register(notifier)  # flower_syncer_notifications_total, ..._queue
+        notifier.start(agent.supervisor.spawn)  # a worker per receiver, restarted should it crash
     host, port = config.listen_address()
     server = AgentServer(_Api(agent), metrics, host=host, port=port,
                          api_token=read_secret(config.api_token_file),
@@ -147,17 +156,15 @@ def run(config: AgentConfig) -> int:
                                 fence=fence,
                                 on_started_leading=lambda: _leading(agent, kube, True),
                                 on_stopped_leading=lambda: _leading(agent, kube, False))
-        elector_thread = threading.Thread(target=elector.run, args=(stop,), name="leader-election", daemon=True)
-        elector_thread.start()
+        elector_thread = agent.supervisor.spawn("leader-election", functools.partial(elector.run, stop))
     else:
         _leading(agent, kube, True)
 
     status_cache = StatusCache(kube, namespaces=config.namespaces)
     status_cache.start(stop)
-    status_thread = threading.Thread(target=_status_loop, args=(agent, status_cache, metrics, stop), name="status",
-                                     daemon=True)
-    status_thread.start()
-    threading.Thread(target=_log_gc_pauses, args=(gc_pauses, stop), name="gc-pauses", daemon=True).start()
+    # under the agent's supervisor: a loop that raises is restarted, and /healthz says so meanwhile
+    agent.supervisor.spawn("status", functools.partial(_status_loop, agent, status_cache, metrics, stop))
+    agent.supervisor.spawn("gc-pauses", functools.partial(_log_gc_pauses, gc_pauses, stop))
     stop.wait()
 
     if watcher is not None:
@@ -175,6 +182,37 @@ def run(config: AgentConfig) -> int:
     gc_pauses.uninstall()
     log.info("flower-syncer agent stopped")
     return 0
+
+
+@dataclass(frozen=True)
+class RepositoryTenancy:
+    name: str  # the derived name (when flower-syncer.yaml sets none)
+    tenancy: Tenancy
+    impersonate: str | None
+
+
+def repository_tenancy(config: AgentConfig) -> RepositoryTenancy:
+    """Who the agent's repository is (its derived name, with the ref when one is named; the name
+    derived before refs were part of it, as a legacy name), and the admin's policy for it. Logs
+    once what applies. Raises SourceError, or ValueError for a bad policy file."""
+    source, sub = source_location(config.repo, config.path)
+    ref = config.ref or ""
+    name = derived_repository_name(source, sub, ref)
+    legacy = frozenset({derived_repository_name(source, sub)}) - {name}
+    admin = load_policy(config.policy) if config.policy is not None else None
+    policy = admin.for_source(source, ref, sub) if admin is not None else None
+    if policy is None:
+        log.warning("no admin policy (--policy): single-tenant mode; the repository's own flower-syncer.yaml "
+                    "guardrails are all that limits it, and writes use the agent's own rights",
+                    hint="give the agent a policy file to confine the repository (see README, Ownership)")
+    else:
+        rails = policy.guardrails
+        namespaces = rails.allowedNamespaces if rails.allowedNamespaces is not None else "any but the cluster's own"
+        log.info("admin policy applies", source=source, ref=ref, path=sub, namespaces=namespaces,
+                 pod_features=list(rails.allowPodFeatures), names=policy.names,
+                 service_account=policy.serviceAccount or "none (writes use the agent's own rights)")
+    return RepositoryTenancy(name, Tenancy(source_key(source, sub, ref), policy, legacy),
+                             policy.impersonate if policy is not None else None)
 
 
 def _leading(agent: Agent, kube: Kube, leading: bool) -> None:
@@ -206,15 +244,16 @@ def _status_loop(agent: Agent, cache: StatusCache, metrics: Metrics, stop: threa
     while not stop.wait(STATUS_INTERVAL if agent.loaded.is_set() else 1.0):
         if not agent.loaded.is_set() or not cache.synced.is_set():
             continue
-        try:
-            units = sorted(set(agent.desired) | set(agent.cache.state.inventories))
-            report = cache.report(targets_from(dict.fromkeys(units), agent.cache.state))
-            metrics.observe_status(report.units, report.gpus)
-            agent.request_drift_check()  # measured by a worker, like every sync
-            release_free_memory()  # what the last syncs freed
-        except Exception as exc:  # status is best effort; the next round tries again
-            log.warning("status collection failed", error=str(exc))
-            time.sleep(1)
+        # status is best effort: a failed round is reported and the next one tries again
+        agent.supervisor.guard("status collection", functools.partial(_status_round, agent, cache, metrics))
+
+
+def _status_round(agent: Agent, cache: StatusCache, metrics: Metrics) -> None:
+    units = sorted(set(agent.desired) | set(agent.cache.state.inventories))
+    report = cache.report(targets_from(dict.fromkeys(units), agent.cache.state))
+    metrics.observe_status(report.units, report.gpus)
+    agent.request_drift_check()  # measured by a worker, like every sync
+    release_free_memory()  # what the last syncs freed
 
 
 def _log_gc_pauses(pauses: GCPauses, stop: threading.Event) -> None:

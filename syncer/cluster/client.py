@@ -132,6 +132,7 @@ class Kube:
         self.counts: Counter[str] = Counter()
         self._lock = threading.Lock()
         self.fence: WriteFence | None = None
+        self.impersonate: str | None = None  # the user every write is made as (Impersonate-User)
 
     @property
     def api(self) -> Any:
@@ -187,6 +188,16 @@ class Kube:
         before it is sent; dry-runs and reads pass."""
         clone = copy.copy(self)
         clone.fence = fence
+        return clone
+
+    def impersonating(self, user: str | None) -> Kube:
+        """This client (same connections, counters and fence) with every write (apply, dry-run,
+        create, delete) sent as `user` (`Impersonate-User`, e.g.
+        `system:serviceaccount:team-a:flower-syncer-tenant`): the API server then authorizes it
+        with that user's RBAC, and the agent's own rights need not include writing. Reads stay
+        the agent's own. None: writes as the agent."""
+        clone = copy.copy(self)
+        clone.impersonate = user
         return clone
 
     @classmethod
@@ -274,6 +285,8 @@ class Kube:
         with self._lock:
             self.counts[method + (" dry-run" if dry else "")] += 1
         headers = {"Accept": accept, "Content-Type": content_type}
+        if self.impersonate and method in WRITE_METHODS:
+            headers["Impersonate-User"] = self.impersonate
         for attempt in range(THROTTLE_RETRIES + 1):
             self._wait_out_throttling()
             resp = self._send_reloading(method, path, params, headers, body, timeout)

@@ -95,7 +95,7 @@ class _Calls:
 
 
 class HttpControl(_Calls):
-    """The Control API over HTTPS (Flower 1.37+). One keep-alive connection, re-made after a failure."""
+    """The Control API over HTTPS (Flower 1.37+)."""
 
     transport: Transport = "http"
 
@@ -105,28 +105,25 @@ class HttpControl(_Calls):
         self.timeout = timeout
         self._context = ssl.create_default_context(cadata=root_certificates.decode("ascii", "replace"))
         self._context.set_alpn_protocols(["http/1.1"])
-        self._conn: http.client.HTTPSConnection | None = None
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        pass  # nothing is kept open between calls
 
     def _call(self, name: str, body: bytes) -> bytes:
         rpc, path = CALLS[name]
-        if self._conn is None:
-            self._conn = http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout, context=self._context)
+        # one connection per call: uvicorn drops an idle keep-alive connection after 5 s, and a
+        # RegisterNode must not be sent twice on a guess that the first never arrived
+        conn = http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout, context=self._context)
         try:
-            self._conn.request("POST", path, body, {"content-type": PROTOBUF, "accept": PROTOBUF})
-            response = self._conn.getresponse()
+            conn.request("POST", path, body, {"content-type": PROTOBUF, "accept": PROTOBUF, "connection": "close"})
+            response = conn.getresponse()
             status = response.status
             content_type = (response.getheader("content-type") or "").split(";")[0].strip().lower()
             data = response.read(MAX_RESPONSE + 1 if status == 200 else MAX_ERROR + 1)
-            if response.will_close or len(data) > (MAX_RESPONSE if status == 200 else MAX_ERROR):
-                self.close()
         except (OSError, http.client.HTTPException) as exc:
-            self.close()
             raise _transport_error(rpc, self.address, exc) from None
+        finally:
+            conn.close()
         if status == 200 and content_type == PROTOBUF and len(data) <= MAX_RESPONSE:
             return data
         raise self._error(rpc, status, content_type, data)
@@ -197,7 +194,10 @@ class GrpcControl(_Calls):
         if name == "UNIMPLEMENTED":
             return ControlApiError(method, self.address, ControlErrorCode.NOT_CONTROL_API,
                                    f"{name}: no Flower Control API at this address")
-        return ControlApiError(method, self.address, ControlErrorCode.SERVER, f"{name}: {details}")
+        # a status text that is not one of Flower's known messages is not shown: a gRPC server that
+        # is not Flower's could say anything there
+        return ControlApiError(method, self.address, ControlErrorCode.SERVER, f"{name} (the server's message is not "
+                               "shown: not one Flower's Control API is known to send)")
 
 
 def _decoded(rpc: str, address: str, decode: Callable[[bytes], T], data: bytes) -> T:

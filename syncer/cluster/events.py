@@ -66,7 +66,12 @@ class EventRecorder:
         self.posted = 0
         self.dropped = 0
 
-    def start(self) -> None:
+    def start(self, spawn: Callable[[str, Callable[[], None]], threading.Thread] | None = None) -> None:
+        """The posting thread; `spawn(name, loop)` starts it (the agent's supervisor, which restarts
+        a loop that raises), else a plain daemon thread."""
+        if spawn is not None:
+            self._thread = spawn("events", self._run)
+            return
         self._thread = threading.Thread(target=self._run, name="events", daemon=True)
         self._thread.start()
 

@@ -45,6 +45,7 @@ class ControlErrorCode(enum.StrEnum):
     TLS = "tls"  # the TLS handshake failed: the server is not verified by the federation's CA
     NOT_CONTROL_API = "not-control-api"  # something answers, but not the Control API of this transport
     SERVER = "server"  # another error of the Control API
+    BAD_ADDRESS = "bad-address"  # not host:port (a scheme, a unix: socket, ...): never dialled
 
 
 class ControlApiError(Exception):
@@ -107,7 +108,13 @@ CALLS: dict[str, tuple[str, str]] = {
 
 def connect(address: str, transport: Transport, root_certificates: bytes, *, timeout: float = 10.0) -> ControlApi:
     """A client of the Control API at `address` (host:port) over `transport`, verifying the
-    server against `root_certificates` (PEM)."""
+    server against `root_certificates` (PEM). An address that is not host:port is refused here
+    too (validation refuses it first): gRPC would dial `unix:` sockets and other schemes."""
+    from syncer.models.nodeauth import control_address_problem
+
+    problem = control_address_problem(address)
+    if problem:
+        raise ControlApiError("connect", address, ControlErrorCode.BAD_ADDRESS, f"the address {problem}")
     if transport == "http":
         from syncer.cluster.control_transports import HttpControl
 

@@ -26,6 +26,7 @@ from syncer.engine.normalize import (
     mask_secret_pair,
     strip_server_fields,
 )
+from syncer.engine.ownership import adoption_blocker
 from syncer.identity import ANN_APPLIED_HASH, ANN_SOURCE, Manifest, ObjectRef
 from syncer.plan import Policy
 from syncer.render.common import to_yaml
@@ -137,13 +138,21 @@ class Applier:
                                   "; allow recreating it with the unit's allowRecreate policy "
                                   "(flower-syncer.io/allow-recreate: \"true\"), or delete it by hand"), None)
         except ApiError as exc:
-            return Outcome(Change(ref, Action.FAILED, f"{exc.reason}: {exc.message}"), None, exc)
+            hint = ("; the API server's RBAC refused it (writes are made as the ServiceAccount the admin's "
+                    "policy names for this repository)" if exc.forbidden and self.kube.impersonate else "")
+            return Outcome(Change(ref, Action.FAILED, f"{exc.reason}: {exc.message}{hint}"), None, exc)
 
     def _apply(self, ref: ObjectRef, desired: Manifest, live: dict[str, Any] | None, digest: str, force: bool,
                policy: Policy) -> Outcome:
         if live is None:
             # Not in the snapshot of labelled objects: most likely new. Apply straight away (one
             # request); HTTP 201 tells a create from an existing object without our labels.
+            if force:  # never by force over a Secret, Helm's objects or the agent's own: look first
+                blocker = adoption_blocker(self.kube.get(ref.kind, ref.namespace, ref.name))
+                if blocker:
+                    return Outcome(Change(ref, Action.FAILED, f"not adopted: {blocker}, and forceConflicts never "
+                                          "takes such objects over; rename the object in Git, or remove the "
+                                          "existing one by hand if flower-syncer is to own it"), None)
             if self.dry_run:
                 preview, created = self._server_apply(ref, desired, force=force, dry_run=True)
                 if created:

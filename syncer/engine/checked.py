@@ -38,6 +38,7 @@ class Checked:
     repository: str
     revision: str
     at: str
+    source: str = ""  # where the repository comes from (identity.source_key); "" when unknown
 
     def manifest(self, namespace: str) -> Manifest:
         return {
@@ -47,7 +48,8 @@ class Checked:
                          "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_INVENTORY: "true",
                                     LABEL_SOURCE_RECORD: "true", LABEL_REPOSITORY: self.repository}},
             "data": {RECORD_KEY: json.dumps({"repository": self.repository, "revision": self.revision,
-                                             "checkedAt": self.at}, indent=1, sort_keys=True)},
+                                             "checkedAt": self.at, **({"source": self.source} if self.source else {})},
+                                            indent=1, sort_keys=True)},
         }
 
 
@@ -66,6 +68,7 @@ def decode(cm: dict[str, Any] | None) -> Checked | None:
         return None
     try:
         data = json.loads((cm.get("data") or {}).get(RECORD_KEY, ""))
-        return Checked(str(data["repository"]), str(data["revision"]), str(data.get("checkedAt", "")))
+        return Checked(str(data["repository"]), str(data["revision"]), str(data.get("checkedAt", "")),
+                       str(data.get("source", "")))
     except (ValueError, TypeError, KeyError):
         return None

@@ -118,6 +118,9 @@ class Inventory:
     the cluster and dropped from the inventory the next time it is written."""
     condition: Condition | None = None
     history: tuple[Applied, ...] = ()  # newest first, at most HISTORY_LIMIT
+    source: str = ""
+    """Where the repository that applied it comes from (identity.source_key); "" when recorded
+    before sources were (its owner's next sync records it)."""
     node_keys: OwnedKeys | None = None
 
     def name(self) -> str:
@@ -127,6 +130,7 @@ class Inventory:
         payload = {
             "unit": self.unit.id,
             "revision": self.revision,
+            **({"source": self.source} if self.source else {}),
             "objects": [{"kind": r.kind, "namespace": r.namespace, "name": r.name,
                          "applied": e.applied, "fields": e.fields}
                         for r, e in sorted(self.entries.items())],
@@ -198,8 +202,9 @@ def decode(cm: dict[str, Any]) -> Inventory | None:
             ignored.append(json.dumps(o, sort_keys=True)[:200])
             continue
         entries[ref] = Entry(str(o.get("applied", "")), str(o.get("fields", "")))
+    source = payload.get("source", "") if isinstance(payload, dict) else ""
     return Inventory(unit, entries, str(payload.get("revision", "")), suspended, repository, tuple(ignored),
-                     condition, history, node_keys)
+                     condition, history, source if isinstance(source, str) else "", node_keys)
 
 
 def _entry_ref(o: Any) -> ObjectRef | None:

@@ -152,6 +152,9 @@ def sync_node_keys(auth: NodeAuth, unit: Unit, desired: list[Manifest], res: Uni
         return
     try:
         client = connect(auth.address, auth.transport, base64.b64decode(ca))
+    except ControlApiError as exc:
+        res.errors.append(f"cannot register SuperNode keys: {exc}")
+        return
     except (ValueError, OSError) as exc:  # a CA that is not PEM: ssl refuses it
         res.errors.append(f"cannot register SuperNode keys: the CA in Secret {unit.namespace}/{auth.ca_secret} "
                           f"is not usable ({type(exc).__name__})")

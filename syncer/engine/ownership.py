@@ -12,7 +12,7 @@ still want) is a conflict: reported, never adopted, never recreated, never prune
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,16 +53,27 @@ def owner_of(obj: Mapping[str, Any] | None) -> Owner | None:
 
 
 def write_conflict(unit: Unit, ours: Collection[str], live: Mapping[str, Any] | None, claims: Claims,
-                   inventories: Mapping[Unit, Inventory]) -> str:
+                   inventories: Mapping[Unit, Inventory], *, foreign: Callable[[str, Unit], bool] | None = None,
+                   legacy: Collection[str] = ()) -> str:
     """Why `unit` of the repository named `ours` (its name and former names) must not apply over
-    `live`, or "" if it may."""
+    `live`, or "" if it may. `foreign(repository, owner unit)` says when a unit recorded under one
+    of our names came from another source (a name claimed by two repositories: never taken);
+    `legacy` are names earlier versions derived for us, whose objects only the same unit takes."""
     owner = owner_of(live)
     if owner is None:
         return ""
     owner_repo = owner.repository or _recorded_repository(owner.unit, inventories)
+    if owner_repo and owner_repo in legacy and owner_repo not in ours:
+        if owner.unit == unit:
+            return ""
+        return (f"it belongs to {owner.unit.id}, recorded under the name {owner_repo!r} this repository had "
+                "before refs were part of derived names; only that unit takes it over")
     if owner_repo and owner_repo not in ours:
         return (f"it belongs to {owner.unit.id} of the repository {owner_repo!r}; flower-syncer never takes "
                 "another repository's objects: rename it in one of the repositories")
+    if owner_repo and foreign is not None and foreign(owner_repo, owner.unit):
+        return (f"it belongs to {owner.unit.id}, applied under the name {owner_repo!r} by another source; "
+                "a repository never takes the objects of a name another source uses")
     if owner.unit == unit:
         return ""
     if owner.unit in claims.failed:
@@ -71,6 +82,40 @@ def write_conflict(unit: Unit, ours: Collection[str], live: Mapping[str, Any] | 
     if live is not None and claims.claimant(ObjectRef.of(live)) == owner.unit:
         return f"it belongs to {owner.unit.id}, which renders it too"
     return ""  # left behind by a unit of ours that no longer renders it: hand-over
+
+
+HELM_ANNOTATION_PREFIX = "meta.helm.sh/"
+LABEL_PART_OF = "app.kubernetes.io/part-of"
+
+
+def foreign_manager(obj: Mapping[str, Any] | None) -> str:
+    """What makes `obj` another tool's beyond doubt: Helm's labels or annotations, or being part of
+    the flower-syncer agent itself (its chart labels its objects `part-of: flower-syncer`); "" when
+    nothing does."""
+    meta = (obj or {}).get("metadata") or {}
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    if labels.get(LABEL_PART_OF) == MANAGED_BY:
+        return "it is part of the flower-syncer agent itself"
+    release = annotations.get(f"{HELM_ANNOTATION_PREFIX}release-name")
+    if (labels.get(LABEL_MANAGED_BY) == "Helm" or "helm.sh/chart" in labels
+            or any(k.startswith(HELM_ANNOTATION_PREFIX) for k in annotations)):
+        return f"it is managed by Helm{f' (release {release!r})' if release else ''}"
+    return ""
+
+
+def adoption_blocker(live: Mapping[str, Any] | None) -> str:
+    """Why an existing object that flower-syncer does not manage must not be taken over by force
+    (`forceConflicts`), or "" if it may: Secrets made by anyone else (their data would be
+    overwritten), Helm-managed objects, and the agent's own objects."""
+    if not live or owner_of(live) is not None:
+        return ""
+    reason = foreign_manager(live)
+    if reason:
+        return reason
+    if live.get("kind") == "Secret":
+        return "it is a Secret another manager made"
+    return ""
 
 
 def _recorded_repository(unit: Unit, inventories: Mapping[Unit, Inventory]) -> str:

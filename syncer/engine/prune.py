@@ -2,8 +2,8 @@
 
 An object is deleted only if it is in the unit's inventory, is no longer desired, and the live
 object still carries our managed-by and unit labels. Never deleted: objects annotated
-`flower-syncer.io/prune: disabled`, PersistentVolumeClaims, and Secrets holding data another
-manager wrote.
+`flower-syncer.io/prune: disabled`, PersistentVolumeClaims, Secrets holding data another
+manager wrote, Helm-managed objects and the agent's own.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 
 from syncer.cluster.client import FIELD_MANAGER, ApiError, Kube
 from syncer.engine.changeset import Action, Change
+from syncer.engine.ownership import foreign_manager
 from syncer.identity import ANN_PRUNE, LABEL_MANAGED_BY, LABEL_REPOSITORY, MANAGED_BY, ObjectRef, Unit, apply_level
 
 NEVER_PRUNED = frozenset({"PersistentVolumeClaim", "PersistentVolume", "Namespace"})
@@ -33,6 +34,9 @@ def prune_blocker(unit: Unit, live: dict[str, Any], ours: Collection[str] | None
         return f"kept: annotated {ANN_PRUNE}: disabled"
     if labels.get(LABEL_MANAGED_BY) != MANAGED_BY or unit.labels().items() - labels.items():
         return "kept: it no longer carries this unit's labels"
+    foreign = foreign_manager(live)
+    if foreign:
+        return f"kept: {foreign}"
     owner_repo = labels.get(LABEL_REPOSITORY)
     if ours is not None and owner_repo and owner_repo not in ours:
         return f"kept: it belongs to the repository {owner_repo!r}"

@@ -29,8 +29,9 @@ from syncer.engine.inventory import HISTORY_LIMIT, Applied, Condition, Entry, In
 from syncer.engine.live import LiveState
 from syncer.engine.mounts import missing_keys, mounted_secret_keys
 from syncer.engine.normalize import with_fingerprint
-from syncer.engine.ownership import owner_of, recover_inventory, stamp_repository, write_conflict
+from syncer.engine.ownership import recover_inventory, stamp_repository, write_conflict
 from syncer.engine.prune import prune
+from syncer.engine.vanished import recorded_source, vanished_units
 from syncer.identity import (
     LABEL_MANAGED_BY,
     MANAGED_BY,
@@ -138,7 +139,8 @@ class Engine:
                     self.record_config_error(unit, plan.errors[unit], live, plan)
         report.units.extend(self._prune_vanished(plan, live, opts))
         if not opts.dry_run and not plan.selectors and plan.revision:
-            self.record_checked(plan.repository, plan.revision, unit_namespaces(plan, opts.namespaces), live)
+            self.record_checked(plan.repository, plan.revision, unit_namespaces(plan, opts.namespaces), live,
+                                source=plan.source)
         report.requests = sum(self.kube.counts.values()) - before_requests
         report.writes = self.kube.writes - before_writes
         report.throttled = self.kube.throttled - before_throttled
@@ -203,7 +205,8 @@ class Engine:
 
     def _prune_vanished(self, plan: Plan, live: LiveState, opts: SyncOptions) -> list[UnitResult]:
         # only units this repository applied: another repository's units are none of our business
-        vanished = [u for u in vanished_units(live, plan.repository, plan.former_names, plan.in_git)
+        vanished = [u for u in vanished_units(live, plan.repository, plan.former_names, plan.in_git,
+                                              foreign=plan.foreign_source)
                     if plan.selected(u)]
         results = []
         for unit in vanished:
@@ -229,8 +232,12 @@ class Engine:
                 return res
             res.changes.append(Change(inventory_ref(unit), Action.SKIPPED,
                                       f"inventory was missing; {len(inv.entries)} objects found by their labels"))
-        if not plan.owns(inv.repository):
-            return res  # not ours to prune
+        if not plan.owns_record(inv.repository, recorded_source(live, unit, inv)):
+            return res  # not ours to prune (another repository, or another source under one of our names)
+        if not plan.namespace_allowed(unit.namespace):
+            res.changes.append(Change(inventory_ref(unit), Action.SKIPPED, f"not pruned: the namespace "
+                                      f"{unit.namespace!r} is outside this repository's allowed namespaces"))
+            return res
         if not plan.prune_allowed:
             res.skipped = SkipReason.NOT_PRUNED_REPO_HAS_ERRORS
             return res
@@ -249,7 +256,8 @@ class Engine:
         if opts.dry_run:
             return res
         if keep:  # deletions that failed are retried next time
-            rest = Inventory(unit, {r: inv.entries[r] for r in keep}, inv.revision, repository=inv.repository)
+            rest = Inventory(unit, {r: inv.entries[r] for r in keep}, inv.revision, repository=inv.repository,
+                             source=inv.source)
             if self._write_inventory(rest, res):
                 live.inventories[unit] = rest
         else:
@@ -262,7 +270,7 @@ class Engine:
         return res
 
     def record_checked(self, repository: str, revision: str, namespaces: Collection[str],
-                       live: LiveState) -> list[str]:
+                       live: LiveState, *, source: str = "") -> list[str]:
         """Note in each namespace that `repository` was checked at `revision` (see engine.checked).
         Writes only where the record (read with the inventories) names another revision; returns
         the errors (a namespace that is gone, no permission), which cost nothing but the REVISION
@@ -270,10 +278,10 @@ class Engine:
         errors = []
         for ns in sorted(namespaces):
             current = live.checked.get((ns, repository))
-            if current is not None and current.revision == revision:
+            if current is not None and current.revision == revision and (current.source == source or not source):
                 continue
             try:
-                record = Checked(repository, revision, _now())
+                record = Checked(repository, revision, _now(), source)
                 self.kube.apply(record.manifest(ns), force=True)
                 live.checked[(ns, repository)] = record
             except (ApiError, ClusterUnreachable, OSError) as exc:
@@ -301,10 +309,19 @@ class Engine:
         inv = live.inventories.get(unit)
         recovered = False
         if inv is None:  # a new unit, or its inventory was deleted: its objects still carry its labels
-            inv = recover_inventory(unit, live.objects.owned_by(unit), repository, FIELD_MANAGER, plan.former_names)
+            inv = recover_inventory(unit, live.objects.owned_by(unit), repository, FIELD_MANAGER,
+                                    plan.former_names | plan.legacy_names)
             recovered = inv is not None
             inv = inv or Inventory(unit, repository=repository)
-        if not plan.owns(inv.repository):
+        source = recorded_source(live, unit, inv)
+        if plan.owns(inv.repository) and plan.foreign_source(inv.repository, source):
+            res.errors.append(f"{unit.id} was applied by the repository {inv.repository!r} from another source "
+                              f"({source}), not from this one ({plan.source}): a repository may not take over "
+                              f"the units of a name another source uses. Choose another name; or, if this is "
+                              f"meant, ask the cluster's admins to list {inv.repository!r} in this repository's "
+                              f"`names` in the admin policy")
+            return res
+        if not plan.owns_record(inv.repository, source, in_git=True):
             res.errors.append(f"{unit.id} was applied by the repository {inv.repository!r}, not by this one "
                               f"({repository!r}): flower-syncer never takes another repository's units. Rename "
                               f"the unit; or, if {inv.repository!r} was this repository's earlier name, add "
@@ -368,7 +385,7 @@ class Engine:
         if leftovers:
             if policy.prune and opts.prune:
                 changes, keep = prune(self.kube, unit, leftovers, live.objects, dry_run=opts.dry_run,
-                                      ours={repository, *plan.former_names})
+                                      ours={repository, *plan.former_names, *plan.legacy_names})
                 res.changes.extend(changes)
                 for ref in keep:
                     entries[ref] = inv.entries[ref]
@@ -379,7 +396,7 @@ class Engine:
                 entries.update({r: inv.entries[r] for r in leftovers})
         if planned.node_auth is not None and not opts.dry_run and res.ok:
             # before the Ready condition is written
-            from syncer.engine.nodekeys import sync_node_keys  # grpc: only for such federations
+            from syncer.engine.nodekeys import sync_node_keys  # the Control API client: only for such federations
 
             sync_node_keys(planned.node_auth, unit, run.desired, res, inv.node_keys)
         inv_ref = inventory_ref(unit)
@@ -391,9 +408,10 @@ class Engine:
         condition = (Condition(False, "ConfigError", _short(plan.errors[unit]), _now(), plan.revision)
                      if unit in plan.errors else outcome_condition(res, plan.revision or planned.revision))
         recorded = inv.condition if condition.same(inv.condition) else condition
+        source = plan.source or inv.source
         owned = res.node_keys.owned if res.node_keys is not None and res.node_keys.owned is not None else inv.node_keys
         if not opts.dry_run and (entries != inv.entries or run.recovered or inv.ignored or recorded is condition
-                                 or owned != inv.node_keys):
+                                 or source != inv.source or repository != inv.repository or owned != inv.node_keys):
             changed = res.changed
             history = inv.history
             if changed and res.ok:
@@ -401,7 +419,7 @@ class Engine:
                 history = (Applied(planned.revision, _now(), self.identity, tuple(sorted(counts.items()))),
                            *history)[:HISTORY_LIMIT]
             new = Inventory(unit, entries, planned.revision if changed else inv.revision, repository=repository,
-                            condition=recorded, history=history, node_keys=owned)
+                            condition=recorded, history=history, source=source, node_keys=owned)
             if self._write_inventory(new, res):
                 live.inventories[unit] = new  # a resync right after need not wait for a watch event
         return res
@@ -421,7 +439,7 @@ class Engine:
         """Note on an applied unit's inventory that its configuration has errors (its objects stay
         as they are). Writes only when that is news. True when written."""
         inv = live.inventories.get(unit)
-        if inv is None or not plan.owns(inv.repository):
+        if inv is None or not plan.owns_record(inv.repository, inv.source):
             return False
         condition = Condition(False, "ConfigError", _short(message), _now(), plan.revision)
         if condition.same(inv.condition):
@@ -444,7 +462,9 @@ class Engine:
             if ref.kind in OPTIONAL_KINDS:  # not watched: read fresh each time
                 self._read_optional(ref, live)
             conflict = write_conflict(unit, {plan.repository, *plan.former_names}, live.objects.get(ref), plan.claims,
-                                      live.inventories)
+                                      live.inventories, foreign=lambda repo, owner: plan.foreign_source(
+                                          repo, recorded_source(live, owner, live.inventories.get(owner))),
+                                      legacy=plan.legacy_names)
             if conflict:
                 outcomes.append(Outcome(Change(ref, Action.FAILED, f"not applied: {conflict}"), None))
                 continue
@@ -558,22 +578,6 @@ def _short(text: str, limit: int = 300) -> str:
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def vanished_units(live: LiveState, repository: str, former: Collection[str] = (),
-                   in_git: Callable[[Unit], bool] | None = None) -> list[Unit]:
-    """Units this repository (under its name or a `former` one) applied, known from their
-    inventories or, where an inventory was deleted, from objects labelled with the unit and it;
-    without those `in_git` says are still in Git (left out before sorting: at 2,000 units the
-    sort of all of them was most of the time)."""
-    ours = {repository, *former}
-    units = {u for u, inv in live.inventories.items() if inv.repository in ours and not (in_git and in_git(u))}
-    for unit in live.objects.labelled_units():
-        if unit not in live.inventories and not (in_git and in_git(unit)) and any(
-                (owner := owner_of(obj)) is not None and owner.repository in ours
-                for _, obj in live.objects.owned_by(unit)):
-            units.add(unit)
-    return sorted(units)
 
 
 def _hand_over(unit: Unit, refs: list[ObjectRef], claims: Claims | None) -> tuple[list[ObjectRef], list[Change]]:

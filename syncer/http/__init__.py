@@ -21,8 +21,10 @@ POST     ``/hooks/git``      a push webhook (GitHub, GitLab, generic; see `synce
 
 GET routes answer HEAD too. Errors are JSON ``{"error": "..."}``. Requests are logged at debug
 level: method, path without the query, status, time and client address, never headers or bodies.
-What a client can repeat at will (rejected webhooks and tokens, refused connections) is logged at
-most once per `reject_log_interval` seconds, with the count of lines suppressed meanwhile.
+What a client can repeat at will (rejected webhooks and tokens, malformed requests, refused
+connections, and our own 500s) is logged at most once per `reject_log_interval` seconds per kind,
+with the count of lines suppressed meanwhile (on the next line, or on a summary line once the flood
+is over). A client error is a 4xx and logs no traceback.
 
 Modules: `limits` (what the server accepts, the agent protocol, errors), `server` (the event loop
 that reads request heads and guards the slots), `handler` (one request, the routes).

@@ -58,15 +58,19 @@ class HttpError(Exception):
 
 
 class RateLimitedLog:
-    """At most one line per `interval` seconds per event; the next line says how many were
-    suppressed in between. For what an attacker can repeat at will (rejected webhooks, refused
-    connections), so a flood cannot flood the log too."""
+    """At most one line per `interval` seconds per event (two with a summary); the next line says
+    how many were suppressed in between, and so does `flush` (called by the server's loop about once a second)
+    once the interval has passed without a next line. For everything a client can repeat at will
+    (rejected webhooks and tokens, malformed requests, refused connections, our own 500s), so a
+    flood cannot flood the log too. Lines carry no traceback unless asked (`exc_info`)."""
 
     def __init__(self, interval: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.interval = interval
         self._clock = clock
         self._lock = threading.Lock()
         self._last: dict[str, tuple[float, int]] = {}  # event -> (time of the last line, suppressed since)
+        self._levels: dict[str, str] = {}
+        self._pending = 0  # events with suppressed lines not yet counted in a line
 
     def __call__(self, level: str, event: str, **fields: Any) -> bool:
         """Log unless a line of this event went out less than `interval` ago; True when logged."""
@@ -74,9 +78,27 @@ class RateLimitedLog:
             now = self._clock()
             last = self._last.get(event)
             if last is not None and now - last[0] < self.interval:
+                if last[1] == 0:
+                    self._pending += 1
                 self._last[event] = (last[0], last[1] + 1)
+                self._levels[event] = level
                 return False
+            if last is not None and last[1]:
+                self._pending -= 1
             self._last[event] = (now, 0)
         getattr(log, level)(event, suppressed=last[1] if last else 0, **fields)
         return True
 
+    def flush(self) -> None:
+        """A summary line (`suppressed=N`) for each event whose lines were suppressed and whose
+        interval has passed since its last line."""
+        if not self._pending:
+            return
+        with self._lock:
+            now = self._clock()
+            due = [(e, t, n) for e, (t, n) in self._last.items() if n and now - t >= self.interval]
+            for event, at, _ in due:
+                self._last[event] = (at, 0)  # not a new interval: the next line of the event goes out at once
+            self._pending -= len(due)
+        for event, _, n in due:
+            getattr(log, self._levels.get(event, "warning"))(event, suppressed=n, summary=True)

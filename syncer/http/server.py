@@ -182,6 +182,7 @@ class AgentServer:
                             self._on_readable(key.data, selector)
                     self._take_back(selector)
                     self._expire(selector)
+                    self.rate_log.flush()  # the count of lines a flood had suppressed, once it is over
             except Exception:
                 log.exception("http: the server loop failed")
             finally:
@@ -381,8 +382,9 @@ class AgentServer:
             conn.buf = bytearray(handler.rfile.leftover()) if keep else bytearray()
         except (ConnectionError, TimeoutError) as exc:
             log.debug("http: connection error", error=repr(exc), client=conn.host)
-        except Exception:
-            log.exception("http: connection failed")
+        except Exception as exc:
+            self.rate_log("error", "http: connection failed", error=f"{type(exc).__name__}: {exc}"[:300],
+                          client=conn.host, exc_info=exc)
         finally:
             if health_slot:
                 self._health_slots.release()

@@ -14,7 +14,7 @@ from pydantic import Field
 
 from syncer.diagnostics import FieldPath
 from syncer.models.base import StrictModel
-from syncer.models.flower import ANN_FLOWER_VERSION, FlowerInterface, image_version, interface_of_image
+from syncer.models.flower import ANN_FLOWER_VERSION, FlowerInterface, Transport, image_version, interface_of_image
 from syncer.models.k8s import Issue, K8sType, env_issues
 from syncer.models.names import (
     DNS1123_SUBDOMAIN,
@@ -37,10 +37,8 @@ from syncer.models.nodeauth import (
     ANN_SUPERNODE_KEYS,
     AUTH_SINCE,
     KEY_HINT,
-    ControlTransport,
     NodeKey,
     control_address_problem,
-    control_interface,
     own_control_targets,
     parse_keys,
 )
@@ -233,9 +231,11 @@ class Federation(StrictModel):
     def admitted_keys(self) -> list[NodeKey]:
         return parse_keys(self.metadata.annotations.get(ANN_SUPERNODE_KEYS, ""))[0]
 
-    def control_api(self) -> tuple[ControlTransport, int]:
-        """(transport, port) of the SuperLink's Control API, from its image's Flower version."""
-        return control_interface(image_version(self.spec.superlink.image))
+    def control_api(self) -> tuple[Transport, int]:
+        """(transport, Service port) of the SuperLink's Control API: the transport of its release
+        (syncer.models.flower), the port its Service names for it (the target port follows the
+        release: 9093 before 1.37, the SuperLink's --port 8000 from 1.37)."""
+        return self.flower(self.spec.superlink.image).control_transport, self.spec.superlink.service.ports.extra
 
     def own_control_targets(self, namespace: str) -> tuple[str, ...]:
         """The SuperLink Service's addresses at the Control port: always a target the agent may dial."""

@@ -22,7 +22,6 @@ import ipaddress
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
@@ -32,12 +31,9 @@ ANN_SUPERNODE_AUTH = "flower-syncer.io/supernode-auth"  # enabled | disabled (de
 ANN_SUPERNODE_KEYS = "flower-syncer.io/supernode-public-keys"  # one OpenSSH public key per line
 ANN_CONTROL_API_ADDRESS = "flower-syncer.io/control-api-address"  # where the agent reaches the Control API
 CONTROL_API_PORT = 9093  # gRPC Control (--control-api-address), Flower before 1.37
-HTTP_CONTROL_PORT = 8000  # the SuperLink's --host/--port (uvicorn), which serves Control from 1.37
 AUTH_SINCE = (1, 23)  # --enable-supernode-auth with keys registered through the Control API
-# From 1.37 Flower serves the Control API over HTTP on --host/--port and gRPC Control only with the
-# internal FLWR_INTERNAL_GRPC_CONTROL_API=1 (checked in the wheels 1.37.0, 1.42.0); 1.43 removes it.
-HTTP_CONTROL_SINCE = (1, 37)
-ControlTransport = Literal["grpc", "http"]
+# Which transport and port a release's Control API has: syncer.models.flower (control_transport,
+# control_port): gRPC on 9093 before 1.37, HTTP on the SuperLink's --port (8000) from 1.37.
 
 _NIST = (ec.SECP256R1, ec.SECP384R1, ec.SECP521R1)
 
@@ -51,15 +47,6 @@ class NodeKey:
     @property
     def label(self) -> str:
         return f"{self.fingerprint} ({self.comment})" if self.comment else self.fingerprint
-
-
-def control_interface(version: tuple[int, int] | None) -> tuple[ControlTransport, int]:
-    """(transport, SuperLink container port) of the Control API of a Flower release; an unknown
-    version is taken as the newest. The one version switch of key registration: it gives way to
-    syncer.models.flower (`flower_interface(version).control_transport/.control_port`)."""
-    if version is None or version >= HTTP_CONTROL_SINCE:
-        return "http", HTTP_CONTROL_PORT
-    return "grpc", CONTROL_API_PORT
 
 
 _DNS_NAME = re.compile(r"^(?=.{1,253}$)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$")

@@ -13,6 +13,9 @@ from syncer.models.base import StrictModel
 from syncer.models.k8s import Issue
 from syncer.models.names import DNS1123_SUBDOMAIN, MAX_NAME, label_key_problem, label_value_problem
 
+RESERVED_ANNOTATIONS = frozenset({"flower-syncer.io/copy-from", "flower-syncer.io/copy-keys",
+                                  "flower-syncer.io/applied-hash", "flower-syncer.io/source"})
+
 
 class SecretMetadata(StrictModel):
     name: str
@@ -44,6 +47,11 @@ class SecretManifest(StrictModel):
             if not key or len(key) > MAX_NAME * 4 or not all(c.isalnum() or c in "-._" for c in key):
                 issues.append(Issue(("data", key), f"Secret key {key!r} is not a valid key",
                                     "use letters, digits, '-', '_' and '.'"))
+        for key in self.metadata.annotations:
+            if key in RESERVED_ANNOTATIONS:
+                issues.append(Issue(("metadata", "annotations", key), f"{key} is flower-syncer's own annotation, "
+                                    "honoured only on the objects it renders itself (a Secret from Git must not "
+                                    "copy another Secret's keys)", "remove it; put the value in the Secret itself"))
         for key, value in self.metadata.labels.items():
             problem = label_key_problem(key) or label_value_problem(value)
             if problem:

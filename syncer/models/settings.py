@@ -74,6 +74,9 @@ class Guardrails(StrictModel):
     """Pod features the repository may use: privileged, hostPath, hostNetwork, hostPID, hostIPC,
     hostPort, capabilities (added beyond NET_BIND_SERVICE). The GPU device paths of
     `gpu.mountAll` (/dev/kfd, /dev/dri) are not counted as hostPath."""
+    allowedControlApiTargets: list[str] | None = None
+    """Control API addresses (`host:port`, shell patterns) a federation may register SuperNode keys
+    with. Unset: no list (the federation's own SuperLink Service only)."""
 
     def namespace_allowed(self, namespace: str) -> bool:
         if self.allowedNamespaces is None:

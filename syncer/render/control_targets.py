@@ -4,8 +4,9 @@ A Federation with SuperNode authentication has its keys registered at a Control 
 that is its own SuperLink Service (`<fed>-superlink.<ns>.svc` at the Control port of its Flower
 release), the only target a repository can name by itself: the annotation
 `flower-syncer.io/control-api-address` may point elsewhere only where the cluster's admins allow
-it (`allowed`, patterns such as `*.flower.example.com:8000` or `127.0.0.1:*`, set in the agent's
-configuration, never in Git). Otherwise a repository could aim the agent's TLS client at another
+it (`allowed`, patterns such as `*.flower.example.com:9093` or `127.0.0.1:*`: the guardrail
+`allowedControlApiTargets`, which an admin policy narrows, so Git alone cannot widen it where the
+agent runs with one; render.tenancy). Otherwise a repository could aim the agent's TLS client at another
 team's SuperLink (and wipe or add keys there) or at any host and port.
 
 Two federations of one repository on one Control API target would each take the other's keys

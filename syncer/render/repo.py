@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from syncer.diagnostics import Diagnostic
 from syncer.identity import DEFAULT_REPOSITORY, Manifest, ObjectRef, Unit, unit_matches
 from syncer.models.federation import Federation
-from syncer.models.settings import Guardrails, SyncPolicy
+from syncer.models.settings import PROTECTED_NAMESPACES, Guardrails, SyncPolicy
 from syncer.plan import Claims, NodeAuth, Plan, Policy, UnitPlan, refs_of
 from syncer.render.common import RenderContext, sort_manifests
 from syncer.render.control_targets import control_target_diagnostics
@@ -25,6 +25,7 @@ from syncer.render.guardrails import check_guardrails
 from syncer.render.packed import pack
 from syncer.render.secret import render_secret
 from syncer.render.supernode import render_supernode
+from syncer.render.tenancy import Tenancy
 from syncer.repo.loader import LoadedUnit, RepoState
 
 
@@ -183,9 +184,10 @@ def _no_gc_pauses() -> Iterator[None]:
 
 
 def render_repo(state: RepoState, selectors: list[str] | None = None, cache: RenderCache | None = None, *,
-                control_targets: Sequence[str] = ()) -> Rendered:
+                control_targets: Sequence[str] | None = None) -> Rendered:
     """`control_targets`: the Control API targets besides each federation's own SuperLink Service
-    where the admin lets the agent register SuperNode keys (render.control_targets)."""
+    where SuperNode keys may be registered (render.control_targets); by default the effective
+    guardrails' allowedControlApiTargets (the admin's policy narrows them: render.tenancy)."""
     with _no_gc_pauses():
         return _render_repo(state, selectors, cache, control_targets)
 
@@ -203,10 +205,12 @@ def _render(loaded: LoadedUnit, rails: Guardrails, cache: RenderCache | None, us
 
 
 def _render_repo(state: RepoState, selectors: list[str] | None, cache: RenderCache | None,
-                 control_targets: Sequence[str] = ()) -> Rendered:
+                 control_targets: Sequence[str] | None = None) -> Rendered:
     """Every unit is rendered, selected or not: a clash with an unselected unit must still fail the
     selected one, and the engine must know every object some unit claims."""
     result = Rendered(failed=set(state.failed))
+    if control_targets is None:
+        control_targets = state.settings.guardrails.allowedControlApiTargets or ()
     refused, refused_units = control_target_diagnostics(state, control_targets)
     result.diagnostics.extend(refused)
     chosen = {u.unit for u in select_units(state.units, selectors or [])[0]}
@@ -282,12 +286,14 @@ def node_auth_of(loaded: LoadedUnit) -> NodeAuth | None:
 
 
 def plan_repo(state: RepoState, rendered: Rendered, *, selectors: Sequence[str] = (), revision: str = "",
-              default_repository: str = DEFAULT_REPOSITORY, previous: Mapping[Unit, UnitPlan] | None = None) -> Plan:
+              default_repository: str = DEFAULT_REPOSITORY, previous: Mapping[Unit, UnitPlan] | None = None,
+              tenancy: Tenancy | None = None) -> Plan:
     """The engine's plan for a loaded and rendered repository (`rendered` made with the same
     selectors). `default_repository` names it when flower-syncer.yaml does not (see
     identity.derived_repository_name). A unit whose manifests are the very object it has in
     `previous` (a RenderCache hands back what the same LoadedUnit rendered to) keeps its
-    UnitPlan from there, revision included: nothing of it changed."""
+    UnitPlan from there, revision included: nothing of it changed. `tenancy` says where the
+    repository comes from and what the admin lets it take over (render.tenancy)."""
     loaded = {u.unit: u for u in state.units}
     previous = previous or {}
 
@@ -305,10 +311,15 @@ def plan_repo(state: RepoState, rendered: Rendered, *, selectors: Sequence[str] 
         if d.severity == "error" and d.unit in by_id:
             errors.setdefault(by_id[d.unit], d.render().splitlines()[0])
     defined = frozenset(loaded) | failed
+    repository = state.settings.name or default_repository
+    former = frozenset(state.settings.renamedFrom) - {repository}
+    tenancy = tenancy or Tenancy()
+    policy = tenancy.policy
+    rails = state.settings.guardrails
     return Plan(
         units={unit: unit_plan(unit, manifests) for unit, manifests in rendered.units.items()},
-        repository=state.settings.name or default_repository,
-        former_names=frozenset(state.settings.renamedFrom) - {state.settings.name or default_repository},
+        repository=repository,
+        former_names=former,
         revision=revision,
         failed=failed,
         errors=errors,
@@ -318,4 +329,10 @@ def plan_repo(state: RepoState, rendered: Rendered, *, selectors: Sequence[str] 
         repo_prune=state.settings.policy.prune,
         selectors=tuple(selectors),
         namespaces=frozenset({u.namespace for u in defined} | {state.settings.defaultNamespace}),
+        source=tenancy.source,
+        movable=frozenset(n for n in {repository, *former} if policy is not None and policy.may_take_over(n)),
+        legacy_names=tenancy.legacy_names - {repository, *former},
+        allowed_namespaces=None if rails.allowedNamespaces is None else tuple(rails.allowedNamespaces),
+        protected_namespaces=PROTECTED_NAMESPACES,
+        control_api_targets=None if rails.allowedControlApiTargets is None else tuple(rails.allowedControlApiTargets),
     )

@@ -24,9 +24,7 @@ import contextlib
 import fcntl
 import os
 import re
-import shlex
 import shutil
-import stat
 import threading
 import time
 import uuid
@@ -37,7 +35,7 @@ from pathlib import Path
 import git as gitpython
 import structlog
 
-from syncer.source import urls
+from syncer.source import credentials, urls
 from syncer.source.refs import (
     SourceError,
     classify,
@@ -54,18 +52,16 @@ log = structlog.get_logger("syncer.source")
 _AUTO_CACHE_DIR = Path("<auto>")  # sentinel (compared by identity): derive the cache directory from the URL
 _HEX_RE = re.compile(r"^[0-9a-fA-F]{4,64}\Z")
 _FULL_SHA_LENGTHS = (40, 64)
-_ASKPASS = """#!/bin/sh
-# flower-syncer: answers git's HTTPS credential prompts from the environment; stores nothing.
-case "$1" in
-  [Uu]sername*) printf '%s\\n' "${FLOWER_SYNCER_GIT_USERNAME:-}" ;;
-  *) printf '%s\\n' "${FLOWER_SYNCER_GIT_TOKEN:-}" ;;
-esac
-"""
 # Options for every git command: no credential helper may see or store the token, no hook may run, garbage
 # collection runs in the foreground (no detached process outliving the fetch), no detached-HEAD advice.
-_GIT_OPTIONS = tuple(arg for option in ("credential.helper=", "core.hooksPath=/dev/null", "gc.autoDetach=false",
-                                        "maintenance.autoDetach=false", "advice.detachedHead=false", "core.askPass=")
-                     for arg in ("-c", option))
+_GIT_OPTIONS = (
+    "-c", "credential.helper=",
+    "-c", "core.hooksPath=/dev/null",
+    "-c", "gc.autoDetach=false",
+    "-c", "maintenance.autoDetach=false",
+    "-c", "advice.detachedHead=false",
+    "-c", "core.askPass=",
+)
 
 
 def default_cache_dir(url: str, ref: str | None = None) -> Path:
@@ -440,7 +436,7 @@ class GitSource:
         key_copy: Path | None = None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            askpass = self._write_askpass()
+            askpass = credentials.write_askpass(self._cache)
             env = {
                 "GIT_TERMINAL_PROMPT": "0",
                 "GIT_ASKPASS": str(askpass),
@@ -448,79 +444,23 @@ class GitSource:
                 "GIT_CEILING_DIRECTORIES": str(self._cache.parent),
             }
             secrets: list[str] = []
-            token = self._read_token() if self._kind == "http" else None
+            token = None
+            if self._kind == "http":
+                token = credentials.read_token(self.spec.token, self.spec.token_file, source=self.describe())
             if token:
-                env["FLOWER_SYNCER_GIT_USERNAME"] = self.spec.username
-                env["FLOWER_SYNCER_GIT_TOKEN"] = token
+                env[credentials.USERNAME_VAR] = self.spec.username
+                env[credentials.TOKEN_VAR] = token
                 secrets.append(token)
             if self._kind == "ssh":
-                key_copy = self._private_key_copy()
-                env["GIT_SSH_COMMAND"] = self._ssh_command(key_copy or self.spec.ssh_key_file)
+                key_copy = credentials.private_key_copy(self.spec.ssh_key_file, self._cache)
+                env["GIT_SSH_COMMAND"] = credentials.ssh_command(key_copy or self.spec.ssh_key_file,
+                                                                 self.spec.known_hosts_file, self.spec.timeout)
             yield _Session(env, secrets)
         finally:
             if key_copy is not None:
                 with contextlib.suppress(OSError):
                     key_copy.unlink()
             os.close(fd)  # releases the lock
-
-    def _write_askpass(self) -> Path:
-        path = self._cache / "askpass.sh"
-        try:
-            if path.read_text() == _ASKPASS and os.access(path, os.X_OK):
-                return path
-        except OSError:
-            pass
-        tmp = self._cache / f"askpass.sh.{os.getpid()}"
-        tmp.write_text(_ASKPASS)
-        tmp.chmod(0o700)
-        tmp.replace(path)
-        return path
-
-    def _read_token(self) -> str | None:
-        if self.spec.token_file is None:
-            return self.spec.token or None
-        try:
-            token = self.spec.token_file.read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-            raise SourceError("auth", f"cannot read the token file {self.spec.token_file}: {reason}") from None
-        if not token:
-            log.warning("the Git token file is empty", source=self.describe(), token_file=str(self.spec.token_file))
-        return token or None
-
-    def _private_key_copy(self) -> Path | None:
-        """ssh refuses private keys readable by others (a mounted Secret is often 0644): use a 0600 copy, removed
-        after the fetch."""
-        key = self.spec.ssh_key_file
-        if key is None:
-            return None
-        try:
-            mode = key.stat().st_mode
-            if not mode & (stat.S_IRWXG | stat.S_IRWXO):
-                return None
-            data = key.read_bytes()
-        except OSError as exc:
-            raise SourceError("auth", f"cannot read the SSH key file {key}: {exc.strerror}") from None
-        copy = self._cache / f"ssh-key.{os.getpid()}.{threading.get_ident()}"
-        fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
-        return copy
-
-    def _ssh_command(self, key: Path | None) -> str:
-        def opt(name: str, value: str) -> list[str]:
-            return ["-o", f'{name}="{value}"' if any(c.isspace() for c in value) else f"{name}={value}"]
-
-        parts = ["ssh", *opt("BatchMode", "yes"), *opt("StrictHostKeyChecking", "yes"),
-                 *opt("ConnectTimeout", str(max(1, round(self.spec.timeout))))]
-        if self.spec.known_hosts_file is not None:
-            parts += opt("UserKnownHostsFile", str(self.spec.known_hosts_file.expanduser().resolve()))
-            parts += opt("GlobalKnownHostsFile", "/dev/null")
-        if key is not None:
-            parts += ["-i", str(key.expanduser().resolve()), *opt("IdentitiesOnly", "yes")]
-        return " ".join(shlex.quote(p) for p in parts)
 
     def _git(self, s: _Session, args: list[str], gitdir: Path | None) -> _Result:
         """Run git (through GitPython) in the cache directory; ``gitdir`` selects the clone. Never raises for a

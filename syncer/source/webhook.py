@@ -169,7 +169,7 @@ def _github_payload(h: Mapping[str, str], body: bytes) -> Any:
 def _json(body: bytes, *, required: bool) -> Any:
     try:
         return json.loads(body) if body else None
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested too deeply
         if required:
             raise WebhookRejected("body is not JSON") from None
         return None

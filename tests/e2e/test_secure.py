@@ -170,7 +170,9 @@ def test_tls_and_node_auth_admit_only_the_listed_keys(real_cluster: RealCluster,
     control_port = free_port()
     listed = [keys[n][1] for n in ("hub", "edge-a", "edge-b", "wrong-ca")]  # rogue's key is not listed
     config_repo.commit({
-        "flower-syncer.yaml": f"name: e2e\ndefaultNamespace: {ns}\n",
+        # keys are registered at the port-forward below: a target the guardrails must allow
+        "flower-syncer.yaml": f"name: e2e\ndefaultNamespace: {ns}\n"
+                              "guardrails: {allowedControlApiTargets: ['127.0.0.1:*']}\n",
         "federations/secure.yaml": federation(f"127.0.0.1:{control_port}", listed),
         "supernodes/edge-a/values.yaml": release("edge-a", 0, keys["edge-a"], "superlink-tls"),
         "supernodes/edge-b/values.yaml": release("edge-b", 1, keys["edge-b"], "superlink-tls"),

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from syncer.cluster.client import Kube
-from syncer.cluster.flower_control import ControlClient
+from syncer.cluster.flower_control import ControlApi, connect
 from syncer.engine.sync import Engine, SyncOptions
 from syncer.render.repo import plan_repo, render_repo
 from syncer.repo.loader import load_repo
@@ -116,7 +116,7 @@ def test_a_certificate_cert_manager_issues_serves_a_tls_superlink(cert_manager: 
     try:
         wait_until("the SuperLink's Control API", lambda: "Starting Control API" in log.read_text(errors="replace"),
                    timeout=60, log=log)
-        client = ControlClient(f"127.0.0.1:{control}", copied)
+        client = connect(f"127.0.0.1:{control}", "grpc", copied)
         try:
             assert wait_until("a TLS call trusted through the copied CA", lambda: _listed(client), timeout=30) == "ok"
         finally:
@@ -125,7 +125,7 @@ def test_a_certificate_cert_manager_issues_serves_a_tls_superlink(cert_manager: 
         stop(superlink)
 
 
-def _listed(client: ControlClient) -> str | None:
+def _listed(client: ControlApi) -> str | None:
     try:
         client.list_nodes()
     except Exception:  # the server may still be starting

@@ -194,7 +194,8 @@ def test_default_values(helm: str) -> None:
     dashboards = sorted((CHART / "files").glob("*.json"))
     expected = ["ClusterRole", "ClusterRoleBinding", "Deployment", "NetworkPolicy", "Role", "Role", "RoleBinding",
                 "RoleBinding", "Service", "Service", "ServiceAccount"]
-    assert kinds(objs) == sorted(expected + (["ConfigMap"] if dashboards else []))
+    # the admin's policy (policy.enabled) is a ConfigMap; the dashboards another
+    assert kinds(objs) == sorted(expected + ["ConfigMap"] + (["ConfigMap"] if dashboards else []))
     labels = one(objs, "Deployment")["metadata"]["labels"]
     assert labels["app.kubernetes.io/name"] == "flower-syncer"
     assert labels["app.kubernetes.io/instance"] == "fs"
@@ -264,8 +265,14 @@ def test_default_values(helm: str) -> None:
     assert (settings.log_format, settings.log_level, settings.workers) == ("json", "info", 4)
     assert settings.api_token_file is settings.webhook_secret_file is settings.git_token_file is None
     mounts = mounts_of(objs)
-    assert set(mounts) == {"/var/cache/flower-syncer", "/tmp"}
-    assert all("emptyDir" in v for _, v in mounts.values())
+    assert set(mounts) == {"/var/cache/flower-syncer", "/tmp", "/etc/flower-syncer/policy"}
+    # the admin's policy, from a ConfigMap of the release: the safe default entry
+    assert mounts["/etc/flower-syncer/policy"][1]["configMap"]["name"] == "fs-flower-syncer-policy"
+    assert str(settings.policy) == "/etc/flower-syncer/policy/policy.yaml"
+    policy = yaml.safe_load(one(objs, "ConfigMap", name="fs-flower-syncer-policy")["data"]["policy.yaml"])
+    assert policy == {"apiVersion": "flower-syncer.io/v1", "kind": "Policy", "default": {"guardrails": {}},
+                      "repositories": []}
+    assert all("emptyDir" in v for path, (_, v) in mounts.items() if path != "/etc/flower-syncer/policy")
 
     # the API/webhook Service reaches only the leader; the metrics Service every replica
     svc = one(objs, "Service", name="fs-flower-syncer")
@@ -411,10 +418,35 @@ def test_optional_rbac(helm: str) -> None:
                     and o["metadata"]["name"].endswith("-leader-election")]
         assert agent_settings(container(objs)).leader_elect is False
     objs = render(helm, {"rbac": {"create": False, "namespaces": ["team-a"]}, "serviceAccount": {"create": False}})
-    assert kinds(objs) in (["Deployment", "NetworkPolicy", "Service", "Service"],
-                           ["ConfigMap", "Deployment", "NetworkPolicy", "Service", "Service"])
+    assert kinds(objs) in (["ConfigMap", "Deployment", "NetworkPolicy", "Service", "Service"],
+                           ["ConfigMap", "ConfigMap", "Deployment", "NetworkPolicy", "Service", "Service"])
     assert one(objs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "default"
     assert agent_settings(container(objs)).namespaces == ["team-a"]
+
+
+def test_tenant_mode_shrinks_the_agents_rights(helm: str) -> None:
+    """tenant.create: the agent only reads what it manages (Events aside), may impersonate exactly the
+    tenant, and the tenant may write only in its namespaces; the policy names the tenant."""
+    for namespaces in ([], ["team-a", "team-b"]):
+        objs = render(helm, {"rbac": {"namespaces": namespaces}, "tenant": {"create": True, "namespaces": ["team-a"]}})
+        agent_roles = [o for o in objs if o["kind"] in ("Role", "ClusterRole")
+                       and o["metadata"]["name"] in ("fs-flower-syncer-flower-system",)]
+        assert agent_roles
+        for role in agent_roles:
+            for (group, resource), verbs in rules_of(role).items():
+                writes = set(verbs) - {"get", "list", "watch"}
+                assert not writes or (group, resource) == ("events.k8s.io", "events"), (resource, verbs)
+        impersonate = one(objs, "Role", name="fs-flower-syncer-impersonate-fs-flower-syncer-tenant")
+        assert impersonate["metadata"]["namespace"] == "flower-system"
+        assert impersonate["rules"] == [{"apiGroups": [""], "resources": ["serviceaccounts"],
+                                         "resourceNames": ["fs-flower-syncer-tenant"], "verbs": ["impersonate"]}]
+        tenant_role = one(objs, "Role", name="fs-flower-syncer-tenant")
+        assert tenant_role["metadata"]["namespace"] == "team-a"
+        assert rules_of(tenant_role)[("apps", "statefulsets")] == MANAGED_VERBS
+        tenant = one(objs, "ServiceAccount", name="fs-flower-syncer-tenant")
+        assert tenant["automountServiceAccountToken"] is False
+        policy = yaml.safe_load(one(objs, "ConfigMap", name="fs-flower-syncer-policy")["data"]["policy.yaml"])
+        assert policy["default"]["serviceAccount"] == "flower-system/fs-flower-syncer-tenant"
 
 
 PROMETHEUS = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
@@ -523,7 +555,8 @@ def test_alerts_and_dashboards_from_chart_files(helm: str, tmp_path: Path) -> No
     (chart / "files" / "alerts.yaml").write_text("# placeholder\ngroups: []\n")
     on = {"prometheusRule": {"enabled": True}, "serviceMonitor": {"enabled": True}}
     objs = render(helm, on, chart=chart)
-    assert not [o for o in objs if o["kind"] in ("PrometheusRule", "ConfigMap")]
+    assert not [o for o in objs if o["kind"] == "PrometheusRule"]
+    assert [o["metadata"]["name"] for o in objs if o["kind"] == "ConfigMap"] == ["fs-flower-syncer-policy"]
 
     groups = [{"name": "flower-syncer", "rules": [{
         "alert": "FlowerSyncerSyncFailing", "expr": "increase(flower_syncer_sync_errors_total[15m]) > 0",
@@ -537,11 +570,11 @@ def test_alerts_and_dashboards_from_chart_files(helm: str, tmp_path: Path) -> No
     objs = render(helm, {**on, "grafanaDashboards": {"annotations": {"grafana_folder": "Flower"}}}, chart=chart)
     rule = one(objs, "PrometheusRule")
     assert rule["spec"]["groups"] == groups  # Prometheus templates ({{ $labels }}) untouched
-    cm = one(objs, "ConfigMap")
+    cm = one(objs, "ConfigMap", name="fs-flower-syncer-dashboards")
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert cm["metadata"]["annotations"] == {"grafana_folder": "Flower"}
     assert {k: json.loads(v) for k, v in cm["data"].items()} == boards
-    objs = render(helm, {**on, "grafanaDashboards": {"enabled": False}}, chart=chart)
+    objs = render(helm, {**on, "grafanaDashboards": {"enabled": False}, "policy": {"enabled": False}}, chart=chart)
     assert not [o for o in objs if o["kind"] == "ConfigMap"]
 
 
@@ -664,9 +697,11 @@ class ChartIdentity:
 
 @pytest.fixture
 def chart_identity(kube_cluster: KubeCluster, helm: str, namespace: str, second_namespace: str,
-                   tmp_path: Path) -> Iterator[ChartIdentity]:
+                   tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ChartIdentity]:
     helm = cluster_helm(kube_cluster, helm)
-    values = {"rbac": {"namespaces": [namespace, second_namespace]}}
+    values: dict[str, Any] = {"rbac": {"namespaces": [namespace, second_namespace]}}
+    if getattr(request, "param", "") == "tenant":  # writes as the chart's tenant ServiceAccount
+        values["tenant"] = {"create": True, "namespaces": [namespace, second_namespace]}
     objs = [d for d in yaml.safe_load_all(_template_text(helm, namespace, values)) if d]
     rbac = [o for o in objs if o["kind"] in ("ServiceAccount", "Role", "RoleBinding", "ClusterRole",
                                              "ClusterRoleBinding")]
@@ -682,8 +717,8 @@ def chart_identity(kube_cluster: KubeCluster, helm: str, namespace: str, second_
     admin.apply({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
                  "metadata": {"name": "superlink-tls", "namespace": second_namespace},
                  "data": {k: base64.b64encode(v.encode()).decode() for k, v in tls.items()}}, manager="cert-manager")
-    kubeconfig = _sa_kubeconfig(kube_cluster, namespace, one(objs, "ServiceAccount")["metadata"]["name"],
-                                tmp_path / "sa.kubeconfig")
+    agent_sa = one(objs, "ServiceAccount", "fs-flower-syncer")["metadata"]["name"]
+    kubeconfig = _sa_kubeconfig(kube_cluster, namespace, agent_sa, tmp_path / "sa.kubeconfig")
     yield ChartIdentity((namespace, second_namespace), objs, kubeconfig, repo, admin)
     # the namespaced objects go with the namespaces
     kube_cluster.kubectl("delete", "clusterrole,clusterrolebinding", "fs-flower-syncer-" + namespace,
@@ -767,11 +802,12 @@ def _get(url: str, token: str | None = None) -> tuple[int, bytes]:
 
 
 @pytest.mark.cluster
+@pytest.mark.parametrize("chart_identity", ["agent", "tenant"], indirect=True)
 def test_agent_runs_with_the_chart_environment(chart_identity: ChartIdentity, tmp_path: Path) -> None:
     """`flower-syncer run` with the environment the chart's Deployment sets (only the listen
     address, cache dir, repository and kubeconfig changed for a process outside a pod) and the
     ServiceAccount's token: it leads through its Lease, syncs every unit, and releases the Lease
-    on SIGTERM."""
+    on SIGTERM. In tenant mode the agent's own token only reads: every write is the tenant's."""
     ns, ns2 = chart_identity.namespaces
     repo = chart_identity.repo
     git_env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@localhost", "GIT_COMMITTER_NAME": "t",
@@ -797,6 +833,9 @@ def test_agent_runs_with_the_chart_environment(chart_identity: ChartIdentity, tm
     (tmp_path / "api-token").write_text(token + "\n")
     env.update({"FLOWER_SYNCER_PROTECT_READS": "true",  # as with api.protectReads: /metrics and status need the token
                 "FLOWER_SYNCER_API_TOKEN_FILE": str(tmp_path / "api-token")})
+    policy = tmp_path / "policy.yaml"  # the chart's ConfigMap, as the pod would mount it
+    policy.write_text(one(chart_identity.objects, "ConfigMap", name="fs-flower-syncer-policy")["data"]["policy.yaml"])
+    env.update({"FLOWER_SYNCER_POLICY": str(policy)})
     env.update({"FLOWER_SYNCER_REPO": str(repo), "FLOWER_SYNCER_LISTEN": f"127.0.0.1:{port}",
                 "FLOWER_SYNCER_CACHE_DIR": str(tmp_path / "cache"), "HOME": str(tmp_path),
                 "FLOWER_SYNCER_KUBECONFIG": str(chart_identity.kubeconfig)})
@@ -824,7 +863,11 @@ def test_agent_runs_with_the_chart_environment(chart_identity: ChartIdentity, tm
         assert lease is not None and lease["spec"]["holderIdentity"] == pod
         labels = (chart_identity.admin.get("Pod", ns, pod) or {})["metadata"].get("labels", {})
         assert labels.get("flower-syncer.io/leader") == "true"  # the API Service now selects it
-        assert chart_identity.admin.get("Deployment", ns2, "secure-edge-flower-client-supernode") is not None
+        deploy = chart_identity.admin.get("Deployment", ns2, "secure-edge-flower-client-supernode")
+        assert deploy is not None
+        if any(o["kind"] == "ServiceAccount" and o["metadata"]["name"].endswith("-tenant")
+               for o in chart_identity.objects):
+            assert status["tenancy"]["serviceAccount"] == f"{ns}/fs-flower-syncer-tenant"
         metrics = _get(url + "/metrics", token)
         assert metrics[0] == 200 and b"flower_syncer_" in metrics[1]
         lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]

@@ -460,9 +460,12 @@ def test_rejections_are_logged_at_a_bounded_rate_with_a_count(api: FakeAPI, metr
     tokens = [e for e in logs if e["event"] == "http: resync refused: missing or wrong bearer token"]
     assert first[0]["suppressed"] == 0 and first[0]["log_level"] == "warning"
     assert any(e["suppressed"] >= 1 for e in hooks)  # which line carries the count depends on the load
-    assert len(hooks) + sum(e["suppressed"] for e in hooks) == 21  # each of the 21 rejections: a line or a count
+    # each of the 21 rejections: a line or a count (on the next line, or on a summary line once the
+    # interval has passed without one)
+    assert sum(0 if e.get("summary") else 1 for e in hooks) + sum(e["suppressed"] for e in hooks) == 21
     if quick:
-        assert len(first) == 1 and len(hooks) == 2 and hooks[1]["suppressed"] == 19 and len(tokens) == 1
+        assert len(first) == 1 and sum(e["suppressed"] for e in hooks) == 19
+        assert [e["suppressed"] for e in tokens if not e.get("summary")] == [0]
     text = repr(logs)
     for secret in (TOKEN, SECRET, "nope", "guess", "sha256="):
         assert secret not in text
@@ -617,3 +620,19 @@ def test_requests_are_logged_at_debug_without_headers_or_bodies(client: Client) 
     text = repr(logs)
     for secret in (TOKEN, "not-the-token", SECRET, "refs/heads/main", "Authorization", "x=1"):
         assert secret not in text
+
+
+def test_a_suppressed_count_is_said_once_the_interval_passes_without_a_next_line() -> None:
+    from syncer.http.limits import RateLimitedLog
+
+    now = [0.0]
+    rate_log = RateLimitedLog(10.0, clock=lambda: now[0])
+    with capture_logs() as logs:
+        assert rate_log("warning", "http: bad", client="a")
+        assert not any(rate_log("warning", "http: bad", client="a") for _ in range(5))
+        rate_log.flush()  # within the interval: nothing yet
+        now[0] = 10.0
+        rate_log.flush()
+        rate_log.flush()  # said once
+        assert rate_log("warning", "http: bad", client="a")  # the next line goes out at once
+    assert [(e.get("summary", False), e["suppressed"]) for e in logs] == [(False, 0), (True, 5), (False, 0)]

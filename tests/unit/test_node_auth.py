@@ -53,7 +53,7 @@ spec:
   superlink:
     image: {image}
   supernodes:
-    image: flwr/supernode:{node_tag}
+    image: flwr/supernode:1.26.0
     pools:
       - name: a
         replicas: {replicas}
@@ -62,14 +62,14 @@ spec:
 
 
 def load(tmp_path: Path, keys: list[str], *, mode: str = "enabled", insecure: str = "false", replicas: int = 1,
-         image: str = "flwr/superlink:1.26.0", args: str = "--auth-supernode-private-key=/keys/a") -> Any:
+         image: str = "flwr/superlink:1.26.0", args: str = "--auth-supernode-private-key=/keys/a",
+         supernode_image: str = "flwr/supernode:1.26.0") -> Any:
     repo = tmp_path / "repo"
     (repo / "federations").mkdir(parents=True, exist_ok=True)
     (repo / "flower-syncer.yaml").write_text(f"name: auth\ndefaultNamespace: {NS}\n")
     (repo / "federations" / "fed.yaml").write_text(FED.format(
         mode=mode, keys="\n".join(f"      {k}" for k in keys) or "      # none", insecure=insecure,
-        replicas=replicas, image=image, args=args,
-        node_tag=image.rsplit(":", 1)[1]))  # SuperNodes of the SuperLink's release (a 1.26 one cannot dial 1.42)
+        replicas=replicas, image=image, args=args).replace("flwr/supernode:1.26.0", supernode_image))
     return load_repo(repo)
 
 
@@ -106,20 +106,19 @@ def test_node_auth_mistakes_are_validation_errors(tmp_path: Path, kwargs: dict[s
                for d in errors), errors
 
 
-@pytest.mark.parametrize(("image", "transport", "port"), [
-    ("flwr/superlink:1.36.0", "grpc", 9093), ("flwr/superlink:1.37.0", "http", 8000),
-    ("flwr/superlink:1.42.0-py3.11-ubuntu24.04", "http", 8000), ("flwr/superlink:latest", "http", 8000)])
-def test_keys_go_to_the_control_api_of_the_superlinks_release(tmp_path: Path, image: str, transport: str,
-                                                              port: int) -> None:
-    """gRPC Control before 1.37, HTTP on the SuperLink's --port from 1.37 (and for a tag without
-    a version: the newest); no warning about it any more."""
-    state = load(tmp_path, [], image=image)
-    # (`latest` still gets models/flower.py's "names no Flower version" warning there)
-    assert not [d for d in state.diagnostics if d.path == "spec.superlink.image"
-                and "names no Flower version" not in d.message], state.diagnostics
+@pytest.mark.parametrize(("tag", "transport"), [
+    ("1.36.0", "grpc"), ("1.37.0", "http"), ("1.42.0-py3.11-ubuntu24.04", "http")])
+def test_keys_go_to_the_control_api_of_the_superlinks_release(tmp_path: Path, tag: str, transport: str) -> None:
+    """gRPC Control before 1.37, HTTP from 1.37 (syncer.models.flower), always at the Service's
+    Control port (9093, which targets the SuperLink's --port 8000 from 1.37); no warning any more."""
+    state = load(tmp_path, [], image=f"flwr/superlink:{tag}", supernode_image=f"flwr/supernode:{tag}")
+    assert not [d for d in state.diagnostics if d.path == "spec.superlink.image"], state.diagnostics
+    assert not [d for d in state.diagnostics if d.severity == "error"], state.diagnostics
     (planned,) = plan_repo(state, render_repo(state)).units.values()
     assert planned.node_auth is not None
-    assert (planned.node_auth.transport, planned.node_auth.address) == (transport, f"fed-superlink.{NS}.svc:{port}")
+    assert (planned.node_auth.transport, planned.node_auth.address) == (transport, f"fed-superlink.{NS}.svc:9093")
+    service = next(m for m in planned.manifests if m["kind"] == "Service" and m["metadata"]["name"] == "fed-superlink")
+    assert {"name": "control", "port": 9093} in [{k: p[k] for k in ("name", "port")} for p in service["spec"]["ports"]]
 
 
 def test_bad_keys_name_their_line(tmp_path: Path) -> None:

@@ -121,3 +121,13 @@ def test_receivers_from_a_file_never_leak_urls(tmp_path: Path) -> None:
     config.write_text("receivers:\n  - name: bad\n    type: pager\n    urlFile: x\n")
     with pytest.raises(ValueError, match="receiver bad needs type"):
         load_receivers(config)
+
+
+def test_stop_sends_what_is_queued(sink: Sink) -> None:
+    notifier = Notifier([Receiver("ops", "generic", sink.url)])
+    for i in range(3):
+        notifier.notify(Notification(UNIT, "error", "SyncFailed", f"failure {i}"))
+    notifier.start()
+    notifier.stop(timeout=10)
+    assert [b["message"] for b in sink.bodies()] == ["failure 0", "failure 1", "failure 2"]
+    assert notifier.delivered == 3

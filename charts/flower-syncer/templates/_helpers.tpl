@@ -124,3 +124,38 @@ app.kubernetes.io/part-of: flower-syncer
 {{- fail "git.ssh.identity is an SSH key, but git.auth=token" }}
 {{- end }}
 {{- end }}
+
+{{/*
+The tenant ServiceAccount the chart creates (tenant.create), as namespace/name.
+*/}}
+{{- define "flower-syncer.tenantServiceAccount" -}}
+{{- if .Values.tenant.create -}}
+{{ default .Release.Namespace .Values.tenant.namespace }}/{{ default (printf "%s-tenant" (include "flower-syncer.fullname" .)) .Values.tenant.name }}
+{{- end -}}
+{{- end }}
+
+{{/*
+The ServiceAccounts (namespace/name) the agent may impersonate: the tenant's and every one the
+policy names.
+*/}}
+{{- define "flower-syncer.impersonated" -}}
+{{- $out := list -}}
+{{- with include "flower-syncer.tenantServiceAccount" . }}{{ $out = append $out . }}{{ end -}}
+{{- with .Values.policy.default.serviceAccount }}{{ $out = append $out . }}{{ end -}}
+{{- range .Values.policy.repositories }}{{ with .serviceAccount }}{{ $out = append $out . }}{{ end }}{{ end -}}
+{{- toJson ($out | uniq) -}}
+{{- end }}
+
+{{/*
+The policy file: the values' policy, the default entry naming the tenant ServiceAccount when the
+chart creates one and the values name none.
+*/}}
+{{- define "flower-syncer.policy" -}}
+{{- $default := deepCopy .Values.policy.default -}}
+{{- if and (not $default.serviceAccount) .Values.tenant.create -}}
+{{- $_ := set $default "serviceAccount" (include "flower-syncer.tenantServiceAccount" .) -}}
+{{- end -}}
+{{- if not $default.serviceAccount }}{{ $_ := unset $default "serviceAccount" }}{{ end -}}
+{{- if kindIs "invalid" $default.names }}{{ $_ := unset $default "names" }}{{ end -}}
+{{- toYaml (dict "apiVersion" "flower-syncer.io/v1" "kind" "Policy" "default" $default "repositories" .Values.policy.repositories) }}
+{{- end }}

@@ -1,0 +1,91 @@
+"""The admin's policy applied to one loaded repository (see syncer.models.policy).
+
+`apply_policy` narrows the repository's own guardrails to the admin's (a widening is an error
+naming the field and the admin's limit, and is left out), refuses a repository `name` or
+`renamedFrom` the admin does not allow, and fails a federation whose Control API target is not in
+the allowed list. The result is a RepoState like any other: render_repo checks each unit against
+the effective guardrails, and the plan carries who the repository is (`Tenancy`). Pure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+from dataclasses import dataclass
+from typing import Any
+
+from syncer.diagnostics import Diagnostic
+from syncer.models.federation import Federation
+from syncer.models.policy import RepositoryPolicy, narrow
+from syncer.repo.loader import SETTINGS_FILE, RepoState
+
+
+@dataclass(frozen=True)
+class Tenancy:
+    """Who a repository is, beyond its name, and what the admin lets it do."""
+
+    source: str = ""
+    """Where it comes from (identity.source_key: URL or path, ref, sub-path), recorded on its
+    inventories: another source claiming the same name does not get its units."""
+    policy: RepositoryPolicy | None = None
+    """The admin's policy for it; None when the agent runs without one (single-tenant: the
+    repository's own guardrails are all there is)."""
+    legacy_names: frozenset[str] = frozenset()
+    """Names earlier versions derived for it (before the ref was part of the name): units recorded
+    under them that the repository still renders are taken over; none is pruned by that name."""
+
+    def status(self) -> dict[str, Any]:
+        """Which admin policy bounds the repository, for the agent's status (policy None:
+        single-tenant, the repository's own guardrails only)."""
+        policy = self.policy
+        if policy is None:
+            return {"policy": None, "note": "no admin policy: single-tenant, the repository's own guardrails apply"}
+        return {"policy": {"source": policy.source, "ref": policy.ref, "path": policy.path},
+                "serviceAccount": policy.serviceAccount, "names": policy.names,
+                "allowedNamespaces": policy.guardrails.allowedNamespaces}
+
+
+def apply_policy(state: RepoState, tenancy: Tenancy | None) -> RepoState:
+    """`state` under the admin's policy (the same object when there is none)."""
+    if tenancy is None or tenancy.policy is None:
+        return state
+    policy = tenancy.policy
+    settings = state.settings
+    diags: list[Diagnostic] = []
+    rails, problems = narrow(policy.guardrails, settings.guardrails)
+    for field, problem in problems:
+        diags.append(Diagnostic(SETTINGS_FILE, 0, 0, field, problem,
+                                "ask the cluster's admins to widen the policy, or remove it from flower-syncer.yaml"))
+    names = [("name", settings.name)] if settings.name else []
+    names += [(f"renamedFrom[{i}]", n) for i, n in enumerate(settings.renamedFrom)]
+    refused = [(field, n) for field, n in names if not policy.may_use_name(n)]
+    for field, n in refused:
+        diags.append(Diagnostic(SETTINGS_FILE, 0, 0, field, f"the admin's policy does not let this repository use "
+                                f"the name {n!r} (allowed: {', '.join(policy.names or [])})",
+                                "use one of the allowed names, or ask the cluster's admins to allow it"))
+    units = list(state.units)
+    failed = set(state.failed)
+    if refused:  # who the repository is, is in doubt: nothing of it is applied or pruned
+        failed |= {u.unit for u in units}
+        units = []
+    targets = rails.allowedControlApiTargets
+    if targets is not None:
+        kept = []
+        for loaded in units:
+            model = loaded.model
+            address = (model.control_api_address(loaded.unit.namespace)
+                       if isinstance(model, Federation) and model.supernode_auth else "")
+            if address and not any(fnmatch.fnmatchcase(address, t) for t in targets):
+                diags.append(Diagnostic(loaded.source, loaded.line, 1, "", f"{loaded.unit.kind} {loaded.unit.name!r} "
+                                        f"registers SuperNode keys with the Control API at {address!r}, which this "
+                                        f"repository may not reach (allowed: {', '.join(targets) or 'none'})",
+                                        "use the federation's own SuperLink, or ask the cluster's admins to allow "
+                                        "the address", unit=loaded.unit.id))
+                failed.add(loaded.unit)
+            else:
+                kept.append(loaded)
+        units = kept
+    if not diags and rails == settings.guardrails:
+        return state
+    return dataclasses.replace(state, settings=settings.model_copy(update={"guardrails": rails}), units=units,
+                               failed=failed, diagnostics=[*state.diagnostics, *diags])
