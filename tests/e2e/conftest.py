@@ -9,7 +9,6 @@ missing is a failure, never a skip.
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import re
@@ -28,6 +27,7 @@ from typing import Any, NoReturn
 import pytest
 
 from tests.conftest import DEVCLUSTER, IN_CI, wait_until
+from tests.integration.superlinks import DEV, flower_bin
 from tests.integration.test_agent import Repos, free_port, git
 
 CLUSTER_NAME = f"e2e-{os.getpid()}"
@@ -196,28 +196,6 @@ def run_agent(tmp_path: Path, real_cluster: RealCluster) -> Iterator[Callable[[C
             agent.proc.kill()
 
 
-def flwr_cli(version: str) -> Path:
-    """The `flwr` CLI of `version`: the dev venv's when it is that version (the dev extras pin one),
-    else a venv of its own, `~/.cache/flower-syncer/flwr-cli-<version>` (as `tools/demo --real`
-    makes it), created once with the host's pip. A CLI talks to a SuperLink of its own release
-    only: 1.26's speaks gRPC to the Control API, 1.37+ HTTP. A venv costs ~30 s once (the wheels
-    come from pip's cache after tools/images.py) and nothing after; running the CLI in a container
-    would need the app and its config copied into a pod for every run."""
-    if version == importlib.metadata.version("flwr"):
-        return Path(sys.executable).with_name("flwr")
-    venv = Path(os.environ.get("FLOWER_SYNCER_CACHE", "~/.cache/flower-syncer")).expanduser() / f"flwr-cli-{version}"
-    done = venv / ".flower-syncer-complete"
-    if not done.exists():  # absent or half-made: (re)create it
-        shutil.rmtree(venv, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=120)
-        pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", f"flwr=={version}"], capture_output=True,
-                             text=True, timeout=900, check=False)
-        if pip.returncode != 0:
-            _unavailable(f"pip install flwr=={version} into {venv}:\n{pip.stdout[-2000:]}{pip.stderr[-2000:]}")
-        done.write_text(version + "\n")
-    return venv / "bin" / "flwr"
-
-
 def flwr_run(app: Path, address: str, home: Path, timeout: float = 300, run_config: str = "",
              root_certificates: Path | None = None, version: str = "") -> str:
     """`flwr run APP e2e --stream` against the Control API at `address` (TLS when given the CA),
@@ -228,7 +206,13 @@ def flwr_run(app: Path, address: str, home: Path, timeout: float = 300, run_conf
     (home / "config.toml").write_text(f'[superlink]\ndefault = "e2e"\n\n{connection}')
     work = home / "app"
     shutil.copytree(app, work, dirs_exist_ok=True)
-    flwr = flwr_cli(version) if version else Path(sys.executable).with_name("flwr")
+    # The CLI of the SuperLink's release (a CLI speaks its own release's Control API: gRPC up to
+    # 1.36, HTTP from 1.37): the dev venv's 1.26.0, or a venv made once by the set-up under
+    # ~/.cache/flower-syncer/flwr/<version> (shared with the Control API tests and tools/demo --real).
+    # That costs ~1-3 min once (the wheels mostly come from pip's cache after tools/images.py) and
+    # nothing after; running the CLI in a container image instead would need the app and its config
+    # copied into a pod, and a pod, for every run.
+    flwr = flower_bin(version or DEV) / "flwr"
     extra = ["--run-config", run_config] if run_config else []
     proc = subprocess.run([str(flwr), "run", str(work), "e2e", "--stream", *extra], capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, "FLWR_HOME": str(home)}, check=False)
