@@ -110,14 +110,16 @@ def test_image_pull_and_crash_loop_are_reported(real_cluster: RealCluster, e2e_n
     def probe_failures(pod: dict[str, Any]) -> int:
         events = real_cluster.json("-n", ns, "get", "events", "--field-selector",
                                    f"involvedObject.uid={pod['metadata']['uid']},reason=Unhealthy")["items"]
-        return sum(int(e.get("count") or 1) for e in events if e["message"].startswith("Readiness probe failed"))
+        # the startup probe until the API has answered once, then readiness: both ask /health on the API port
+        return sum(int(e.get("count") or 1) for e in events
+                   if e["message"].startswith(("Startup probe failed", "Readiness probe failed")))
 
     # A failed probe during start-up proves nothing: count those after the API is up.
     pod = wait_until("the patched SuperLink serving on 127.0.0.1:8000", replaced_pod, timeout=120, interval=2)
     before = probe_failures(pod)
 
     def running_unready() -> dict[str, Any]:
-        """The pod while its SuperLink runs, unready, with a readiness probe failed since it serves."""
+        """The pod while its SuperLink runs, unready, with a probe failed since it serves."""
         now = real_cluster.json("-n", ns, "get", "pod", pod["metadata"]["name"])
         running = [s for s in now["status"].get("containerStatuses", [])
                    if s["name"] == "superlink" and "running" in s["state"]]
