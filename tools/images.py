@@ -28,6 +28,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -49,8 +50,16 @@ IMAGE_RECIPE = "1"
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 DEBIAN_PACKAGES = ("python3", "python3-venv", "python3-pip", "ca-certificates", "libsqlite3-0")
-# config/examples use 1.25.0 (and 1.24.0 for one pool); the e2e tests 1.26.0, the version of their `flwr run`
-FLWR_VERSIONS = ("1.24.0", "1.25.0", "1.26.0")
+# One release per transport era: 1.26.0 (every API gRPC; the e2e suite's old-era case), 1.37.0 (Control
+# API over HTTP, Fleet still gRPC), 1.42.0 (the newest served release: every API over HTTP; the e2e suite
+# and `tools/demo --real`). Besides these, `build` makes the versions config/examples name (example_versions).
+FLWR_VERSIONS = ("1.26.0", "1.37.0", "1.42.0")
+EXAMPLES_DIR = ROOT / "config" / "examples"
+# An image reference of Flower's in the examples (`flwr/supernode:1.42.0`) or a chart's `tag:` next to
+# `repository: flwr/...`.
+_EXAMPLE_IMAGE = re.compile(r"flwr/super(?:link|node|exec):(\d+\.\d+\.\d+)\b")
+_EXAMPLE_CHART_TAG = re.compile(
+    r"repository:\s*[\"']?flwr/super(?:link|node|exec)[\"']?\s*\n\s*tag:\s*[\"']?(\d+\.\d+\.\d+)")
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 PYTHON_BASE_IMAGE = "localhost/flower-syncer-build/python:3.11-bookworm"
 AGENT_IMAGE = "localhost/flower-syncer:dev"
@@ -259,10 +268,33 @@ def build_base(force: bool = False) -> Path:
     return layer
 
 
+FLWR_ENV = (
+    "PATH=/python/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1", "PYTHONIOENCODING=UTF-8",
+    "LANG=C.UTF-8", "LC_ALL=C.UTF-8", "HOME=/app",
+)
+# From 1.32 a SuperLink in subprocess isolation runs `uv sync` for the app's dependencies before each
+# ServerApp, which needs a package index; the real node has no network, so every run would fail (exit
+# code 608, "Runtime installation of app dependencies failed"; seen with 1.42.0 in a network namespace
+# with loopback only). The e2e app needs only numpy, a dependency of flwr, already in the venv. This
+# variable (1.32+) turns it off, as an air-gapped site would (or `--disable-runtime-dependency-installation`);
+# Flower's published images leave it unset. SuperNodes and SuperExecs install nothing unless told to.
+NO_RUNTIME_INSTALL_SINCE = (1, 32)
+NO_RUNTIME_INSTALL_ENV = "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1"
+
+
+def flwr_env(version: str) -> tuple[str, ...]:
+    """The environment of the images of `version`."""
+    release = tuple(int(n) for n in version.split(".")[:2])
+    return (*FLWR_ENV, NO_RUNTIME_INSTALL_ENV) if release >= NO_RUNTIME_INSTALL_SINCE else FLWR_ENV
+
+
 def build_flwr(version: str, force: bool = False) -> Path:
     name = f"flwr-{version}"
     base = build_base()
-    key = _key(name, (base.with_suffix(".stamp")).read_text())
+    env = flwr_env(version)
+    # What the environment adds is part of the key (the images of releases without it keep theirs).
+    key = _key(name, (base.with_suffix(".stamp")).read_text(), *env[len(FLWR_ENV):])
     if not force and (cached := _cached(name, key)):
         return cached
     started = time.monotonic()
@@ -292,11 +324,6 @@ def build_flwr(version: str, force: bool = False) -> Path:
             _run(["tar", "-C", root, "--sort=name", "--numeric-owner", "--mtime=2020-01-01 00:00:00Z",
                   "--clamp-mtime", "--exclude=__pycache__", "-cf", work / "flwr.tar", *paths], "tar of the venv")
             shutil.rmtree(root)
-        env = (
-            "PATH=/python/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            "PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1", "PYTHONIOENCODING=UTF-8",
-            "LANG=C.UTF-8", "LC_ALL=C.UTF-8", "HOME=/app",
-        )
         images = [
             ImageConfig(name=f"docker.io/flwr/{component}:{version}", entrypoint=[command],
                         user=FLWR_USER, workdir="/app", env=env)
@@ -380,11 +407,26 @@ def build_agent(force: bool = False) -> Path:
     return archive
 
 
-def build_all(flwr_versions: Sequence[str] = FLWR_VERSIONS, force: bool = False) -> list[Path]:
+def example_versions(examples: Path = EXAMPLES_DIR) -> list[str]:
+    """The Flower versions whose images config/examples name (`tools/demo --real` runs them)."""
+    found: set[str] = set()
+    for path in sorted(examples.rglob("*.yaml")):
+        text = path.read_text()
+        found.update(_EXAMPLE_IMAGE.findall(text))
+        found.update(_EXAMPLE_CHART_TAG.findall(text))
+    return sorted(found, key=lambda v: tuple(int(n) for n in v.split(".")))
+
+
+def default_versions() -> list[str]:
+    """FLWR_VERSIONS and the examples' versions, oldest first."""
+    return sorted({*FLWR_VERSIONS, *example_versions()}, key=lambda v: tuple(int(n) for n in v.split(".")))
+
+
+def build_all(flwr_versions: Sequence[str] | None = None, force: bool = False) -> list[Path]:
     started = time.monotonic()
     archives = [build_pause(force)]
     build_base(force)
-    for version in flwr_versions:
+    for version in flwr_versions or default_versions():
         archives.append(build_flwr(version, force))
     log(f"images ready in {fmt_secs(time.monotonic() - started)}: {', '.join(a.name for a in archives)}")
     return archives
@@ -399,7 +441,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="build the images (cached) and print the archive paths")
-    b.add_argument("--flwr", action="append", metavar="VERSION", help=f"Flower versions (default {FLWR_VERSIONS})")
+    b.add_argument("--flwr", action="append", metavar="VERSION",
+                   help=f"Flower versions (default {FLWR_VERSIONS} and those config/examples name)")
     b.add_argument("--force", action="store_true", help="rebuild even when the cache is current")
     a = sub.add_parser("agent", help=f"build {AGENT_IMAGE} from the Dockerfile with buildah; print the archive")
     a.add_argument("--force", action="store_true", help="rebuild even when the cache is current")
@@ -411,7 +454,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "agent":
             print(build_agent(args.force))
             return 0
-        for archive in build_all(tuple(args.flwr or FLWR_VERSIONS), args.force):
+        for archive in build_all(args.flwr, args.force):
             print(archive)
     except DevclusterError as exc:
         print(f"error: {exc}", file=sys.stderr)

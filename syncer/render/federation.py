@@ -502,6 +502,9 @@ def _with_http_health(container: dict[str, Any], port: int, *, tls: bool) -> Non
 
     container["readinessProbe"] = probe(3)
     container["livenessProbe"] = probe(6)
+    # Liveness only once the API has answered: a 1.42 SuperLink took 66 s to serve on a loaded
+    # 2-core node (imports), and liveness alone restarted it every minute, for ever.
+    container["startupProbe"] = probe(30)
 
 
 def _port(name: str, number: int) -> dict[str, Any]:

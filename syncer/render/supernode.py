@@ -409,6 +409,13 @@ def _deployment(values: SuperNodeValues, release: str, plan: _Plan, selector: di
                     "failureThreshold": probe.failureThreshold,
                     "successThreshold": probe.successThreshold,
                 }
+        if plan.http_health and comp.livenessProbe.enabled:
+            # Liveness only once the API has answered: a 1.42 SuperNode took over 30 s to serve on a
+            # loaded 2-core node, and the chart's liveness (no delay, 3 x 10 s) restarted it for ever.
+            container["startupProbe"] = {
+                "httpGet": {"path": HEALTH_PATH, "port": plan.health_port, "scheme": "HTTP"},
+                "periodSeconds": 10, "timeoutSeconds": 1, "failureThreshold": 30,
+            }
     if mounts:
         container["volumeMounts"] = mounts
 

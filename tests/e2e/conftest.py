@@ -27,6 +27,7 @@ from typing import Any, NoReturn
 import pytest
 
 from tests.conftest import DEVCLUSTER, IN_CI, wait_until
+from tests.integration.superlinks import DEV, flower_bin
 from tests.integration.test_agent import Repos, free_port, git
 
 CLUSTER_NAME = f"e2e-{os.getpid()}"
@@ -196,16 +197,22 @@ def run_agent(tmp_path: Path, real_cluster: RealCluster) -> Iterator[Callable[[C
 
 
 def flwr_run(app: Path, address: str, home: Path, timeout: float = 300, run_config: str = "",
-             root_certificates: Path | None = None) -> str:
-    """`flwr run APP e2e --stream` against the Control API at `address` (TLS when given the CA);
-    returns its output."""
+             root_certificates: Path | None = None, version: str = "") -> str:
+    """`flwr run APP e2e --stream` against the Control API at `address` (TLS when given the CA),
+    with the `flwr` CLI of `version` (default: the dev venv's); returns its output."""
     home.mkdir(parents=True, exist_ok=True)
     tls = f'root-certificates = "{root_certificates}"' if root_certificates else "insecure = true"
     connection = f'[superlink.e2e]\naddress = "{address}"\n{tls}\n'
     (home / "config.toml").write_text(f'[superlink]\ndefault = "e2e"\n\n{connection}')
     work = home / "app"
     shutil.copytree(app, work, dirs_exist_ok=True)
-    flwr = Path(sys.executable).with_name("flwr")
+    # The CLI of the SuperLink's release (a CLI speaks its own release's Control API: gRPC up to
+    # 1.36, HTTP from 1.37): the dev venv's 1.26.0, or a venv made once by the set-up under
+    # ~/.cache/flower-syncer/flwr/<version> (shared with the Control API tests and tools/demo --real).
+    # That costs ~1-3 min once (the wheels mostly come from pip's cache after tools/images.py) and
+    # nothing after; running the CLI in a container image instead would need the app and its config
+    # copied into a pod, and a pod, for every run.
+    flwr = flower_bin(version or DEV) / "flwr"
     extra = ["--run-config", run_config] if run_config else []
     proc = subprocess.run([str(flwr), "run", str(work), "e2e", "--stream", *extra], capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, "FLWR_HOME": str(home)}, check=False)

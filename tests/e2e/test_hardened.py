@@ -102,7 +102,7 @@ def test_hardened_chart_releases_run_and_train(real_cluster: RealCluster, e2e_na
             assert seccomp.split()[1] == "2", seccomp  # filter mode: the runtime's default profile
 
     with real_cluster.port_forward(ns, "svc/hub-superlink", 9093) as port:
-        output = flwr_run(APP, f"127.0.0.1:{port}", tmp_path / "flwr")
+        output = flwr_run(APP, f"127.0.0.1:{port}", tmp_path / "flwr", version=FLWR)
     assert "E2E-SERVER rounds=2 final=[2.0, 2.0, 2.0, 2.0]" in output, output[-4000:]
 
     def reports(pod: str, container: str) -> set[tuple[str, ...]]:

@@ -1,9 +1,10 @@
 """A TLS SuperLink with SuperNode authentication, and SuperNode chart releases that reach it the
 way the chart documents: the SuperLink's certificate made by the test and put in a Secret, the
 releases copying its CA with `copyFromExistingSecret`, each with its own OpenSSH key pair, the
-public keys listed in Git and registered by flower-syncer through the Control API. Training
-completes over TLS; a SuperNode that trusts another CA, and one whose key is not listed, are
-refused, and their pools are reported not ready with the reason."""
+public keys listed in Git and registered by flower-syncer through the Control API (over HTTPS:
+the newest release serves it on its HTTP port). Training completes over TLS; a SuperNode that
+trusts another CA, and one whose key is not listed, are refused, and their pools are reported not
+ready with the reason."""
 
 from __future__ import annotations
 
@@ -194,7 +195,7 @@ def test_tls_and_node_auth_admit_only_the_listed_keys(real_cluster: RealCluster,
         home.mkdir()
         (home / "ca.crt").write_bytes(superlink_tls["ca.crt"])
         output = flwr_run(APP, f"127.0.0.1:{control_port}", home, run_config="num-nodes=3",
-                          root_certificates=home / "ca.crt")
+                          root_certificates=home / "ca.crt", version=FLWR)
     assert "E2E-SERVER rounds=2 final=[2.0, 2.0, 2.0, 2.0]" in output, output[-4000:]
     pods = [p["metadata"]["name"] for p in real_cluster.json("-n", ns, "get", "pods")["items"]]
     for prefix, partition in (("edge-a-flower-client-supernode-", "0"), ("edge-b-flower-client-supernode-", "1"),
@@ -205,7 +206,9 @@ def test_tls_and_node_auth_admit_only_the_listed_keys(real_cluster: RealCluster,
 
     # The two others are refused: the SuperNode exits, and `flower-syncer status` reports its pool
     # not ready, crash-looping; its log says why.
-    why = {"wrong-ca": "Tls handshake failed", "rogue": "No SuperNode found with the given public key"}
+    # (Flower 1.42's HTTP Fleet client; 1.26's gRPC one said "Tls handshake failed" and "No SuperNode
+    # found with the given public key", which a 1.42 SuperLink now logs on its side.)
+    why = {"wrong-ca": "CERTIFICATE_VERIFY_FAILED", "rogue": "Failed to activate SuperNode"}
     for name in ("wrong-ca", "rogue"):
         unit = f"supernode/{ns}/{name}"
 

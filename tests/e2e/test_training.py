@@ -1,7 +1,9 @@
 """What a user cares about most: a Federation pushed to Git becomes real Flower in real containers,
 and it trains. A commit, the agent applies it, the SuperLink and SuperNodes become Ready through
-their own gRPC health probes, `flwr run` submits a tiny numpy app through the Control API, and
-the rounds complete, with the node config each SuperNode was given reaching its ClientApp."""
+their own probes (HTTP /health from Flower 1.35, gRPC health before), `flwr run` submits a tiny
+numpy app through the Control API (HTTP from 1.37, gRPC before), and the rounds complete, with the
+node config each SuperNode was given reaching its ClientApp. The newest release in both isolation
+modes, and 1.26, the last release whose APIs are all gRPC."""
 
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ from tests.e2e.conftest import Agent, ConfigRepo, RealCluster, flwr_run, wait_re
 pytestmark = pytest.mark.e2e
 
 APP = Path(__file__).resolve().parent.parent / "fixtures" / "e2e-app"
-FLWR = "1.26.0"  # the images' Flower, and the `flwr` the tests run
+FLWR = "1.42.0"  # the newest served release: the images' Flower, and the `flwr` CLI the tests run
+OLD_FLWR = "1.26.0"  # the gRPC era (the dev extras' flwr)
 FEDERATION = """\
 apiVersion: flwr.exalsius.ai/v1
 kind: Federation
@@ -39,13 +42,13 @@ spec:
 """
 
 
-def federation(isolation: str, replicas: int) -> str:
+def federation(isolation: str, replicas: int, flwr: str = FLWR) -> str:
     """The Federation document; process isolation runs the apps in SuperExec sidecars."""
     process = isolation == "process"
     return FEDERATION.format(
-        isolation=isolation, flwr=FLWR, replicas=replicas,
-        superexec_image=f"\n    superexecImage: flwr/superexec:{FLWR}" if process else "",
-        images=f"{{superexecClientApp: flwr/superexec:{FLWR}}}" if process else "{}",
+        isolation=isolation, flwr=flwr, replicas=replicas,
+        superexec_image=f"\n    superexecImage: flwr/superexec:{flwr}" if process else "",
+        images=f"{{superexecClientApp: flwr/superexec:{flwr}}}" if process else "{}",
     )
 
 
@@ -62,23 +65,25 @@ def _client_reports(cluster: RealCluster, namespace: str, pods: list[str], conta
     return found
 
 
-@pytest.mark.parametrize("isolation", ["subprocess", "process"])
-def test_a_pushed_federation_trains(isolation: str, real_cluster: RealCluster, e2e_namespace: str,
+@pytest.mark.parametrize(("flwr", "isolation"), [(FLWR, "subprocess"), (FLWR, "process"), (OLD_FLWR, "subprocess")])
+def test_a_pushed_federation_trains(flwr: str, isolation: str, real_cluster: RealCluster, e2e_namespace: str,
                                     config_repo: ConfigRepo, run_agent: Callable[[ConfigRepo, str], Agent],
                                     tmp_path: Path) -> None:
     ns = e2e_namespace
     config_repo.commit({
         "flower-syncer.yaml": f"name: e2e\ndefaultNamespace: {ns}\n",
-        "federations/train.yaml": federation(isolation, replicas=3),
+        "federations/train.yaml": federation(isolation, replicas=3, flwr=flwr),
     }, "a federation of three")
     agent = run_agent(config_repo, ns)
 
-    # Ready means the real gRPC health probes pass, in the SuperLink and in every SuperNode.
+    # Ready means the real probes pass, in the SuperLink and in every SuperNode.
     wait_ready(real_cluster, ns, "statefulset", "train-superlink", 1, agent)
     wait_ready(real_cluster, ns, "statefulset", "train-supernode-p", 3, agent)
 
+    # The Service's control port (9093) is the Control API whatever the release: gRPC up to 1.36,
+    # the SuperLink's HTTP port from 1.37.
     with real_cluster.port_forward(ns, "svc/train-superlink", 9093) as port:
-        output = flwr_run(APP, f"127.0.0.1:{port}", tmp_path / "flwr")
+        output = flwr_run(APP, f"127.0.0.1:{port}", tmp_path / "flwr", version=flwr)
     assert "E2E-SERVER rounds=2 final=[2.0, 2.0, 2.0, 2.0]" in output, output[-4000:]
 
     # Every ClientApp got its own partition, as an integer, and the pool size, in both rounds.
