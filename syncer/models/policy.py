@@ -116,8 +116,10 @@ def narrow(admin: Guardrails, repo: Guardrails) -> tuple[Guardrails, list[tuple[
             values[name] = _narrow_namespaces(ours, admin, problems)
         elif isinstance(ours, list):
             limit = set(theirs or ())  # unset by the admin: nothing beyond the default is delegated
-            wider = [v for v in ours if v not in limit and not any(
-                isinstance(t, str) and fnmatch.fnmatchcase(str(v), t) for t in limit)]
+            # a pattern of the repository is within the admin's only if everything it matches is
+            # (team-* is not within team-?): the same rule as for namespaces
+            wider = [v for v in ours if v not in limit
+                     and not (isinstance(v, str) and pattern_within(v, [str(t) for t in limit]))]
             for value in wider:
                 problems.append((f"guardrails.{name}", f"{value!r} is beyond the admin's limit "
                                  f"({_listing(theirs)}); the admin's policy decides it, not the repository"))

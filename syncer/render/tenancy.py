@@ -2,20 +2,19 @@
 
 `apply_policy` narrows the repository's own guardrails to the admin's (a widening is an error
 naming the field and the admin's limit, and is left out), refuses a repository `name` or
-`renamedFrom` the admin does not allow, and fails a federation whose Control API target is not in
-the allowed list. The result is a RepoState like any other: render_repo checks each unit against
-the effective guardrails, and the plan carries who the repository is (`Tenancy`). Pure.
+`renamedFrom` the admin does not allow. The result is a RepoState like any other: render_repo checks
+each unit against the effective guardrails (render/control_targets.py: the Control API targets,
+where a federation's own SuperLink Service is always allowed), and the plan carries who the
+repository is (`Tenancy`). Pure.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 from dataclasses import dataclass
 from typing import Any
 
 from syncer.diagnostics import Diagnostic
-from syncer.models.federation import Federation
 from syncer.models.policy import RepositoryPolicy, narrow
 from syncer.repo.loader import SETTINGS_FILE
 from syncer.repo.state import RepoState
@@ -69,23 +68,6 @@ def apply_policy(state: RepoState, tenancy: Tenancy | None) -> RepoState:
     if refused:  # who the repository is, is in doubt: nothing of it is applied or pruned
         failed |= {u.unit for u in units}
         units = []
-    targets = rails.allowedControlApiTargets
-    if targets is not None:
-        kept = []
-        for loaded in units:
-            model = loaded.model
-            address = (model.control_api_address(loaded.unit.namespace)
-                       if isinstance(model, Federation) and model.supernode_auth else "")
-            if address and not any(fnmatch.fnmatchcase(address, t) for t in targets):
-                diags.append(Diagnostic(loaded.source, loaded.line, 1, "", f"{loaded.unit.kind} {loaded.unit.name!r} "
-                                        f"registers SuperNode keys with the Control API at {address!r}, which this "
-                                        f"repository may not reach (allowed: {', '.join(targets) or 'none'})",
-                                        "use the federation's own SuperLink, or ask the cluster's admins to allow "
-                                        "the address", unit=loaded.unit.id))
-                failed.add(loaded.unit)
-            else:
-                kept.append(loaded)
-        units = kept
     if not diags and rails == settings.guardrails:
         return state
     return dataclasses.replace(state, settings=settings.model_copy(update={"guardrails": rails}), units=units,

@@ -142,3 +142,11 @@ def test_validate_checks_the_repository_within_the_admins_policy(tmp_path: Path,
     policy.write_text("kind: Policy\ndefault: {guardrails: {allowedNamespaces: 7}}\n")
     assert main(["validate", str(repo)]) == 2
     assert "policy" in capsys.readouterr().err
+
+
+def test_a_repository_pattern_wider_than_the_admins_is_refused() -> None:
+    admin = Guardrails(allowedSecrets=["team-?"], allowedServiceAccounts=["trainer-*"])
+    rails, problems = narrow(admin, Guardrails.model_validate({
+        "allowedSecrets": ["team-*", "team-a"], "allowedServiceAccounts": ["trainer-gpu-*"]}))
+    assert rails.allowedSecrets == ["team-a"] and rails.allowedServiceAccounts == ["trainer-gpu-*"]
+    assert [f for f, _ in problems] == ["guardrails.allowedSecrets"]
