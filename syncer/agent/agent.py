@@ -213,7 +213,8 @@ class Agent:
                     "error": "this agent is a standby, not the Lease holder: send the request to the leader "
                              "(the standby only fetched)"}
         # an unknown unit may come with this fetch: then even without `wait`, answer once it is installed
-        known = unit is None or any(unit_matches(u, unit) for u in [*self.desired, *self.cache.state.inventories])
+        known = unit is None or any(unit_matches(u, unit) for u in [*self.desired,
+                                                                      *self.cache.state.inventories.copy()])
         waiter = Waiter(selector=unit) if wait or not known else None
         self.events.put(ResyncRequested(unit, waiter))
         if waiter is None:
@@ -350,8 +351,8 @@ class Agent:
         elif isinstance(event, InventoryDeleted):
             # rebuilt from the objects' labels by the next sync, so nothing becomes an orphan
             plan = self.installed.plan
-            if event.unit in self.desired or event.unit in vanished_units(self.cache.state, plan.repository,
-                                                                          plan.former_names):
+            if event.unit in self.desired or event.unit in vanished_units(
+                    self.cache.state, plan.repository, plan.former_names, plan.in_git, foreign=plan.foreign_source):
                 log.warning("inventory deleted out of band; rebuilding it from the labelled objects",
                             unit=event.unit.id)
                 self.work.add(event.unit)

@@ -68,7 +68,7 @@ def event_failed(agent: Agent, event: Event, _exc: BaseException, text: str) -> 
                     agent._waiters.remove(waiter)
     agent._report(unit, internal_error_event(unit, text))
     if agent._ours(unit):
-        agent.work.add(unit)  # a sync puts right whatever the event meant
+        agent.work.retry(unit)  # a sync puts right whatever the event meant (after a backoff: no tight loop)
 
 
 def sync_failed(agent: Agent, unit: Unit, exc: BaseException, text: str) -> None:

@@ -181,7 +181,8 @@ class FlowerUnits:
         """Bring every FlowerUnit in line with its unit's state; returns the writes made (0 when
         nothing changed). Leader only, once the first revision is loaded and the FlowerUnits listed."""
         agent = self.agent
-        if self.missing or not (agent.leading.is_set() and agent.loaded.is_set() and self.listed.is_set()):
+        if self.missing or not (agent.leading.is_set() and agent.loaded.is_set() and self.listed.is_set()
+                                and agent.cache.synced.is_set()):  # inventories listed: nothing deleted early
             return 0
         writes = 0
         with self._lock:
@@ -211,7 +212,11 @@ class FlowerUnits:
         for unit, obj in seen.items():
             repository = (obj.get("metadata", {}).get("labels") or {}).get(LABEL_REPOSITORY, "")
             if unit not in rows and plan.owns(repository):
-                writes += self._delete(unit, obj)
+                try:
+                    writes += self._delete(unit, obj)
+                except ApiError as exc:  # one unit's FlowerUnit never holds up the others'
+                    if not exc.not_found:
+                        self._warn(unit, exc)
         return writes
 
     def _write(self, unit: Unit, observed: dict[str, Any] | None, desired: dict[str, Any], now: str) -> int:
@@ -271,4 +276,6 @@ def _rv(obj: Mapping[str, Any]) -> int:
 
 def _unit_of(obj: Mapping[str, Any]) -> Unit | None:
     meta = obj.get("metadata") or {}
-    return Unit.from_labels(meta.get("namespace", ""), meta.get("labels"))
+    unit = Unit.from_labels(meta.get("namespace", ""), meta.get("labels"))
+    # only the object of that name is the unit's: another one with copied labels is not ours
+    return unit if unit is not None and meta.get("name") == object_name(unit) else None

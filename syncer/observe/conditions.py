@@ -202,7 +202,8 @@ def healthy_condition(pools: Sequence[PoolFigures] | None, *, found: bool = True
 
 
 def _rank(c: UnitCondition) -> int:
-    return {HealthReason.HEALTHY: 0, HealthReason.UNKNOWN: 1, HealthReason.PROGRESSING: 2,
-            HealthReason.DEGRADED: 3}.get(HealthReason(c.reason), 1)
+    ranks: dict[str, int] = {HealthReason.HEALTHY: 0, HealthReason.UNKNOWN: 1, HealthReason.PROGRESSING: 2,
+                             HealthReason.DEGRADED: 3}
+    return ranks.get(str(c.reason), 1)  # a check's own reason ranks as Unknown
 
 

@@ -75,11 +75,13 @@ def load_receivers(path: Path) -> list[Receiver]:
     docs, problems = load_documents(path.read_text(), str(path))
     if problems or not docs or not isinstance(docs[0].data, dict):
         raise ValueError(f"{path}: not a notification config ({problems[0].render() if problems else 'empty'})")
-    out = []
+    out: list[Receiver] = []
     for i, r in enumerate(docs[0].data.get("receivers") or []):
         name = str(r.get("name") or f"receivers[{i}]") if isinstance(r, dict) else f"receivers[{i}]"
         if not isinstance(r, dict) or r.get("type") not in ("generic", "slack", "msteams") or not r.get("urlFile"):
             raise ValueError(f"{path}: receiver {name} needs type (generic, slack or msteams) and urlFile")
+        if any(o.name == name for o in out):  # each receiver has its queue, worker and metrics by name
+            raise ValueError(f"{path}: receiver {name}: the name is used twice; give each receiver its own")
         if r.get("severity", "info") not in ("info", "error"):
             raise ValueError(f"{path}: receiver {name}: severity is info or error")
         try:

@@ -22,16 +22,21 @@ from syncer.cluster.flower_control import ControlApi
 from syncer.engine.sync import Engine, SyncOptions
 from syncer.render.repo import plan_repo, render_repo
 from syncer.repo.loader import load_repo
+from tests.builders import federation
 from tests.conftest import IN_CI, KubeCluster, wait_until
 from tests.integration.gitservers import free_port
 from tests.integration.test_node_auth import stop
-from tests.unit.test_federation_tls import FED
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 from build_cert_manager import binary_path, crd_paths
 
 pytestmark = pytest.mark.cluster
 BIN = Path(sys.executable).parent
+
+
+def tls_federation(annotations: str) -> str:
+    """The builders' Federation with `insecure: false` and `annotations` (a YAML flow mapping)."""
+    return federation(annotations=annotations[1:-1], insecure=False)
 
 
 @pytest.fixture
@@ -95,7 +100,7 @@ def test_a_certificate_cert_manager_issues_serves_a_tls_superlink(cert_manager: 
     (repo / "federations").mkdir(parents=True)
     (repo / "flower-syncer.yaml").write_text(f"name: {namespace}\ndefaultNamespace: {namespace}\n")
     (repo / "federations" / "fed.yaml").write_text(
-        FED.replace("{annotations}", '{"flower-syncer.io/superlink-tls-secret": superlink-tls}'))
+        tls_federation('{"flower-syncer.io/superlink-tls-secret": superlink-tls}'))
     state = load_repo(repo)
     report = Engine(kube).sync(plan_repo(state, render_repo(state)), SyncOptions())
     assert report.ok, report.to_dict()
@@ -148,8 +153,7 @@ def test_flower_syncer_renders_the_certificate_and_cert_manager_issues_it(
     repo = tmp_path / "repo"
     (repo / "federations").mkdir(parents=True)
     (repo / "flower-syncer.yaml").write_text(f"name: {namespace}\ndefaultNamespace: {namespace}\n")
-    (repo / "federations" / "fed.yaml").write_text(FED.replace(
-        "{annotations}", '{"flower-syncer.io/superlink-issuer": flower-ca, '
+    (repo / "federations" / "fed.yaml").write_text(tls_federation('{"flower-syncer.io/superlink-issuer": flower-ca, '
                          '"flower-syncer.io/superlink-tls-extra-names": "127.0.0.1, localhost"}'))
     state = load_repo(repo)
     assert state.diagnostics == []

@@ -12,9 +12,14 @@ from syncer.cluster.client import Kube
 from syncer.engine.sync import Engine, SyncOptions
 from syncer.render.repo import plan_repo, render_repo
 from syncer.repo.loader import load_repo
-from tests.unit.test_federation_tls import FED
+from tests.builders import federation
 
 pytestmark = pytest.mark.cluster
+
+
+def tls_federation(annotations: str) -> str:
+    """The builders' Federation with `insecure: false` and `annotations` (a YAML flow mapping)."""
+    return federation(annotations=annotations[1:-1], insecure=False)
 
 
 def test_a_tls_federation_syncs_on_a_real_api_server(kube: Kube, namespace: str, tmp_path: Path) -> None:
@@ -25,7 +30,7 @@ def test_a_tls_federation_syncs_on_a_real_api_server(kube: Kube, namespace: str,
     (tmp_path / "federations").mkdir()
     (tmp_path / "flower-syncer.yaml").write_text(f"name: {namespace}\ndefaultNamespace: {namespace}\n")
     (tmp_path / "federations" / "fed.yaml").write_text(
-        FED.replace("{annotations}", '{"flower-syncer.io/superlink-tls-secret": superlink-tls}'))
+        tls_federation('{"flower-syncer.io/superlink-tls-secret": superlink-tls}'))
     state = load_repo(tmp_path)
 
     def sync() -> int:

@@ -272,3 +272,12 @@ def test_the_adapter_maps_each_state_to_ready(state: dict[str, Any], expected: t
     assert (cond["type"], cond["status"], cond["reason"], cond["message"]) == ("Ready", *expected)
     assert [c["type"] for c in status["conditions"]] == ["Ready", "Synced", "Healthy"]
     assert ("lastAppliedRevision" in status) is (state["conditions"][0]["status"] == "True")
+
+
+def test_only_the_object_of_the_units_name_is_its_flowerunit() -> None:
+    """A FlowerUnit made by hand with a unit's labels but another name is not taken for the unit's."""
+    from syncer.agent.flowerunits import _unit_of
+
+    labels = FED_UNIT.labels()
+    assert _unit_of({"metadata": {"name": object_name(FED_UNIT), "namespace": NS, "labels": labels}}) == FED_UNIT
+    assert _unit_of({"metadata": {"name": "look-alike", "namespace": NS, "labels": labels}}) is None

@@ -95,6 +95,10 @@ def test_receivers_from_a_file_never_leak_urls(tmp_path: Path) -> None:
     config.write_text("receivers:\n  - name: bad\n    type: pager\n    urlFile: x\n")
     with pytest.raises(ValueError, match="receiver bad needs type"):
         load_receivers(config)
+    twice = "  - name: ops\n    type: generic\n    urlFile: " + str(tmp_path / "url") + "\n"
+    config.write_text("receivers:\n" + twice + twice)
+    with pytest.raises(ValueError, match="receiver ops: the name is used twice"):
+        load_receivers(config)
 
 
 def test_stop_sends_what_is_queued(sink: Sink) -> None:
