@@ -28,6 +28,7 @@ from syncer.render.sealed import seal
 from syncer.render.secret import render_secret
 from syncer.render.supernode import render_supernode
 from syncer.render.tenancy import Tenancy
+from syncer.repo.encrypted import redact_values
 from syncer.repo.state import LoadedUnit, RepoState
 
 
@@ -288,6 +289,8 @@ def _render_repo(state: RepoState, selectors: list[str] | None, cache: RenderCac
         else:
             result.unselected[unit] = manifests
     result.claims = owners.shared_claims({u for u in rendered if u in result.failed})
+    # a guardrail or render message may quote a rendered value, and a value may be a decrypted one
+    result.diagnostics[:] = redact_values(result.diagnostics, state.secrets)
     result.diagnostics.sort()
     return result
 

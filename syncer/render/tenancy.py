@@ -16,6 +16,7 @@ from typing import Any
 
 from syncer.diagnostics import Diagnostic
 from syncer.models.policy import RepositoryPolicy, narrow
+from syncer.repo.encrypted import redact_values
 from syncer.repo.loader import SETTINGS_FILE
 from syncer.repo.state import RepoState
 
@@ -70,5 +71,6 @@ def apply_policy(state: RepoState, tenancy: Tenancy | None) -> RepoState:
         units = []
     if not diags and rails == settings.guardrails:
         return state
+    diags = redact_values(diags, state.secrets)  # they quote what the repository asked for
     return dataclasses.replace(state, settings=settings.model_copy(update={"guardrails": rails}), units=units,
                                failed=failed, diagnostics=[*state.diagnostics, *diags])

@@ -75,13 +75,19 @@ def scrub(diags: Sequence[Diagnostic], secrets: Mapping[str, frozenset[str]],
           opaque: Mapping[str, Sequence[str]]) -> list[Diagnostic]:
     """Diagnostics with no plaintext of an encrypted file in them (messages may quote values), and
     none about values that were left encrypted."""
-    out = []
-    for d in diags:
-        if any(d.path == p or d.path.startswith((p + ".", p + "[")) for p in opaque.get(d.file, ())):
-            continue
-        values = sorted((s for s in secrets.get(d.file, ()) if scrubbable(s)), key=len, reverse=True)
-        message, hint = d.message, d.hint
-        for v in values:
-            message, hint = message.replace(v, REDACTED), hint.replace(v, REDACTED)
-        out.append(replace(d, message=message, hint=hint) if values else d)
-    return out
+    return [_redacted(d, secrets.get(d.file, frozenset())) for d in diags
+            if not any(d.path == p or d.path.startswith((p + ".", p + "[")) for p in opaque.get(d.file, ()))]
+
+
+def redact_values(diags: Sequence[Diagnostic], secrets: frozenset[str]) -> list[Diagnostic]:
+    """Diagnostics made after loading (rendering, guardrails, the admin's policy) with no plaintext
+    of any encrypted file of the repository in them: a rendered value may come from any file."""
+    return [_redacted(d, secrets) for d in diags] if secrets else list(diags)
+
+
+def _redacted(d: Diagnostic, secrets: frozenset[str]) -> Diagnostic:
+    values = sorted((s for s in secrets if scrubbable(s)), key=len, reverse=True)
+    message, hint = d.message, d.hint
+    for v in values:
+        message, hint = message.replace(v, REDACTED), hint.replace(v, REDACTED)
+    return replace(d, message=message, hint=hint) if (message, hint) != (d.message, d.hint) else d

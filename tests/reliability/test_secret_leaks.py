@@ -243,3 +243,19 @@ def test_keyed_digests_keep_an_unchanged_repository_at_zero_writes(tmp_path: Pat
     assert kube.get("Secret", NS, "edge-credentials") is None  # pruned with its unit's objects
     assert kube.get("Secret", NS, KEY_SECRET) is not None  # the key stays
     assert Unit("supernode", NS, "edge")
+
+
+def test_a_guardrail_message_never_quotes_a_decrypted_value(tmp_path: Path, key: tuple[Path, str]) -> None:
+    """Render and guardrail diagnostics are made after loading and quote what was asked for (a
+    ServiceAccount, a host path): a value from an encrypted file is redacted there too, as in the
+    loader's own diagnostics (they reach the log, Events, notifications and status)."""
+    key_file, public = key
+    pools = ("      - name: a\n        replicas: 1\n        images: {}\n"
+             "        podTemplate: {spec: {serviceAccountName: sa-very-secret-name}}\n")
+    text = FED.format(name="fed", pools=pools, annotations="")
+    (tmp_path / "federations").mkdir()
+    (tmp_path / "flower-syncer.yaml").write_text(f"name: leaks\ndefaultNamespace: {NS}\n")
+    (tmp_path / "federations" / "fed.yaml").write_text(encrypt(text, public, encrypted_regex="^serviceAccountName$"))
+    found = errors(tmp_path, key_file)
+    assert found and any("serviceAccountName" in e for e in found), found
+    assert not any("sa-very-secret-name" in e for e in found), found
