@@ -1,4 +1,4 @@
-"""Where the agent may register SuperNode keys (issue 25, finding 4).
+"""Control API targets: where a federation may register SuperNode keys.
 
 A Federation with SuperNode authentication has its keys registered at a Control API. By default
 that is its own SuperLink Service (`<fed>-superlink.<ns>.svc` at the Control port of its Flower
@@ -51,7 +51,7 @@ def control_target_diagnostics(state: RepoState, allowed: Sequence[str] = ()) ->
                 "and the cluster's admins allow no other target like it: flower-syncer registers SuperNode keys "
                 "only where the admin policy allows",
                 f"remove {ANN_CONTROL_API_ADDRESS} to use {own[1]}, or ask the cluster's admins to allow this "
-                "target in the agent's configuration", unit=loaded.unit.id))
+                "target in their policy (allowedControlApiTargets)", unit=loaded.unit.id))
             failed.add(loaded.unit)
             continue
         by_target.setdefault(address.lower(), []).append(loaded)

@@ -8,7 +8,7 @@ the decrypted values (`LoadedUnit.sealed`, as text, of any type). After renderin
 - an `args` or `command` item that holds one (a `--node-config` pair, `extraArgs`, the node-config
   shell wrapper) becomes `$(FLOWER_SYNCER_SEALED_<n>)`, an environment variable from the Secret,
   which the kubelet expands into exactly the original text (an expanded value is not expanded
-  again). Values shorter than three characters (`3`, `true`) are looked for only in node config.
+  again). Values shorter than three characters (`3`, `no`) are looked for only in node config.
 
 The values go to one Secret per workload, `<workload>-sealed` (keys `<container>.<field>.<i>`),
 rendered as an object of the unit. So that the pods roll when a value changes, the pod template
