@@ -22,7 +22,14 @@ from syncer.models.federation_spec import (
     Pool,
 )
 from syncer.models.federation_versions import federation_version_issues
-from syncer.models.flower import ANN_FLOWER_VERSION, FlowerInterface, Transport, image_version, interface_of_image
+from syncer.models.flower import (
+    ANN_FLOWER_VERSION,
+    FlowerInterface,
+    Transport,
+    flower_interface,
+    image_version,
+    interface_of_image,
+)
 from syncer.models.k8s import Issue, reserved_env_issues
 from syncer.models.names import (
     DNS1123_SUBDOMAIN,
@@ -43,7 +50,6 @@ from syncer.models.nodeauth import (
     ANN_CONTROL_API_ADDRESS,
     ANN_SUPERNODE_AUTH,
     ANN_SUPERNODE_KEYS,
-    AUTH_SINCE,
     KEY_HINT,
     NodeKey,
     control_address_problem,
@@ -280,7 +286,7 @@ class Federation(StrictModel):
             issues.append(Issue(at, "SuperNode authentication needs a TLS SuperLink (Flower refuses it with "
                                 "--insecure)", f"set insecure: false and name the certificate in {ANN_TLS_SECRET}"))
         version = image_version(spec.superlink.image)
-        if version is not None and version < AUTH_SINCE:
+        if version is not None and not flower_interface(version).supernode_auth:
             issues.append(Issue(("spec", "superlink", "image"), f"SuperNode authentication with keys registered "
                                 f"through the Control API needs Flower 1.23 or newer, not {spec.superlink.image}",
                                 "use a newer SuperLink image, or set supernode-auth: disabled"))

@@ -31,7 +31,6 @@ ANN_SUPERNODE_AUTH = "flower-syncer.io/supernode-auth"  # enabled | disabled (de
 ANN_SUPERNODE_KEYS = "flower-syncer.io/supernode-public-keys"  # one OpenSSH public key per line
 ANN_CONTROL_API_ADDRESS = "flower-syncer.io/control-api-address"  # where the agent reaches the Control API
 CONTROL_API_PORT = 9093  # gRPC Control (--control-api-address), Flower before 1.37
-AUTH_SINCE = (1, 23)  # --enable-supernode-auth with keys registered through the Control API
 # Which transport and port a release's Control API has: syncer.models.flower (control_transport,
 # control_port): gRPC on 9093 before 1.37, HTTP on the SuperLink's --port (8000) from 1.37.
 
