@@ -549,7 +549,7 @@ class Agent:
             self.work.forget(unit)
         else:
             delay = self.work.retry(unit)
-            log.warning("unit failed; retrying", unit=unit.id, retry_in=delay)
+            log.warning("unit failed; retrying", unit=unit.id, retry_in=delay, error=result.first_error())
         if not opts.dry_run:
             for ev in sync_events(unit, result, known, revision):
                 self._report(unit, ev)

@@ -37,7 +37,7 @@ def sync_events(unit: Unit, result: UnitResult, known: Collection[ObjectRef], re
     counts = Counter(c.action.value for c in result.changes if c.action.is_change and c.action is not Action.FAILED)
     if not result.ok:
         failed = result.failures()
-        first = result.errors[0] if result.errors else (f"{failed[0].ref}: {failed[0].message}" if failed else "")
+        first = result.first_error()
         events.append(Event(inv, "Warning", "SyncFailed", "Sync",
                             f"revision {rev}: {len(failed)} object(s) failed; {first}".rstrip("; ")))
     elif counts:

@@ -77,6 +77,14 @@ class ApiError(Exception):
         return self.status == 404
 
     @property
+    def unserved(self) -> bool:
+        """A 404 for the resource type itself, not for one object: the API server serves no such
+        group, version or resource (a CustomResourceDefinition that is not installed). It answers
+        those with a bare `404 page not found`, or a Status naming no object; a missing object or
+        namespace is a Status that names it (`details.name`, `details.kind`)."""
+        return self.status == 404 and not self.details.get("name") and not self.details.get("kind")
+
+    @property
     def conflict(self) -> bool:
         return self.status == 409
 

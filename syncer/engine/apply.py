@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from syncer.cluster.client import FIELD_MANAGER, ApiError, Kube
+from syncer.cluster.client import FIELD_MANAGER, RESOURCES, ApiError, Kube
 from syncer.engine.changeset import Action, Cause, Change
 from syncer.engine.inventory import Entry
 from syncer.engine.normalize import (
@@ -72,6 +72,32 @@ class ImmutableFieldError(ApplyError):
 
     def __init__(self, ref: ObjectRef, error: ApiError) -> None:
         super().__init__(ref, f"immutable field changed: {error.message}", error)
+
+
+# What serves the custom kinds flower-syncer renders, by API group: what to install when it is missing.
+_PROVIDERS = {
+    "cert-manager.io": "cert-manager (https://cert-manager.io/docs/installation/; `tools/demo --with cert-manager` "
+                       "runs it in the demo)",
+    "monitoring.coreos.com": "the Prometheus Operator",
+    "flower-syncer.io": "the chart's CRDs (charts/flower-syncer/crds)",
+}
+
+
+class MissingKindError(ApplyError):
+    """The API server does not serve the object's kind: its CustomResourceDefinition is missing."""
+
+    cause = Cause.MISSING_CRD
+
+    def __init__(self, ref: ObjectRef, api_version: str, error: ApiError) -> None:
+        group = api_version.rpartition("/")[0] or "core"
+        plural = RESOURCES[ref.kind].plural if ref.kind in RESOURCES else ref.kind.lower() + "s"
+        self.crd = f"{plural}.{group}"
+        provider = _PROVIDERS.get(group)
+        self.hint = (f"install {provider} in the cluster, or remove the {ref.kind} from Git" if provider else
+                     f"install the operator that provides {ref.kind} ({api_version}) in the cluster, or remove "
+                     f"the {ref.kind} from Git")
+        super().__init__(ref, f"the cluster has no {ref.kind} kind ({api_version}): the CustomResourceDefinition "
+                              f"{self.crd} is not installed", error)
 
 
 def is_immutable(exc: ApiError) -> bool:
@@ -230,6 +256,8 @@ class Applier:
                 raise ConflictError(ref, _conflicting_fields(exc), exc) from exc
             if is_immutable(exc):
                 raise ImmutableFieldError(ref, exc) from exc
+            if exc.unserved:
+                raise MissingKindError(ref, str(desired.get("apiVersion", "")), exc) from exc
             raise
 
     def _recreate(self, ref: ObjectRef, desired: Manifest, live: dict[str, Any], digest: str) -> Outcome:

@@ -65,6 +65,7 @@ class Cause(StrEnum):
     DIGEST_KEY = "DigestKeyUnavailable"  # the namespace's key for fingerprinting Secrets from Git (engine.digestkey)
     FORBIDDEN = "Forbidden"  # the API server said 403
     INVALID = "Invalid"  # the API server said 422
+    MISSING_CRD = "MissingCRD"  # the API server serves no such kind: its CustomResourceDefinition is not installed
     API_ERROR = "ApiError"  # any other answer of the API server
     UNREACHABLE = "Unreachable"  # the API server could not be reached (network, TLS, credentials)
     WOULD_PRUNE_ALL = "WouldPruneAll"  # refused: the repository or unit renders nothing (see --allow-empty)
@@ -141,6 +142,16 @@ class UnitResult:
     def failures(self) -> list[Change]:
         """The changes that failed."""
         return [c for c in self.changes if c.action is Action.FAILED]
+
+    def first_error(self) -> str:
+        """What to show first of a failed result (status, Events, the log): an object whose kind the
+        cluster does not serve, as what else fails follows from it (the Secret cert-manager would
+        write for a Certificate), then the unit's own first error, then the first failed object."""
+        failed = self.failures()
+        shown = [c for c in failed if c.cause is Cause.MISSING_CRD] or ([] if self.errors else failed)
+        if shown:
+            return f"{shown[0].ref}: {shown[0].message}"
+        return self.errors[0] if self.errors else ""
 
     def conflicts(self) -> list[Change]:
         """The changes not applied because another server-side applier owns some of their fields."""

@@ -23,7 +23,9 @@ def outcome_condition(res: UnitResult, revision: str) -> Condition:
                                                   f"owns: {', '.join(map(str, conflicts[:3]))}"), utc_now(), revision)
     if failed:
         listed = ", ".join(str(c.ref) for c in failed[:3])
-        return Condition(False, "SyncFailed", short(f"{len(failed)} object(s) failed: {listed}"), utc_now(), revision)
+        first = res.first_error()  # one that names a missing CustomResourceDefinition comes first
+        return Condition(False, "SyncFailed", short(f"{len(failed)} object(s) failed: {listed}; {first}"), utc_now(),
+                         revision)
     return Condition(False, "SyncFailed", short(res.errors[0] if res.errors else "the sync failed"), utc_now(),
                      revision)
 

@@ -123,7 +123,7 @@ def synced_condition(*, config_errors: Sequence[Diagnostic] = (), result: UnitRe
                              + ", ".join(str(c.ref) for c in conflicts[:3]))
     reason = _BY_CAUSE.get(result.cause, SyncedReason.SYNC_FAILED) if result.cause else SyncedReason.SYNC_FAILED
     failed = result.failures()
-    message = (result.errors[0] if result.errors else
+    message = (result.first_error() if result.errors or any(c.cause is Cause.MISSING_CRD for c in failed) else
                "; ".join(f"{c.ref}: {c.message}" for c in failed[:3]) or "the sync failed")
     return UnitCondition("Synced", False, reason, message)
 

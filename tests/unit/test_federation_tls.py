@@ -8,8 +8,11 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
+from syncer.agent.reporting import sync_events
 from syncer.engine.changeset import Cause
+from syncer.engine.outcome import outcome_condition
 from syncer.engine.sync import Engine, SyncOptions
+from syncer.observe.conditions import synced_condition
 from syncer.render.repo import plan_repo, render_repo
 from syncer.repo.loader import load_repo
 from tests.builders import NS, by_kind, federation
@@ -105,3 +108,32 @@ def test_bad_issuer_and_names_are_validation_errors(tmp_path: Path) -> None:
                                      '"flower-syncer.io/superlink-tls-extra-names": "bad_name"}'))
     messages = sorted(d.message for d in state.diagnostics if d.severity == "error")
     assert messages == ["'Vault/x' is not an issuer", "'bad_name' is neither a DNS name nor an IP address"]
+
+
+def test_a_certificate_without_cert_manager_names_the_crd_and_what_to_install(tmp_path: Path) -> None:
+    """Issue 26: the API server answers a kind it does not serve with a bare `404 page not found`;
+    the failed object names the CustomResourceDefinition and what to install (cause MissingCRD),
+    never the server's text, and the objects that do exist are still applied."""
+    state = load_repo(repo(tmp_path, '{"flower-syncer.io/superlink-issuer": Issuer/flower-ca}'))
+    server = FakeApiServer(absent={"Certificate"})
+    server.add_namespace(NS)
+    kube = FakeKube(server)
+    result = Engine(kube).sync(plan_repo(state, render_repo(state)), SyncOptions())
+    (unit,) = result.units
+    (failed,) = [c for c in unit.changes if c.action.value == "failed"]
+    assert str(failed.ref) == f"Certificate/{NS}/fed-superlink"
+    assert failed.cause is Cause.MISSING_CRD
+    assert "certificates.cert-manager.io is not installed" in failed.message
+    assert "install cert-manager" in failed.message
+    assert "404 page not found" not in failed.message
+    assert unit.first_error().startswith(f"Certificate/{NS}/fed-superlink: the cluster has no Certificate kind")
+    synced = synced_condition(result=unit)  # status, the FlowerUnit; Events and the log say first_error too
+    assert not synced.status and "certificates.cert-manager.io" in synced.message
+    assert "certificates.cert-manager.io" in outcome_condition(unit, "abc").message  # the inventory's record
+    (event,) = [e for e in sync_events(unit.unit, unit, (), "abc") if e.reason == "SyncFailed"]
+    assert "CustomResourceDefinition certificates.cert-manager.io is not installed" in event.note
+    assert kube.get("Service", NS, "fed-superlink") is not None  # the rest was applied
+    server.absent.clear()  # cert-manager installed: the next sync applies it
+    again = Engine(kube).sync(plan_repo(state, render_repo(state)), SyncOptions())
+    assert {c.cause for u in again.units for c in u.changes if c.action.value == "failed"} == set()
+    assert kube.get("Certificate", NS, "fed-superlink") is not None
