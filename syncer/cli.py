@@ -197,6 +197,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-headers", action="store_true", help="print the table without its header line")
     p.set_defaults(func=cmd_history)
 
+    p = sub.add_parser("keygen", help="make an age key pair for SOPS (what age-keygen makes)",
+                       description="Make a new age identity (AGE-SECRET-KEY-1...) and print its public key "
+                                   "(age1...), as age-keygen does: give the public key to sops as a recipient "
+                                   "(.sops.yaml's creation rules) and the identity file to flower-syncer "
+                                   "(--decryption-key-file, the chart's decryption.existingSecret) and to sops "
+                                   "(SOPS_AGE_KEY_FILE). Needs no cluster.")
+    p.add_argument("-o", "--output-file", dest="key_out", metavar="FILE", type=Path, default=None,
+                   help="write the identity to FILE (mode 0600; an existing FILE is never overwritten) and print "
+                        "the public key; default: print the identity file to stdout")
+    p.set_defaults(func=cmd_keygen)
+
     p = sub.add_parser("completion", help="print a shell completion script (bash, zsh or fish)",
                        description="Print the completion script for a shell. Load it with, e.g., "
                                    "`source <(flower-syncer completion bash)` or put it into your shell's "
@@ -493,6 +504,29 @@ def cmd_resync(args: argparse.Namespace) -> int:
     return EXIT_OK if result.done and result.ok else EXIT_FAILED
 
 
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    from syncer.secrets.keygen import generate
+
+    key = generate()
+    if args.key_out is None:
+        sys.stdout.write(key.file_text())
+        print(f"Public key: {key.recipient}", file=sys.stderr)
+        return EXIT_OK
+    try:  # created, never replaced, and readable by its owner only from the first byte on
+        fd = os.open(args.key_out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        print(f"error: {args.key_out} exists; not overwriting a key (remove it first, or name another file)",
+              file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:
+        print(f"error: cannot create {args.key_out}: {exc.strerror}", file=sys.stderr)
+        return EXIT_USAGE
+    with os.fdopen(fd, "w") as out:
+        out.write(key.file_text())
+    print(f"Public key: {key.recipient}")
+    return EXIT_OK
 
 
 def cmd_completion(args: argparse.Namespace) -> int:

@@ -42,7 +42,8 @@ def load_identities(paths: Sequence[Path | str]) -> tuple[Any, ...]:
         keys = [line.strip() for line in text.splitlines() if line.strip().startswith("AGE-SECRET-KEY-1")]
         if not keys:
             raise SopsError(f"the decryption key file {path} holds no age identity (AGE-SECRET-KEY-1...)",
-                            "make one with age-keygen, and give the public key to sops as a recipient")
+                            "make one with `flower-syncer keygen -o FILE` (or age-keygen), and give the public "
+                            "key to sops as a recipient")
         for i, line in enumerate(keys, 1):
             try:
                 found.append(pyrage.x25519.Identity.from_str(line))
