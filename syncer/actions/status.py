@@ -10,8 +10,17 @@ from syncer.cluster.client import Kube
 from syncer.diagnostics import Diagnostic
 from syncer.engine.outcome import config_error_condition
 from syncer.engine.sync import Engine, SyncOptions
-from syncer.identity import Manifest, Unit
-from syncer.observe.status import StatusReport, discover_units, drift_counts, status
+from syncer.identity import Manifest, Unit, unit_matches
+from syncer.observe.status import (
+    StatusReport,
+    Target,
+    collect_status,
+    discover_units,
+    drift_counts,
+    resolve_targets,
+    status,
+    unloaded_units,
+)
 from syncer.plan import Plan
 
 
@@ -29,9 +38,15 @@ class StatusResult:
 
 def cluster_status(kube: Kube, selectors: Sequence[str] = (),
                    namespaces: Sequence[str] | None = None) -> StatusResult:
-    """The units flower-syncer has applied (found by their inventories)."""
+    """The units flower-syncer has applied (found by their inventories), and those in Git that
+    never loaded (no inventory; their FlowerUnit says why)."""
     units = list(discover_units(kube, namespaces)) if namespaces else None
-    return StatusResult(status(kube, units, selectors=selectors))
+    targets = resolve_targets(kube, units, selectors)
+    known = {t.unit for t in targets}
+    for unit, condition in unloaded_units(kube, namespaces).items():
+        if unit not in known and (not selectors or any(unit_matches(unit, s) for s in selectors)):
+            targets.append(Target(unit, {}, condition=condition))
+    return StatusResult(collect_status(kube, sorted(targets, key=lambda t: t.unit)))
 
 
 def repo_status(kube: Kube, plan: Plan, errors: Sequence[Diagnostic] = ()) -> StatusResult:

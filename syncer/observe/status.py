@@ -249,6 +249,34 @@ def _read_inventories(kube: Kube, namespaces: Iterable[str] | None = None) -> Li
     return found
 
 
+NEVER_APPLIED = ("ConfigError", "Decryption")  # Synced reasons of a unit that may never have loaded
+
+
+def unloaded_units(kube: Kube, namespaces: Iterable[str] | None = None) -> dict[Unit, Condition]:
+    """Units in Git that the agent could not load and that have no inventory yet (a new unit whose
+    file does not parse, or cannot be decrypted): the leader writes their Synced condition on their
+    FlowerUnit (syncer/agent/flowerunits.py), as for every unit. {} when FlowerUnits cannot be read
+    (the CRD not installed, no right to list them): `status` then shows the units it can."""
+    scopes: list[str | None] = [*sorted(set(namespaces))] if namespaces is not None else [None]
+    found: dict[Unit, Condition] = {}
+    for ns in scopes:
+        try:
+            items, _ = kube.list("FlowerUnit", ns)
+        except ApiError:
+            return {}
+        for obj in items:
+            meta = obj.get("metadata") or {}
+            unit = Unit.from_labels(meta.get("namespace", ""), meta.get("labels"))
+            if unit is None or meta.get("name") != f"{unit.kind}.{unit.name}":  # only the unit's own
+                continue
+            status_ = obj.get("status") or {}
+            synced = next((c for c in status_.get("conditions") or [] if c.get("type") == "Synced"), None)
+            if synced and synced.get("status") == "False" and synced.get("reason") in NEVER_APPLIED:
+                found[unit] = Condition(False, str(synced["reason"]), str(synced.get("message", "")),
+                                        str(synced.get("lastTransitionTime", "")))
+    return found
+
+
 def resolve_targets(kube: Kube, units: UnitsArg = None, selectors: Sequence[str] = ()) -> list[Target]:
     """Targets for units: a list of Units (expected workloads from their inventories), a mapping
     of Unit to rendered manifests (None: from the inventory), or None for every unit with an

@@ -12,11 +12,12 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from syncer.cluster.client import Kube
-from tests.conftest import KubeCluster, wait_until
+from tests.conftest import REPO, KubeCluster, wait_until
 from tests.integration.test_agent import AgentProc, Repos, repos, start_agent
 from tests.reliability.test_sops_corpus import SECRET, new_key, sops_encrypt
 
@@ -69,3 +70,44 @@ def test_encrypted_files_are_applied_and_never_shown(repos: Repos, start_agent: 
     for text in shown:
         for plain in (PLAIN, PLAIN + "-rotated", "api-key-plaintext-42"):
             assert plain not in text
+
+
+def test_a_new_unit_that_cannot_be_decrypted_shows_in_plain_status_and_kubectl_get(
+        repos: Repos, start_agent: Callable[..., AgentProc], kube_cluster: KubeCluster, namespace: str,
+        tmp_path: Path) -> None:
+    """Issue 26: a new unit encrypted for a key the agent lacks never loads, so it has no inventory;
+    the leader writes its Synced condition (Decryption, naming the file) on its FlowerUnit, and
+    plain `flower-syncer status` (no DIR: the cluster's view) lists it and exits 1."""
+    crd = REPO / "charts" / "flower-syncer" / "crds" / "flowerunits.yaml"
+    kube_cluster.kubectl("apply", "-f", str(crd))
+    kube_cluster.kubectl("wait", "--for=condition=Established", "crd/flowerunits.flower-syncer.io", "--timeout=60s")
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    new_key(keys / "agent.agekey")
+    other = new_key(tmp_path / "someone-elses.agekey")
+    work = tmp_path / "enc"
+    work.mkdir()
+    agent = start_agent(str(repos.bare), "--decryption-key-file", str(keys))
+    repos.commit({"supernodes/locked/values.yaml": sops_encrypt(VALUES, work, other)}, "a unit for another key")
+    unit = f"supernode/{namespace}/locked"
+    env = {**os.environ, "KUBECONFIG": kube_cluster.kubeconfig}
+
+    def plain_status() -> tuple[subprocess.CompletedProcess[str], dict[str, Any]] | None:
+        out = subprocess.run([sys.executable, "-m", "syncer", "status", "-o", "json"], capture_output=True,
+                             text=True, env=env, check=False)
+        units = {u["unit"]: u for u in json.loads(out.stdout)["units"]} if out.stdout.strip() else {}
+        return (out, units[unit]) if unit in units else None
+
+    out, row = wait_until("the unit that never loaded in plain status", plain_status, timeout=60, interval=0.5,
+                          log=agent.log)
+    assert out.returncode == 1, out.stderr
+    synced = row["conditions"][0]
+    assert (synced["type"], synced["status"], synced["reason"]) == ("Synced", "False", "Decryption"), row
+    assert "supernodes/locked/values.yaml" in synced["message"]
+    text = subprocess.run([sys.executable, "-m", "syncer", "status", "--unit", "locked"], capture_output=True,
+                          text=True, env=env, check=False)
+    assert text.returncode == 1 and "locked" in text.stdout and "Decryption" in text.stdout, text.stdout
+    table = kube_cluster.kubectl("get", "flowerunits", "-n", namespace, "-o", "wide").stdout
+    (line,) = [ln for ln in table.splitlines() if ln.startswith("supernode.locked ")]
+    assert "False" in line and "Decryption" in line, table
+    assert "api-key-plaintext-42" not in out.stdout + text.stdout + table + agent.log.read_text()

@@ -106,3 +106,38 @@ def test_diff_and_status_show_a_suspended_units_drift(tmp_path: Path) -> None:
     loaded = load(root)
     result = repo_status(kube, loaded.plan(), loaded.errors)
     assert [u.drift for u in result.report.units if u.unit.endswith("/fed")] == [1]
+
+
+def _flowerunit(kind: str, name: str, reason: str, message: str) -> dict[str, object]:
+    return {"apiVersion": "flower-syncer.io/v1alpha1", "kind": "FlowerUnit",
+            "metadata": {"name": f"{kind}.{name}", "namespace": NS,
+                         "labels": {"flower-syncer.io/unit-kind": kind, "flower-syncer.io/unit": name}},
+            "status": {"conditions": [{"type": "Synced", "status": "False", "reason": reason, "message": message,
+                                       "lastTransitionTime": "2026-11-26T08:00:00Z"}]}}
+
+
+def test_status_without_a_repository_shows_a_unit_that_never_loaded_from_its_flowerunit(tmp_path: Path) -> None:
+    """Issue 26: a new unit whose file cannot be decrypted has no inventory (it never synced); the
+    leader's FlowerUnit carries its error, and plain `status` reports it, not ready (exit 1)."""
+    from syncer.actions.status import cluster_status
+
+    write(tmp_path, {"flower-syncer.yaml": f"name: r\ndefaultNamespace: {NS}\n"})
+    server = FakeApiServer()
+    server.add_namespace(NS)
+    kube = FakeKube(server)
+    assert cluster_status(kube).report.units == []
+    locked = _flowerunit("supernode", "locked", "Decryption",
+                         "supernodes/locked/values.yaml: cannot be decrypted with the agent's keys")
+    kube.create(locked)
+    kube.request("PATCH", f"/apis/flower-syncer.io/v1alpha1/namespaces/{NS}/flowerunits/supernode.locked/status",
+                 body={"status": locked["status"]}, content_type="application/merge-patch+json")
+    kube.create(_flowerunit("federation", "fine", "SyncFailed", "a failed sync has an inventory: shown from it"))
+    result = cluster_status(kube)
+    (row,) = result.report.units
+    assert row.unit == f"supernode/{NS}/locked"
+    assert row.state.synced.reason == "Decryption" and "values.yaml: cannot be decrypted" in row.state.synced.message
+    assert not result.report.settled and not result.clean  # `status` exits 1
+    assert cluster_status(kube, selectors=["other"]).report.units == []
+    assert [u.unit for u in cluster_status(kube, selectors=["locked"], namespaces=[NS]).report.units] == [row.unit]
+    server.absent.add("FlowerUnit")  # without the CRD: the units it can find, no error
+    assert cluster_status(kube).report.units == []
