@@ -7,6 +7,9 @@ path.
 
     python3 tools/build_cert_manager.py      # cold on 2 cores: ~5 min (Go proxy reachable)
 
+Its CRDs are Helm templates; `kubectl_crd_paths()` writes copies that `kubectl apply -f` takes
+(crds-kubectl/ beside them), which `tools/demo --with cert-manager` applies.
+
 Why v1.11.5: from v1.12 on, cert-manager's binaries live in `cmd/*` modules of their own, which
 the Go module proxy does not serve (404 for every tag), and the controller's wiring is in
 `internal/` packages that nothing outside the module may import. v1.11.5 still has
@@ -51,6 +54,27 @@ def crd_paths() -> list[Path]:
     return [home() / "crds" / f"crd-{name}.yaml" for name in CRDS]
 
 
+def kubectl_crd_paths() -> list[Path]:
+    """The CRDs as `kubectl apply -f` takes them. The module's deploy/crds files are Helm templates
+    (`app: '{{ template "cert-manager.name" . }}'` labels, `{{- include ...}}` lines), which
+    kubectl rejects; these copies carry the labels the chart would render, and nothing else
+    changes. Written beside the templates on first use (needs PyYAML, the project's dependency)."""
+    import yaml
+
+    out = []
+    for path in crd_paths():
+        target = home() / "crds-kubectl" / path.name
+        if not target.exists() or target.stat().st_mtime < path.stat().st_mtime:
+            crd = yaml.safe_load(path.read_text())
+            crd["metadata"]["labels"] = {"app": "cert-manager", "app.kubernetes.io/name": "cert-manager",
+                                         "app.kubernetes.io/instance": "cert-manager",
+                                         "app.kubernetes.io/version": VERSION}
+            target.parent.mkdir(exist_ok=True)
+            target.write_text(yaml.safe_dump(crd, sort_keys=False))
+        out.append(target)
+    return out
+
+
 def _go(args: list[str], cwd: Path) -> str:
     env = {**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local", "CGO_ENABLED": "0"}
     proc = subprocess.run(["go", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False)
@@ -82,4 +106,6 @@ def build() -> Path:
 
 
 if __name__ == "__main__":
-    print(build())
+    built = build()
+    kubectl_crd_paths()
+    print(built)
