@@ -196,9 +196,10 @@ def up(demo: Demo, args: argparse.Namespace) -> int:
     t = time.monotonic()
     if args.in_cluster:
         demoextras.start_in_cluster(demo, args.decryption_key)
+        timed("--in-cluster (image, Git server, helm install)", t)
     else:
         demoparts.start_agent(demo, port, args.decryption_key)
-    timed("agent", t)
+        timed("agent", t)
     if "prometheus" in args.parts:
         t = time.monotonic()
         demoextras.start_prometheus(demo, port, port + 1)
@@ -211,7 +212,9 @@ def up(demo: Demo, args: argparse.Namespace) -> int:
     step("flower-syncer status")
     demo.run(["flower-syncer", "status"], check=False)
     if args.real:
+        t = time.monotonic()
         demoextras.train(demo)
+        timed("training", t)
     print(f"\ndemo ready in {time.monotonic() - start:.0f}s ("
           + ", ".join(f"{what} {secs:.0f}s" for what, secs in timings) + "); it keeps running. Try:")
     hints(demo, args)

@@ -14,6 +14,7 @@ import base64
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -40,6 +41,7 @@ ISSUERS = REPO / "config" / "demo" / "cert-manager" / "issuers.yaml"
 ALERTS = REPO / "dashboards" / "alerts.yaml"
 PROCESSES = ("agent", "agent-forward", "prometheus", "cert-manager", "git-server")
 AGENT_NAMESPACE = "flower-syncer"
+GIT_PORT = 8418  # in the real node's own network namespace: no other demo's; fixed, as the agent's source URL
 
 
 def sops_binary() -> Path | None:
@@ -189,7 +191,7 @@ def git_serve(argv: list[str]) -> int:
     sys.path.insert(0, str(REPO))
     from tests.integration.gitservers import GitHttpServer  # the tests' server, shared: not a test module
 
-    server = GitHttpServer(args.root, args.token_file.read_text().strip(), host=args.host).start()
+    server = GitHttpServer(args.root, args.token_file.read_text().strip(), host=args.host, port=GIT_PORT).start()
     args.port_file.write_text(server.base_url.rsplit(":", 1)[1] + "\n")
     print(f"serving {args.root} at {server.base_url}", flush=True)
     try:
@@ -234,11 +236,19 @@ def train(demo: Demo) -> None:
         home.mkdir()
         (home / "config.toml").write_text(f'[superlink]\ndefault = "demo"\n\n[superlink.demo]\n'
                                           f'address = "127.0.0.1:{port}"\ninsecure = true\n')
-        done = demo.run([str(cli / "bin" / "flwr"), "run", str(app), "demo", "--stream", "--run-config",
-                         f"num-nodes={nodes}"], check=False, capture=True)
-        for line in (done.stdout + done.stderr).splitlines():
-            if any(mark in line for mark in ("ROUND", "_train:", "Strategy execution", "E2E-SERVER", "rror")):
-                print(line)
+        # the connection is in the CLI's own config (FLWR_HOME/config.toml), which every release since 1.26 reads
+        run = subprocess.Popen([str(cli / "bin" / "flwr"), "run", str(app), "demo", "--stream", "--run-config",
+                                f"num-nodes={nodes}"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env={**env, "FLWR_HOME": str(home)})
+        marks = ("ROUND", "_train:", "Strategy execution", "E2E-SERVER", "rror")
+        last: list[str] = []
+        assert run.stdout is not None
+        for line in run.stdout:  # as the rounds go
+            last = [*last[-40:], line]
+            if any(m in line for m in marks):
+                print(line, end="", flush=True)
+        if run.wait() != 0:
+            print(f"flwr run failed (exit {run.returncode}); its last lines:\n{''.join(last)}")
     finally:
         demo.stop("train-forward")
     print("ClientApp output of one SuperNode (kubectl -n flower logs federation-statefulset-supernode-default-0):")
@@ -275,17 +285,19 @@ def down(demo: Demo, *, purge: bool) -> int:
         return 0
     stopped = [what for what in (*PROCESSES, "train-forward") if demo.alive(what) and demo.stop(what)]
     print(f"stopped: {', '.join(stopped) or 'no demo process was running'}")
-    if demo.state_dir.exists():
+    parts = [("cluster state (certificates, logs, a real node's containers and images)", demo.state_dir),
+             ("config repo, logs, Prometheus data, Git server, agent cache", demo.dir)]
+    sizes = {path: _size(path) for _, path in parts if purge and path.exists()}  # before `down` deletes some
+    if (demo.state_dir / "state.json").exists() or (purge and demo.state_dir.exists()):
         demo.devcluster("down", *(["--purge"] if purge else []))
     if not purge:
         print(f"kept: {demo.dir} (config repo, logs) and the cluster's certificates; `{demo.cmd('down')} --purge` "
               "deletes them")
         return 0
     removed = []
-    for what, path in (("cluster state (certificates, logs, a real node's containers and images)", demo.state_dir),
-                       ("config repo, logs, Prometheus data, Git server, agent cache", demo.dir)):
+    for what, path in parts:
         if path.exists() and (path != demo.state_dir or state_is_ours):
-            size = _size(path)
+            size = sizes.get(path, 0)
             shutil.rmtree(path, ignore_errors=True)
             left = " (some of it could not be removed)" if path.exists() else ""
             removed.append(f"  {path}: {human(size)}, {what}{left}")

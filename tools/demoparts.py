@@ -85,10 +85,10 @@ class Demo:
         recorded = self.dir / "decryption-key"
         return Path(recorded.read_text().strip()) if recorded.exists() else None
 
-    def run(self, args: Sequence[str], *, check: bool = True, capture: bool = False,
-            input: str | None = None, quiet: bool = False) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(list(args), env=self.env(), text=True, capture_output=capture or quiet, input=input,
-                              check=False)
+    def run(self, args: Sequence[str], *, check: bool = True, capture: bool = False, input: str | None = None,
+            quiet: bool = False, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(list(args), env={**self.env(), **(extra_env or {})}, text=True,
+                              capture_output=capture or quiet, input=input, check=False)
         if check and done.returncode != 0:
             detail = (done.stderr or done.stdout or "").strip()[-2000:] if capture or quiet else ""
             raise SystemExit(f"error: {' '.join(args)} failed (exit {done.returncode})"

@@ -100,13 +100,13 @@ class GitHttpServer:
     """``git http-backend`` as CGI behind a threaded HTTP server on 127.0.0.1 that wants HTTP Basic auth
     with ``token`` as the password (any user name, recorded in ``users``)."""
 
-    def __init__(self, project_root: Path, token: str, host: str = "127.0.0.1") -> None:
+    def __init__(self, project_root: Path, token: str, host: str = "127.0.0.1", port: int = 0) -> None:
         self.project_root = project_root
         self.token = token
         self.users: list[str] = []
         self.denied = 0
         self.backend = str(Path(git(project_root, "--exec-path")) / "git-http-backend")
-        self._server = ThreadingHTTPServer((host, 0), _CgiHandler)
+        self._server = ThreadingHTTPServer((host, port), _CgiHandler)
         self._server.daemon_threads = True
         cast(Any, self._server).git = self
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
