@@ -227,7 +227,8 @@ def hints(demo: Demo, args: argparse.Namespace) -> None:
     print(f"  eval \"$({env_cmd})\"    # flower-syncer, kubectl and sops on PATH, against this demo")
     print("  flower-syncer status; kubectl get flowerunits -A; flower-syncer history federation-statefulset; "
           "kubectl events -n flower")
-    print(f"  cd {config} && $EDITOR federations/statefulset.yaml && git commit -am change   # applied in < 1 s")
+    applied = "pushed to the node's Git server, applied within 5 s" if args.in_cluster else "applied in < 1 s"
+    print(f"  cd {config} && $EDITOR federations/statefulset.yaml && git commit -am change   # {applied}")
     print("  kubectl -n flower scale statefulset federation-statefulset-supernode-default --replicas=9   # healed")
     print("  kubectl -n flower annotate flowerunit federation.federation-statefulset "
           "flower-syncer.io/requestedAt=\"$(date +%s)\" --overwrite   # a sync now")

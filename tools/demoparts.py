@@ -118,7 +118,13 @@ class Demo:
             return None
         pid_text, _, tail = record.read_text().partition("\n")
         pid = int(pid_text)
-        return pid if tail.strip() and _cmdline(pid).endswith(tail.strip()) and not _zombie(pid) else None
+        cmdline = _cmdline(pid)
+        for _ in range(40):  # a process in execve has no command line for a moment (Popen returns then)
+            if cmdline or not Path(f"/proc/{pid}").exists() or _zombie(pid):
+                break
+            time.sleep(0.05)
+            cmdline = _cmdline(pid)
+        return pid if tail.strip() and cmdline.endswith(tail.strip()) and not _zombie(pid) else None
 
     def stop(self, what: str) -> bool:
         """SIGTERM, then SIGKILL after 10 s, to the recorded process if it is still ours."""
