@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from syncer.engine.changeset import UnitResult
+from syncer.engine.changeset import Cause, UnitResult
 from syncer.engine.inventory import Condition
 
 
@@ -23,8 +23,11 @@ def outcome_condition(res: UnitResult, revision: str) -> Condition:
                                                   f"owns: {', '.join(map(str, conflicts[:3]))}"), utc_now(), revision)
     if failed:
         listed = ", ".join(str(c.ref) for c in failed[:3])
-        first = res.first_error()  # one that names a missing CustomResourceDefinition comes first
-        return Condition(False, "SyncFailed", short(f"{len(failed)} object(s) failed: {listed}; {first}"), utc_now(),
+        # a missing CustomResourceDefinition is named (the text is ours, so it stays the same from sync
+        # to sync; the API server's own messages are left out: a record changes only when the state does)
+        missing = [c for c in failed if c.cause is Cause.MISSING_CRD]
+        why = f"; {missing[0].ref}: {missing[0].message}" if missing else ""
+        return Condition(False, "SyncFailed", short(f"{len(failed)} object(s) failed: {listed}{why}"), utc_now(),
                          revision)
     return Condition(False, "SyncFailed", short(res.errors[0] if res.errors else "the sync failed"), utc_now(),
                      revision)
