@@ -16,6 +16,10 @@ the flower-syncer agent against it, and show `flower-syncer status`.
                                              whose SuperLink certificate a cert-manager Issuer issues
   tools/demo --with prometheus               also Prometheus (Debian's package), scraping the agent
                                              with the project's alert rules (dashboards/alerts.yaml)
+  tools/demo --real --in-cluster --with node-auth
+                                             also a Federation with SuperNode authentication: the
+                                             agent registers its pool's key with the SuperLink
+                                             (needs cert-manager, which it adds)
   tools/demo --decryption-key FILE           the agent decrypts the repo's SOPS files with this age
                                              identity (make one: flower-syncer keygen -o FILE)
   tools/demo [--name NAME] env               the exports that put flower-syncer, kubectl and sops
@@ -50,7 +54,7 @@ import demoparts
 from demoparts import Demo, step
 
 REPO = Path(__file__).resolve().parents[1]
-WITH = ("cert-manager", "prometheus")
+WITH = ("cert-manager", "node-auth", "prometheus")
 
 
 def cache_root() -> Path:
@@ -106,7 +110,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--real", action="store_true", help="a real node (containers; root)")
     p.add_argument("--in-cluster", action="store_true", help="the agent runs in the cluster from the chart (--real)")
     p.add_argument("--with", dest="parts", action="append", default=[], metavar="PART",
-                   help="also run PART: cert-manager, prometheus (repeatable, or comma-separated)")
+                   help="also run PART: cert-manager, prometheus, node-auth (repeatable, or comma-separated)")
     p.add_argument("--decryption-key", type=Path, default=None, metavar="FILE",
                    help="an age identity file: the agent decrypts the repo's SOPS files with it")
     p.add_argument("--purge", action="store_true", help="with down: also delete everything the demo made")
@@ -119,6 +123,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
         p.error(f"--with {', '.join(unknown)}: not one of {', '.join(WITH)}")
     if args.in_cluster and not args.real:
         p.error("--in-cluster needs --real: the agent's pod runs on the real node")
+    if "node-auth" in args.parts:
+        if not args.in_cluster:
+            p.error("--with node-auth needs --real --in-cluster: the agent reaches the SuperLink's Control API by "
+                    "its Service name, which resolves only in the cluster")
+        args.parts = sorted({*args.parts, "cert-manager"})  # the SuperLink's TLS certificate
     if args.purge and args.command != "down":
         p.error("--purge goes with down")
     if args.decryption_key is not None:
@@ -188,6 +197,8 @@ def up(demo: Demo, args: argparse.Namespace) -> int:
     if not args.in_cluster:  # the chart installs it: `kubectl get flowerunits`, reconcile by annotation
         demo.kubectl("apply", "-f", str(REPO / "charts" / "flower-syncer" / "crds"))
     demoparts.config_repo(demo, with_cert_manager="cert-manager" in args.parts)
+    if "node-auth" in args.parts:
+        demoextras.node_auth_federation(demo)
     demoparts.edge_tls_secret(demo)
     if "cert-manager" in args.parts:
         t = time.monotonic()
@@ -195,7 +206,8 @@ def up(demo: Demo, args: argparse.Namespace) -> int:
         timed("--with cert-manager", t)
     t = time.monotonic()
     if args.in_cluster:
-        demoextras.start_in_cluster(demo, args.decryption_key)
+        demoextras.start_in_cluster(demo, args.decryption_key, (demoextras.HUB_KEY_SECRET,)
+                                    if "node-auth" in args.parts else ())
         timed("--in-cluster (image, Git server, helm install)", t)
     else:
         demoparts.start_agent(demo, port, args.decryption_key)
@@ -211,6 +223,8 @@ def up(demo: Demo, args: argparse.Namespace) -> int:
         timed("certificate issued", t)
     step("flower-syncer status")
     demo.run(["flower-syncer", "status"], check=False)
+    if "node-auth" in args.parts:
+        demoextras.show_node_auth(demo)
     if args.real:
         t = time.monotonic()
         demoextras.train(demo)

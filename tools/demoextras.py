@@ -86,6 +86,55 @@ def wait_certificate(demo: Demo) -> None:
     print(demo.kubectl("-n", "flower", "get", "certificates,issuers").stdout.rstrip())
 
 
+# -- node authentication (in the cluster) -------------------------------------------------------
+
+NODE_AUTH = REPO / "config" / "demo" / "node-auth" / "federations" / "federation-auth.yaml"
+HUB_KEY_SECRET = "federation-auth-hub-key"
+
+
+def node_auth_federation(demo: Demo) -> None:
+    """The hub pool's key pair (OpenSSH ECDSA, as Flower reads it) made here, its private key a
+    Secret, its public key listed in federation-auth, committed with the guardrail that lets the
+    pool mount that Secret."""
+    config = demo.dir / "config"
+    target = config / "federations" / NODE_AUTH.name
+    step("node authentication: a key pair for federation-auth's hub SuperNode (ssh-keygen), its private key a "
+         "Secret, its public key listed in the Federation")
+    keys = demo.dir / "node-auth"
+    keys.mkdir(exist_ok=True)
+    if not (keys / "hub").exists():
+        subprocess.run(["ssh-keygen", "-q", "-t", "ecdsa", "-b", "384", "-N", "", "-C", f"demo {demo.name} hub",
+                        "-f", str(keys / "hub")], check=True, capture_output=True)
+    ensure_namespace(demo, "flower")
+    if demo.kubectl("-n", "flower", "get", "secret", HUB_KEY_SECRET, check=False).returncode != 0:
+        demo.kubectl("-n", "flower", "create", "secret", "generic", HUB_KEY_SECRET,
+                     f"--from-file=key={keys / 'hub'}")
+    if target.exists():  # committed by an earlier up (the cluster may be a fresh one: the Secret is made above)
+        return
+    public = (keys / "hub.pub").read_text().strip()
+    target.write_text(NODE_AUTH.read_text().replace("PUBLIC_KEY", public))
+    settings = config / "flower-syncer.yaml"  # within the admin's policy, which allows it too (start_in_cluster)
+    settings.write_text(settings.read_text().rstrip("\n") + "\n# the hub pool of federation-auth mounts its key "
+                        f"(tools/demo --with node-auth)\nguardrails:\n  allowedSecrets: [{HUB_KEY_SECRET}]\n")
+    git(config, "add", "-A")
+    git(config, "commit", "-qm", "A Federation with SuperNode authentication")
+
+
+def show_node_auth(demo: Demo) -> None:
+    """federation-auth once Synced (its keys registered: a failed registration is a SyncFailed) and
+    Healthy (the hub SuperNode, which the SuperLink admits only with its key, is ready)."""
+    step("node authentication: the agent registers the hub's key with federation-auth's SuperLink "
+         "(federation-auth-superlink.flower.svc:9093)")
+    deadline = time.monotonic() + 180
+    shown = demo.kubectl("-n", "flower", "get", "flowerunit", "federation.federation-auth", check=False)
+    while time.monotonic() < deadline:
+        shown = demo.kubectl("-n", "flower", "get", "flowerunit", "federation.federation-auth", check=False)
+        if " True " in shown.stdout:
+            break
+        time.sleep(2)
+    print(shown.stdout.rstrip() or shown.stderr.rstrip())
+
+
 # -- Prometheus --------------------------------------------------------------------------------
 
 def start_prometheus(demo: Demo, agent_port: int, port: int) -> None:
@@ -129,7 +178,7 @@ def start_prometheus(demo: Demo, agent_port: int, port: int) -> None:
 
 # -- the agent in the cluster ------------------------------------------------------------------
 
-def start_in_cluster(demo: Demo, key: Path | None) -> None:
+def start_in_cluster(demo: Demo, key: Path | None, allowed_secrets: tuple[str, ...] = ()) -> None:
     step("the agent's image: python3 tools/images.py agent (cached per source change; cold: ~3 min)")
     built = demo.run([sys.executable, str(REPO / "tools" / "images.py"), "agent"], capture=True)
     archive = built.stdout.strip().splitlines()[-1]
@@ -169,6 +218,8 @@ def start_in_cluster(demo: Demo, key: Path | None) -> None:
               "git.repo": repo_url, "git.interval": "5", "grafanaDashboards.enabled": "false"}
     sets = [arg for k, v in values.items() for arg in ("--set", f"{k}={v}")]
     sets += ["--set-file", f"git.token={token_file}"]
+    for i, name in enumerate(allowed_secrets):  # the admin's policy (the chart's) decides, not the repo's own
+        sets += ["--set", f"policy.default.guardrails.allowedSecrets[{i}]={name}"]
     if key is not None:  # the chart mounts every key of the Secret as an identity file
         secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "demo-age-key"},
                   "data": {"age.key": base64.b64encode(key.read_bytes()).decode()}}
