@@ -22,8 +22,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -47,6 +45,7 @@ from syncer.agent.messages import (
 from syncer.agent.progress import RevisionProgress
 from syncer.agent.reporting import config_error_event, suspension_event, sync_events
 from syncer.agent.revision import RevisionLoader
+from syncer.agent.state import AgentOptions, Installed, UnitState
 from syncer.agent.supervisor import Supervisor
 from syncer.agent.unitstate import agent_status, forget, publish, unit_states
 from syncer.agent.workqueue import WorkQueue
@@ -59,13 +58,12 @@ from syncer.engine.changeset import Action, UnitResult
 from syncer.engine.normalize import fingerprint, managed_fields_hash
 from syncer.engine.sync import Engine, SyncOptions, unit_namespaces
 from syncer.engine.vanished import vanished_units
-from syncer.identity import ANN_APPLIED_HASH, DEFAULT_REPOSITORY, ObjectRef, Unit, unit_matches
+from syncer.identity import ANN_APPLIED_HASH, ObjectRef, Unit, unit_matches
 from syncer.observe.conditions import UnitCondition, UnitConditions
 from syncer.observe.metrics import Metrics, corrections_by_kind, drift_by_kind
 from syncer.observe.notify import Notification, Notifier
 from syncer.plan import Claims, Plan, UnitPlan
 from syncer.render.repo import Rendered, plan_repo
-from syncer.render.tenancy import Tenancy
 from syncer.repo.state import RepoState
 from syncer.source.git import Checkout, GitSource
 from syncer.source.refs import SourceError
@@ -73,44 +71,7 @@ from syncer.source.refs import SourceError
 log = structlog.get_logger("syncer.agent")
 
 
-# -- state ----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Installed:
-    """What one revision asks for, swapped in as a whole: a worker reads one snapshot, so the
-    manifests it applies, the revision it records and the claims it checks always agree. Each unit
-    keeps the revision its manifests were rendered from."""
-
-    plan: Plan = field(default_factory=lambda: Plan(units={}, prune_allowed=False))
-    digests: dict[Unit, str] = field(default_factory=dict)  # manifests + policy, to tell what changed
-
-
-@dataclass
-class UnitState:
-    last_result: UnitResult | None = None
-    last_sync: float = 0.0
-    last_revision: str = ""
-    config_errors: list[Diagnostic] = field(default_factory=list)
-    drift_corrections: int = 0
-    internal_error: str = ""  # the agent failed handling an event of the unit (cleared by its next sync)
-
-
 POLL_JITTER = 0.1  # each poll waits the interval +/- 10 %
-
-
-@dataclass
-class AgentOptions:
-    namespaces: list[str] | None = None  # restrict cluster reads/writes (namespaced RBAC)
-    workers: int = 4
-    poll_interval: float = 60.0
-    prune: bool = True
-    repository: str = DEFAULT_REPOSITORY  # the name when flower-syncer.yaml sets none (derived from the source)
-    identity: str = "agent"  # recorded in each unit's history as who applied it
-    decryption_key_files: tuple[Path, ...] = ()  # age identities for SOPS-encrypted files
-    tenancy: Tenancy | None = None  # where the repository comes from, and the admin's policy for it
-    fetch_backoff: float = 1.0  # first wait after a failed fetch; doubles up to fetch_backoff_max
-    fetch_backoff_max: float = 300.0
 
 
 class Agent:
@@ -145,7 +106,7 @@ class Agent:
         self.progress = RevisionProgress(applied=self.metrics.observe_commit_applied, checked=self._record_checked,
                                          unit_applied=lambda u, s: self.metrics.observe_unit_commit_applied(u.id, s))
         self._recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checked")
-        self._waiters: list[Waiter] = []
+        self.waiters: list[Waiter] = []
         self._threads: list[threading.Thread] = []
         self.on_unit_synced: list[Callable[[Unit], None]] = []  # e.g. the FlowerUnits' writer (dispatcher thread)
 
@@ -191,7 +152,7 @@ class Agent:
             self.leading.set()
             self.metrics.set_leader(True)
             for unit in list(self.desired) + list(self.cache.state.inventories):
-                if self._ours(unit):
+                if self.ours(unit):
                     self.work.add(unit)  # catch up on what happened while we were not leading
         else:
             self.leading.clear()
@@ -241,7 +202,7 @@ class Agent:
     def repository(self) -> str:
         return self.installed.plan.repository
 
-    def _ours(self, unit: Unit) -> bool:
+    def ours(self, unit: Unit) -> bool:
         """A unit in our Git repository, or one our repository applied (another repository's units
         sharing the cluster are left alone)."""
         if unit in self.desired:
@@ -325,18 +286,18 @@ class Agent:
             self.metrics.fetch_error(event.error.kind)
             log.warning("source fetch failed; keeping the last good revision", source=self.source.describe(),
                         error=str(event.error))
-            for waiter in [w for w in self._waiters if w.units is None]:
+            for waiter in [w for w in self.waiters if w.units is None]:
                 waiter.finish(str(event.error))
-                self._waiters.remove(waiter)
+                self.waiters.remove(waiter)
         elif isinstance(event, ObjectChanged):
-            if self._ours(event.unit) and self._touched(event):
+            if self.ours(event.unit) and self._touched(event):
                 self.work.add(event.unit)
         elif isinstance(event, InventoryChanged):
             unit = event.inventory.unit
-            if self._ours(unit):
+            if self.ours(unit):
                 before = self._suspended.get(unit)
                 if before is not None and before != event.inventory.suspended:
-                    self._report(unit, suspension_event(unit, event.inventory.suspended))
+                    self.report(unit, suspension_event(unit, event.inventory.suspended))
                 self._suspended[unit] = event.inventory.suspended
                 self.work.add(unit)
         elif isinstance(event, DriftCheckDue):
@@ -358,7 +319,7 @@ class Agent:
                 self.work.add(event.unit)
         elif isinstance(event, ResyncRequested):
             if event.waiter is not None:
-                self._waiters.append(event.waiter)
+                self.waiters.append(event.waiter)
             self._fetch_wanted.set()
         elif isinstance(event, UnitSynced):
             self._on_synced(event)
@@ -383,14 +344,14 @@ class Agent:
             for unit in changed:
                 self.work.add(unit)
         self.loaded.set()
-        for waiter in [w for w in self._waiters if w.units is None]:
+        for waiter in [w for w in self.waiters if w.units is None]:
             units = set(self.desired) | set(self.cache.state.inventories)
             if waiter.selector:
                 units = {u for u in units if unit_matches(u, waiter.selector)}
                 if not units:
                     waiter.unknown_unit = True
                     waiter.finish(f"no unit matches {waiter.selector!r}")
-                    self._waiters.remove(waiter)
+                    self.waiters.remove(waiter)
                     continue
             waiter.units = set(units)
             waiter.revision = checkout.revision
@@ -431,7 +392,7 @@ class Agent:
             if unit not in old.plan.failed and unit in units:
                 changed.append(unit)  # its last good state is synced again, and its inventory says why not newer
             if unit in fresh.errors:  # also a unit never applied: its Event says why not
-                self._report(unit, config_error_event(unit, fresh.errors[unit]))
+                self.report(unit, config_error_event(unit, fresh.errors[unit]))
         for unit, errors in [*erring, *((u, []) for u in fresh.units)]:
             st = self.units.setdefault(unit, UnitState())
             if st.config_errors or errors or unit not in self._errors_counted:
@@ -468,13 +429,13 @@ class Agent:
             self.units.pop(event.unit, None)
             forget(self, event.unit)
         self.progress.synced(event.unit, event.revision, event.result.ok, time.monotonic())
-        for waiter in list(self._waiters):
+        for waiter in list(self.waiters):
             if waiter.units is not None and event.unit in waiter.units:
                 waiter.units.discard(event.unit)
                 waiter.results[event.unit.id] = event.result.to_dict()
                 if not waiter.units:
                     waiter.done.set()
-                    self._waiters.remove(waiter)
+                    self.waiters.remove(waiter)
         for listener in self.on_unit_synced:
             listener(event.unit)
 
@@ -552,10 +513,10 @@ class Agent:
             log.warning("unit failed; retrying", unit=unit.id, retry_in=delay)
         if not opts.dry_run:
             for ev in sync_events(unit, result, known, revision):
-                self._report(unit, ev)
+                self.report(unit, ev)
         self.events.put(UnitSynced(unit, result, seconds, revision))
 
-    def _report(self, unit: Unit, event: ReportedEvent) -> None:
+    def report(self, unit: Unit, event: ReportedEvent) -> None:
         """A Kubernetes Event, and a notification to the receivers that want it (leader only)."""
         if not self.leading.is_set():
             return

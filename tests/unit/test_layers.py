@@ -43,13 +43,7 @@ MAX_LINES = 600
 LONG_FILES: dict[str, str] = {}
 # Circles not yet broken, each with why it is still here: the check fails on any other circle, and on
 # an entry here that no longer exists.
-KNOWN_CIRCLES: dict[tuple[str, ...], str] = {
-    ("syncer.agent.agent", "syncer.agent.failures", "syncer.agent.unitstate"):
-        "failures.py (what a failed event or sync reports) and unitstate.py (each unit's conditions) are "
-        "the Agent's own handlers, moved out of agent.py; they take the Agent (type-only imports) and read "
-        "its tables. To break: give them a narrow view (a Protocol of the tables they read) and move UnitState "
-        "into a module of its own",
-}
+KNOWN_CIRCLES: dict[tuple[str, ...], str] = {}
 
 
 def module_name(path: Path, root: Path = ROOT) -> str:
