@@ -5,12 +5,16 @@ here (and from tests/fakekube.py, tests/conftest.py), never from each other."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from syncer.cluster.client import Kube
 from syncer.engine.sync import Engine, SyncOptions, SyncReport
 from syncer.render.repo import plan_repo, render_repo
 from syncer.repo.loader import load_repo
+
+if TYPE_CHECKING:
+    from syncer.agent.agent import Agent
+    from syncer.identity import Unit
 
 NS = "flower"
 # A minimal valid Federation: `FED.format(name=..., pools=..., annotations=...)`, pools from `pool`.
@@ -67,3 +71,21 @@ def sync(kube: Kube, repo: Path, **opts: bool) -> SyncReport:
 def by_kind(manifests: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
     """The manifest of `kind` named `name` (fails the test when there is none)."""
     return next(m for m in manifests if m["kind"] == kind and m["metadata"]["name"] == name)
+
+
+def repo_at(root: Path, files: dict[str, str]) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "flower-syncer.yaml").write_text(f"name: team\ndefaultNamespace: {NS}\n")
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def install(agent: Agent, root: Path, revision: str) -> list[Unit]:
+    """As the dispatcher does: load with the agent's caches, then install."""
+    loaded = agent.revisions.load(root)
+    changed = agent._install(loaded.state, loaded.rendered, revision)
+    agent.loaded.set()
+    return changed

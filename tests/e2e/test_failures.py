@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import wait_until
+from tests.e2e.apps import FLWR
 from tests.e2e.conftest import Agent, ConfigRepo, RealCluster, ready_replicas, syncer_status, wait_ready
-from tests.e2e.test_training import FLWR
 
 pytestmark = pytest.mark.e2e
 

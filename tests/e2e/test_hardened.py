@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.apps import APP, CLIENT_LINE, FLWR
 from tests.e2e.conftest import Agent, ConfigRepo, RealCluster, flwr_run, wait_ready
-from tests.e2e.test_training import APP, CLIENT_LINE, FLWR
 
 pytestmark = pytest.mark.e2e
 

@@ -36,7 +36,7 @@ import yaml
 
 from syncer.cluster.client import Kube
 from tests.conftest import KubeCluster, wait_until
-from tests.integration.test_agent import AgentProc, free_port, git
+from tests.integration.agents import AgentProc, free_port, git
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "config" / "examples"

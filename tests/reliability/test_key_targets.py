@@ -17,8 +17,8 @@ from syncer.cluster.flower_control import RegisteredNode
 from syncer.engine.nodekeys import reconcile
 from syncer.render.repo import plan_repo, render_repo
 from syncer.repo.loader import load_repo
-from tests.unit.test_engine_fake import NS
-from tests.unit.test_node_auth import FED, FakeSuperLink
+from tests.builders import NS
+from tests.nodeauth import FED, FakeSuperLink
 
 EXIT_INVALID = 1
 KEYS_AT = "metadata.annotations['flower-syncer.io/supernode-public-keys']"

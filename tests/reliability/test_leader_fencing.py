@@ -23,7 +23,7 @@ import pytest
 
 from syncer.cluster.client import Kube
 from tests.conftest import DEVCLUSTER, wait_until
-from tests.integration.test_agent import AgentProc, Repos, free_port, git
+from tests.integration.agents import AgentProc, Repos, free_port, git
 
 pytestmark = pytest.mark.cluster
 

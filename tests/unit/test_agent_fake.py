@@ -16,7 +16,8 @@ from syncer.plan import Claims
 from syncer.render.repo import render_repo
 from syncer.repo.loader import load_repo
 from syncer.source.git import GitSource
-from tests.builders import FED, NS, pool
+from tests.builders import FED, NS, install, pool, repo_at
+from tests.builders import federation as fed
 from tests.fakekube import FakeKube
 
 FED_UNIT = Unit("federation", NS, "fed")
@@ -26,28 +27,6 @@ CLASH = "fullnameOverride: fed\nsupernode:\n  name: superlink\n"  # renders Serv
 @pytest.fixture
 def agent() -> Agent:
     return Agent(FakeKube(), cast(GitSource, object()), Metrics(), AgentOptions())
-
-
-def repo_at(root: Path, files: dict[str, str]) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "flower-syncer.yaml").write_text(f"name: team\ndefaultNamespace: {NS}\n")
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return root
-
-
-def install(agent: Agent, root: Path, revision: str) -> list[Unit]:
-    """As the dispatcher does: load with the agent's caches, then install."""
-    loaded = agent.revisions.load(root)
-    changed = agent._install(loaded.state, loaded.rendered, revision)
-    agent.loaded.set()
-    return changed
-
-
-def fed(name: str = "fed", pools: str = "") -> str:
-    return FED.format(name=name, pools=pools or pool("a"), annotations="")
 
 
 def test_a_revision_installs_units_with_their_revision(agent: Agent, tmp_path: Path) -> None:

@@ -12,8 +12,8 @@ import pytest
 from syncer.models.nodeauth import control_address_problem, control_target_allowed
 from syncer.render.repo import plan_repo, render_repo
 from syncer.repo.loader import load_repo
-from tests.unit.test_engine_fake import NS
-from tests.unit.test_node_auth import FED
+from tests.builders import NS
+from tests.nodeauth import FED
 
 AT = "metadata.annotations['flower-syncer.io/control-api-address']"
 

@@ -20,10 +20,10 @@ from syncer.identity import LABEL_REPOSITORY, Unit
 from syncer.observe.conditions import UnitCondition
 from syncer.observe.metrics import Metrics
 from syncer.source.git import GitSource
+from tests.builders import NS, install, pool, repo_at
+from tests.builders import federation as fed
 from tests.conftest import wait_until
 from tests.fakekube import FakeKube
-from tests.unit.test_agent_fake import fed, install, repo_at
-from tests.unit.test_engine_fake import NS, pool
 
 FED_UNIT = Unit("federation", NS, "fed")
 

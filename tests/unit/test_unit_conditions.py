@@ -27,10 +27,10 @@ from syncer.observe.health import ProblemSummary
 from syncer.observe.metrics import Metrics
 from syncer.observe.status import PoolStatus, UnitStatus
 from syncer.source.git import GitSource, SourceSpec
+from tests.builders import NS, install, repo_at
+from tests.builders import federation as fed
 from tests.conftest import wait_until
 from tests.fakekube import FakeApiServer, FakeKube
-from tests.unit.test_agent_fake import fed, install, repo_at
-from tests.unit.test_engine_fake import NS
 
 FED_UNIT = Unit("federation", NS, "fed")
 EDGE = Unit("supernode", NS, "edge")
