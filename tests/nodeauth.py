@@ -109,3 +109,16 @@ def certificates() -> tuple[bytes, bytes, bytes]:
                              critical=False)
               .sign(ca_key, hashes.SHA256()))
     return pem(ca), pem(server), pem(key)
+
+
+def auth_federation(name: str, address: str | None = None, *, keys: str = "      # none") -> str:
+    """`FED` on Flower 1.42 as the Federation `name`, node authentication enabled with the `keys`
+    (lines indented 6 spaces) and, when given, the Control API `address` annotation."""
+    text = FED.format(mode="enabled", keys=keys, insecure="false", replicas=1, image="flwr/superlink:1.42.0",
+                      args="--auth-supernode-private-key=/keys/a").replace("flwr/supernode:1.26.0",
+                                                                          "flwr/supernode:1.42.0")
+    text = text.replace("name: fed\n", f"name: {name}\n", 1)
+    if address is not None:
+        text = text.replace("    flower-syncer.io/supernode-auth:", f"    flower-syncer.io/control-api-address: "
+                            f"{address}\n    flower-syncer.io/supernode-auth:")
+    return text

@@ -12,15 +12,9 @@ from pathlib import Path
 
 import pytest
 
-SECRET = """\
-apiVersion: v1
-kind: Secret
-metadata:
-  name: edge-credentials
-type: Opaque
-stringData:
-  password: hunter2-very-secret
-"""
+from tests.builders import secret_manifest
+
+SECRET = secret_manifest("hunter2-very-secret")
 
 
 def sops_binary() -> str:

@@ -9,39 +9,20 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from tests import builders
+
 APP = Path(__file__).resolve().parent.parent / "fixtures" / "e2e-app"
 FLWR = "1.42.0"  # the newest served release: the images' Flower, and the `flwr` CLI the tests run
 OLD_FLWR = "1.26.0"  # the gRPC era (the dev extras' flwr)
-FEDERATION = """\
-apiVersion: flwr.exalsius.ai/v1
-kind: Federation
-metadata:
-  name: train
-spec:
-  mode: StatefulSet
-  isolationMode: {isolation}
-  superlink:
-    image: flwr/superlink:{flwr}{superexec_image}
-  supernodes:
-    image: flwr/supernode:{flwr}
-    pools:
-      - name: p
-        replicas: {replicas}
-        images: {images}
-        nodeConfig:
-          partition-id: "{{index}}"
-          num-partitions: "{{replicas}}"
-"""
-
-
 def federation(isolation: str, replicas: int, flwr: str = FLWR) -> str:
-    """The Federation document; process isolation runs the apps in SuperExec sidecars."""
+    """The Federation that trains the app (tests/builders.py's, Flower `flwr`, one pool "p" whose
+    node config numbers the partitions); process isolation runs the apps in SuperExec sidecars."""
     process = isolation == "process"
-    return FEDERATION.format(
-        isolation=isolation, flwr=flwr, replicas=replicas,
-        superexec_image=f"\n    superexecImage: flwr/superexec:{flwr}" if process else "",
-        images=f"{{superexecClientApp: flwr/superexec:{flwr}}}" if process else "{}",
-    )
+    partitions = '        nodeConfig:\n          partition-id: "{index}"\n          num-partitions: "{replicas}"\n'
+    text = builders.federation("train", builders.pool("p", replicas, extra=partitions), version=flwr,
+                               isolation=isolation,
+                               superlink=f"    superexecImage: flwr/superexec:{flwr}\n" if process else "")
+    return text.replace("images: {}", f"images: {{superexecClientApp: flwr/superexec:{flwr}}}") if process else text
 
 
 CLIENT_LINE = re.compile(r"E2E-CLIENT partition-id=(\S+) \((\w+)\) num-partitions=(\S+) \((\w+)\)")

@@ -6,7 +6,6 @@ import from here, never from each other."""
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
@@ -20,37 +19,16 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tests.builders import federation, git, pool
+
 if TYPE_CHECKING:
     from syncer.cluster.client import Kube
     from tests.conftest import KubeCluster
 
-FED = """\
-apiVersion: flwr.exalsius.ai/v1
-kind: Federation
-metadata:
-  name: fed
-spec:
-  mode: StatefulSet
-  isolationMode: subprocess
-  superlink:
-    image: flwr/superlink:1.25.0
-  supernodes:
-    image: {image}
-    pools:
-      - name: a
-        replicas: {replicas}
-        images: {{}}
-"""
-GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@localhost", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@localhost"}
-
-
-def git(cwd: Path, *args: str) -> str:
-    out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True,
-                         env={**os.environ, **GIT_ENV})
-    return out.stdout.strip()
-
-
+# The agent tests' Federation, `FED.format(image=..., replicas=...)`: tests/builders.py's with the
+# SuperNodes' image and the replicas of its pool "a" left to fill in
+FED = (federation(pools=pool("a", replicas="{replicas}")).replace("{}", "{{}}")
+       .replace("flwr/supernode:1.25.0", "{image}"))
 @dataclass
 class Repos:
     bare: Path
@@ -118,17 +96,23 @@ class AgentProc:
                 self.proc.kill()
 
 
-@pytest.fixture
-def repos(tmp_path: Path, namespace: str) -> Repos:
-    bare = tmp_path / "config.git"
-    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
-    work = tmp_path / "work"
-    git(tmp_path, "clone", "-q", str(bare), str(work))
+def new_repos(root: Path, namespace: str, files: dict[str, str]) -> Repos:
+    """A bare remote `root`/config.git and its clone `root`/work on `main`, whose first commit (pushed)
+    has flower-syncer.yaml (named, and defaulting to, `namespace`) and `files`."""
+    bare = root / "config.git"
+    git(root, "init", "-q", "--bare", "-b", "main", str(bare))
+    work = root / "work"
+    git(root, "clone", "-q", str(bare), str(work))
     git(work, "checkout", "-q", "-b", "main")
     r = Repos(bare, work)
-    r.commit({"flower-syncer.yaml": f"name: {namespace}\ndefaultNamespace: {namespace}\n",
-              "federations/fed.yaml": FED.format(image="flwr/supernode:1.25.0", replicas=2)}, "initial")
+    r.commit({"flower-syncer.yaml": f"name: {namespace}\ndefaultNamespace: {namespace}\n", **files}, "initial")
     return r
+
+
+@pytest.fixture
+def repos(tmp_path: Path, namespace: str) -> Repos:
+    return new_repos(tmp_path, namespace, {"federations/fed.yaml": FED.format(image="flwr/supernode:1.25.0",
+                                                                              replicas=2)})
 
 
 @pytest.fixture

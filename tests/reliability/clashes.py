@@ -9,9 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from syncer.cluster.client import Kube
-from syncer.engine.sync import Engine, SyncOptions, SyncReport
-from syncer.render.repo import plan_repo, render_repo
-from syncer.repo.loader import load_repo
+from syncer.engine.sync import SyncReport
+from tests import builders
 
 
 def write(root: Path, files: dict[str, str]) -> None:
@@ -28,10 +27,8 @@ def make_repo(root: Path, name: str, namespace: str, files: dict[str, str]) -> P
 
 
 def sync(kube: Kube, repo: Path, **opts: Any) -> SyncReport:
-    state = load_repo(repo)
-    selectors = opts.pop("selectors", [])
-    rendered = render_repo(state, selectors)
-    return Engine(kube).sync(plan_repo(state, rendered, selectors=selectors), SyncOptions(**opts))
+    """tests/builders.py's sync with no revision (so no checked revision is recorded)."""
+    return builders.sync(kube, repo, revision="", **opts)
 
 
 def changes(report: SyncReport) -> dict[str, tuple[str, str]]:

@@ -18,25 +18,10 @@ from syncer.repo.loader import LoadCache, load_repo
 from syncer.secrets.keys import Decryption, load_identities
 from syncer.secrets.sops import SopsError, decrypt_document
 from tests.builders import NS
+from tests.builders import SECRET_VALUES as VALUES
 from tests.sops_cli import SECRET, new_key, sops_encrypt
 
 REPO = Path(__file__).resolve().parents[2]
-VALUES = """\
-tls:
-  enabled: false
-supernode:
-  replicas: 2
-  node:
-    config:
-      lr: 0.05
-      epochs: 3
-      big: 12345678901234567
-      flag: true
-      token: s3cr3t-token-value
-  env:
-    - name: API_KEY
-      value: top-secret-api-key
-"""
 
 
 @pytest.fixture

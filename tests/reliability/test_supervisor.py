@@ -9,7 +9,6 @@ against the in-memory API server of `tests.fakekube`; each stage raises once."""
 
 from __future__ import annotations
 
-import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -31,15 +30,11 @@ from syncer.http import AgentServer
 from syncer.observe.metrics import Metrics
 from syncer.observe.notify import Notification
 from syncer.source.git import GitSource, SourceSpec
-from tests.builders import FED, NS, pool
+from tests.builders import FED, NS, git, pool
 from tests.conftest import wait_until
 from tests.fakekube import FakeApiServer, FakeKube
 
 STS = "fed-supernode-a"
-
-
-def git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
 
 
 class QuietKube(FakeKube):

@@ -7,7 +7,6 @@ are not started: each test syncs the units an installed revision queued, as a wo
 from __future__ import annotations
 
 import dataclasses
-import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +26,7 @@ from syncer.observe.health import ProblemSummary
 from syncer.observe.metrics import Metrics
 from syncer.observe.status import PoolStatus, UnitStatus
 from syncer.source.git import GitSource, SourceSpec
-from tests.builders import NS, install, repo_at
+from tests.builders import NS, git, install, repo_at
 from tests.builders import federation as fed
 from tests.conftest import wait_until
 from tests.fakekube import FakeApiServer, FakeKube
@@ -309,10 +308,6 @@ class QuietKube(FakeKube):
     def watch(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
         threading.Event().wait(0.5)
         return iter(())
-
-
-def git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
 
 
 def test_git_revert_of_a_typo_clears_the_config_error_in_the_running_agent(tmp_path: Path) -> None:
