@@ -157,6 +157,6 @@ def repo_at(root: Path, files: dict[str, str]) -> Path:
 def install(agent: Agent, root: Path, revision: str) -> list[Unit]:
     """As the dispatcher does: load with the agent's caches, then install."""
     loaded = agent.revisions.load(root)
-    changed = agent._install(loaded.state, loaded.rendered, revision)
+    changed = agent.install(loaded.state, loaded.rendered, revision)
     agent.loaded.set()
     return changed

@@ -45,7 +45,7 @@ from syncer.agent.messages import (
 from syncer.agent.progress import RevisionProgress
 from syncer.agent.reporting import config_error_event, suspension_event, sync_events
 from syncer.agent.revision import RevisionLoader
-from syncer.agent.state import AgentOptions, Installed, UnitState
+from syncer.agent.state import AgentOptions, Installed, Source, UnitState
 from syncer.agent.supervisor import Supervisor
 from syncer.agent.unitstate import agent_status, forget, publish, unit_states
 from syncer.agent.workqueue import WorkQueue
@@ -65,7 +65,7 @@ from syncer.observe.notify import Notification, Notifier
 from syncer.plan import Claims, Plan, UnitPlan
 from syncer.render.repo import Rendered, plan_repo
 from syncer.repo.state import RepoState
-from syncer.source.git import Checkout, GitSource
+from syncer.source.git import Checkout
 from syncer.source.refs import SourceError
 
 log = structlog.get_logger("syncer.agent")
@@ -74,8 +74,13 @@ log = structlog.get_logger("syncer.agent")
 POLL_JITTER = 0.1  # each poll waits the interval +/- 10 %
 
 
+def poll_delay(interval: float) -> float:
+    """How long the source thread waits for the next poll: `interval` +/- POLL_JITTER."""
+    return interval * random.uniform(1 - POLL_JITTER, 1 + POLL_JITTER)
+
+
 class Agent:
-    def __init__(self, kube: Kube, source: GitSource, metrics: Metrics, options: AgentOptions,
+    def __init__(self, kube: Kube, source: Source, metrics: Metrics, options: AgentOptions,
                  recorder: EventRecorder | None = None, notifier: Notifier | None = None) -> None:
         self.kube = kube
         self.recorder = recorder  # Kubernetes Events for operators; None: none are posted
@@ -115,7 +120,7 @@ class Agent:
     def start(self) -> None:
         self.cache.start(self.stop, self.supervisor.spawn)
         self._spawn(self._dispatch, "dispatcher")
-        self._spawn(self._fetch_loop, "source")
+        self._spawn(self.fetch_loop, "source")
         for i in range(self.options.workers):
             self._spawn(self._worker, f"worker-{i}")
         self.request_fetch("start")
@@ -190,7 +195,7 @@ class Agent:
 
     def _on_object(self, _event_type: str, ref: ObjectRef, obj: dict[str, Any] | None) -> None:
         labels = (obj or {}).get("metadata", {}).get("labels", {})
-        unit = self._unit_of(ref, labels)
+        unit = self.unit_of(ref, labels)
         if unit is not None:
             self.events.put(ObjectChanged(unit, ref, obj))
 
@@ -224,7 +229,8 @@ class Agent:
         return (annotations.get(ANN_APPLIED_HASH) != entry.applied
                 or managed_fields_hash(event.obj, FIELD_MANAGER) != entry.fields)
 
-    def _unit_of(self, ref: ObjectRef, labels: dict[str, str]) -> Unit | None:
+    def unit_of(self, ref: ObjectRef, labels: dict[str, str]) -> Unit | None:
+        """The unit an object belongs to: from its labels, or (deleted, so unlabelled) the inventories."""
         unit_of = Unit.from_labels(ref.namespace, labels)
         if unit_of is not None:
             return unit_of
@@ -235,13 +241,13 @@ class Agent:
 
     # -- the source thread ------------------------------------------------------------------------
 
-    def _fetch_loop(self) -> None:
-        """Fetch when asked (a commit seen, a push webhook, a resync) or at the poll interval, with
-        +/-10 % jitter so that many agents do not poll a server in step. After a failed fetch the
-        next one waits with exponential backoff, unless something asks for a fetch first: a push
-        after a Git outage is applied at once."""
+    def fetch_loop(self) -> None:
+        """The source thread (`start` runs it). Fetch when asked (a commit seen, a push webhook, a
+        resync) or at the poll interval, with +/-10 % jitter so that many agents do not poll a server
+        in step. After a failed fetch the next one waits with exponential backoff, unless something
+        asks for a fetch first: a push after a Git outage is applied at once."""
         backoff = self.options.fetch_backoff
-        wait = self._poll_delay()
+        wait = poll_delay(self.options.poll_interval)
         while not self.stop.is_set():
             self._fetch_wanted.wait(wait)
             if self.stop.is_set():
@@ -257,26 +263,37 @@ class Agent:
                 wait, backoff = backoff, min(backoff * 2, self.options.fetch_backoff_max)
                 continue
             backoff = self.options.fetch_backoff
-            wait = self._poll_delay()
+            wait = poll_delay(self.options.poll_interval)
             self.events.put(RevisionFetched(checkout, seen))
-
-    def _poll_delay(self) -> float:
-        return self.options.poll_interval * random.uniform(1 - POLL_JITTER, 1 + POLL_JITTER)
 
     # -- the dispatcher ---------------------------------------------------------------------------
 
     def _dispatch(self) -> None:
-        while True:
-            event = self.events.get()
-            if isinstance(event, Stop):
-                return
-            # the agent survives anything a single event does; the error is reported where it belongs
-            self.supervisor.guard("event handling", functools.partial(self._handle, event),
-                                  on_error=functools.partial(event_failed, self, event),
-                                  about={"about": type(event).__name__})
-            self.metrics.set_queue_depth(self.work.depth())
+        while not isinstance(event := self.events.get(), Stop):
+            self._dispatch_one(event)
 
-    def _handle(self, event: Event) -> None:
+    def _dispatch_one(self, event: Event) -> None:
+        # the agent survives anything a single event does; the error is reported where it belongs
+        self.supervisor.guard("event handling", functools.partial(self.handle, event),
+                              on_error=functools.partial(event_failed, self, event),
+                              about={"about": type(event).__name__})
+        self.metrics.set_queue_depth(self.work.depth())
+
+    def dispatch_pending(self) -> int:
+        """Handle every event queued now on the caller's thread, as the dispatcher does (a failure is
+        reported, never raised); returns how many. With `drain`, how tests step the agent."""
+        count = 0
+        while True:
+            try:
+                event = self.events.get_nowait()
+            except queue.Empty:
+                return count
+            if not isinstance(event, Stop):
+                self._dispatch_one(event)
+                count += 1
+
+    def handle(self, event: Event) -> None:
+        """The dispatcher's decision on one event (unguarded: `_dispatch` guards it)."""
         if isinstance(event, FetchRequested):
             self._fetch_wanted.set()
         elif isinstance(event, RevisionFetched):
@@ -332,7 +349,7 @@ class Agent:
             loaded = self.revisions.load(checkout.root, checkout.revision, since=checkout.since,
                                          changed=checkout.changed)
             self.metrics.set_revision(checkout.revision)
-            changed = self._install(loaded.state, loaded.rendered, checkout.revision)
+            changed = self.install(loaded.state, loaded.rendered, checkout.revision)
             self.checkout = checkout
             log.info("revision loaded", revision=checkout.revision[:12], subject=checkout.subject,
                      units=len(loaded.rendered.units), changed=len(changed), errors=loaded.errors,
@@ -359,7 +376,7 @@ class Agent:
             for unit in units:
                 self.work.add(unit)
 
-    def _install(self, state: RepoState, rendered: Rendered, revision: str) -> list[Unit]:
+    def install(self, state: RepoState, rendered: Rendered, revision: str) -> list[Unit]:
         """Adopt a new revision; returns the units whose desired state changed. A unit that fails to
         load or render keeps its last good desired state; a unit gone from Git is pruned only if the
         whole revision loaded and rendered without errors."""
@@ -461,15 +478,30 @@ class Agent:
 
     def _worker(self) -> None:
         while (unit := self.work.get()) is not None:
-            try:
-                if self.leading.is_set():  # the leader does the writing; we pick the unit up when we lead
-                    self.supervisor.guard("sync", functools.partial(self._sync, unit),
-                                          quiet=(Fenced, ClusterUnreachable),
-                                          on_error=functools.partial(sync_failed, self, unit), about={"unit": unit.id})
-            finally:
-                self.work.done(unit)
+            self._work_on(unit)
 
-    def _sync(self, unit: Unit) -> None:
+    def _work_on(self, unit: Unit) -> None:
+        try:
+            if self.leading.is_set():  # the leader does the writing; we pick the unit up when we lead
+                self.supervisor.guard("sync", functools.partial(self.sync, unit),
+                                      quiet=(Fenced, ClusterUnreachable),
+                                      on_error=functools.partial(sync_failed, self, unit), about={"unit": unit.id})
+        finally:
+            self.work.done(unit)
+
+    def drain(self) -> int:
+        """Work on every unit the queue hands out now (not those waiting for a backoff) on the
+        caller's thread, as a worker does; returns how many. With `dispatch_pending`, how tests
+        step the agent."""
+        count = 0
+        while (unit := self.work.get(timeout=0)) is not None:
+            self._work_on(unit)
+            count += 1
+        return count
+
+    def sync(self, unit: Unit) -> None:
+        """Sync one unit with the installed plan, on the caller's thread (a worker's, or a test's):
+        record it in the metrics, requeue it on failure, report its Events, post UnitSynced."""
         if not self.cache.synced.is_set() and not self.cache.wait_synced(30):
             # without the listed inventories and objects a sync would record a partial inventory,
             # and what left Git meanwhile would never be pruned: wait for the watches instead

@@ -27,7 +27,7 @@ from syncer.observe.conditions import UnitCondition
 from syncer.observe.metrics import Metrics
 from syncer.plan import Plan
 from syncer.render.tenancy import Tenancy
-from syncer.source.git import Checkout, GitSource
+from syncer.source.git import Checkout
 
 
 @dataclass
@@ -64,6 +64,16 @@ class UnitState:
     internal_error: str = ""  # the agent failed handling an event of the unit (cleared by its next sync)
 
 
+class Source(Protocol):
+    """Where the agent's revisions come from: `syncer.source.git.GitSource`, or a test's fake."""
+
+    def describe(self) -> str:
+        """The source as a user names it (a URL without credentials, a path)."""
+
+    def fetch(self) -> Checkout:
+        """The newest revision, checked out (raises `SourceError` when it cannot)."""
+
+
 class UnitTables(Protocol):
     """What a unit's conditions are computed from and published with (unitstate.py)."""
 
@@ -93,7 +103,7 @@ class AgentView(UnitTables, Protocol):
     @property
     def options(self) -> AgentOptions: ...
     @property
-    def source(self) -> GitSource: ...
+    def source(self) -> Source: ...
     @property
     def checkout(self) -> Checkout | None: ...
     @property

@@ -218,14 +218,14 @@ def test_a_failed_event_is_shown_on_the_unit_and_cleared_by_its_next_sync(harnes
 
     unit = Unit("federation", NS, "fed")
     sink = harness.agent.recorder
-    original = harness.agent._handle
+    original = harness.agent.handle
 
     def handle(event: Any) -> None:
         if isinstance(event, InventoryDeleted):
             raise KeyError("injected")
         original(event)
 
-    monkeypatch.setattr(harness.agent, "_handle", handle)
+    monkeypatch.setattr(harness.agent, "handle", handle)
     harness.agent.events.put(InventoryDeleted(unit))
     wait_until("the InternalError Event", lambda: any(e.reason == "InternalError"
                                                       for e in sink.events), timeout=10)  # type: ignore[union-attr]
