@@ -224,3 +224,29 @@ def test_a_unit_waits_for_the_listed_cluster_instead_of_syncing_on_a_partial_vie
     agent.cache.synced.set()
     agent.sync(FED_UNIT)
     assert kube.writes > 0
+
+
+def test_the_public_steps_do_what_the_threads_do(agent: Agent, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """dispatch_pending handles the queued events as the dispatcher does, a failure reported as the
+    unit's and never raised; drain works the queued units as a worker does: a standby syncs none."""
+    from syncer.agent.messages import InventoryDeleted
+
+    for unit in install(agent, repo_at(tmp_path / "r", {"federations/fed.yaml": fed()}), "r1"):
+        agent.work.add(unit)  # what the dispatcher does with the changed units
+    assert agent.drain() == 1  # taken and skipped: a standby writes nothing
+    assert agent.kube.writes == 0 and agent.units[FED_UNIT].last_result is None
+    agent.events.put(ObjectChanged(FED_UNIT, ObjectRef("StatefulSet", NS, "fed-supernode-a"), None))
+    original = agent.handle
+
+    def handle(event: object) -> None:
+        if isinstance(event, InventoryDeleted):
+            raise KeyError("injected")
+        original(event)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(agent, "handle", handle)
+    agent.events.put(InventoryDeleted(FED_UNIT))
+    assert agent.dispatch_pending() == 2
+    assert agent.dispatch_pending() == 0
+    assert "failed handling a change" in agent.units[FED_UNIT].internal_error
+    assert queued(agent) == [FED_UNIT]  # the change, and the retry of the failed event: one unit
