@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 # SuperNodes' image and the replicas of its pool "a" left to fill in
 FED = (federation(pools=pool("a", replicas="{replicas}")).replace("{}", "{{}}")
        .replace("flwr/supernode:1.25.0", "{image}"))
+
+
 @dataclass
 class Repos:
     bare: Path
