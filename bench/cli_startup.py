@@ -14,8 +14,11 @@ a burst of load falls on all of them alike:
     python3 bench/cli_startup.py -o json
 
 Each tree runs as `python -m syncer` in the tree (so its own `syncer` and config/examples come
-first on the path; this interpreter's packages for the rest). --importtime FILE also writes one
-`-X importtime` profile of `validate` per tree, to FILE.<n>.
+first on the path; this interpreter's packages for the rest), with bytecode caches on as an installed
+package has them (PYTHONDONTWRITEBYTECODE is dropped for the runs; a first untimed round writes
+them). --importtime FILE also runs `validate` under `-X importtime` as many times per tree, prints
+the median of the import time (the sum of the profile's self column, less noisy than wall time on a
+shared machine) and keeps the last profile of each tree in FILE.<n>.
 """
 
 from __future__ import annotations
@@ -38,10 +41,25 @@ VERBS = {
 }
 
 
+def child_env(tree: Path) -> dict[str, str]:
+    """The environment of a run: `tree` first on the path, and bytecode written and read (an installed
+    package has it; with PYTHONDONTWRITEBYTECODE a tree without __pycache__ would be compiled on
+    every run, and compiling is most of what would be measured)."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    for name in ("_ARGCOMPLETE", "PYTHONDONTWRITEBYTECODE"):
+        env.pop(name, None)
+    return env
+
+
+def import_self_ms(profile: str) -> float:
+    """The sum of the `self` column of an `-X importtime` profile, in ms: the time spent importing."""
+    return sum(int(line.split(":", 1)[1].split("|")[0]) for line in profile.splitlines()
+               if line.startswith("import time:") and "self [us]" not in line) / 1000
+
+
 def run_once(tree: Path, argv: list[str], python: str) -> tuple[float, float]:
     """(wall seconds, CPU seconds) of one run."""
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    env.pop("_ARGCOMPLETE", None)
+    env = child_env(tree)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run([python, "-m", "syncer", *argv], cwd=tree, env=env, stdout=subprocess.DEVNULL,
@@ -77,18 +95,22 @@ def main() -> int:
             for verb in verbs:
                 times[(i, verb)].append(run_once(tree, VERBS[verb], args.python))
     load_after = os.getloadavg()
-    if args.importtime is not None:
+    imports: dict[int, list[float]] = {i: [] for i in range(len(trees))}
+    for _ in range(args.runs if args.importtime is not None else 0):
         for i, tree in enumerate(trees):
-            env = {**os.environ, "PYTHONPATH": str(tree)}
-            with Path(f"{args.importtime}.{i}").open("w") as out:
-                subprocess.run([args.python, "-X", "importtime", "-m", "syncer", *VERBS["validate"]], cwd=tree,
-                               env=env, stdout=subprocess.DEVNULL, stderr=out, check=False)
+            profile = subprocess.run([args.python, "-X", "importtime", "-m", "syncer", *VERBS["validate"]], cwd=tree,
+                                     env=child_env(tree), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     text=True, check=False).stderr
+            imports[i].append(import_self_ms(profile))
+            Path(f"{args.importtime}.{i}").write_text(profile)
     rows = [{"tree": str(trees[i]), "verb": verb, "runs": len(ts),
              "median_s": round(statistics.median(w for w, _ in ts), 4), "min_s": round(min(w for w, _ in ts), 4),
              "max_s": round(max(w for w, _ in ts), 4), "cpu_median_s": round(statistics.median(c for _, c in ts), 4),
              "cpu_min_s": round(min(c for _, c in ts), 4)} for (i, verb), ts in times.items()]
+    import_rows = [{"tree": str(trees[i]), "validate_import_ms_median": round(statistics.median(ms), 1),
+                    "validate_import_ms_min": round(min(ms), 1)} for i, ms in imports.items() if ms]
     result = {"cpus": os.cpu_count(), "load_before": [round(x, 2) for x in load_before],
-              "load_after": [round(x, 2) for x in load_after], "results": rows}
+              "load_after": [round(x, 2) for x in load_after], "results": rows, "imports": import_rows}
     if args.output == "json":
         print(json.dumps(result, indent=2))
         return 0
@@ -98,6 +120,9 @@ def main() -> int:
     for r in rows:
         print(f"{r['verb']:<10} {r['median_s']:>11.3f} {r['min_s']:>7.3f} {r['max_s']:>7.3f} "
               f"{r['cpu_median_s']:>10.3f} {r['cpu_min_s']:>7.3f}  {r['tree']}")
+    for r in import_rows:
+        print(f"validate's imports (sum of -X importtime self): median {r['validate_import_ms_median']:.1f} ms, "
+              f"min {r['validate_import_ms_min']:.1f} ms  {r['tree']}")
     return 0
 
 

@@ -35,22 +35,11 @@ sys.path.insert(0, str(ROOT))
 
 from bench.benchcluster import bench_cluster  # noqa: E402
 from bench.latency import free_port, git  # noqa: E402
+from bench.repogen import federation  # noqa: E402
 from syncer.cluster.client import Kube  # noqa: E402
 
 NS = "join"
-FED = """\
-apiVersion: flwr.exalsius.ai/v1
-kind: Federation
-metadata:
-  name: train
-spec:
-  mode: StatefulSet
-  isolationMode: subprocess
-  superlink:
-    image: flwr/superlink:1.26.0
-  supernodes:
-    image: flwr/supernode:1.26.0
-    pools:
+POOL = """\
       - name: p
         replicas: {replicas}
         images: {{}}
@@ -61,7 +50,8 @@ spec:
 LINE = re.compile(r"^(\S+) .*\[Fleet\.(ActivateNode|DeactivateNode)\] \w+ node_id=(\d+)")
 
 def push(work: Path, replicas: int) -> float:
-    (work / "federations" / "train.yaml").write_text(FED.format(replicas=replicas))
+    text = federation("train", POOL.format(replicas=replicas), version="1.26.0")
+    (work / "federations" / "train.yaml").write_text(text)
     git(work, "commit", "-qam", f"replicas: {replicas}")
     git(work, "push", "-q", "origin", "HEAD:main")
     return time.time()
@@ -130,7 +120,7 @@ def main() -> int:
         git(work, "checkout", "-q", "-b", "main")
         (work / "federations").mkdir()
         (work / "flower-syncer.yaml").write_text(f"name: bench\ndefaultNamespace: {NS}\n")
-        (work / "federations" / "train.yaml").write_text(FED.format(replicas=2))
+        (work / "federations" / "train.yaml").write_text(federation("train", POOL.format(replicas=2), version="1.26.0"))
         git(work, "add", "-A")
         git(work, "commit", "-qm", "two SuperNodes")
         git(work, "push", "-q", "origin", "HEAD:main")

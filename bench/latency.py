@@ -46,23 +46,12 @@ sys.path.insert(0, str(ROOT))
 
 from bench.agent_log import Commit, read_records, table, timelines  # noqa: E402
 from bench.benchcluster import bench_cluster, wait_for_pods  # noqa: E402
-from bench.repogen import expected_pods, make_repo, nodes_for  # noqa: E402
+from bench.repogen import expected_pods, federation, make_repo, nodes_for  # noqa: E402
 from syncer.cluster.client import Kube, path_for  # noqa: E402
 from syncer.identity import INVENTORY_SELECTOR  # noqa: E402
 
-FED = """\
-apiVersion: flwr.exalsius.ai/v1
-kind: Federation
-metadata:
-  name: bench
-spec:
-  mode: StatefulSet
-  isolationMode: subprocess
-  superlink:
-    image: flwr/superlink:1.25.0
-  supernodes:
-    image: flwr/supernode:1.25.0
-    pools:
+# the benchmarked federation; each round changes its env, so that every commit changes the StatefulSet
+ROUND_POOL = """\
       - name: a
         replicas: 2
         images: {{}}
@@ -237,7 +226,7 @@ def run(args: argparse.Namespace, kubeconfig: str) -> int:
                 make_repo(work, namespace, args.idle_federations, args.idle_pools, args.idle_releases)
             (work / "federations").mkdir(exist_ok=True)
             (work / "flower-syncer.yaml").write_text(f"name: {namespace}\ndefaultNamespace: {namespace}\n")
-            (work / "federations" / "bench.yaml").write_text(FED.format(round=0))
+            (work / "federations" / "bench.yaml").write_text(federation("bench", ROUND_POOL.format(round=0)))
             git(work, "add", "-A")
             git(work, "commit", "-qm", "round 0")
             git(work, "push", "-q", "origin", "HEAD:main")
@@ -270,7 +259,7 @@ def run(args: argparse.Namespace, kubeconfig: str) -> int:
             commit_lat = []
             pushed: list[Commit] = []
             for i in range(1, args.commits + 1):
-                (work / "federations" / "bench.yaml").write_text(FED.format(round=i))
+                (work / "federations" / "bench.yaml").write_text(federation("bench", ROUND_POOL.format(round=i)))
                 git(work, "commit", "-qam", f"round {i}")
                 sha = head(work)
                 wall0, t0 = time.time(), time.perf_counter()

@@ -5,21 +5,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-FEDERATION = """\
+HEAD = """\
 apiVersion: flwr.exalsius.ai/v1
 kind: Federation
 metadata:
-  name: fed-{i}
+  name: {name}
 spec:
   mode: StatefulSet
   isolationMode: subprocess
   superlink:
-    image: flwr/superlink:1.25.0
-    resources: {{requests: {{cpu: 10m, memory: 16Mi}}}}
-  supernodes:
-    image: flwr/supernode:1.25.0
+    image: flwr/superlink:{version}
+{superlink}  supernodes:
+    image: flwr/supernode:{version}
     pools:
 """
+SMALL = "    resources: {requests: {cpu: 10m, memory: 16Mi}}\n"  # the SuperLink's, so that many fit
 POOL = """\
       - name: pool-{p}
         replicas: 1
@@ -36,12 +36,18 @@ tls:
 """
 
 
+def federation(name: str, pools: str, *, version: str = "1.25.0", superlink: str = "") -> str:
+    """The benchmarks' Federation `name`: its `pools` (entries of spec.supernodes.pools, indented
+    6 spaces), Flower `version`, and more lines of the SuperLink's section (indented 4)."""
+    return HEAD.format(name=name, version=version, superlink=superlink) + pools
+
+
 def make_repo(root: Path, namespace: str, feds: int, pools: int, releases: int) -> None:
     """Writes the repository into `root` (created), every unit in `namespace`."""
     (root / "federations").mkdir(parents=True)
     (root / "flower-syncer.yaml").write_text(f"name: {namespace}\ndefaultNamespace: {namespace}\n")
     for i in range(feds):
-        text = FEDERATION.format(i=i) + "".join(POOL.format(p=p) for p in range(pools))
+        text = federation(f"fed-{i}", "".join(POOL.format(p=p) for p in range(pools)), superlink=SMALL)
         (root / "federations" / f"fed-{i}.yaml").write_text(text)
     for i in range(releases):
         folder = root / "supernodes" / f"rel-{i}"

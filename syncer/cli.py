@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Any
 # `validate` and `render` (pre-commit hooks, CI steps) load no cluster client, agent, HTTP server
 # or metrics (tests/unit/test_cli_imports.py).
 from syncer import __version__, printers
-from syncer.agent.config import AgentConfig, env_name, namespace_list
+from syncer.agent.envnames import env_name, namespace_list
 from syncer.cli_env import env_defaults
+from syncer.cli_parser import VerbParser
 from syncer.cli_repo import EXIT_FAILED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, cmd_render, cmd_validate, load_selected
 from syncer.identity import UnknownUnit
 
@@ -61,6 +62,22 @@ def _add_unit_arg(p: argparse.ArgumentParser) -> None:
                    help="units in every namespace (the default; overrides -n)")
 
 
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    """`run`'s options: --config, then one per setting of the agent (AgentConfig), each also read
+    from its environment variable."""
+    from syncer.agent.config import AgentConfig
+
+    p.add_argument("--config", default=None, help=f"YAML file with settings (${env_name('config')})")
+    for name, info in AgentConfig.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        help_text = f"{info.description} (${env_name(name)})"
+        if info.annotation is bool:
+            p.add_argument(flag, dest=name, default=None, action=argparse.BooleanOptionalAction, help=help_text)
+        else:
+            p.add_argument(flag, dest=name, default=None, help=help_text,
+                           metavar=name.upper().replace("_FILE", "").replace("_", "-"))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="flower-syncer",
@@ -71,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
                "FLOWER_SYNCER_UNIT=a,b); the command line wins. Run 'flower-syncer COMMAND --help' for details.",
     )
     parser.add_argument("--version", action="version", version=f"flower-syncer {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=VerbParser)
 
     p = sub.add_parser("validate", help="check a config repository and report every problem",
                        description="Check every file of a config repository: YAML syntax, schemas, the "
@@ -146,22 +163,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds between redraws with --watch (default 2)")
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("run", help="run the agent: watch a Git repository and keep the cluster in sync",
+    p = sub.add_parser("run", add_arguments=_add_run_options,
+                       help="run the agent: watch a Git repository and keep the cluster in sync",
                        description="Run the long-running agent. A commit to a local repository or a push to a "
                                    "local bare repository reaches the cluster at once; remotes are polled (and "
                                    "a webhook triggers a fetch). Outside changes to managed objects are seen "
                                    "through watches and corrected. Every option can also be set with an "
                                    "environment variable (shown) or in a YAML file given with --config.")
-    p.add_argument("--config", default=None, help=f"YAML file with settings (${env_name('config')})")
-    for name, info in AgentConfig.model_fields.items():
-        flag = "--" + name.replace("_", "-")
-        help_text = f"{info.description} (${env_name(name)})"
-        if info.annotation is bool:
-            p.add_argument(flag, dest=name, default=None, action=argparse.BooleanOptionalAction, help=help_text)
-        else:
-            p.add_argument(flag, dest=name, default=None, help=help_text,
-                           metavar=name.upper().replace("_FILE", "").replace("_", "-"))
-    p.set_defaults(func=cmd_run)
+    p.set_defaults(func=cmd_run)  # its options come from the agent's settings, when `run` is parsed or shown
 
     p = sub.add_parser("resync", help="ask the running agent to fetch and sync now",
                        description="Ask a running agent to fetch the repository and sync (one unit or all), "
@@ -462,6 +471,8 @@ def _agent_url(args: argparse.Namespace) -> str:
     """--agent, else the address the agent listens on by the agent's own setting ($FLOWER_SYNCER_LISTEN)."""
     if args.agent:
         return str(args.agent)
+    from syncer.agent.config import AgentConfig
+
     listen = os.environ.get(env_name("listen")) or str(AgentConfig.model_fields["listen"].default)
     host, _, port = listen.rpartition(":")
     if host in ("", "0.0.0.0", "::", "[::]"):

@@ -7,7 +7,7 @@ import argparse
 from collections.abc import Mapping
 from typing import Any
 
-from syncer.agent.config import env_name
+from syncer.agent.envnames import env_name
 
 
 def env_defaults(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> str:

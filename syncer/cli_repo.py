@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from syncer import printers
-from syncer.agent.config import env_name
+from syncer.agent.envnames import env_name
 from syncer.identity import UnknownUnit
 from syncer.render.common import to_json, to_yaml
 
@@ -32,7 +32,6 @@ EXIT_RUNTIME = 3
 def load_selected(args: argparse.Namespace) -> Loaded | int:
     """The repository of `args.dir` with `args.unit` selected, or the exit code after an error."""
     from syncer.actions.load import RepoNotFound, load  # the models: not for --help or the agent
-    from syncer.agent.config import load_policy
     from syncer.secrets.keys import Decryption, load_identities
     from syncer.secrets.sops import SopsError
 
@@ -41,7 +40,11 @@ def load_selected(args: argparse.Namespace) -> Loaded | int:
         env_name("decryption_key_files"), "").split(",") if f.strip()]
     policy_file = getattr(args, "policy", None) or os.environ.get(env_name("policy")) or None
     try:
-        admin = load_policy(Path(policy_file)) if policy_file else None
+        admin = None
+        if policy_file:
+            from syncer.agent.config import load_policy  # the agent's settings: only with a policy
+
+            admin = load_policy(Path(policy_file))
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -4,13 +4,20 @@ here (and from tests/fakekube.py, tests/conftest.py), never from each other."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from syncer.cluster.client import Kube
 from syncer.engine.sync import Engine, SyncOptions, SyncReport
 from syncer.render.repo import plan_repo, render_repo
 from syncer.repo.loader import load_repo
+
+if TYPE_CHECKING:
+    from syncer.agent.agent import Agent
+    from syncer.identity import Unit
 
 NS = "flower"
 # A minimal valid Federation: `FED.format(name=..., pools=..., annotations=...)`, pools from `pool`.
@@ -32,21 +39,28 @@ spec:
 """
 
 
-def pool(name: str, replicas: int = 1) -> str:
-    """One entry of `spec.supernodes.pools`, indented for `FED`."""
-    return f"      - name: {name}\n        replicas: {replicas}\n        images: {{}}\n"
+def pool(name: str, replicas: int | str = 1, extra: str = "") -> str:
+    """One entry of `spec.supernodes.pools`, indented for `FED`; `extra`: more lines of the entry
+    (indented 8 spaces)."""
+    return f"      - name: {name}\n        replicas: {replicas}\n        images: {{}}\n{extra}"
 
 
 def federation(name: str = "fed", pools: str = "", annotations: str = "", *, insecure: bool | None = None,
-               version: str = "1.25.0") -> str:
+               version: str = "1.25.0", mode: str = "StatefulSet", isolation: str = "subprocess",
+               superlink: str = "", supernodes: str = "") -> str:
     """The text of a Federation `name` with `pools` (default: one pool "a" of one replica), the
     `annotations` (the inside of a flow mapping), `insecure` when given, and the images of Flower
-    `version`."""
+    `version`, in `mode` and `isolation`. `superlink` and `supernodes`: more lines of those
+    sections (indented 4 spaces; the SuperNodes' go before their pools)."""
     text = FED.format(name=name, pools=pools or pool("a"), annotations=annotations)
     if insecure is not None:
         text = text.replace("  isolationMode: subprocess\n",
                             f"  isolationMode: subprocess\n  insecure: {str(insecure).lower()}\n", 1)
-    return text.replace(":1.25.0\n", f":{version}\n")
+    text = text.replace("  mode: StatefulSet\n", f"  mode: {mode}\n", 1)
+    text = text.replace("  isolationMode: subprocess\n", f"  isolationMode: {isolation}\n", 1)
+    text = text.replace("    image: flwr/superlink:1.25.0\n", f"    image: flwr/superlink:1.25.0\n{superlink}", 1)
+    text = text.replace("    image: flwr/supernode:1.25.0\n", f"    image: flwr/supernode:1.25.0\n{supernodes}", 1)
+    return text.replace(":1.25.0\n", f":{version}\n").rstrip("\n") + "\n"  # tests append more pools
 
 
 def write(repo: Path, name: str = "fed", pools: str = "", annotations: str = "", repo_name: str = "team") -> Path:
@@ -58,12 +72,91 @@ def write(repo: Path, name: str = "fed", pools: str = "", annotations: str = "",
     return repo
 
 
-def sync(kube: Kube, repo: Path, **opts: bool) -> SyncReport:
-    """Load, render, plan and sync the repository at `repo` once (revision "r1")."""
+# SuperNode release values that carry secrets (a token and a big number in the node config, an env
+# value): what the SOPS and secret-leak tests encrypt
+SECRET_VALUES = """\
+tls:
+  enabled: false
+supernode:
+  replicas: 2
+  node:
+    config:
+      lr: 0.05
+      epochs: 3
+      big: 12345678901234567
+      flag: true
+      token: s3cr3t-token-value
+  env:
+    - name: API_KEY
+      value: top-secret-api-key
+"""
+
+
+def secret_manifest(password: str) -> str:
+    """A Secret manifest (edge-credentials) with `password` in its stringData."""
+    return ("apiVersion: v1\nkind: Secret\nmetadata:\n  name: edge-credentials\ntype: Opaque\nstringData:\n"
+            f"  password: {password}\n")
+
+
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@localhost", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@localhost"}
+
+
+def git(cwd: Path, *args: str) -> str:
+    """`git args` in `cwd` as the test author (no global config needed); its output, stripped."""
+    out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True,
+                         env={**os.environ, **GIT_ENV})
+    return out.stdout.strip()
+
+
+def committed_repo(path: Path, namespace: str, *feds: str, settings: str = "", extra: Mapping[str, str] | None = None,
+                   pools: str = "") -> Path:
+    """A config repository at `path`, a Git work tree on `main`, with the federations `feds` (each
+    with `pools`, default one pool "a") in `namespace`, the `extra` files and the lines `settings`
+    of flower-syncer.yaml, all committed. Called again on the same path, it replaces the
+    federations and commits again."""
+    (path / "federations").mkdir(parents=True, exist_ok=True)
+    for old in (path / "federations").glob("*.yaml"):
+        old.unlink()
+    for name in feds:
+        (path / "federations" / f"{name}.yaml").write_text(federation(name, pools))
+    for rel, text in (extra or {}).items():
+        (path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (path / rel).write_text(text)
+    (path / "flower-syncer.yaml").write_text(f"defaultNamespace: {namespace}\n{settings}")
+    if not (path / ".git").exists():
+        git(path, "init", "-q", "-b", "main")
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "--allow-empty", "-m", "c")
+    return path
+
+
+def sync(kube: Kube, repo: Path, *, selectors: Sequence[str] = (), revision: str = "r1", **opts: Any) -> SyncReport:
+    """Load, render, plan and sync the repository at `repo` once, as `revision` (the engine records
+    a checked revision only when there is one), the units `selectors` name (default: all)."""
     state = load_repo(repo)
-    return Engine(kube).sync(plan_repo(state, render_repo(state), revision="r1"), SyncOptions(**opts))
+    rendered = render_repo(state, list(selectors))
+    return Engine(kube).sync(plan_repo(state, rendered, selectors=selectors, revision=revision), SyncOptions(**opts))
 
 
 def by_kind(manifests: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
     """The manifest of `kind` named `name` (fails the test when there is none)."""
     return next(m for m in manifests if m["kind"] == kind and m["metadata"]["name"] == name)
+
+
+def repo_at(root: Path, files: dict[str, str]) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "flower-syncer.yaml").write_text(f"name: team\ndefaultNamespace: {NS}\n")
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def install(agent: Agent, root: Path, revision: str) -> list[Unit]:
+    """As the dispatcher does: load with the agent's caches, then install."""
+    loaded = agent.revisions.load(root)
+    changed = agent.install(loaded.state, loaded.rendered, revision)
+    agent.loaded.set()
+    return changed

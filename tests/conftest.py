@@ -11,7 +11,10 @@
 If no cluster can be had, tests that need one are skipped with the reason, or fail when
 ``CI=true``.  ``namespace`` (function) creates a fresh namespace per test and deletes it after;
 ``kube`` is flower-syncer's own client on that cluster. ``wait_until`` is the one way tests wait:
-on an observable condition, never a fixed sleep.
+on an observable condition, never a fixed sleep. ``repos`` (a bare Git remote and a work tree
+with a Federation) and ``start_agent`` (``flower-syncer run`` in a subprocess on the cluster)
+serve the agent's tests of every directory: they are defined, with their helpers, in
+tests/integration/agents.py.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 from urllib.parse import urlsplit
 
 import pytest
+
+# fixtures for every directory (the agent in a subprocess, a Git remote): defined beside their helpers
+from tests.integration.agents import repos, start_agent  # noqa: F401
 
 if TYPE_CHECKING:
     from syncer.cluster.client import Kube
@@ -257,6 +263,7 @@ def namespace(kube_cluster: KubeCluster, request: pytest.FixtureRequest) -> Iter
     yield name
     with contextlib.suppress(ApiException):
         core.delete_namespace(name)
+
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -1,5 +1,6 @@
 """Test doubles shared by test modules (which never import each other): an HTTP receiver that
-records what it is sent, and an AgentAPI that answers without an agent."""
+records what it is sent, an AgentAPI that answers without an agent, and NoSource, the agent's
+source when a test never fetches."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
+from syncer.source.git import Checkout
 from syncer.source.webhook import PushEvent
 
 
@@ -58,3 +60,16 @@ class FakeAPI:
 
     def webhook(self, event: PushEvent) -> None:
         self.events.append(event)
+
+
+class NoSource:
+    """The agent's `Source` for a test that never fetches: fetching fails the test."""
+
+    def __init__(self, name: str = "test") -> None:
+        self.name = name
+
+    def describe(self) -> str:
+        return self.name
+
+    def fetch(self) -> Checkout:
+        raise AssertionError(f"the test's source {self.name!r} was asked to fetch")

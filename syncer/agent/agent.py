@@ -22,8 +22,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -47,6 +45,7 @@ from syncer.agent.messages import (
 from syncer.agent.progress import RevisionProgress
 from syncer.agent.reporting import config_error_event, suspension_event, sync_events
 from syncer.agent.revision import RevisionLoader
+from syncer.agent.state import AgentOptions, Installed, Source, UnitState
 from syncer.agent.supervisor import Supervisor
 from syncer.agent.unitstate import agent_status, forget, publish, unit_states
 from syncer.agent.workqueue import WorkQueue
@@ -59,62 +58,29 @@ from syncer.engine.changeset import Action, UnitResult
 from syncer.engine.normalize import fingerprint, managed_fields_hash
 from syncer.engine.sync import Engine, SyncOptions, unit_namespaces
 from syncer.engine.vanished import vanished_units
-from syncer.identity import ANN_APPLIED_HASH, DEFAULT_REPOSITORY, ObjectRef, Unit, unit_matches
+from syncer.identity import ANN_APPLIED_HASH, ObjectRef, Unit, unit_matches
 from syncer.observe.conditions import UnitCondition, UnitConditions
 from syncer.observe.metrics import Metrics, corrections_by_kind, drift_by_kind
 from syncer.observe.notify import Notification, Notifier
 from syncer.plan import Claims, Plan, UnitPlan
 from syncer.render.repo import Rendered, plan_repo
-from syncer.render.tenancy import Tenancy
 from syncer.repo.state import RepoState
-from syncer.source.git import Checkout, GitSource
+from syncer.source.git import Checkout
 from syncer.source.refs import SourceError
 
 log = structlog.get_logger("syncer.agent")
 
 
-# -- state ----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Installed:
-    """What one revision asks for, swapped in as a whole: a worker reads one snapshot, so the
-    manifests it applies, the revision it records and the claims it checks always agree. Each unit
-    keeps the revision its manifests were rendered from."""
-
-    plan: Plan = field(default_factory=lambda: Plan(units={}, prune_allowed=False))
-    digests: dict[Unit, str] = field(default_factory=dict)  # manifests + policy, to tell what changed
-
-
-@dataclass
-class UnitState:
-    last_result: UnitResult | None = None
-    last_sync: float = 0.0
-    last_revision: str = ""
-    config_errors: list[Diagnostic] = field(default_factory=list)
-    drift_corrections: int = 0
-    internal_error: str = ""  # the agent failed handling an event of the unit (cleared by its next sync)
-
-
 POLL_JITTER = 0.1  # each poll waits the interval +/- 10 %
 
 
-@dataclass
-class AgentOptions:
-    namespaces: list[str] | None = None  # restrict cluster reads/writes (namespaced RBAC)
-    workers: int = 4
-    poll_interval: float = 60.0
-    prune: bool = True
-    repository: str = DEFAULT_REPOSITORY  # the name when flower-syncer.yaml sets none (derived from the source)
-    identity: str = "agent"  # recorded in each unit's history as who applied it
-    decryption_key_files: tuple[Path, ...] = ()  # age identities for SOPS-encrypted files
-    tenancy: Tenancy | None = None  # where the repository comes from, and the admin's policy for it
-    fetch_backoff: float = 1.0  # first wait after a failed fetch; doubles up to fetch_backoff_max
-    fetch_backoff_max: float = 300.0
+def poll_delay(interval: float) -> float:
+    """How long the source thread waits for the next poll: `interval` +/- POLL_JITTER."""
+    return interval * random.uniform(1 - POLL_JITTER, 1 + POLL_JITTER)
 
 
 class Agent:
-    def __init__(self, kube: Kube, source: GitSource, metrics: Metrics, options: AgentOptions,
+    def __init__(self, kube: Kube, source: Source, metrics: Metrics, options: AgentOptions,
                  recorder: EventRecorder | None = None, notifier: Notifier | None = None) -> None:
         self.kube = kube
         self.recorder = recorder  # Kubernetes Events for operators; None: none are posted
@@ -145,7 +111,7 @@ class Agent:
         self.progress = RevisionProgress(applied=self.metrics.observe_commit_applied, checked=self._record_checked,
                                          unit_applied=lambda u, s: self.metrics.observe_unit_commit_applied(u.id, s))
         self._recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checked")
-        self._waiters: list[Waiter] = []
+        self.waiters: list[Waiter] = []
         self._threads: list[threading.Thread] = []
         self.on_unit_synced: list[Callable[[Unit], None]] = []  # e.g. the FlowerUnits' writer (dispatcher thread)
 
@@ -154,7 +120,7 @@ class Agent:
     def start(self) -> None:
         self.cache.start(self.stop, self.supervisor.spawn)
         self._spawn(self._dispatch, "dispatcher")
-        self._spawn(self._fetch_loop, "source")
+        self._spawn(self.fetch_loop, "source")
         for i in range(self.options.workers):
             self._spawn(self._worker, f"worker-{i}")
         self.request_fetch("start")
@@ -191,7 +157,7 @@ class Agent:
             self.leading.set()
             self.metrics.set_leader(True)
             for unit in list(self.desired) + list(self.cache.state.inventories):
-                if self._ours(unit):
+                if self.ours(unit):
                     self.work.add(unit)  # catch up on what happened while we were not leading
         else:
             self.leading.clear()
@@ -229,7 +195,7 @@ class Agent:
 
     def _on_object(self, _event_type: str, ref: ObjectRef, obj: dict[str, Any] | None) -> None:
         labels = (obj or {}).get("metadata", {}).get("labels", {})
-        unit = self._unit_of(ref, labels)
+        unit = self.unit_of(ref, labels)
         if unit is not None:
             self.events.put(ObjectChanged(unit, ref, obj))
 
@@ -241,7 +207,7 @@ class Agent:
     def repository(self) -> str:
         return self.installed.plan.repository
 
-    def _ours(self, unit: Unit) -> bool:
+    def ours(self, unit: Unit) -> bool:
         """A unit in our Git repository, or one our repository applied (another repository's units
         sharing the cluster are left alone)."""
         if unit in self.desired:
@@ -263,7 +229,8 @@ class Agent:
         return (annotations.get(ANN_APPLIED_HASH) != entry.applied
                 or managed_fields_hash(event.obj, FIELD_MANAGER) != entry.fields)
 
-    def _unit_of(self, ref: ObjectRef, labels: dict[str, str]) -> Unit | None:
+    def unit_of(self, ref: ObjectRef, labels: dict[str, str]) -> Unit | None:
+        """The unit an object belongs to: from its labels, or (deleted, so unlabelled) the inventories."""
         unit_of = Unit.from_labels(ref.namespace, labels)
         if unit_of is not None:
             return unit_of
@@ -274,13 +241,13 @@ class Agent:
 
     # -- the source thread ------------------------------------------------------------------------
 
-    def _fetch_loop(self) -> None:
-        """Fetch when asked (a commit seen, a push webhook, a resync) or at the poll interval, with
-        +/-10 % jitter so that many agents do not poll a server in step. After a failed fetch the
-        next one waits with exponential backoff, unless something asks for a fetch first: a push
-        after a Git outage is applied at once."""
+    def fetch_loop(self) -> None:
+        """The source thread (`start` runs it). Fetch when asked (a commit seen, a push webhook, a
+        resync) or at the poll interval, with +/-10 % jitter so that many agents do not poll a server
+        in step. After a failed fetch the next one waits with exponential backoff, unless something
+        asks for a fetch first: a push after a Git outage is applied at once."""
         backoff = self.options.fetch_backoff
-        wait = self._poll_delay()
+        wait = poll_delay(self.options.poll_interval)
         while not self.stop.is_set():
             self._fetch_wanted.wait(wait)
             if self.stop.is_set():
@@ -296,26 +263,37 @@ class Agent:
                 wait, backoff = backoff, min(backoff * 2, self.options.fetch_backoff_max)
                 continue
             backoff = self.options.fetch_backoff
-            wait = self._poll_delay()
+            wait = poll_delay(self.options.poll_interval)
             self.events.put(RevisionFetched(checkout, seen))
-
-    def _poll_delay(self) -> float:
-        return self.options.poll_interval * random.uniform(1 - POLL_JITTER, 1 + POLL_JITTER)
 
     # -- the dispatcher ---------------------------------------------------------------------------
 
     def _dispatch(self) -> None:
-        while True:
-            event = self.events.get()
-            if isinstance(event, Stop):
-                return
-            # the agent survives anything a single event does; the error is reported where it belongs
-            self.supervisor.guard("event handling", functools.partial(self._handle, event),
-                                  on_error=functools.partial(event_failed, self, event),
-                                  about={"about": type(event).__name__})
-            self.metrics.set_queue_depth(self.work.depth())
+        while not isinstance(event := self.events.get(), Stop):
+            self._dispatch_one(event)
 
-    def _handle(self, event: Event) -> None:
+    def _dispatch_one(self, event: Event) -> None:
+        # the agent survives anything a single event does; the error is reported where it belongs
+        self.supervisor.guard("event handling", functools.partial(self.handle, event),
+                              on_error=functools.partial(event_failed, self, event),
+                              about={"about": type(event).__name__})
+        self.metrics.set_queue_depth(self.work.depth())
+
+    def dispatch_pending(self) -> int:
+        """Handle every event queued now on the caller's thread, as the dispatcher does (a failure is
+        reported, never raised); returns how many. With `drain`, how tests step the agent."""
+        count = 0
+        while True:
+            try:
+                event = self.events.get_nowait()
+            except queue.Empty:
+                return count
+            if not isinstance(event, Stop):
+                self._dispatch_one(event)
+                count += 1
+
+    def handle(self, event: Event) -> None:
+        """The dispatcher's decision on one event (unguarded: `_dispatch` guards it)."""
         if isinstance(event, FetchRequested):
             self._fetch_wanted.set()
         elif isinstance(event, RevisionFetched):
@@ -325,18 +303,18 @@ class Agent:
             self.metrics.fetch_error(event.error.kind)
             log.warning("source fetch failed; keeping the last good revision", source=self.source.describe(),
                         error=str(event.error))
-            for waiter in [w for w in self._waiters if w.units is None]:
+            for waiter in [w for w in self.waiters if w.units is None]:
                 waiter.finish(str(event.error))
-                self._waiters.remove(waiter)
+                self.waiters.remove(waiter)
         elif isinstance(event, ObjectChanged):
-            if self._ours(event.unit) and self._touched(event):
+            if self.ours(event.unit) and self._touched(event):
                 self.work.add(event.unit)
         elif isinstance(event, InventoryChanged):
             unit = event.inventory.unit
-            if self._ours(unit):
+            if self.ours(unit):
                 before = self._suspended.get(unit)
                 if before is not None and before != event.inventory.suspended:
-                    self._report(unit, suspension_event(unit, event.inventory.suspended))
+                    self.report(unit, suspension_event(unit, event.inventory.suspended))
                 self._suspended[unit] = event.inventory.suspended
                 self.work.add(unit)
         elif isinstance(event, DriftCheckDue):
@@ -358,7 +336,7 @@ class Agent:
                 self.work.add(event.unit)
         elif isinstance(event, ResyncRequested):
             if event.waiter is not None:
-                self._waiters.append(event.waiter)
+                self.waiters.append(event.waiter)
             self._fetch_wanted.set()
         elif isinstance(event, UnitSynced):
             self._on_synced(event)
@@ -371,7 +349,7 @@ class Agent:
             loaded = self.revisions.load(checkout.root, checkout.revision, since=checkout.since,
                                          changed=checkout.changed)
             self.metrics.set_revision(checkout.revision)
-            changed = self._install(loaded.state, loaded.rendered, checkout.revision)
+            changed = self.install(loaded.state, loaded.rendered, checkout.revision)
             self.checkout = checkout
             log.info("revision loaded", revision=checkout.revision[:12], subject=checkout.subject,
                      units=len(loaded.rendered.units), changed=len(changed), errors=loaded.errors,
@@ -383,14 +361,14 @@ class Agent:
             for unit in changed:
                 self.work.add(unit)
         self.loaded.set()
-        for waiter in [w for w in self._waiters if w.units is None]:
+        for waiter in [w for w in self.waiters if w.units is None]:
             units = set(self.desired) | set(self.cache.state.inventories)
             if waiter.selector:
                 units = {u for u in units if unit_matches(u, waiter.selector)}
                 if not units:
                     waiter.unknown_unit = True
                     waiter.finish(f"no unit matches {waiter.selector!r}")
-                    self._waiters.remove(waiter)
+                    self.waiters.remove(waiter)
                     continue
             waiter.units = set(units)
             waiter.revision = checkout.revision
@@ -398,7 +376,7 @@ class Agent:
             for unit in units:
                 self.work.add(unit)
 
-    def _install(self, state: RepoState, rendered: Rendered, revision: str) -> list[Unit]:
+    def install(self, state: RepoState, rendered: Rendered, revision: str) -> list[Unit]:
         """Adopt a new revision; returns the units whose desired state changed. A unit that fails to
         load or render keeps its last good desired state; a unit gone from Git is pruned only if the
         whole revision loaded and rendered without errors."""
@@ -431,7 +409,7 @@ class Agent:
             if unit not in old.plan.failed and unit in units:
                 changed.append(unit)  # its last good state is synced again, and its inventory says why not newer
             if unit in fresh.errors:  # also a unit never applied: its Event says why not
-                self._report(unit, config_error_event(unit, fresh.errors[unit]))
+                self.report(unit, config_error_event(unit, fresh.errors[unit]))
         for unit, errors in [*erring, *((u, []) for u in fresh.units)]:
             st = self.units.setdefault(unit, UnitState())
             if st.config_errors or errors or unit not in self._errors_counted:
@@ -468,13 +446,13 @@ class Agent:
             self.units.pop(event.unit, None)
             forget(self, event.unit)
         self.progress.synced(event.unit, event.revision, event.result.ok, time.monotonic())
-        for waiter in list(self._waiters):
+        for waiter in list(self.waiters):
             if waiter.units is not None and event.unit in waiter.units:
                 waiter.units.discard(event.unit)
                 waiter.results[event.unit.id] = event.result.to_dict()
                 if not waiter.units:
                     waiter.done.set()
-                    self._waiters.remove(waiter)
+                    self.waiters.remove(waiter)
         for listener in self.on_unit_synced:
             listener(event.unit)
 
@@ -500,15 +478,30 @@ class Agent:
 
     def _worker(self) -> None:
         while (unit := self.work.get()) is not None:
-            try:
-                if self.leading.is_set():  # the leader does the writing; we pick the unit up when we lead
-                    self.supervisor.guard("sync", functools.partial(self._sync, unit),
-                                          quiet=(Fenced, ClusterUnreachable),
-                                          on_error=functools.partial(sync_failed, self, unit), about={"unit": unit.id})
-            finally:
-                self.work.done(unit)
+            self._work_on(unit)
 
-    def _sync(self, unit: Unit) -> None:
+    def _work_on(self, unit: Unit) -> None:
+        try:
+            if self.leading.is_set():  # the leader does the writing; we pick the unit up when we lead
+                self.supervisor.guard("sync", functools.partial(self.sync, unit),
+                                      quiet=(Fenced, ClusterUnreachable),
+                                      on_error=functools.partial(sync_failed, self, unit), about={"unit": unit.id})
+        finally:
+            self.work.done(unit)
+
+    def drain(self) -> int:
+        """Work on every unit the queue hands out now (not those waiting for a backoff) on the
+        caller's thread, as a worker does; returns how many. With `dispatch_pending`, how tests
+        step the agent."""
+        count = 0
+        while (unit := self.work.get(timeout=0)) is not None:
+            self._work_on(unit)
+            count += 1
+        return count
+
+    def sync(self, unit: Unit) -> None:
+        """Sync one unit with the installed plan, on the caller's thread (a worker's, or a test's):
+        record it in the metrics, requeue it on failure, report its Events, post UnitSynced."""
         if not self.cache.synced.is_set() and not self.cache.wait_synced(30):
             # without the listed inventories and objects a sync would record a partial inventory,
             # and what left Git meanwhile would never be pruned: wait for the watches instead
@@ -552,10 +545,10 @@ class Agent:
             log.warning("unit failed; retrying", unit=unit.id, retry_in=delay, error=result.first_error())
         if not opts.dry_run:
             for ev in sync_events(unit, result, known, revision):
-                self._report(unit, ev)
+                self.report(unit, ev)
         self.events.put(UnitSynced(unit, result, seconds, revision))
 
-    def _report(self, unit: Unit, event: ReportedEvent) -> None:
+    def report(self, unit: Unit, event: ReportedEvent) -> None:
         """A Kubernetes Event, and a notification to the receivers that want it (leader only)."""
         if not self.leading.is_set():
             return

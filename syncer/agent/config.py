@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from syncer.agent.envnames import ENV_PREFIX, env_name, namespace_list
 from syncer.models.base import validate_document
 from syncer.models.policy import AdminPolicy
 from syncer.yamldoc import MAX_FILE_BYTES, decode_text, load_documents
@@ -80,18 +81,6 @@ class AgentConfig(BaseModel):
     def listen_address(self) -> tuple[str, int]:
         host, _, port = self.listen.rpartition(":")
         return host or "0.0.0.0", int(port)  # an explicit ":9090" means all interfaces
-
-
-def namespace_list(text: str) -> list[str] | None:
-    """`a, b,c` -> ["a", "b", "c"]; an empty text means no limit (None)."""
-    return [n.strip() for n in text.split(",") if n.strip()] or None
-
-
-ENV_PREFIX = "FLOWER_SYNCER_"
-
-
-def env_name(field: str) -> str:
-    return ENV_PREFIX + field.upper()
 
 
 def load_config(cli: dict[str, Any], environ: dict[str, str] | None = None) -> AgentConfig:

@@ -5,8 +5,6 @@ waiting `resync --wait`) and leaves the agent able to go on: the unit is synced 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import structlog
 
 from syncer.agent.messages import (
@@ -19,13 +17,11 @@ from syncer.agent.messages import (
     UnitSynced,
 )
 from syncer.agent.reporting import internal_error_event
+from syncer.agent.state import AgentView, UnitState
 from syncer.cluster.client import ClusterUnreachable
 from syncer.cluster.fence import Fenced
 from syncer.engine.changeset import Cause, UnitResult
 from syncer.identity import Unit
-
-if TYPE_CHECKING:
-    from syncer.agent.agent import Agent, UnitState
 
 log = structlog.get_logger("syncer.agent")
 
@@ -38,40 +34,40 @@ def _unit_of(event: Event) -> Unit | None:
     return None
 
 
-def event_failed(agent: Agent, event: Event, _exc: BaseException, text: str) -> None:
+def event_failed(agent: AgentView, event: Event, _exc: BaseException, text: str) -> None:
     """The dispatcher failed on `event` (runs on the dispatcher's thread)."""
     if isinstance(event, RevisionFetched):
         # the revision could not be installed: the last good one stays; the next fetch tries again
         rev = event.checkout.revision[:12]
         agent.fetch_error = f"revision {rev} could not be installed (the last good revision stays): {text}"
-        for waiter in [w for w in agent._waiters if w.units is None]:
+        for waiter in [w for w in agent.waiters if w.units is None]:
             waiter.finish(agent.fetch_error)
-            agent._waiters.remove(waiter)
+            agent.waiters.remove(waiter)
         return
     if isinstance(event, ResyncRequested):
         if event.waiter is not None:
             event.waiter.finish(f"the resync request failed: {text}")
-            if event.waiter in agent._waiters:
-                agent._waiters.remove(event.waiter)
+            if event.waiter in agent.waiters:
+                agent.waiters.remove(event.waiter)
         return
     unit = _unit_of(event)
     if unit is None:
         return
-    agent.units.setdefault(unit, _state()).internal_error = f"the agent failed handling a change: {text}"
+    agent.units.setdefault(unit, UnitState()).internal_error = f"the agent failed handling a change: {text}"
     if isinstance(event, UnitSynced):  # whoever waits for this unit hears about it
-        for waiter in list(agent._waiters):
+        for waiter in list(agent.waiters):
             if waiter.units is not None and unit in waiter.units:
                 waiter.units.discard(unit)
                 waiter.results[unit.id] = {"ok": False, "errors": [text]}
                 if not waiter.units:
                     waiter.finish()
-                    agent._waiters.remove(waiter)
-    agent._report(unit, internal_error_event(unit, text))
-    if agent._ours(unit):
+                    agent.waiters.remove(waiter)
+    agent.report(unit, internal_error_event(unit, text))
+    if agent.ours(unit):
         agent.work.retry(unit)  # a sync puts right whatever the event meant (after a backoff: no tight loop)
 
 
-def sync_failed(agent: Agent, unit: Unit, exc: BaseException, text: str) -> None:
+def sync_failed(agent: AgentView, unit: Unit, exc: BaseException, text: str) -> None:
     """A worker's sync of `unit` raised (runs on the worker's thread)."""
     if isinstance(exc, Fenced):
         # the Lease may be someone else's by now: stop here, write nothing more; whoever leads
@@ -91,8 +87,3 @@ def sync_failed(agent: Agent, unit: Unit, exc: BaseException, text: str) -> None
     agent.metrics.observe_sync(crashed, 0.0)
     agent.events.put(UnitSynced(unit, crashed, 0.0, agent.installed.plan.revision))
 
-
-def _state() -> UnitState:
-    from syncer.agent.agent import UnitState  # agent imports this module: import when needed
-
-    return UnitState()

@@ -16,10 +16,11 @@ from typing import Any
 import structlog
 
 from syncer import __version__
-from syncer.agent.agent import Agent, AgentOptions
+from syncer.agent.agent import Agent
 from syncer.agent.config import AgentConfig, load_policy, read_secret
 from syncer.agent.flowerunits import FlowerUnits
 from syncer.agent.memory import release_free_memory
+from syncer.agent.state import AgentOptions
 from syncer.agent.unitstate import observe_health
 from syncer.cluster.client import ApiError, ClusterUnreachable, Kube, path_for
 from syncer.cluster.events import EventRecorder

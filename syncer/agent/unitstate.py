@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from syncer.agent.reporting import recovered_event
+from syncer.agent.state import AgentView, UnitTables
 from syncer.identity import Unit
 from syncer.observe.conditions import (
     HealthReason,
@@ -24,7 +25,6 @@ from syncer.observe.conditions import (
 from syncer.render.tenancy import Tenancy
 
 if TYPE_CHECKING:
-    from syncer.agent.agent import Agent
     from syncer.observe.conditions import HealthCheck
     from syncer.observe.status import UnitStatus
 
@@ -33,20 +33,20 @@ log = structlog.get_logger("syncer.agent")
 UNKNOWN_HEALTH = UnitCondition("Healthy", False, HealthReason.UNKNOWN, "no status round yet")
 
 
-def known_units(agent: Agent) -> list[Unit]:
+def known_units(agent: UnitTables) -> list[Unit]:
     """Every unit the agent reports on: in Git (loaded, or failed to load), or synced before."""
     plan = agent.installed.plan  # one snapshot; `units` copied at once (the status thread asks too)
     return sorted(set(plan.units) | set(plan.failed) | set(agent.units.copy()))
 
 
-def suspended(agent: Agent, unit: Unit) -> bool:
+def suspended(agent: UnitTables, unit: Unit) -> bool:
     """Suspended now: by `flower-syncer suspend` (its inventory) or by its policy in Git."""
     inv = agent.cache.state.inventories.get(unit)
     desired = agent.installed.plan.units.get(unit)
     return (inv is not None and inv.suspended) or (desired is not None and desired.policy.suspend)
 
 
-def unit_state(agent: Agent, unit: Unit) -> UnitConditions:
+def unit_state(agent: UnitTables, unit: Unit) -> UnitConditions:
     plan = agent.installed.plan
     st = agent.units.get(unit)
     errors = st.config_errors if st is not None and unit in plan.failed else []
@@ -58,11 +58,11 @@ def unit_state(agent: Agent, unit: Unit) -> UnitConditions:
                           desired.revision if desired is not None else (st.last_revision if st else ""))
 
 
-def unit_states(agent: Agent) -> dict[Unit, UnitConditions]:
+def unit_states(agent: UnitTables) -> dict[Unit, UnitConditions]:
     return {unit: unit_state(agent, unit) for unit in known_units(agent)}
 
 
-def observe_health(agent: Agent, units: Sequence[UnitStatus], checks: Sequence[HealthCheck] = ()) -> None:
+def observe_health(agent: UnitTables, units: Sequence[UnitStatus], checks: Sequence[HealthCheck] = ()) -> None:
     """A status round's figures: each unit's Healthy condition, replaced as a whole (a unit no
     longer reported has no health figures); then every unit's state is published again."""
     agent.health = {Unit.parse(u.unit): healthy_condition(u.pools, found=u.found, checks=checks, subject=u)
@@ -71,7 +71,7 @@ def observe_health(agent: Agent, units: Sequence[UnitStatus], checks: Sequence[H
         publish(agent, unit)
 
 
-def publish(agent: Agent, unit: Unit) -> None:
+def publish(agent: UnitTables, unit: Unit) -> None:
     """The unit's state, recomputed, to the metrics (flower_syncer_unit_state) and, when it
     changed, to the log (the reasons and the messages, which name files, lines and objects, never
     secret values). Called at every revision, every sync and every status round."""
@@ -84,7 +84,7 @@ def publish(agent: Agent, unit: Unit) -> None:
         agent.published[unit] = seen
         if before is not None and state.synced.status and before[0] not in (SyncedReason.SYNCED, SyncedReason.PENDING,
                                                                              SyncedReason.SUSPENDED):
-            agent._report(unit, recovered_event(unit, before[0], state.revision))
+            agent.report(unit, recovered_event(unit, before[0], state.revision))
         if before is None and key[0] in (SyncedReason.PENDING, SyncedReason.SYNCED):
             return  # a unit first seen (the agent starting): only its troubles are news
         log.info("unit state", unit=unit.id, synced=key[0], health=key[1], ready=state.ready,
@@ -92,12 +92,12 @@ def publish(agent: Agent, unit: Unit) -> None:
                  health_message=state.healthy.message if not state.healthy.status else "")
 
 
-def forget(agent: Agent, unit: Unit) -> None:
+def forget(agent: UnitTables, unit: Unit) -> None:
     agent.published.pop(unit, None)
     agent.health.pop(unit, None)
 
 
-def unit_report(agent: Agent, unit: Unit, state: UnitConditions) -> dict[str, Any]:
+def unit_report(agent: UnitTables, unit: Unit, state: UnitConditions) -> dict[str, Any]:
     """One unit of `/api/v1/status`: its conditions beside what its last sync did."""
     plan = agent.installed.plan
     st = agent.units.get(unit)
@@ -118,7 +118,7 @@ def unit_report(agent: Agent, unit: Unit, state: UnitConditions) -> dict[str, An
     }
 
 
-def agent_status(agent: Agent) -> dict[str, Any]:
+def agent_status(agent: AgentView) -> dict[str, Any]:
     """`/api/v1/status`: the agent (`ready`: its own readiness, see Agent.ready; `unitsReady`: every
     unit Synced and Healthy), its source, and each unit with its conditions."""
     states = unit_states(agent)

@@ -27,8 +27,8 @@ from typing import Any, NoReturn
 import pytest
 
 from tests.conftest import DEVCLUSTER, IN_CI, wait_until
+from tests.integration.agents import Repos, free_port, git
 from tests.integration.superlinks import DEV, flower_bin
-from tests.integration.test_agent import Repos, free_port, git
 
 CLUSTER_NAME = f"e2e-{os.getpid()}"
 UP_TIMEOUT_S = 900  # a cold image build is part of it

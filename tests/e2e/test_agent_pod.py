@@ -16,8 +16,8 @@ from typing import TypeVar
 import pytest
 
 from tests.conftest import DEVCLUSTER, REPO, wait_until
+from tests.e2e.apps import federation
 from tests.e2e.conftest import CLUSTER_NAME, ConfigRepo, RealCluster, ready_replicas
-from tests.e2e.test_training import federation
 from tests.integration.gitservers import GitHttpServer
 
 pytestmark = pytest.mark.e2e

@@ -13,34 +13,17 @@ from typing import Any
 
 import pytest
 
+from tests.builders import federation, pool
 from tests.conftest import wait_until
+from tests.e2e.apps import FLWR
 from tests.e2e.conftest import Agent, ConfigRepo, RealCluster, ready_replicas, syncer_status, wait_ready
-from tests.e2e.test_training import FLWR
 
 pytestmark = pytest.mark.e2e
 
-FEDERATION = f"""\
-apiVersion: flwr.exalsius.ai/v1
-kind: Federation
-metadata:
-  name: broken
-spec:
-  mode: StatefulSet
-  isolationMode: subprocess
-  superlink:
-    image: flwr/superlink:{FLWR}
-  supernodes:
-    image: flwr/supernode:{FLWR}
-    pools:
-      - name: missing
-        replicas: 1
-        images:
-          supernode: flwr/supernode:{FLWR.rsplit(".", 1)[0]}.404
-      - name: crash
-        replicas: 1
-        images: {{}}
-        extraArgs: ["--no-such-flag"]
-"""
+FEDERATION = federation("broken", version=FLWR, pools=(
+    f"      - name: missing\n        replicas: 1\n        images:\n"
+    f"          supernode: flwr/supernode:{FLWR.rsplit('.', 1)[0]}.404\n"
+    + pool("crash", extra='        extraArgs: ["--no-such-flag"]\n')))
 PULL_REASONS = {"ErrImagePull", "ImagePullBackOff"}
 
 

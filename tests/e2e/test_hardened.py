@@ -11,31 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.builders import federation, pool
+from tests.e2e.apps import APP, CLIENT_LINE, FLWR
 from tests.e2e.conftest import Agent, ConfigRepo, RealCluster, flwr_run, wait_ready
-from tests.e2e.test_training import APP, CLIENT_LINE, FLWR
 
 pytestmark = pytest.mark.e2e
 
-HUB = f"""\
-apiVersion: flwr.exalsius.ai/v1
-kind: Federation
-metadata:
-  name: hub
-spec:
-  mode: StatefulSet
-  isolationMode: subprocess
-  superlink:
-    image: flwr/superlink:{FLWR}
-  supernodes:
-    image: flwr/supernode:{FLWR}
-    pools:
-      - name: p
-        replicas: 1
-        images: {{}}
-        nodeConfig:
-          partition-id: "0"
-          num-partitions: "3"
-"""
+HUB = federation("hub", version=FLWR, pools=pool("p", extra=(
+    '        nodeConfig:\n          partition-id: "0"\n          num-partitions: "3"\n')))
 
 
 def release(partition: int, process: bool) -> str:

@@ -24,9 +24,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from tests.conftest import wait_until
+from tests.e2e.apps import APP, CLIENT_LINE, FLWR
 from tests.e2e.conftest import Agent, ConfigRepo, RealCluster, flwr_run, syncer_status, wait_ready
-from tests.e2e.test_training import APP, CLIENT_LINE, FLWR
-from tests.integration.test_agent import free_port
+from tests.integration.agents import free_port
 
 pytestmark = pytest.mark.e2e
 

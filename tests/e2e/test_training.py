@@ -7,53 +7,15 @@ modes, and 1.26, the last release whose APIs are all gRPC."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests.e2e.apps import APP, CLIENT_LINE, FLWR, OLD_FLWR, federation
 from tests.e2e.conftest import Agent, ConfigRepo, RealCluster, flwr_run, wait_ready
 
 pytestmark = pytest.mark.e2e
-
-APP = Path(__file__).resolve().parent.parent / "fixtures" / "e2e-app"
-FLWR = "1.42.0"  # the newest served release: the images' Flower, and the `flwr` CLI the tests run
-OLD_FLWR = "1.26.0"  # the gRPC era (the dev extras' flwr)
-FEDERATION = """\
-apiVersion: flwr.exalsius.ai/v1
-kind: Federation
-metadata:
-  name: train
-spec:
-  mode: StatefulSet
-  isolationMode: {isolation}
-  superlink:
-    image: flwr/superlink:{flwr}{superexec_image}
-  supernodes:
-    image: flwr/supernode:{flwr}
-    pools:
-      - name: p
-        replicas: {replicas}
-        images: {images}
-        nodeConfig:
-          partition-id: "{{index}}"
-          num-partitions: "{{replicas}}"
-"""
-
-
-def federation(isolation: str, replicas: int, flwr: str = FLWR) -> str:
-    """The Federation document; process isolation runs the apps in SuperExec sidecars."""
-    process = isolation == "process"
-    return FEDERATION.format(
-        isolation=isolation, flwr=flwr, replicas=replicas,
-        superexec_image=f"\n    superexecImage: flwr/superexec:{flwr}" if process else "",
-        images=f"{{superexecClientApp: flwr/superexec:{flwr}}}" if process else "{}",
-    )
-
-
-CLIENT_LINE = re.compile(r"E2E-CLIENT partition-id=(\S+) \((\w+)\) num-partitions=(\S+) \((\w+)\)")
-
 
 Report = tuple[str, ...]  # partition-id, its type, num-partitions, its type
 

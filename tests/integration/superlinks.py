@@ -21,7 +21,7 @@ import pytest
 
 from tests.conftest import IN_CI, wait_until
 from tests.integration.gitservers import free_port
-from tests.unit.test_control_api import certificates
+from tests.nodeauth import certificates
 
 DEV = "1.26.0"  # the dev extras' flwr
 CACHE = Path(os.environ.get("FLOWER_SYNCER_CACHE", Path.home() / ".cache" / "flower-syncer")) / "flwr"

@@ -10,176 +10,21 @@ import json
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from syncer.cluster.client import Kube, path_for
+from syncer.cluster.client import Kube
 from syncer.observe.status import UnitStatus, status
 from tests.conftest import KubeCluster, wait_until
+from tests.integration.agents import FED, AgentProc, Repos, git, reported, sts
 from tests.integration.gitservers import GitHttpServer
 
 pytestmark = pytest.mark.cluster
-
-FED = """\
-apiVersion: flwr.exalsius.ai/v1
-kind: Federation
-metadata:
-  name: fed
-spec:
-  mode: StatefulSet
-  isolationMode: subprocess
-  superlink:
-    image: flwr/superlink:1.25.0
-  supernodes:
-    image: {image}
-    pools:
-      - name: a
-        replicas: {replicas}
-        images: {{}}
-"""
-GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@localhost", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@localhost"}
-
-
-def git(cwd: Path, *args: str) -> str:
-    out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True,
-                         env={**os.environ, **GIT_ENV})
-    return out.stdout.strip()
-
-
-@dataclass
-class Repos:
-    bare: Path
-    work: Path
-
-    def commit(self, files: dict[str, str], message: str = "change") -> str:
-        for rel, text in files.items():
-            path = self.work / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-        git(self.work, "add", "-A")
-        git(self.work, "commit", "-qm", message)
-        git(self.work, "push", "-q", "origin", "HEAD:main")
-        return git(self.work, "rev-parse", "HEAD")
-
-
-@pytest.fixture
-def repos(tmp_path: Path, namespace: str) -> Repos:
-    bare = tmp_path / "config.git"
-    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
-    work = tmp_path / "work"
-    git(tmp_path, "clone", "-q", str(bare), str(work))
-    git(work, "checkout", "-q", "-b", "main")
-    r = Repos(bare, work)
-    r.commit({"flower-syncer.yaml": f"name: {namespace}\ndefaultNamespace: {namespace}\n",
-              "federations/fed.yaml": FED.format(image="flwr/supernode:1.25.0", replicas=2)}, "initial")
-    return r
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-@dataclass
-class AgentProc:
-    proc: subprocess.Popen[str]
-    url: str
-    token: str
-    log: Path
-    clean_exit: bool = True  # False when a test kills it on purpose
-
-    def get(self, path: str) -> tuple[int, bytes]:
-        try:
-            with urllib.request.urlopen(self.url + path, timeout=10) as resp:
-                return resp.status, resp.read()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read()
-        except (urllib.error.URLError, OSError):
-            return 0, b""  # not listening (yet)
-
-    def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
-        req = urllib.request.Request(self.url + path, data=body, method="POST", headers=headers)
-        try:
-            with urllib.request.urlopen(req, timeout=60) as resp:
-                return resp.status, resp.read()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read()
-
-    def metric(self, name: str, **labels: str) -> float | None:
-        _, body = self.get("/metrics")
-        for line in body.decode().splitlines():
-            if not line.startswith(name + "{") and not line.startswith(name + " "):
-                continue
-            if all(f'{k}="{v}"' in line for k, v in labels.items()):
-                return float(line.rsplit(" ", 1)[1])
-        return None
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(30)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-
-
-
-
-@pytest.fixture
-def start_agent(tmp_path: Path, kube_cluster: KubeCluster, namespace: str) -> Iterator[Callable[..., AgentProc]]:
-    started: list[AgentProc] = []
-
-    def start(repo: str, *extra: str, name: str = "agent", wait_ready: bool = True) -> AgentProc:
-        port = free_port()
-        token = "test-token-" + name
-        (tmp_path / f"{name}.token").write_text(token)
-        (tmp_path / f"{name}.hook").write_text("hook-secret")
-        log = tmp_path / f"{name}.log"
-        args = [sys.executable, "-m", "syncer", "run", "--repo", repo, "--kubeconfig", kube_cluster.kubeconfig,
-                "--listen", f"127.0.0.1:{port}", "--namespaces", namespace, "--lease-namespace", namespace,
-                "--api-token-file", str(tmp_path / f"{name}.token"),
-                "--webhook-secret-file", str(tmp_path / f"{name}.hook"),
-                "--cache-dir", str(tmp_path / f"{name}-cache"), "--identity", name, "--log-format", "json",
-                "--interval", "3600", *extra]
-        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log.open("w"), text=True)
-        agent = AgentProc(proc, f"http://127.0.0.1:{port}", token, log)
-        started.append(agent)
-        if wait_ready:
-            wait_until("agent ready", lambda: (agent.proc.poll() is None and agent.get("/readyz")[0] == 200)
-                     or agent.proc.poll() is not None, timeout=60, log=log)
-            assert agent.proc.poll() is None, log.read_text()[-3000:]
-        return agent
-
-    yield start
-    for agent in started:
-        code = agent.stop()
-        if agent.clean_exit:
-            assert code == 0, f"agent exited with {code}\n{agent.log.read_text()[-3000:]}"
-
-
-def sts(kube: Kube, namespace: str, name: str = "fed-supernode-a") -> dict[str, Any]:
-    return kube.get("StatefulSet", namespace, name) or {}
-
-
-def reported(kube: Kube, namespace: str, reason: str) -> list[dict[str, Any]]:
-    """The events.k8s.io Events flower-syncer posted in `namespace` with `reason`."""
-    items = kube.request("GET", path_for("events.k8s.io/Event", namespace)).get("items", [])
-    return [e for e in items if e.get("reason") == reason and e.get("reportingController") == "flower-syncer"]
 
 
 def test_push_applies_and_outside_edits_are_corrected(repos: Repos, start_agent: Callable[..., AgentProc],

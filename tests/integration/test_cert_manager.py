@@ -25,7 +25,7 @@ from syncer.repo.loader import load_repo
 from tests.builders import federation
 from tests.conftest import IN_CI, KubeCluster, wait_until
 from tests.integration.gitservers import free_port
-from tests.integration.test_node_auth import stop
+from tests.integration.superlinks import stop
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 from build_cert_manager import binary_path, crd_paths

@@ -31,6 +31,7 @@ from syncer import __version__
 from syncer.cluster.client import ApiError, Kube
 from syncer.identity import MANAGED_SELECTOR
 from tests.conftest import KubeCluster, wait_until
+from tests.integration.charts import cluster_helm, one, run_helm, sa_kubeconfig, template_text
 
 if TYPE_CHECKING:
     from syncer.agent.config import AgentConfig
@@ -62,40 +63,6 @@ SSH_URL = "git@git.example.com:flower/flower-config.git"
 # helpers
 
 
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(reason, pytrace=False)
-    pytest.skip(reason)
-
-
-def _pinned_bin_dir() -> Path | None:
-    proc = subprocess.run([sys.executable, str(DEVCLUSTER), "status", "--json"], capture_output=True, text=True,
-                          timeout=30, check=False)
-    try:
-        return Path(json.loads(proc.stdout)["bin_dir"])
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-@pytest.fixture(scope="module")
-def helm() -> str:
-    """The pinned helm (v4) from the devcluster build, else helm from PATH."""
-    bin_dir = _pinned_bin_dir()
-    pinned = bin_dir / "helm" if bin_dir else None
-    exe = str(pinned) if pinned and os.access(pinned, os.X_OK) else shutil.which("helm")
-    if exe is None:
-        _unavailable(f"helm not found (no {pinned}; run `python3 tools/devcluster.py build`) and none on PATH")
-    assert exe is not None
-    return exe
-
-
-def run_helm(helm: str, *args: str, kubeconfig: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
-    if kubeconfig:
-        env["KUBECONFIG"] = kubeconfig
-    return subprocess.run([helm, *args], capture_output=True, text=True, timeout=60, env=env, check=False)
-
-
 def render(helm: str, values: dict[str, Any] | None = None, *, chart: Path = CHART, namespace: str = "flower-system",
            release: str = "fs", extra: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     args = ["template", release, str(chart), "--namespace", namespace, *extra]
@@ -105,13 +72,6 @@ def render(helm: str, values: dict[str, Any] | None = None, *, chart: Path = CHA
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     return [d for d in yaml.safe_load_all(proc.stdout) if d]
-
-
-def one(objs: list[dict[str, Any]], kind: str, name: str | None = None, namespace: str | None = None) -> dict[str, Any]:
-    found = [o for o in objs if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)
-             and (namespace is None or o["metadata"].get("namespace") == namespace)]
-    assert len(found) == 1, f"{kind} {name or ''}: {len(found)} found"
-    return found[0]
 
 
 def kinds(objs: list[dict[str, Any]]) -> list[str]:
@@ -628,27 +588,6 @@ def test_bad_values_fail(helm: str, values: dict[str, Any], message: str) -> Non
 # against the local control plane
 
 
-@pytest.fixture
-def second_namespace(kube_cluster: KubeCluster, namespace: str) -> Iterator[str]:
-    name = f"{namespace}-b"
-    kube_cluster.kubectl("create", "namespace", name)
-    kube_cluster.kubectl("label", "namespace", name, "flower-syncer.dev/test=true")
-    yield name
-    kube_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
-
-
-def cluster_helm(kube_cluster: KubeCluster, helm: str) -> str:
-    pinned = kube_cluster.bin_dir / "helm" if kube_cluster.bin_dir else None
-    return str(pinned) if pinned and pinned.exists() else helm
-
-
-def _template_text(helm: str, namespace: str, values: dict[str, Any], *extra: str) -> str:
-    proc = subprocess.run([helm, "template", "fs", str(CHART), "--namespace", namespace, "--values", "-", *extra],
-                          input=yaml.safe_dump(values), capture_output=True, text=True, timeout=60, check=False)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
-
-
 @pytest.mark.cluster
 def test_api_server_accepts_the_chart(kube_cluster: KubeCluster, helm: str, namespace: str,
                                       second_namespace: str) -> None:
@@ -660,7 +599,7 @@ def test_api_server_accepts_the_chart(kube_cluster: KubeCluster, helm: str, name
             "webhook": {"secret": "hook"}, "api": {"token": "t", "protectReads": True},
             "networkPolicy": {"from": [PROMETHEUS, INGRESS]}}
     for values in ({"rbac": {"namespaces": namespaces}}, full):
-        manifest = _template_text(helm, namespace, values)
+        manifest = template_text(helm, namespace, values)
         expected = [d for d in yaml.safe_load_all(manifest) if d]
         proc = kube_cluster.kubectl("apply", "--server-side", "--dry-run=server", "--field-manager=helm-test",
                                     "-f", "-", input=manifest, check=False)
@@ -671,21 +610,6 @@ def test_api_server_accepts_the_chart(kube_cluster: KubeCluster, helm: str, name
                     "--set", f"rbac.namespaces={{{namespace},{second_namespace}}}", kubeconfig=kube_cluster.kubeconfig)
     assert proc.returncode == 0, proc.stderr
     assert "STATUS: pending-install" in proc.stdout
-
-
-def _sa_kubeconfig(kube_cluster: KubeCluster, namespace: str, service_account: str, path: Path) -> Path:
-    """A kubeconfig with a TokenRequest token of the ServiceAccount (server and CA from the admin's)."""
-    token = kube_cluster.kubectl("create", "token", service_account, "-n", namespace,
-                                 "--duration", "10m").stdout.strip()
-    admin = json.loads(kube_cluster.kubectl("config", "view", "--raw", "--minify", "--flatten", "-o", "json").stdout)
-    cluster = admin["clusters"][0]["cluster"]
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
-        "clusters": [{"name": "c", "cluster": {k: cluster[k] for k in ("server", "certificate-authority-data")}}],
-        "users": [{"name": "sa", "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa"}}],
-    }))
-    return path
 
 
 @dataclass
@@ -706,7 +630,7 @@ def chart_identity(kube_cluster: KubeCluster, helm: str, namespace: str, second_
     values: dict[str, Any] = {"rbac": {"namespaces": [namespace, second_namespace]}}
     if getattr(request, "param", "") == "tenant":  # writes as the chart's tenant ServiceAccount
         values["tenant"] = {"create": True, "namespaces": [namespace, second_namespace]}
-    objs = [d for d in yaml.safe_load_all(_template_text(helm, namespace, values)) if d]
+    objs = [d for d in yaml.safe_load_all(template_text(helm, namespace, values)) if d]
     rbac = [o for o in objs if o["kind"] in ("ServiceAccount", "Role", "RoleBinding", "ClusterRole",
                                              "ClusterRoleBinding")]
     kube_cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(rbac))
@@ -724,7 +648,7 @@ def chart_identity(kube_cluster: KubeCluster, helm: str, namespace: str, second_
                  "metadata": {"name": "superlink-tls", "namespace": second_namespace},
                  "data": {k: base64.b64encode(v.encode()).decode() for k, v in tls.items()}}, manager="cert-manager")
     agent_sa = one(objs, "ServiceAccount", "fs-flower-syncer")["metadata"]["name"]
-    kubeconfig = _sa_kubeconfig(kube_cluster, namespace, agent_sa, tmp_path / "sa.kubeconfig")
+    kubeconfig = sa_kubeconfig(kube_cluster, namespace, agent_sa, tmp_path / "sa.kubeconfig")
     yield ChartIdentity((namespace, second_namespace), objs, kubeconfig, repo, admin)
     # the namespaced objects go with the namespaces
     kube_cluster.kubectl("delete", "clusterrole,clusterrolebinding", "fs-flower-syncer-" + namespace,

@@ -20,7 +20,7 @@ from syncer.models.flower import flower_interface
 from syncer.models.nodeauth import parse_key
 from tests.conftest import wait_until
 from tests.integration.superlinks import INSTALL_SECONDS, SuperLink, stop
-from tests.unit.test_node_auth import keypair
+from tests.nodeauth import keypair
 
 VERSIONS = ["1.26.0", "1.42.0"]
 

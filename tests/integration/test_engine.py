@@ -14,25 +14,10 @@ from syncer.engine.changeset import Action, Cause, Change, SkipReason
 from syncer.engine.sync import Engine, SyncOptions, SyncReport
 from syncer.render.repo import plan_repo, render_repo
 from syncer.repo.loader import load_repo
+from tests import builders
 from tests.conftest import KubeCluster, wait_until
 
 pytestmark = pytest.mark.cluster
-
-FED = """\
-apiVersion: flwr.exalsius.ai/v1
-kind: Federation
-metadata:
-  name: fed
-spec:
-  mode: {mode}
-  isolationMode: subprocess
-  superlink:
-    image: flwr/superlink:1.25.0
-  supernodes:
-    image: {image}
-    pools:
-{pools}
-"""
 
 
 def pool(name: str, replicas: int | None = 2, extra: str = "") -> str:
@@ -45,8 +30,9 @@ def pool(name: str, replicas: int | None = 2, extra: str = "") -> str:
 def write_fed(repo: Path, *, mode: str = "StatefulSet", image: str = "flwr/supernode:1.25.0",
               pools: str | None = None, name: str = "fed") -> None:
     (repo / "federations").mkdir(parents=True, exist_ok=True)
-    text = FED.format(mode=mode, image=image, pools=pools if pools is not None else pool("a"))
-    (repo / "federations" / f"{name}.yaml").write_text(text.replace("name: fed\n", f"name: {name}\n", 1))
+    text = builders.federation(name, pools if pools is not None else pool("a"), mode=mode)
+    text = text.replace("  annotations: {}\n", "")  # tests add their own
+    (repo / "federations" / f"{name}.yaml").write_text(text.replace("flwr/supernode:1.25.0\n", f"{image}\n", 1))
 
 
 @pytest.fixture
@@ -59,10 +45,8 @@ def repo(tmp_path: Path, namespace: str) -> Path:
 
 
 def sync(kube: Kube, repo: Path, **opts: Any) -> SyncReport:
-    state = load_repo(repo)
-    selectors = opts.pop("selectors", [])
-    rendered = render_repo(state, selectors)
-    return Engine(kube).sync(plan_repo(state, rendered, selectors=selectors), SyncOptions(**opts))
+    """tests/builders.py's sync with no revision (so no checked revision is recorded)."""
+    return builders.sync(kube, repo, revision="", **opts)
 
 
 def actions(report: SyncReport) -> dict[str, str]:

@@ -2,7 +2,7 @@
 
 For each minor release 1.20 ... 1.42 (and the pinned flwr-nightly 1.43.0.dev), the image tags of
 config/examples, the operator fixtures (tests/fixtures/operator) and the SuperNode chart's documented
-cases (tests/unit/test_supernode.py) are set to that release, the documents are validated and
+cases (tests/unit/chart_docs.py) are set to that release, the documents are validated and
 rendered, and every container command (flower-superlink, flower-supernode, flower-superexec) is
 parsed by THAT release's own argparse parser, imported from its wheel (tools/flower_releases.py
 caches them: the only step that uses the package registry; this test runs offline). The resulting
@@ -38,7 +38,8 @@ from syncer.render.repo import render_repo
 from syncer.render.supernode import render_supernode
 from syncer.repo.loader import load_repo
 from syncer.yamldoc import load_documents
-from tests.unit import test_supernode as chart_docs
+from tests.unit import chart_docs
+from tests.unit.helpers import Keys
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools"))
@@ -122,7 +123,7 @@ def _examples(version: str, tmp: Path, release: Release) -> None:
         release.commands += _commands(list(manifests), f"examples {unit}")
 
 
-def render_all(version: str, tmp: Path, keys: chart_docs.Keys) -> Release:
+def render_all(version: str, tmp: Path, keys: Keys) -> Release:
     release = Release(version)
     for path in sorted(OPERATOR.glob("*.yaml")):
         _federation(_with_version(path.read_text(), version), f"operator/{path.name}", release)
@@ -169,7 +170,7 @@ def test_every_rendered_command_parses_with_its_own_release(releases: None, tmp_
     rows = []
     failures = []
     (tmp_path / "keys").mkdir()
-    keys = chart_docs.Keys(tmp_path / "keys")
+    keys = Keys(tmp_path / "keys")
     rendered = [render_all(v, tmp_path, keys) for v in flower_releases.ALL]
     with ThreadPoolExecutor(max_workers=2) as pool:
         parsed = list(pool.map(parse_with_release, rendered))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from syncer.cluster.client import Kube
-from tests.integration.test_engine import FED, pool, sync
+from tests.builders import federation, pool, sync
 
 pytestmark = pytest.mark.cluster
 
@@ -20,9 +20,7 @@ def test_upgrading_flower_updates_the_superlink_service_in_place(kube: Kube, tmp
     (repo / "flower-syncer.yaml").write_text(f"name: {namespace}\ndefaultNamespace: {namespace}\n")
 
     def write(version: str) -> None:
-        text = FED.format(mode="StatefulSet", image=f"flwr/supernode:{version}", pools=pool("a", 1))
-        (repo / "federations" / "fed.yaml").write_text(text.replace("flwr/superlink:1.25.0",
-                                                                    f"flwr/superlink:{version}"))
+        (repo / "federations" / "fed.yaml").write_text(federation(pools=pool("a", 1), version=version))
 
     write("1.26.0")
     assert sync(kube, repo).ok

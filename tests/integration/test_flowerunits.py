@@ -13,9 +13,7 @@ import pytest
 
 from syncer.cluster.client import Kube
 from tests.conftest import REPO, KubeCluster, wait_until
-from tests.integration.test_agent import FED, AgentProc, Repos, git
-from tests.integration.test_agent import repos as repos  # noqa: PLC0414 - fixtures used below
-from tests.integration.test_agent import start_agent as start_agent  # noqa: PLC0414
+from tests.integration.agents import FED, AgentProc, Repos, git
 
 pytestmark = pytest.mark.cluster
 

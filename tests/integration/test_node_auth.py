@@ -26,12 +26,11 @@ from syncer.models.nodeauth import parse_key
 from syncer.render.repo import plan_repo, render_repo
 from syncer.repo.loader import load_repo
 from tests.conftest import KubeCluster, wait_until
+from tests.integration.agents import AgentProc, Repos
 from tests.integration.superlinks import SuperLink, stop
-from tests.integration.test_agent import AgentProc, Repos, repos, start_agent
-from tests.reliability.test_sops_corpus import new_key, sops_encrypt
-from tests.unit.test_node_auth import FED, keypair
+from tests.nodeauth import FED, keypair
+from tests.sops_cli import new_key, sops_encrypt
 
-__all__ = ["repos", "start_agent"]  # fixtures of the agent tests, used below
 pytestmark = pytest.mark.cluster
 
 

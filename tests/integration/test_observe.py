@@ -27,6 +27,7 @@ from syncer.observe.wait import wait_healthy
 from syncer.render.common import RenderContext, sort_manifests
 from syncer.render.federation import render_federation
 from syncer.yamldoc import load_documents
+from tests.builders import federation
 from tests.conftest import KubeCluster, wait_until
 
 pytestmark = pytest.mark.cluster
@@ -34,21 +35,6 @@ pytestmark = pytest.mark.cluster
 T = TypeVar("T")
 NVIDIA_NODES = {"gpu-nvidia-0", "gpu-nvidia-1"}
 
-FED = """\
-apiVersion: flwr.exalsius.ai/v1
-kind: Federation
-metadata:
-  name: {name}
-spec:
-  mode: {mode}
-  isolationMode: subprocess
-  superlink:
-    image: flwr/superlink:1.25.0
-  supernodes:
-    image: flwr/supernode:1.25.0
-    pools:
-{pools}
-"""
 
 
 def gpu_pool(name: str, replicas: int, count: int, vendor: str = "nvidia") -> str:
@@ -68,7 +54,7 @@ def plain_pool(name: str, replicas: int | None = None, node_selector: str = "") 
 
 
 def render(namespace: str, name: str, pools: str, mode: str = "StatefulSet") -> tuple[Unit, list[Manifest]]:
-    docs, diags = load_documents(FED.format(name=name, mode=mode, pools=pools), f"federations/{name}.yaml")
+    docs, diags = load_documents(federation(name, pools, mode=mode), f"federations/{name}.yaml")
     assert docs, diags
     model, problems = validate_document(Federation, docs[0])
     assert model is not None, [p.render() for p in problems]
@@ -262,7 +248,7 @@ def repo(tmp_path: Path, namespace: str) -> Path:
     (root / "federations").mkdir(parents=True)
     (root / "flower-syncer.yaml").write_text(f"defaultNamespace: {namespace}\n")
     (root / "federations" / "clifed.yaml").write_text(
-        FED.format(name="clifed", mode="StatefulSet", pools=plain_pool("a", 2) + gpu_pool("gpu", 1, 1, vendor="amd")))
+        federation("clifed", plain_pool("a", 2) + gpu_pool("gpu", 1, 1, vendor="amd")))
     return root
 
 

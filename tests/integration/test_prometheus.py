@@ -35,8 +35,9 @@ import pytest
 import yaml
 
 from syncer.cluster.client import Kube
+from tests.builders import federation, pool
 from tests.conftest import KubeCluster, wait_until
-from tests.integration.test_agent import AgentProc, free_port, git
+from tests.integration.agents import AgentProc, free_port, git
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "config" / "examples"
@@ -45,30 +46,12 @@ ALERT_TESTS = ROOT / "tests" / "fixtures" / "alerts_test.yaml"
 BOARDS = sorted((ROOT / "dashboards").glob("*.json"))
 # What Grafana puts in for its own variables; windows long enough to see the whole test.
 BUILTINS = {"__rate_interval": "5m", "__interval": "15s", "__range": "5m"}
-GPU_HUNGRY = """\
 # 3 SuperNodes x 2 nvidia.com/gpu; the example DaemonSet federation holds 1 of the 4 GPUs of each
 # of the 2 NVIDIA nodes, so 2 pods fit (one per node) and the third waits: requested 6, allocated 4.
-apiVersion: flwr.exalsius.ai/v1
-kind: Federation
-metadata:
-  name: gpu-hungry
-spec:
-  mode: StatefulSet
-  isolationMode: subprocess
-  superlink:
-    image: flwr/superlink:1.25.0
-  supernodes:
-    image: flwr/supernode:1.25.0
-    pools:
-      - name: big
-        replicas: 3
-        images: {}
-        gpu: {enabled: true, vendor: nvidia, resourceName: nvidia.com/gpu, count: 2}
-        podTemplate:
-          spec:
-            nodeSelector: {nvidia.com/gpu.present: "true"}
-            tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
-"""
+GPU_HUNGRY = federation("gpu-hungry", pool("big", 3, extra=(
+    "        gpu: {enabled: true, vendor: nvidia, resourceName: nvidia.com/gpu, count: 2}\n"
+    "        podTemplate:\n          spec:\n            nodeSelector: {nvidia.com/gpu.present: \"true\"}\n"
+    "            tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]\n")))
 
 
 def tool(name: str) -> str:

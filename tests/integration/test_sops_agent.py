@@ -18,10 +18,9 @@ import pytest
 
 from syncer.cluster.client import Kube
 from tests.conftest import REPO, KubeCluster, wait_until
-from tests.integration.test_agent import AgentProc, Repos, repos, start_agent
-from tests.reliability.test_sops_corpus import SECRET, new_key, sops_encrypt
+from tests.integration.agents import AgentProc, Repos
+from tests.sops_cli import SECRET, new_key, sops_encrypt
 
-__all__ = ["repos", "start_agent"]  # fixtures of the agent tests, used below
 pytestmark = pytest.mark.cluster
 
 PLAIN = "hunter2-very-secret"

@@ -24,10 +24,9 @@ from syncer.models.settings import Guardrails
 from syncer.plan import Plan
 from tests.builders import FED, pool
 from tests.conftest import KubeCluster
-from tests.integration.test_chart import _sa_kubeconfig, _template_text, cluster_helm, helm, one, second_namespace
+from tests.integration.charts import cluster_helm, one, sa_kubeconfig, template_text
 
 pytestmark = pytest.mark.cluster
-__all__ = ["helm", "second_namespace"]  # fixtures
 
 
 @dataclass
@@ -43,7 +42,7 @@ def tenant(kube_cluster: KubeCluster, helm: str, namespace: str, second_namespac
            tmp_path: Path) -> Iterator[Tenant]:
     values = {"rbac": {"namespaces": [namespace, second_namespace]},
               "tenant": {"create": True, "namespaces": [namespace]}}
-    objs = [d for d in yaml.safe_load_all(_template_text(cluster_helm(kube_cluster, helm), namespace, values)) if d]
+    objs = [d for d in yaml.safe_load_all(template_text(cluster_helm(kube_cluster, helm), namespace, values)) if d]
     rbac = [o for o in objs if o["kind"] in ("ServiceAccount", "Role", "RoleBinding", "ClusterRole",
                                              "ClusterRoleBinding")]
     kube_cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(rbac))
@@ -51,7 +50,7 @@ def tenant(kube_cluster: KubeCluster, helm: str, namespace: str, second_namespac
     tenant_sa = policy["default"]["serviceAccount"]
     assert tenant_sa == f"{namespace}/fs-flower-syncer-tenant"
     agent_sa = one(objs, "ServiceAccount", name="fs-flower-syncer")["metadata"]["name"]
-    agent = Kube.from_kubeconfig(str(_sa_kubeconfig(kube_cluster, namespace, agent_sa, tmp_path / "agent.kubeconfig")))
+    agent = Kube.from_kubeconfig(str(sa_kubeconfig(kube_cluster, namespace, agent_sa, tmp_path / "agent.kubeconfig")))
     yield Tenant((namespace, second_namespace), f"system:serviceaccount:{namespace}:fs-flower-syncer-tenant", agent,
                  Kube.from_kubeconfig(kube_cluster.kubeconfig))
     kube_cluster.kubectl("delete", "clusterrole,clusterrolebinding", "fs-flower-syncer-" + namespace,

@@ -13,11 +13,10 @@ import pytest
 from syncer.cluster.client import Kube
 from syncer.engine.inventory import INVENTORY_KEY
 from tests.conftest import KubeCluster, wait_until
-from tests.integration.test_agent import FED, AgentProc, Repos, repos, start_agent
-from tests.reliability.test_ownership_clashes import changes, make_repo, sync, write
+from tests.integration.agents import FED, AgentProc, Repos
+from tests.reliability.clashes import changes, make_repo, sync, write
 
 pytestmark = pytest.mark.cluster
-__all__ = ["repos", "start_agent"]
 
 TWO_POOLS = FED.format(image="flwr/supernode:1.25.0", replicas=1) + "      - name: b\n        replicas: 1\n" \
                                                                     "        images: {}\n"

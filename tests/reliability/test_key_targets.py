@@ -17,25 +17,15 @@ from syncer.cluster.flower_control import RegisteredNode
 from syncer.engine.nodekeys import reconcile
 from syncer.render.repo import plan_repo, render_repo
 from syncer.repo.loader import load_repo
-from tests.unit.test_engine_fake import NS
-from tests.unit.test_node_auth import FED, FakeSuperLink
+from tests.builders import NS
+from tests.nodeauth import FakeSuperLink
+from tests.nodeauth import auth_federation as fed
 
 EXIT_INVALID = 1
 KEYS_AT = "metadata.annotations['flower-syncer.io/supernode-public-keys']"
 ADDRESS_AT = "metadata.annotations['flower-syncer.io/control-api-address']"
 A_KEY = ("ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBMa/kJhR4mkoVxiAhjgnK9plBuRAWFVH"
          "ZSX00o3h6j1rIASjkqyKxxTYY1L8UixjaFvELOOJdnZ09Cv/BR326H0= site")  # a real public key (ssh-keygen)
-
-
-def fed(name: str, *, keys: str = "      # none", address: str | None = None) -> str:
-    text = FED.format(mode="enabled", keys=keys, insecure="false", replicas=1, image="flwr/superlink:1.42.0",
-                      args="--auth-supernode-private-key=/keys/a").replace("flwr/supernode:1.26.0",
-                                                                          "flwr/supernode:1.42.0")
-    text = text.replace("name: fed\n", f"name: {name}\n", 1)
-    if address is not None:
-        text = text.replace("    flower-syncer.io/supernode-auth:", f"    flower-syncer.io/control-api-address: "
-                            f"{address}\n    flower-syncer.io/supernode-auth:")
-    return text
 
 
 def repo(tmp_path: Path, files: dict[str, str]) -> Path:

@@ -22,8 +22,9 @@ from typing import Any
 import pytest
 
 from syncer.cluster.client import Kube
+from tests.builders import federation, pool
 from tests.conftest import DEVCLUSTER, wait_until
-from tests.integration.test_agent import AgentProc, Repos, free_port, git
+from tests.integration.agents import AgentProc, Repos, free_port, new_repos
 
 pytestmark = pytest.mark.cluster
 
@@ -31,23 +32,6 @@ LEASE_DURATION = 6.0  # short, so the test does not wait long; margin 2 s > retr
 LEASE_ENV = {"FLOWER_SYNCER_LEASE_DURATION": str(LEASE_DURATION), "FLOWER_SYNCER_LEASE_RENEW_PERIOD": "1",
              "FLOWER_SYNCER_LEASE_RETRY_PERIOD": "1"}
 UNITS = 60  # federations in the big commit: a sync long enough to be paused in the middle
-FED = """\
-apiVersion: flwr.exalsius.ai/v1
-kind: Federation
-metadata:
-  name: {name}
-spec:
-  mode: StatefulSet
-  isolationMode: subprocess
-  superlink:
-    image: flwr/superlink:1.25.0
-  supernodes:
-    image: flwr/supernode:1.25.0
-    pools:
-      - name: a
-        replicas: {replicas}
-        images: {{}}
-"""
 
 
 @dataclass
@@ -107,15 +91,7 @@ def ns(audited: AuditedCluster, request: pytest.FixtureRequest) -> Iterator[str]
 
 @pytest.fixture
 def repos(tmp_path: Path, ns: str) -> Repos:
-    bare = tmp_path / "config.git"
-    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
-    work = tmp_path / "work"
-    git(tmp_path, "clone", "-q", str(bare), str(work))
-    git(work, "checkout", "-q", "-b", "main")
-    r = Repos(bare, work)
-    r.commit({"flower-syncer.yaml": f"name: {ns}\ndefaultNamespace: {ns}\n",
-              "federations/f000.yaml": FED.format(name="f000", replicas=1)}, "initial")
-    return r
+    return new_repos(tmp_path, ns, {"federations/f000.yaml": federation("f000")})
 
 
 @pytest.fixture
@@ -164,7 +140,7 @@ def is_lease(event: dict[str, Any]) -> bool:
 
 
 def big_commit(repos: Repos, replicas: int) -> str:
-    return repos.commit({f"federations/f{i:03d}.yaml": FED.format(name=f"f{i:03d}", replicas=replicas)
+    return repos.commit({f"federations/f{i:03d}.yaml": federation(f"f{i:03d}", pool("a", replicas))
                          for i in range(UNITS)}, f"{UNITS} federations, {replicas} replicas")
 
 

@@ -9,49 +9,21 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from syncer.cluster.client import Kube
 from syncer.engine.prune import prune_blocker
-from syncer.engine.sync import Engine, SyncOptions, SyncReport
 from syncer.identity import LABEL_REPOSITORY, LABEL_UNIT, Unit
-from syncer.render.repo import plan_repo, render_repo
-from syncer.repo.loader import load_repo
 from tests.conftest import KubeCluster, wait_until
-from tests.integration.test_agent import FED, AgentProc, Repos, repos, start_agent
+from tests.integration.agents import FED, AgentProc, Repos
+from tests.reliability.clashes import changes, make_repo, sync, write
 
 pytestmark = pytest.mark.cluster
-__all__ = ["repos", "start_agent"]  # fixtures used by the agent tests below
 
 # A SuperNode release whose Service is named like the federation's SuperLink Service (fed-superlink).
 CLASHING_RELEASE = "fullnameOverride: fed\nsupernode:\n  name: superlink\n"
 PLAIN_RELEASE = "fullnameOverride: {name}\n"
-
-
-def write(root: Path, files: dict[str, str]) -> None:
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-
-
-def make_repo(root: Path, name: str, namespace: str, files: dict[str, str]) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    write(root, {"flower-syncer.yaml": f"name: {name}\ndefaultNamespace: {namespace}\n", **files})
-    return root
-
-
-def sync(kube: Kube, repo: Path, **opts: Any) -> SyncReport:
-    state = load_repo(repo)
-    selectors = opts.pop("selectors", [])
-    rendered = render_repo(state, selectors)
-    return Engine(kube).sync(plan_repo(state, rendered, selectors=selectors), SyncOptions(**opts))
-
-
-def changes(report: SyncReport) -> dict[str, tuple[str, str]]:
-    return {str(c.ref): (c.action.value, c.message) for u in report.units for c in u.changes}
 
 
 def fed(name: str = "fed") -> str:

@@ -15,10 +15,9 @@ from syncer.engine.digestkey import KEY_SECRET
 from syncer.engine.inventory import decode
 from syncer.identity import ANN_APPLIED_HASH
 from tests.conftest import KubeCluster, wait_until
-from tests.integration.test_agent import FED, AgentProc, Repos, repos, start_agent, sts
+from tests.integration.agents import FED, AgentProc, Repos, sts
 
 pytestmark = pytest.mark.cluster
-__all__ = ["repos", "start_agent"]
 
 SECRET = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: creds\nstringData:\n  password: sunshine\n"
 

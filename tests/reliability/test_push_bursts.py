@@ -13,41 +13,21 @@ from pathlib import Path
 import pytest
 
 from syncer.cluster.client import Kube
+from tests.builders import federation
 from tests.conftest import KubeCluster, wait_until
-from tests.integration.test_agent import AgentProc, Repos, git
-from tests.integration.test_agent import repos as repos  # noqa: PLC0414 - fixtures used below
-from tests.integration.test_agent import start_agent as start_agent  # noqa: PLC0414
+from tests.integration.agents import AgentProc, Repos, git
 
 pytestmark = pytest.mark.cluster
 
 PUSHES = 200
-FED = """\
-apiVersion: flwr.exalsius.ai/v1
-kind: Federation
-metadata:
-  name: fed
-spec:
-  mode: StatefulSet
-  isolationMode: subprocess
-  superlink:
-    image: flwr/superlink:1.25.0
-    env:
-      - name: PUSH
-        value: "{push}"
-  supernodes:
-    image: flwr/supernode:1.25.0
-    pools:
-      - name: a
-        replicas: 1
-        images: {{}}
-"""
 
 
 def commits(work: Path, n: int) -> list[str]:
     """`n` commits in the working clone, each with its number in the SuperLink's env; not pushed."""
     shas = []
     for i in range(n):
-        (work / "federations" / "fed.yaml").write_text(FED.format(push=i))
+        push = f'    env:\n      - name: PUSH\n        value: "{i}"\n'  # a change of the SuperLink's spec
+        (work / "federations" / "fed.yaml").write_text(federation(superlink=push))
         git(work, "commit", "-qam", f"push {i}")
         shas.append(git(work, "rev-parse", "HEAD"))
     return shas

@@ -26,33 +26,11 @@ from syncer.render.repo import plan_repo, render_repo
 from syncer.render.sealed import ANN_SEALED
 from syncer.repo.loader import load_repo
 from syncer.secrets.keys import Decryption, load_identities
-from tests.builders import FED, NS
+from tests.builders import FED, NS, SECRET_VALUES, secret_manifest
 from tests.fakekube import FakeApiServer, FakeKube
 from tests.sops_writer import encrypt
 
-SECRET = """\
-apiVersion: v1
-kind: Secret
-metadata:
-  name: edge-credentials
-type: Opaque
-stringData:
-  password: {password}
-"""
-VALUES = """\
-tls:
-  enabled: false
-supernode:
-  node:
-    config:
-      epochs: 3
-      big: 12345678901234567
-      flag: true
-      token: s3cr3t-token-value
-  env:
-    - name: API_KEY
-      value: top-secret-api-key
-"""
+VALUES = SECRET_VALUES.replace("  replicas: 2\n", "")  # the redaction test sets its own
 
 
 @pytest.fixture
@@ -85,7 +63,7 @@ def errors(root: Path, key_file: Path | None, required: bool = True) -> list[str
 def test_a_sops_file_whose_regex_encrypts_nothing_does_not_satisfy_require_encryption(
         tmp_path: Path, key: tuple[Path, str]) -> None:
     key_file, public = key
-    hollow = encrypt(SECRET.format(password="sunshine"), public, encrypted_regex="^nothing$")
+    hollow = encrypt(secret_manifest(password="sunshine"), public, encrypted_regex="^nothing$")
     assert "sops:" in hollow and "sunshine" in hollow  # encrypted with sops, and nothing encrypted
     root = release(tmp_path, {"values.yaml": "tls:\n  enabled: false\n", "secrets.yaml": hollow},
                    "requireEncryption: true\n")
@@ -93,7 +71,7 @@ def test_a_sops_file_whose_regex_encrypts_nothing_does_not_satisfy_require_encry
     assert len(found) == 1, found
     assert "supernodes/edge/secrets.yaml:7:3: error: stringData.password: Secret 'edge-credentials'" in found[0]
     assert "not encrypted" in found[0] and "sunshine" not in found[0]
-    partial = encrypt(SECRET.format(password="sunshine"), public, encrypted_regex="^stringData$")
+    partial = encrypt(secret_manifest(password="sunshine"), public, encrypted_regex="^stringData$")
     (root / "supernodes" / "edge" / "secrets.yaml").write_text(partial)
     assert errors(root, key_file) == []
     assert errors(root, None, required=False) == []  # validate without the key: the value is left encrypted
@@ -201,7 +179,7 @@ def test_the_inventory_digest_of_a_secret_cannot_be_tested_against_a_dictionary(
     server.add_namespace(NS)
     kube = FakeKube(server)
     root = release(tmp_path, {"values.yaml": "tls:\n  enabled: false\n",
-                              "secrets.yaml": SECRET.format(password="sunshine")})
+                              "secrets.yaml": secret_manifest(password="sunshine")})
     assert sync(kube, root).ok
     inventory = decode(kube.get("ConfigMap", NS, "flower-syncer.supernode.edge") or {})
     assert inventory is not None
@@ -229,13 +207,13 @@ def test_keyed_digests_keep_an_unchanged_repository_at_zero_writes(tmp_path: Pat
     server.add_namespace(NS)
     kube = FakeKube(server)
     root = release(tmp_path, {"values.yaml": "tls:\n  enabled: false\n",
-                              "secrets.yaml": SECRET.format(password="sunshine")})
+                              "secrets.yaml": secret_manifest(password="sunshine")})
     assert sync(kube, root).ok
     key = (kube.get("Secret", NS, KEY_SECRET) or {})["data"]["key"]
     again = sync(kube, root)  # a new engine, as a one-shot CLI run or a restarted agent
     assert again.ok and again.writes == 0
     assert (kube.get("Secret", NS, KEY_SECRET) or {})["data"]["key"] == key
-    (root / "supernodes" / "edge" / "secrets.yaml").write_text(SECRET.format(password="moonshine"))
+    (root / "supernodes" / "edge" / "secrets.yaml").write_text(secret_manifest(password="moonshine"))
     changed = sync(kube, root)
     assert changed.ok and changed.writes >= 1  # a changed value is still seen without a plain digest
     (root / "supernodes" / "edge" / "secrets.yaml").unlink()

@@ -6,9 +6,7 @@ and keeps its last state, plaintext never reaches a diagnostic."""
 from __future__ import annotations
 
 import base64
-import os
 import re
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,55 +18,10 @@ from syncer.repo.loader import LoadCache, load_repo
 from syncer.secrets.keys import Decryption, load_identities
 from syncer.secrets.sops import SopsError, decrypt_document
 from tests.builders import NS
+from tests.builders import SECRET_VALUES as VALUES
+from tests.sops_cli import SECRET, new_key, sops_encrypt
 
 REPO = Path(__file__).resolve().parents[2]
-VALUES = """\
-tls:
-  enabled: false
-supernode:
-  replicas: 2
-  node:
-    config:
-      lr: 0.05
-      epochs: 3
-      big: 12345678901234567
-      flag: true
-      token: s3cr3t-token-value
-  env:
-    - name: API_KEY
-      value: top-secret-api-key
-"""
-
-
-def sops_binary() -> str:
-    path = Path(os.environ.get("FLOWER_SYNCER_SOPS") or Path.home() / ".cache/flower-syncer/sops/v3.10.2/sops")
-    if not path.exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the sops CLI is missing ({path}): tools/test builds it with tools/build_sops.py")
-        pytest.skip("sops not built: run python3 tools/build_sops.py")
-    return str(path)
-
-
-def new_key(path: Path) -> str:
-    import pyrage
-
-    identity = pyrage.x25519.Identity.generate()
-    path.write_text(f"# public key: {identity.to_public()}\n{identity}\n")
-    return str(identity.to_public())
-
-
-def sops_encrypt(text: str, tmp: Path, *recipients: str, args: tuple[str, ...] = (),
-                 config: Path | None = None) -> str:
-    """`sops encrypt` of `text` for the age recipients (or the creation rule of `config`)."""
-    src = tmp / f"plain-{len(list(tmp.iterdir()))}.yaml"
-    src.write_text(text)
-    head = ["--config", str(config), "encrypt"] if config else ["encrypt", "--age", ",".join(recipients)]
-    proc = subprocess.run([sops_binary(), *head, *args, "--input-type", "yaml", "--output-type", "yaml", str(src)],
-                          capture_output=True, text=True, check=False,
-                          env={**os.environ, "SOPS_AGE_KEY_FILE": "/nonexistent"})
-    assert proc.returncode == 0, proc.stderr
-    src.unlink()
-    return proc.stdout
 
 
 @pytest.fixture
@@ -338,17 +291,6 @@ def test_keys_from_a_mounted_secret_folder(tmp_path: Path, keys: tuple[Path, str
     (mounted / "new.agekey").write_text(a_file.read_text())
     assert len(load_identities([mounted])) == 2
     assert decrypt(sops_encrypt(VALUES, tmp_path, a_pub), mounted)["supernode"]["replicas"] == 2
-
-
-SECRET = """\
-apiVersion: v1
-kind: Secret
-metadata:
-  name: edge-credentials
-type: Opaque
-stringData:
-  password: hunter2-very-secret
-"""
 
 
 def test_an_encrypted_secret_manifest_is_applied_and_pruned_with_its_unit(

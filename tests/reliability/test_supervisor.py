@@ -9,7 +9,6 @@ against the in-memory API server of `tests.fakekube`; each stage raises once."""
 
 from __future__ import annotations
 
-import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -31,15 +30,11 @@ from syncer.http import AgentServer
 from syncer.observe.metrics import Metrics
 from syncer.observe.notify import Notification
 from syncer.source.git import GitSource, SourceSpec
-from tests.builders import FED, NS, pool
+from tests.builders import FED, NS, git, pool
 from tests.conftest import wait_until
 from tests.fakekube import FakeApiServer, FakeKube
 
 STS = "fed-supernode-a"
-
-
-def git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
 
 
 class QuietKube(FakeKube):
@@ -223,14 +218,14 @@ def test_a_failed_event_is_shown_on_the_unit_and_cleared_by_its_next_sync(harnes
 
     unit = Unit("federation", NS, "fed")
     sink = harness.agent.recorder
-    original = harness.agent._handle
+    original = harness.agent.handle
 
     def handle(event: Any) -> None:
         if isinstance(event, InventoryDeleted):
             raise KeyError("injected")
         original(event)
 
-    monkeypatch.setattr(harness.agent, "_handle", handle)
+    monkeypatch.setattr(harness.agent, "handle", handle)
     harness.agent.events.put(InventoryDeleted(unit))
     wait_until("the InternalError Event", lambda: any(e.reason == "InternalError"
                                                       for e in sink.events), timeout=10)  # type: ignore[union-attr]

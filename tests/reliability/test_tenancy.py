@@ -12,7 +12,6 @@ API server's RBAC refusing an impersonated write.
 from __future__ import annotations
 
 import base64
-import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ from syncer.models.settings import Guardrails
 from syncer.render.repo import plan_repo, render_repo
 from syncer.render.tenancy import Tenancy, apply_policy
 from syncer.repo.loader import load_repo
-from tests.builders import FED, pool
+from tests.builders import committed_repo, git, pool
 from tests.fakekube import FakeApiServer, FakeKube, _Response, _status
 
 NS_A, NS_B = "team-a", "team-b"
@@ -39,28 +38,10 @@ HOSTPATH_POOL = pool("a") + ("        volumes: [{name: root, hostPath: {path: /}
                              "        volumeMounts: [{name: root, mountPath: /host}]\n")
 
 
-def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True, text=True).stdout
-
-
 def repo(path: Path, namespace: str, *feds: str, settings: str = "", extra: Mapping[str, str] | None = None,
          pools: str = "") -> Path:
     """A committed config repository with these federations in `namespace`."""
-    (path / "federations").mkdir(parents=True, exist_ok=True)
-    for old in (path / "federations").glob("*.yaml"):
-        old.unlink()
-    for name in feds:
-        (path / "federations" / f"{name}.yaml").write_text(
-            FED.format(name=name, pools=pools or pool("a"), annotations=""))
-    for rel, text in (extra or {}).items():
-        (path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (path / rel).write_text(text)
-    (path / "flower-syncer.yaml").write_text(f"defaultNamespace: {namespace}\n{settings}")
-    if not (path / ".git").exists():
-        git(path, "init", "-q", "-b", "main")
-    git(path, "add", "-A")
-    git(path, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "--allow-empty", "-m", "c")
-    return path
+    return committed_repo(path, namespace, *feds, settings=settings, extra=extra, pools=pools)
 
 
 @pytest.fixture

@@ -10,30 +10,16 @@ from pathlib import Path
 import pytest
 
 from syncer.repo.loader import load_repo
-from tests.builders import NS
+from tests.builders import NS, federation
 
-FED = """\
-apiVersion: flwr.exalsius.ai/v1
-kind: Federation
-metadata:
-  name: {name}
-spec:
-  mode: StatefulSet
-  isolationMode: subprocess
-  superlink:
-    image: flwr/superlink:1.25.0
-  supernodes:
-    image: flwr/supernode:1.25.0
-    env: {env}
-    pools:
-      - name: a
-        replicas: {replicas}
-        images: {{}}
-        env: {pool_env}
-        nodeConfig: {node_config}
-        gpu: {gpu}
-        podTemplate: {pod_template}
-"""
+
+def fed(name: str = "fed", env: str = "[]", replicas: str = "1", pool_env: str = "[]", node_config: str = "{}",
+        gpu: str = "null", pod_template: str = "null") -> str:
+    """A Federation with the fields the cases set (YAML text of each)."""
+    extra = (f"        env: {pool_env}\n        nodeConfig: {node_config}\n        gpu: {gpu}\n"
+             f"        podTemplate: {pod_template}\n")
+    return federation(name, f"      - name: a\n        replicas: {replicas}\n        images: {{}}\n{extra}",
+                      supernodes=f"    env: {env}\n")
 
 BASE = {"name": "fed", "env": "[]", "replicas": "1", "pool_env": "[]", "node_config": "{}", "gpu": "null",
         "pod_template": "null"}
@@ -68,7 +54,7 @@ def test_what_the_api_server_refuses_is_a_validation_error(case: str, tmp_path: 
     fields, path, words = CASES[case]
     (tmp_path / "federations").mkdir()
     (tmp_path / "flower-syncer.yaml").write_text(f"name: limits\ndefaultNamespace: {NS}\n")
-    (tmp_path / "federations" / "fed.yaml").write_text(FED.format(**{**BASE, **fields}))
+    (tmp_path / "federations" / "fed.yaml").write_text(fed(**{**BASE, **fields}))
     state = load_repo(tmp_path)
     errors = [d for d in state.diagnostics if d.severity == "error"]
     assert any(d.file == "federations/fed.yaml" and d.path == path and words in d.message for d in errors), \
@@ -78,7 +64,7 @@ def test_what_the_api_server_refuses_is_a_validation_error(case: str, tmp_path: 
 def test_the_base_document_is_valid(tmp_path: Path) -> None:
     """The cases above differ from a valid document only in what they name."""
     (tmp_path / "federations").mkdir()
-    (tmp_path / "federations" / "fed.yaml").write_text(FED.format(**BASE))
+    (tmp_path / "federations" / "fed.yaml").write_text(fed(**BASE))
     assert load_repo(tmp_path).diagnostics == []
 
 
@@ -113,7 +99,7 @@ def test_supernode_values_the_api_server_refuses(case: str, tmp_path: Path) -> N
 ])
 def test_extra_args_that_reset_a_managed_flag(where: str, arg: str, path: str, tmp_path: Path) -> None:
     """Federation extraArgs are checked like the SuperNode chart's (issue 11)."""
-    text = FED.format(**BASE)
+    text = fed(**BASE)
     if where == "superlink":
         image = "    image: flwr/superlink:1.25.0\n"
         text = text.replace(image, f"{image}    extraArgs: [{arg}]\n")

@@ -7,25 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-FED_HEAD = """\
-apiVersion: flwr.exalsius.ai/v1
-kind: Federation
-metadata:
-  name: fed
-spec:
-"""
-GOOD_SPEC = """\
-  mode: StatefulSet
-  isolationMode: subprocess
-  superlink:
-    image: flwr/superlink:1.25.0
-  supernodes:
-    image: flwr/supernode:1.25.0
-    pools:
-      - name: a
-        replicas: 2
-        images: {}
-"""
+from tests.builders import federation, pool
+
+# tests/builders.py's Federation (pool "a" of two replicas), without annotations (cases add theirs),
+# split where its spec begins: cases break the one or the other
+_HEAD, _SPEC, GOOD_SPEC = federation(pools=pool("a", 2)).replace("  annotations: {}\n", "").partition("spec:\n")
+FED_HEAD = _HEAD + _SPEC
 
 
 def fed(spec: str = GOOD_SPEC, head: str = FED_HEAD) -> str:

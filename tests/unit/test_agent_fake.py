@@ -4,19 +4,19 @@ revision each unit carries) and which watch events mean work. No threads are sta
 from __future__ import annotations
 
 from pathlib import Path
-from typing import cast
 
 import pytest
 
-from syncer.agent.agent import Agent, AgentOptions
-from syncer.agent.messages import ObjectChanged
+from syncer.agent.agent import Agent, AgentOptions, poll_delay
+from syncer.agent.messages import FetchRequested, ObjectChanged
 from syncer.identity import ObjectRef, Unit
 from syncer.observe.metrics import Metrics
 from syncer.plan import Claims
 from syncer.render.repo import render_repo
 from syncer.repo.loader import load_repo
-from syncer.source.git import GitSource
-from tests.builders import FED, NS, pool
+from tests.builders import FED, NS, install, pool, repo_at
+from tests.builders import federation as fed
+from tests.doubles import NoSource
 from tests.fakekube import FakeKube
 
 FED_UNIT = Unit("federation", NS, "fed")
@@ -25,29 +25,7 @@ CLASH = "fullnameOverride: fed\nsupernode:\n  name: superlink\n"  # renders Serv
 
 @pytest.fixture
 def agent() -> Agent:
-    return Agent(FakeKube(), cast(GitSource, object()), Metrics(), AgentOptions())
-
-
-def repo_at(root: Path, files: dict[str, str]) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "flower-syncer.yaml").write_text(f"name: team\ndefaultNamespace: {NS}\n")
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return root
-
-
-def install(agent: Agent, root: Path, revision: str) -> list[Unit]:
-    """As the dispatcher does: load with the agent's caches, then install."""
-    loaded = agent.revisions.load(root)
-    changed = agent._install(loaded.state, loaded.rendered, revision)
-    agent.loaded.set()
-    return changed
-
-
-def fed(name: str = "fed", pools: str = "") -> str:
-    return FED.format(name=name, pools=pools or pool("a"), annotations="")
+    return Agent(FakeKube(), NoSource(), Metrics(), AgentOptions())
 
 
 def test_a_revision_installs_units_with_their_revision(agent: Agent, tmp_path: Path) -> None:
@@ -122,14 +100,29 @@ def test_a_unit_removed_from_a_clean_repo_is_queued_for_pruning(agent: Agent, tm
     assert Unit("federation", NS, "b") not in agent.desired
 
 
+def queued(agent: Agent) -> list[Unit]:
+    """The units the agent put on its work queue, taken off it."""
+    units = []
+    while (unit := agent.work.get(timeout=0)) is not None:
+        units.append(unit)
+        agent.work.done(unit)
+    return units
+
+
 def test_only_changes_to_what_we_own_mean_work(agent: Agent, tmp_path: Path) -> None:
     install(agent, repo_at(tmp_path / "r", {"federations/fed.yaml": fed()}), "r1")
+    queued(agent)  # the revision's own work
     ref = ObjectRef("StatefulSet", NS, "fed-supernode-a")
-    assert agent._touched(ObjectChanged(FED_UNIT, ref, None))  # deleted: work
+    agent.handle(ObjectChanged(FED_UNIT, ref, None))
+    assert queued(agent) == [FED_UNIT]  # deleted: work
     obj = {"metadata": {"name": ref.name, "namespace": NS, "labels": FED_UNIT.labels()}}
-    assert agent._touched(ObjectChanged(FED_UNIT, ref, obj))  # not in an inventory yet: work
-    assert agent._unit_of(ref, FED_UNIT.labels()) == FED_UNIT
-    assert agent._unit_of(ref, {}) is None
+    agent.handle(ObjectChanged(FED_UNIT, ref, obj))
+    assert queued(agent) == [FED_UNIT]  # not in an inventory yet: work
+    other = Unit("federation", NS, "someone-elses")
+    agent.handle(ObjectChanged(other, ObjectRef("StatefulSet", NS, "x"), None))
+    assert queued(agent) == []  # neither in our Git nor applied by us: not ours
+    assert agent.unit_of(ref, FED_UNIT.labels()) == FED_UNIT
+    assert agent.unit_of(ref, {}) is None
 
 
 class FlakySource:
@@ -159,24 +152,23 @@ def test_a_push_after_a_git_outage_cuts_the_backoff_short() -> None:
     from tests.conftest import wait_until
 
     source = FlakySource(failures=1)
-    agent = Agent(FakeKube(), cast(GitSource, source), Metrics(),
+    agent = Agent(FakeKube(), source, Metrics(),
                   AgentOptions(poll_interval=3600, fetch_backoff=3600))  # neither would come in this test
-    thread = threading.Thread(target=agent._fetch_loop, daemon=True)
+    thread = threading.Thread(target=agent.fetch_loop, daemon=True)
     thread.start()
     try:
-        agent._fetch_wanted.set()  # the first fetch: the remote is down; the next waits an hour
+        agent.handle(FetchRequested("start"))  # the first fetch: the remote is down; the next waits an hour
         wait_until("the failed fetch", lambda: len(source.calls) == 1, timeout=5)
-        agent._fetch_wanted.set()  # what a push webhook or a commit event does (FetchRequested)
+        agent.handle(FetchRequested("webhook"))  # a push webhook or a commit event
         wait_until("a fetch right after the push", lambda: len(source.calls) == 2, timeout=5)
     finally:
-        agent.stop.set()
-        agent._fetch_wanted.set()
+        agent.shutdown()  # wakes the source thread, which returns
         thread.join(5)
+    assert not thread.is_alive()
 
 
 def test_polls_are_jittered() -> None:
-    agent = Agent(FakeKube(), cast(GitSource, object()), Metrics(), AgentOptions(poll_interval=60))
-    delays = [agent._poll_delay() for _ in range(500)]
+    delays = [poll_delay(60) for _ in range(500)]
     assert min(delays) >= 54 and max(delays) <= 66 and max(delays) - min(delays) > 6
 
 
@@ -199,16 +191,14 @@ def test_suspended_drift_is_measured_by_a_worker_through_the_queue(tmp_path: Pat
                            annotations='"flower-syncer.io/suspend": "true"')
     repo_at(root, {"federations/fed.yaml": suspended})  # Git moved on while the unit is suspended
     metrics = Metrics()
-    agent = Agent(kube, cast(GitSource, object()), metrics, AgentOptions())
+    agent = Agent(kube, NoSource(), metrics, AgentOptions())
     agent.cache.state = LiveState.load(kube, None)
     install(agent, root, "r2")
     agent.cache.synced.set()
     agent.leading.set()
     writes = kube.writes
-    agent._handle(DriftCheckDue())
-    assert agent.work.depth() == 1
-    agent.work.shutdown()
-    agent._worker()
+    agent.handle(DriftCheckDue())
+    assert agent.drain() == 1
     assert metrics.registry.get_sample_value("flower_syncer_drift_objects",
                                              {"unit": FED_UNIT.id, "kind": "StatefulSet"}) == 1
     assert kube.writes == writes  # measured, not healed
@@ -224,13 +214,39 @@ def test_a_unit_waits_for_the_listed_cluster_instead_of_syncing_on_a_partial_vie
     server = FakeApiServer()
     server.add_namespace(NS)
     kube = FakeKube(server)
-    agent = Agent(kube, cast(GitSource, object()), Metrics(), AgentOptions())
+    agent = Agent(kube, NoSource(), Metrics(), AgentOptions())
     install(agent, repo_at(tmp_path / "r", {"federations/fed.yaml": fed()}), "r1")
     agent.leading.set()
     monkeypatch.setattr(agent.cache, "wait_synced", lambda timeout: False)
-    agent._sync(FED_UNIT)
+    agent.sync(FED_UNIT)
     assert kube.writes == 0
     assert agent.work.depth() == 1  # requeued, after its backoff
     agent.cache.synced.set()
-    agent._sync(FED_UNIT)
+    agent.sync(FED_UNIT)
     assert kube.writes > 0
+
+
+def test_the_public_steps_do_what_the_threads_do(agent: Agent, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """dispatch_pending handles the queued events as the dispatcher does, a failure reported as the
+    unit's and never raised; drain works the queued units as a worker does: a standby syncs none."""
+    from syncer.agent.messages import InventoryDeleted
+
+    for unit in install(agent, repo_at(tmp_path / "r", {"federations/fed.yaml": fed()}), "r1"):
+        agent.work.add(unit)  # what the dispatcher does with the changed units
+    assert agent.drain() == 1  # taken and skipped: a standby writes nothing
+    assert agent.kube.writes == 0 and agent.units[FED_UNIT].last_result is None
+    agent.events.put(ObjectChanged(FED_UNIT, ObjectRef("StatefulSet", NS, "fed-supernode-a"), None))
+    original = agent.handle
+
+    def handle(event: object) -> None:
+        if isinstance(event, InventoryDeleted):
+            raise KeyError("injected")
+        original(event)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(agent, "handle", handle)
+    agent.events.put(InventoryDeleted(FED_UNIT))
+    assert agent.dispatch_pending() == 2
+    assert agent.dispatch_pending() == 0
+    assert "failed handling a change" in agent.units[FED_UNIT].internal_error
+    assert queued(agent) == [FED_UNIT]  # the change, and the retry of the failed event: one unit

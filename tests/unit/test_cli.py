@@ -175,20 +175,26 @@ def test_completion_scripts(shell: str, capsys: pytest.CaptureFixture[str]) -> N
     assert "flower-syncer" in capsys.readouterr().out
 
 
-def test_completion_completes_commands_and_options(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """What the shell gets back when it asks (argcomplete's protocol on file descriptor 8)."""
+@pytest.mark.parametrize(("line", "expected"), [("flower-syncer sta", "status"),
+                                              ("flower-syncer run --prot", "--protect-reads")])
+def test_completion_completes_commands_and_options(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, line: str,
+                                                   expected: str) -> None:
+    """What the shell gets back when it asks (argcomplete's protocol on file descriptor 8); `run`'s
+    options too, which its parser adds only when it is used."""
     out = tmp_path / "completions"
-    line = "flower-syncer sta"
     monkeypatch.setenv("_ARGCOMPLETE", "1")
     monkeypatch.setenv("COMP_LINE", line)
     monkeypatch.setenv("COMP_POINT", str(len(line)))
     monkeypatch.setenv("_ARGCOMPLETE_IFS", "\n")
     import argcomplete
 
+    # argcomplete writes its debug output to a file object on descriptor 9, pytest's: keep stderr
+    monkeypatch.setattr(argcomplete.CompletionFinder, "_init_debug_stream", lambda self: None)
+    monkeypatch.setattr("argcomplete.io.debug_stream", __import__("sys").stderr)
     with out.open("w") as fh, pytest.raises(SystemExit):
         argcomplete.autocomplete(__import__("syncer.cli", fromlist=["build_parser"]).build_parser(),
                                  output_stream=fh, exit_method=__import__("sys").exit)
-    assert "status" in out.read_text().split()
+    assert expected in out.read_text().split()
 
 
 def test_every_option_can_come_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -7,6 +7,7 @@ then reports its `sys.modules`. (How long they take is bench/cli_startup.py's bu
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,11 +24,11 @@ NOT_FOR_OFFLINE_VERBS = (
     "kubernetes", "syncer.cluster.client",  # the Kubernetes client
     "git",  # GitPython (only a repository's derived name needs it; these verbs never do)
     "structlog",  # the agent's logging
+    "syncer.agent.config",  # the agent's settings: `run`'s options, added only when `run` is parsed or shown
 )
-# the repository's models and their SOPS decryption (pydantic itself is loaded: the agent's settings
-# model, with the admin's policy model, defines the options of `run`)
+# the repository's models, their SOPS decryption and pydantic, which they are written in
 MODELS = ("syncer.models.federation", "syncer.models.supernode", "syncer.actions.load", "syncer.render.repo",
-          "cryptography")
+          "cryptography", "pydantic")
 
 _RUN = """
 import contextlib, io, json, sys
@@ -69,6 +70,17 @@ def test_help_loads_no_models_either(argv: list[str]) -> None:
     code, modules = modules_after(argv)
     assert code == 0
     assert loaded(modules, NOT_FOR_OFFLINE_VERBS + MODELS) == []
+
+
+def test_run_shows_every_setting_of_the_agent() -> None:
+    """`run`'s options are added when it is used: its help lists a flag for each of the agent's settings."""
+    from syncer.agent.config import AgentConfig
+
+    done = subprocess.run([sys.executable, "-m", "syncer", "run", "--help"], cwd=ROOT, capture_output=True,
+                          text=True, check=True, timeout=60)
+    flags = set(re.findall(r"--[a-z-]+", done.stdout))
+    missing = [name for name in AgentConfig.model_fields if "--" + name.replace("_", "-") not in flags]
+    assert missing == [] and "--config" in flags
 
 
 def test_the_check_sees_a_module_that_should_not_be_there() -> None:

@@ -5,8 +5,6 @@ Control API error (issue 25, finding 4). Real SuperLinks: tests/integration/test
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import json
 import socket
 import ssl
@@ -18,10 +16,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from syncer.cluster import control_transports
 from syncer.cluster.control_transports import connect
@@ -37,35 +31,9 @@ from syncer.cluster.flower_control import (
 from syncer.engine.inventory import Inventory as Inv
 from syncer.engine.inventory import OwnedKeys, decode
 from syncer.identity import Unit
+from tests.nodeauth import certificates
 
 BANNER = "SECRET-BANNER"
-
-
-def pem(obj: x509.Certificate | ec.EllipticCurvePrivateKey) -> bytes:
-    if isinstance(obj, x509.Certificate):
-        return obj.public_bytes(serialization.Encoding.PEM)
-    return obj.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
-
-
-def certificates() -> tuple[bytes, bytes, bytes]:
-    """(CA certificate, server certificate for localhost and 127.0.0.1, server key), PEM."""
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "flower-syncer test CA")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-          .serial_number(x509.random_serial_number()).not_valid_before(now).not_valid_after(now + datetime.timedelta(1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .sign(ca_key, hashes.SHA256()))
-    key = ec.generate_private_key(ec.SECP256R1())
-    server = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "superlink")]))
-              .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-              .not_valid_before(now).not_valid_after(now + datetime.timedelta(1))
-              .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
-                                                          x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                             critical=False)
-              .sign(ca_key, hashes.SHA256()))
-    return pem(ca), pem(server), pem(key)
 
 
 @dataclass

@@ -12,22 +12,10 @@ import pytest
 from syncer.models.nodeauth import control_address_problem, control_target_allowed
 from syncer.render.repo import plan_repo, render_repo
 from syncer.repo.loader import load_repo
-from tests.unit.test_engine_fake import NS
-from tests.unit.test_node_auth import FED
+from tests.builders import NS
+from tests.nodeauth import auth_federation as fed
 
 AT = "metadata.annotations['flower-syncer.io/control-api-address']"
-
-
-def fed(name: str, address: str | None) -> str:
-    text = FED.format(mode="enabled", keys="      # none", insecure="false", replicas=1,
-                      image="flwr/superlink:1.42.0", args="--auth-supernode-private-key=/keys/a"
-                      ).replace("flwr/supernode:1.26.0", "flwr/supernode:1.42.0")
-    text = text.replace("name: fed\n", f"name: {name}\n", 1)
-    if address is not None:
-        text = text.replace("    flower-syncer.io/supernode-auth:",
-                            f"    flower-syncer.io/control-api-address: {address}\n"
-                            "    flower-syncer.io/supernode-auth:")
-    return text
 
 
 def repo(tmp_path: Path, feds: dict[str, str]) -> Path:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import cast
 
 from syncer.agent.agent import Agent, AgentOptions
 from syncer.agent.reporting import sync_events
@@ -16,9 +15,8 @@ from syncer.observe.metrics import Metrics
 from syncer.observe.notify import Notifier, Receiver
 from syncer.render.repo import render_repo
 from syncer.repo.loader import load_repo
-from syncer.source.git import GitSource
 from tests.builders import NS, pool, write
-from tests.doubles import Sink
+from tests.doubles import NoSource, Sink
 from tests.fakekube import FakeApiServer, FakeKube
 
 UNIT = Unit("federation", NS, "fed")
@@ -75,16 +73,15 @@ def test_the_agent_reports_a_sync_on_the_units_inventory(tmp_path: Path) -> None
     recorder = EventRecorder(kube, "agent-0")
     sink = Sink()
     notifier = Notifier([Receiver("ops", "generic", sink.url)])
-    agent = Agent(kube, cast(GitSource, object()), Metrics(), AgentOptions(), recorder, notifier)
+    agent = Agent(kube, NoSource(), Metrics(), AgentOptions(), recorder, notifier)
     state = load_repo(write(tmp_path / "repo", pools=pool("a")))
-    agent._install(state, render_repo(state), "0123456789abcdef")
+    agent.install(state, render_repo(state), "0123456789abcdef")
     agent.loaded.set()
     agent.cache.state = LiveState.load(kube, None)
     agent.cache.synced.set()
     agent.leading.set()
     agent.work.add(UNIT)
-    agent.work.shutdown()
-    agent._worker()
+    assert agent.drain() == 1
     recorder.flush()
     reported = events(server)
     assert [(e["reason"], e["regarding"]["name"]) for e in reported] == [  # type: ignore[index]

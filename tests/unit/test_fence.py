@@ -19,8 +19,8 @@ from syncer.identity import Unit
 from syncer.observe.metrics import Metrics
 from syncer.render.repo import plan_repo, render_repo
 from syncer.repo.loader import load_repo
-from syncer.source.git import GitSource
 from tests.builders import NS, pool, write
+from tests.doubles import NoSource
 from tests.fakekube import FakeApiServer, FakeKube
 
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
@@ -145,16 +145,15 @@ class Unreachable(FakeKube):
 
 def test_a_sync_that_cannot_reach_the_cluster_is_counted_as_failed(tmp_path: Path) -> None:
     metrics = Metrics()
-    agent = Agent(Unreachable(), cast(GitSource, object()), metrics, AgentOptions())
+    agent = Agent(Unreachable(), NoSource(), metrics, AgentOptions())
     state = load_repo(write(tmp_path / "repo"))
-    agent._install(state, render_repo(state), "r1")
+    agent.install(state, render_repo(state), "r1")
     agent.loaded.set()
     agent.cache.synced.set()
     agent.leading.set()
     unit = Unit("federation", NS, "fed")
     agent.work.add(unit)
-    agent.work.shutdown()  # the worker takes the unit, then stops
-    agent._worker()
+    assert agent.drain() == 1
     assert (metrics.registry.get_sample_value("flower_syncer_sync_total", {"unit": unit.id, "result": "failed"})
             or 0) >= 1
     event = agent.events.get_nowait()
@@ -215,14 +214,14 @@ def test_the_elector_derives_the_fence_deadline_from_lease_duration_and_safety_m
 
 
 def fake_agent(kube: Kube | None = None, source: Any = None, poll: float = 60.0) -> Agent:
-    return Agent(kube if kube is not None else FakeKube(), cast(GitSource, source or object()), Metrics(),
+    return Agent(kube if kube is not None else FakeKube(), source or NoSource(), Metrics(),
                  AgentOptions(poll_interval=poll))
 
 
 def test_losing_the_lease_drops_the_queued_work(tmp_path: Path) -> None:
     agent = fake_agent()
     state = load_repo(write(tmp_path / "repo"))
-    agent._install(state, render_repo(state), "r1")
+    agent.install(state, render_repo(state), "r1")
     agent.loaded.set()
     other = Unit("federation", NS, "other")
     agent.set_leading(True)  # queues the catch-up work
@@ -238,15 +237,14 @@ def test_a_fenced_sync_is_counted_as_fenced_not_as_failed(server: FakeApiServer,
     lease = Lease()
     agent = fake_agent(FakeKube(server).fenced(lease.fence))
     state = load_repo(write(tmp_path / "repo"))
-    agent._install(state, render_repo(state), "r1")
+    agent.install(state, render_repo(state), "r1")
     agent.loaded.set()
     agent.cache.synced.set()
     agent.leading.set()  # the callback has not run yet: only the fence knows
     lease.lose()
     unit = Unit("federation", NS, "fed")
     agent.work.add(unit)
-    agent.work.shutdown()
-    agent._worker()
+    assert agent.drain() == 1
     assert agent.metrics.fenced._value.get() == 1
     assert not agent.metrics.registry.get_sample_value("flower_syncer_sync_total",
                                                       {"unit": unit.id, "result": "failed"})
@@ -270,7 +268,7 @@ def test_bad_lease_timings_are_settings_errors() -> None:
 def test_readyz_fails_while_the_api_server_is_unreachable(tmp_path: Path) -> None:
     server = FakeApiServer()
     kube = FakeKube(server)
-    agent = Agent(kube, cast(GitSource, object()), Metrics(), AgentOptions())
+    agent = Agent(kube, NoSource(), Metrics(), AgentOptions())
     agent.loaded.set()
     agent.cache.synced.set()
     assert agent.ready() == (True, "ok")

@@ -19,18 +19,13 @@ from syncer.engine.live import LiveState
 from syncer.identity import LABEL_REPOSITORY, Unit
 from syncer.observe.conditions import UnitCondition
 from syncer.observe.metrics import Metrics
-from syncer.source.git import GitSource
+from tests.builders import NS, install, pool, repo_at
+from tests.builders import federation as fed
 from tests.conftest import wait_until
+from tests.doubles import NoSource
 from tests.fakekube import FakeKube
-from tests.unit.test_agent_fake import fed, install, repo_at
-from tests.unit.test_engine_fake import NS, pool
 
 FED_UNIT = Unit("federation", NS, "fed")
-
-
-class Source:
-    def describe(self) -> str:
-        return "test"
 
 
 class Clock:
@@ -48,7 +43,7 @@ def kube() -> FakeKube:
 
 @pytest.fixture
 def agent(kube: FakeKube, tmp_path: Path) -> Agent:
-    agent = Agent(kube, cast(GitSource, Source()), Metrics(), AgentOptions())
+    agent = Agent(kube, NoSource(), Metrics(), AgentOptions())
     install(agent, repo_at(tmp_path / "r", {"federations/fed.yaml": fed()}), "r1")
     agent.cache.synced.set()
     agent.leading.set()
@@ -75,9 +70,9 @@ def view(agent: Agent, kube: FakeKube, clock: Clock) -> FlowerUnits:
 def sync(agent: Agent, unit: Unit = FED_UNIT) -> None:
     """As a worker and then the dispatcher do (the cache as the watches would have it)."""
     agent.cache.state = LiveState.load(agent.kube, None)
-    agent._sync(unit)
+    agent.sync(unit)
     while not agent.events.empty():
-        agent._handle(agent.events.get())
+        agent.handle(agent.events.get())
 
 
 def stored(kube: FakeKube, unit: Unit = FED_UNIT) -> dict[str, Any] | None:

@@ -10,7 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 
 from images import FLWR_ENV, FLWR_VERSIONS, NO_RUNTIME_INSTALL_ENV, default_versions, example_versions, flwr_env
 
-from tests.e2e.test_training import FLWR, OLD_FLWR
+from tests.e2e.apps import FLWR, OLD_FLWR
 
 
 def test_the_examples_versions_are_read_from_federations_and_chart_values(tmp_path: Path) -> None:

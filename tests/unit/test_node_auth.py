@@ -4,7 +4,6 @@ API. Pure parts here; tests/integration/test_node_auth.py runs a real SuperLink.
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,6 @@ from syncer.cluster.flower_control import (
     ControlErrorCode,
     RegisteredNode,
     RunInfo,
-    Transport,
     _bytes_field,
     decode_list_nodes,
     decode_list_runs,
@@ -29,37 +27,7 @@ from syncer.models.nodeauth import parse_key, parse_keys
 from syncer.render.repo import plan_repo, render_repo
 from syncer.repo.loader import load_repo
 from tests.builders import NS
-
-
-def keypair(tmp_path: Path, name: str, kind: str = "ecdsa") -> tuple[Path, str]:
-    path = tmp_path / name
-    subprocess.run(["ssh-keygen", "-q", "-t", kind, "-N", "", "-C", f"{name}@site", "-f", str(path)], check=True)
-    return path, (tmp_path / f"{name}.pub").read_text().strip()
-
-
-FED = """\
-apiVersion: flwr.exalsius.ai/v1
-kind: Federation
-metadata:
-  name: fed
-  annotations:
-    flower-syncer.io/superlink-tls-secret: superlink-tls
-    flower-syncer.io/supernode-auth: {mode}
-    flower-syncer.io/supernode-public-keys: |
-{keys}
-spec:
-  mode: StatefulSet
-  isolationMode: subprocess
-  insecure: {insecure}
-  superlink:
-    image: {image}
-  supernodes:
-    image: flwr/supernode:1.26.0
-    pools:
-      - name: a
-        replicas: {replicas}
-        extraArgs: [{args}]
-"""
+from tests.nodeauth import FED, FakeSuperLink, keypair
 
 
 def load(tmp_path: Path, keys: list[str], *, mode: str = "enabled", insecure: str = "false", replicas: int = 1,
@@ -139,40 +107,6 @@ def test_keys_without_auth_are_a_warning(tmp_path: Path) -> None:
     assert warning.severity == "warning" and "any SuperNode is admitted" in warning.message
     (planned,) = plan_repo(state, render_repo(state)).units.values()
     assert planned.node_auth is None
-
-
-class FakeSuperLink:
-    """A SuperLink's Control API as Flower behaves: a key once registered is never registered
-    again (not even after it was unregistered)."""
-
-    address = "fake:8000"
-    transport: Transport = "http"
-
-    def __init__(self, nodes: list[RegisteredNode]) -> None:
-        self.nodes = nodes
-        self.calls: list[str] = []
-
-    def list_nodes(self) -> list[RegisteredNode]:
-        return list(self.nodes)
-
-    def register(self, public_key: bytes) -> int:
-        self.calls.append("register")
-        if any(n.public_key == public_key for n in self.nodes):
-            raise ControlApiError("RegisterNode", "fake", ControlErrorCode.KEY_IN_USE, "Public key already in use.")
-        node = RegisteredNode(100 + len(self.nodes), "registered", public_key)
-        self.nodes.append(node)
-        return node.node_id
-
-    def unregister(self, node_id: int) -> None:
-        self.calls.append(f"unregister {node_id}")
-        self.nodes = [RegisteredNode(n.node_id, "unregistered", n.public_key) if n.node_id == node_id else n
-                      for n in self.nodes]
-
-    def list_runs(self) -> list[RunInfo]:
-        return []
-
-    def close(self) -> None:
-        pass
 
 
 def test_reconcile_registers_what_git_lists_and_unregisters_only_its_own() -> None:

@@ -4,7 +4,6 @@ source, so two of them never prune or take each other's units; renaming is an ex
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,27 +14,13 @@ from syncer.engine.changeset import Cause
 from syncer.engine.sync import SyncOptions
 from syncer.identity import DEFAULT_REPOSITORY, LABEL_REPOSITORY, derived_repository_name
 from syncer.source.location import source_location
-from tests.builders import FED, NS, pool
+from tests.builders import NS, committed_repo, git
 from tests.fakekube import FakeApiServer, FakeKube
-
-
-def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True, text=True).stdout
 
 
 def repo(path: Path, *feds: str, settings: str = "") -> Path:
     """A committed config repository with these federations (and flower-syncer.yaml lines)."""
-    (path / "federations").mkdir(parents=True, exist_ok=True)
-    for old in (path / "federations").glob("*.yaml"):
-        old.unlink()
-    for name in feds:
-        (path / "federations" / f"{name}.yaml").write_text(FED.format(name=name, pools=pool("a"), annotations=""))
-    (path / "flower-syncer.yaml").write_text(f"defaultNamespace: {NS}\n{settings}")
-    if not (path / ".git").exists():
-        git(path, "init", "-q", "-b", "main")
-    git(path, "add", "-A")
-    git(path, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "--allow-empty", "-m", "c")
-    return path
+    return committed_repo(path, NS, *feds, settings=settings)
 
 
 @pytest.fixture

@@ -9,30 +9,13 @@ from typing import Any
 
 from syncer.render.repo import render_repo
 from syncer.repo.loader import load_repo
-
-FED = """\
-apiVersion: flwr.exalsius.ai/v1
-kind: Federation
-metadata:
-  name: fed
-spec:
-  mode: StatefulSet
-  isolationMode: subprocess
-  superlink:
-    image: flwr/superlink:{v}
-  supernodes:
-    image: flwr/supernode:{v}
-    pools:
-      - name: p
-        replicas: 1
-        images: {{}}
-"""
+from tests.builders import federation, pool
 
 
 def _superlink(tmp_path: Path, version: str) -> dict[str, Any]:
     (tmp_path / "federations").mkdir()
     (tmp_path / "flower-syncer.yaml").write_text("name: t\ndefaultNamespace: ns\n")
-    (tmp_path / "federations" / "fed.yaml").write_text(FED.format(v=version))
+    (tmp_path / "federations" / "fed.yaml").write_text(federation(pools=pool("p"), version=version))
     rendered = render_repo(load_repo(tmp_path))
     manifests = [m for unit in rendered.units.values() for m in unit]
     sts = next(m for m in manifests if m["kind"] == "StatefulSet" and m["metadata"]["name"] == "fed-superlink")

@@ -24,6 +24,19 @@ from syncer.models.supernode import (
 from syncer.render.common import RenderContext, to_yaml
 from syncer.render.supernode import render_supernode
 from tests.flower_parse import parse_node_config
+from tests.unit.chart_docs import (
+    ALL_IN_ONE,
+    DISTRIBUTED,
+    DISTRIBUTED_SUPEREXEC,
+    DISTRIBUTED_SUPERNODE,
+    NO_TLS,
+    NODE_CONFIG,
+    PYTORCH,
+    TENSORFLOW,
+    TLS_COPY,
+    TLS_DEFAULT,
+    TLS_EXISTING,
+)
 from tests.unit.helpers import Keys
 from tests.unit.helpers import load_values as load
 from tests.unit.helpers import render_values as render
@@ -36,120 +49,6 @@ EXAMPLES = REPO / "config" / "examples" / "supernodes"
 SELECTOR = {"app.kubernetes.io/name": "flower-client", "app.kubernetes.io/component": "supernode"}
 WRITABLE = [("tmp-flwr", "/app/.flwr"), ("tmp-cache", "/app/.cache"), ("tmp-config", "/app/.config"),
             ("tmp-var-tmp", "/var/tmp")]
-
-# ---------------------------------------------------------------------------------------------
-# The YAML examples of the chart docs (001_*.txt), with the indentation the scrape lost restored.
-
-PYTORCH = """\
-supernode:
-  superlink:
-    address: my-superlink.example.com
-    port: 9092
-  node:
-    config:
-      partition-id: 0
-      num-partitions: 2
-  image:
-    registry: myregistry.example.com
-    repository: flwr/supernode
-    tag: 1.20.0-pytorch
-"""
-
-TENSORFLOW = """\
-supernode:
-  replicas: 3
-  superlink:
-    address: my-other-superlink.example.com
-    port: 9092
-  node:
-    config:
-      partition-id: 1
-      num-partitions: 2
-  image:
-    registry: myregistry.example.com
-    repository: flwr/supernode
-    tag: 1.20.0-tensorflow
-"""
-
-TLS_DEFAULT = """\
-tls:
-  enabled: true
-"""
-
-TLS_EXISTING = """\
-tls:
-  enabled: true
-supernode:
-  superlink:
-    certificate:
-      existingSecret: my-custom-tls-secret-name
-"""
-
-TLS_COPY = """\
-tls:
-  enabled: true
-supernode:
-  superlink:
-    certificate:
-      existingSecret: superlink-tls-secret-name
-      copyFromExistingSecret:
-        enabled: true
-        secretName: my-custom-tls-secret-name
-"""
-
-NO_TLS = """\
-tls:
-  enabled: false
-"""
-
-
-ALL_IN_ONE = """\
-supernode:
-  enabled: true
-  isolationMode: process
-superexec:
-  enabled: true
-"""
-
-# "Isolation Distributed", read literally as one values file ...
-DISTRIBUTED = """\
-supernode:
-  enabled: true
-superexec:
-  enabled: true
-  supernode:
-    address: my-supernode.example.com
-    port: 9094
-"""
-# ... and as the two installs the text describes: one with the SuperNode, one with the SuperExec.
-DISTRIBUTED_SUPERNODE = """\
-supernode:
-  enabled: true
-  isolationMode: process
-"""
-DISTRIBUTED_SUPEREXEC = """\
-supernode:
-  enabled: false
-superexec:
-  enabled: true
-  supernode:
-    address: my-supernode.example.com
-    port: 9094
-"""
-
-NODE_CONFIG = """\
-supernode:
-  node:
-    config:
-      bool: false
-      int: 1
-      negative_int: -1
-      float: 21.23
-      negative_float: -1.34
-      string: value 1
-      int-as-string: "1"
-"""
-
 
 # ---------------------------------------------------------------------------------------------
 # Helpers

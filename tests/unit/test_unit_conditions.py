@@ -7,7 +7,6 @@ are not started: each test syncs the units an installed revision queued, as a wo
 from __future__ import annotations
 
 import dataclasses
-import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,19 +26,15 @@ from syncer.observe.health import ProblemSummary
 from syncer.observe.metrics import Metrics
 from syncer.observe.status import PoolStatus, UnitStatus
 from syncer.source.git import GitSource, SourceSpec
+from tests.builders import NS, git, install, repo_at
+from tests.builders import federation as fed
 from tests.conftest import wait_until
+from tests.doubles import NoSource
 from tests.fakekube import FakeApiServer, FakeKube
-from tests.unit.test_agent_fake import fed, install, repo_at
-from tests.unit.test_engine_fake import NS
 
 FED_UNIT = Unit("federation", NS, "fed")
 EDGE = Unit("supernode", NS, "edge")
 TYPO = ("        replicas: 1\n", "        replica: 3\n")
-
-
-class Source:
-    def describe(self) -> str:
-        return "git@example.org:team/config.git"
 
 
 class Recorder:
@@ -58,7 +53,7 @@ def recorder() -> Recorder:
 def make_agent(recorder: Recorder, **options: Any) -> Agent:
     server = FakeApiServer()
     server.add_namespace(NS)
-    agent = Agent(FakeKube(server), cast(GitSource, Source()), Metrics(), AgentOptions(**options),
+    agent = Agent(FakeKube(server), NoSource("git@example.org:team/config.git"), Metrics(), AgentOptions(**options),
                   recorder=cast(EventRecorder, recorder))
     agent.cache.synced.set()  # nothing to list: the fake cluster starts empty
     agent.leading.set()
@@ -73,11 +68,11 @@ def agent(recorder: Recorder) -> Agent:
 def sync(agent: Agent, units: list[Unit]) -> None:
     """What the workers and the dispatcher do with the units a revision queued."""
     for unit in units:
-        agent._sync(unit)
+        agent.sync(unit)
     while not agent.events.empty():
         event = agent.events.get_nowait()
         if isinstance(event, UnitSynced):
-            agent._on_synced(event)
+            agent.handle(event)
 
 
 def synced(agent: Agent, unit: Unit = FED_UNIT) -> dict[str, Any]:
@@ -213,13 +208,13 @@ def test_failed_then_succeeded(agent: Agent, tmp_path: Path) -> None:
     install(agent, root, "r1")
     failed = UnitResult(FED_UNIT, [Change(ObjectRef("Service", NS, "fed-superlink"), Action.FAILED, "forbidden",
                                           cause=Cause.FORBIDDEN)])
-    agent._on_synced(UnitSynced(FED_UNIT, failed, 0.0, "r1"))
+    agent.handle(UnitSynced(FED_UNIT, failed, 0.0, "r1"))
     assert synced(agent)["reason"] == "SyncFailed" and "fed-superlink" in synced(agent)["message"]
     conflict = UnitResult(FED_UNIT, [Change(ObjectRef("Service", NS, "fed-superlink"), Action.FAILED, "owned",
                                             cause=Cause.CONFLICT)])
-    agent._on_synced(UnitSynced(FED_UNIT, conflict, 0.0, "r1"))
+    agent.handle(UnitSynced(FED_UNIT, conflict, 0.0, "r1"))
     assert synced(agent)["reason"] == "Conflict"
-    agent._on_synced(UnitSynced(FED_UNIT, UnitResult(FED_UNIT), 0.0, "r1"))
+    agent.handle(UnitSynced(FED_UNIT, UnitResult(FED_UNIT), 0.0, "r1"))
     assert (synced(agent)["status"], synced(agent)["reason"]) == ("True", "Synced")
     assert agent.status()["units"][0]["errors"] == [] and agent.status()["units"][0]["failedObjects"] == []
 
@@ -309,10 +304,6 @@ class QuietKube(FakeKube):
     def watch(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
         threading.Event().wait(0.5)
         return iter(())
-
-
-def git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
 
 
 def test_git_revert_of_a_typo_clears_the_config_error_in_the_running_agent(tmp_path: Path) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 from syncer.agent.workqueue import WorkQueue
 
@@ -59,7 +58,7 @@ def test_slow_key_does_not_block_others() -> None:
     q.add("slow")
     q.add("fast")
     seen: list[str] = []
-    release = threading.Event()
+    release, fast_done = threading.Event(), threading.Event()
 
     def worker() -> None:
         while (key := q.get(timeout=2)) is not None:
@@ -67,13 +66,13 @@ def test_slow_key_does_not_block_others() -> None:
                 release.wait(5)
             seen.append(key)
             q.done(key)
+            if key == "fast":
+                fast_done.set()
 
     threads = [threading.Thread(target=worker) for _ in range(2)]
     for t in threads:
         t.start()
-    deadline = time.monotonic() + 5
-    while "fast" not in seen and time.monotonic() < deadline:
-        time.sleep(0.01)
+    assert fast_done.wait(5)  # while the other worker still holds "slow"
     assert seen == ["fast"]
     release.set()
     q.shutdown()
