@@ -63,6 +63,7 @@ from syncer.observe.conditions import UnitCondition, UnitConditions
 from syncer.observe.metrics import Metrics, corrections_by_kind, drift_by_kind
 from syncer.observe.notify import Notification, Notifier
 from syncer.plan import Claims, Plan, UnitPlan
+from syncer.printers import scrub
 from syncer.render.repo import Rendered, plan_repo
 from syncer.repo.state import RepoState
 from syncer.source.git import Checkout
@@ -107,6 +108,7 @@ class Agent:
         self.loaded = threading.Event()
         self.stop = threading.Event()
         self.supervisor = Supervisor(self.stop)  # every thread: an exception is reported, never fatal
+        self._secret_values: frozenset[str] = frozenset()  # plaintext of the encrypted files installed so far
         self._fetch_wanted = threading.Event()
         self.progress = RevisionProgress(applied=self.metrics.observe_commit_applied, checked=self._record_checked,
                                          unit_applied=lambda u, s: self.metrics.observe_unit_commit_applied(u.id, s))
@@ -381,6 +383,9 @@ class Agent:
         load or render keeps its last good desired state; a unit gone from Git is pruned only if the
         whole revision loaded and rendered without errors."""
         old = self.installed
+        # a failed unit keeps its last good state: the values it was rendered from stay secret too
+        self._secret_values = self._secret_values | state.secrets if state.secrets else self._secret_values
+        self.supervisor.scrub = functools.partial(scrub, secrets=self._secret_values)
         fresh = plan_repo(state, rendered, revision=revision, default_repository=self.options.repository,
                           previous=old.plan.units, tenancy=self.options.tenancy)
         units = dict(old.plan.units)

@@ -106,6 +106,10 @@ class Supervisor:
         self.errors: Counter[str] = Counter()  # step errors by where they happened
         self._traced: dict[str, float] = {}  # failure -> when its traceback was last logged
         self.last_error = ""
+        # what every error text passes through before it is shown anywhere: the agent sets it to
+        # take out the plaintext of the repository's encrypted files (an exception's message may
+        # quote a rendered value; tracebacks quote source lines, not values)
+        self.scrub: Callable[[str], str] = lambda text: text
 
     # -- steps ------------------------------------------------------------------------------------
 
@@ -121,7 +125,7 @@ class Supervisor:
                 self.report(where, exc, **(about or {}))
             if on_error is not None:
                 try:
-                    on_error(exc, describe(exc))
+                    on_error(exc, self.scrub(describe(exc)))
                 except Exception as again:
                     self.report(f"{where} (reporting the error)", again, **(about or {}))
             return None
@@ -130,7 +134,7 @@ class Supervisor:
         """Count and log one failure of a step; returns its diagnostic text. The traceback comes
         with the first line of the same failure in `window` seconds (a failure that repeats with
         every event must not flood the log with it)."""
-        text = describe(exc)
+        text = self.scrub(describe(exc))
         now = self._clock()
         with self._lock:
             self.errors[where] += 1
@@ -142,7 +146,7 @@ class Supervisor:
                     self._traced.clear()
                 self._traced[key] = now
         if first:
-            fields["traceback"] = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            fields["traceback"] = self.scrub("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
         safe_log("error", f"{where} failed; the agent goes on", error=text, **fields)
         return text
 

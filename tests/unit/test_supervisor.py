@@ -146,3 +146,39 @@ def test_a_repeated_failure_logs_its_traceback_once_per_window() -> None:
         sup.guard("event handling", fail)
     assert ["traceback" in e for e in logs] == [True, False, False, True]
     assert all("same every time" in e["error"] for e in logs) and sup.errors["event handling"] == 4
+
+
+def test_error_texts_pass_through_the_scrub_everywhere_they_go() -> None:
+    """An exception's message may quote a rendered value that came from an encrypted file: what the
+    handler gets (status, Events), the last error (the status API) and the logged text and
+    traceback all pass through `scrub`."""
+    sup = Supervisor(threading.Event())
+    sup.scrub = lambda text: text.replace("hunter2-secret", "**redacted**")
+    seen: list[str] = []
+
+    def boom() -> None:
+        raise ValueError("cannot apply password=hunter2-secret")
+
+    with capture_logs() as logs:
+        sup.guard("sync", boom, on_error=lambda _exc, text: seen.append(text))
+    shown = [seen[0], sup.last_error, logs[0]["error"], logs[0]["traceback"]]
+    assert all("**redacted**" in s and "hunter2-secret" not in s for s in shown), shown
+
+
+def test_the_agent_scrubs_the_values_of_every_revision_it_installed(tmp_path: Path) -> None:
+    """The agent hands the supervisor the plaintext of the encrypted files it installed, this
+    revision's and earlier ones' (a unit that fails keeps its last good state, rendered from them)."""
+    from syncer.agent.agent import Agent
+    from syncer.agent.state import AgentOptions
+    from syncer.models.settings import RepoSettings
+    from syncer.observe.metrics import Metrics
+    from syncer.render.repo import Rendered
+    from syncer.repo.state import RepoState
+    from tests.doubles import NoSource
+    from tests.fakekube import FakeKube
+
+    agent = Agent(FakeKube(), NoSource(), Metrics(), AgentOptions())
+    for secrets in (frozenset({"first-secret-value"}), frozenset({"second-secret-value"}), frozenset()):
+        agent.install(RepoState(tmp_path, RepoSettings(), secrets=secrets), Rendered(), "0" * 40)
+    text = agent.supervisor.scrub("saw first-secret-value and second-secret-value, not ok")
+    assert text == "saw **redacted** and **redacted**, not ok"
