@@ -5,6 +5,7 @@ status round every time it is asked for, so no earlier revision's or sync's reas
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from syncer.observe.status import UnitStatus
 
 log = structlog.get_logger("syncer.agent")
+_PUBLISHING = threading.Lock()  # guards every agent's `published` table: a compare-and-set, nothing slow
 
 UNKNOWN_HEALTH = UnitCondition("Healthy", False, HealthReason.UNKNOWN, "no status round yet")
 
@@ -79,15 +81,17 @@ def publish(agent: UnitTables, unit: Unit) -> None:
     key = (str(state.synced.reason), str(state.healthy.reason))
     agent.metrics.set_unit_state(unit.id, *key)
     seen = (*key, state.synced.message, state.healthy.message)
-    before = agent.published.get(unit)
-    if before != seen:
+    with _PUBLISHING:  # the status thread and a worker may publish one unit at once: one of them tells
+        before = agent.published.get(unit)
+        if before == seen:
+            return
         agent.published[unit] = seen
-        if before is not None and state.synced.status and before[0] not in (SyncedReason.SYNCED, SyncedReason.PENDING,
-                                                                             SyncedReason.SUSPENDED):
-            agent.report(unit, recovered_event(unit, before[0], state.revision))
-        if before is None and key[0] in (SyncedReason.PENDING, SyncedReason.SYNCED):
-            return  # a unit first seen (the agent starting): only its troubles are news
-        log.info("unit state", unit=unit.id, synced=key[0], health=key[1], ready=state.ready,
+    if before is not None and state.synced.status and before[0] not in (SyncedReason.SYNCED, SyncedReason.PENDING,
+                                                                         SyncedReason.SUSPENDED):
+        agent.report(unit, recovered_event(unit, before[0], state.revision))
+    if before is None and key[0] in (SyncedReason.PENDING, SyncedReason.SYNCED):
+        return  # a unit first seen (the agent starting): only its troubles are news
+    log.info("unit state", unit=unit.id, synced=key[0], health=key[1], ready=state.ready,
                  revision=state.revision[:12], why=state.synced.message if not state.synced.status else "",
                  health_message=state.healthy.message if not state.healthy.status else "")
 
