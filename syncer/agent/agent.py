@@ -109,6 +109,7 @@ class AgentOptions:
     identity: str = "agent"  # recorded in each unit's history as who applied it
     decryption_key_files: tuple[Path, ...] = ()  # age identities for SOPS-encrypted files
     tenancy: Tenancy | None = None  # where the repository comes from, and the admin's policy for it
+    cluster: str = ""  # this cluster's name in a repository of several (syncer.repo.clusters)
     fetch_backoff: float = 1.0  # first wait after a failed fetch; doubles up to fetch_backoff_max
     fetch_backoff_max: float = 300.0
 
@@ -130,7 +131,7 @@ class Agent:
                                on_inventory=lambda inv: self.events.put(InventoryChanged(inv)),
                                on_inventory_deleted=lambda unit: self.events.put(InventoryDeleted(unit)))
         self.installed = Installed()  # replaced, never changed in place
-        self.revisions = RevisionLoader(options.decryption_key_files, options.tenancy)
+        self.revisions = RevisionLoader(options.decryption_key_files, options.tenancy, options.cluster)
         self.units: dict[Unit, UnitState] = {}
         self.health: dict[Unit, UnitCondition] = {}  # each unit's Healthy condition, from the last status round
         self.published: dict[Unit, tuple[str, ...]] = {}  # each unit's state as last logged (unitstate.publish)
