@@ -106,11 +106,12 @@ def tls_material(common_name: str, sans: list[str]) -> dict[str, bytes]:
 
 
 def secret_yaml(name: str, data: dict[str, bytes], kind: str = "kubernetes.io/tls") -> str:
-    """A Secret manifest (plain text, `data` base64-encoded), as a repository keeps one (encrypt it with sops)."""
-    import base64
+    """A Secret manifest with `data` as stringData (text: it stays readable once sops encrypts it,
+    and `validate` without the key checks it with the values left opaque)."""
+    import yaml
 
-    lines = [f"  {k}: {base64.b64encode(v).decode()}" for k, v in sorted(data.items())]
-    return f"apiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}\ntype: {kind}\ndata:\n" + "\n".join(lines) + "\n"
+    return str(yaml.safe_dump({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "type": kind,
+                               "stringData": {k: v.decode() for k, v in sorted(data.items())}}, sort_keys=False))
 
 
 def tls_secret_yaml(name: str, sans: list[str]) -> str:

@@ -45,8 +45,8 @@ def cluster_of_path(rel: str) -> str | None:
 
 def split(state: RepoState, homes: dict[Unit, str]) -> None:
     """Keep in `state` only what the cluster of this load applies and reports: the units, failures
-    and diagnostics of other clusters move to `elsewhere` (`homes`: each failed unit's cluster).
-    Nothing moves for a whole-repository load (`state.cluster` None) or without a layout."""
+    and diagnostics of other clusters move to `elsewhere` (`homes`: each unit's cluster, loaded or
+    failed; "" = this load's). Nothing moves for a whole-repository load (`state.cluster` None) or without a layout."""
     if state.cluster is None or not state.clusters:
         return
     own = state.cluster

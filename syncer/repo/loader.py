@@ -135,6 +135,7 @@ def load_repo(root: Path, decryption: Decryption | None = None, cache: LoadCache
         if cache is not None:
             cache._end()
             cache._files = reader.seen
+    homes.update((u.unit, u.cluster) for u in state.units)  # the checks below may fail loaded units
     _check_duplicates(state)
     check_version_skew(state)
     check_sites(state)
@@ -152,12 +153,18 @@ class _Pieces:
     def __init__(self, reader: Reader, state: RepoState, cache: LoadCache | None,
                  changed: Collection[str] | None = None) -> None:
         self.reader, self.state, self.cache = reader, state, cache
-        keys = hashlib.sha256("\0".join(str(i) for i in reader.decryption.identities).encode()).digest()
-        self.context = (state.settings.model_dump_json(), reader.decryption.required, keys, state.cluster)
+        self.context: tuple[Any, ...] = ()
+        self.use(reader.decryption)
         self.cluster = ""  # the cluster of the units being loaded (LoadedUnit.cluster)
         self.touched: set[str] | None = None  # the pieces (files, release folders) a change is in
         if cache is not None and changed is not None:
             self.touched = {*changed, *(_release_folder(p) for p in changed)}
+
+    def use(self, decryption: Decryption) -> None:
+        """Load the next pieces with `decryption` (another cluster's: syncer.repo.clusters)."""
+        self.reader.decryption = decryption
+        keys = hashlib.sha256("\0".join(str(i) for i in decryption.identities).encode()).digest()
+        self.context = (self.state.settings.model_dump_json(), decryption.required, keys, self.state.cluster)
 
     def replay(self, what: str) -> bool:
         """Add the piece `what` as the previous load did, without looking at its files, when the
@@ -246,6 +253,10 @@ def _load_clusters(reader: Reader, state: RepoState, pieces: _Pieces, homes: dic
                 "root belongs to no cluster and is not read",
                 f"move it into {layouts.CLUSTERS_DIR}/<name>/{top}/ of the cluster that applies it"))
     kept = []
+    own = reader.decryption
+    # Another cluster's Secrets are its agent's to open (with its own keys): here they are checked
+    # with their encrypted values left opaque, as `validate` without a key does.
+    others = own if state.cluster is None else Decryption(required=False)
     for name in names:
         problem = layouts.cluster_problem(name)
         if problem:
@@ -254,9 +265,11 @@ def _load_clusters(reader: Reader, state: RepoState, pieces: _Pieces, homes: dic
             continue
         kept.append(name)
         before = set(state.failed)
+        pieces.use(own if state.cluster is None or name == state.cluster else others)
         _load_units(reader, state, pieces, reader.root / layouts.CLUSTERS_DIR / name,
                     "" if name == state.cluster else name)
         homes.update((u, "" if name == state.cluster else name) for u in state.failed - before)
+    pieces.use(own)
     state.clusters = tuple(kept)
 
 

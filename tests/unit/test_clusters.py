@@ -123,7 +123,8 @@ def test_a_site_dialing_a_port_the_hub_does_not_expose_is_an_error(tmp_path: Pat
                                                           "supernode.superlink.port")
     assert f"exposes its Fleet API at {HUB_NODE}:30092" in problem.message and "30092" in problem.hint
     assert EDGE in state.failed and state.units == []  # not shipped; its last applied state stays
-    assert load_repo(root, cluster="hub").clean  # the hub's agent is not held up by it
+    hub = load_repo(root, cluster="hub")
+    assert hub.clean and hub.failed == set()  # the hub's agent is not held up by it
 
 
 def test_a_site_dialing_an_address_nobody_exposes_is_an_error(tmp_path: Path) -> None:
@@ -201,3 +202,24 @@ def test_a_cached_load_told_what_changed_under_a_cluster_reloads_that_release(tm
     assert EDGE in state.failed
     fresh = load_repo(root, cluster="site-a")
     assert (state.failed, [str(d) for d in state.diagnostics]) == (fresh.failed, [str(d) for d in fresh.diagnostics])
+
+
+def test_each_cluster_opens_only_its_own_secrets(tmp_path: Path) -> None:
+    """The hub's TLS Secret is encrypted for the hub's key: the site's agent, with its own key,
+    checks the hub's Federation (with the Secret's values left opaque) and ships its release."""
+    import pyrage
+
+    from syncer.secrets.keys import Decryption
+    from tests.sops_writer import encrypt
+
+    hub_key, site_key = pyrage.x25519.Identity.generate(), pyrage.x25519.Identity.generate()
+    hub = hub_federation(EXPOSED + ', "flower-syncer.io/superlink-tls-secret": "hub-tls"', insecure=False)
+    secret = encrypt(tls_secret_yaml("hub-tls", ["hub-superlink", "127.0.0.1", HUB_NODE]), str(hub_key.to_public()),
+                     "^(data|stringData)$")
+    root = fleet(tmp_path, hub=hub + "---\n" + secret, site=site_values(tls=True))
+    site = load_repo(root, Decryption((site_key,), required=True), cluster="site-a")
+    assert errors(site.diagnostics) == [] and [u.unit for u in site.units] == [EDGE]
+    assert [u.unit for u in site.elsewhere] == [HUB]
+    hub_view = load_repo(root, Decryption((hub_key,), required=True), cluster="hub")
+    assert errors(hub_view.diagnostics) == [] and [u.unit for u in hub_view.units] == [HUB]
+    assert load_repo(root, Decryption((site_key,), required=True), cluster="hub").failed == {HUB}
