@@ -33,7 +33,7 @@ from syncer.models.secret import SecretManifest
 from syncer.models.settings import ReleaseSettings, RepoSettings
 from syncer.models.supernode import SuperNodeValues, validate_values
 from syncer.repo import clusters as layouts
-from syncer.repo.encrypted import scrub
+from syncer.repo.encrypted import opaque_only, scrub
 from syncer.repo.reader import YAML_SUFFIXES, Reader, Signature
 from syncer.repo.sites import check_sites
 from syncer.repo.skew import check_version_skew
@@ -507,8 +507,17 @@ def _load_release(reader: Reader, folder: Path, state: RepoState, cluster: str =
         state.failed.add(unit)
         return
     state.files += 1
-    values = _load_single(reader, values_path, SuperNodeValues, state, unit=unit.id, empty_ok=True,
-                          validate=lambda doc: validate_values(doc, release, unit.id))
+    opened: list[YamlDoc] = []
+
+    def check(doc: YamlDoc) -> tuple[Any, list[Diagnostic]]:
+        opened.append(doc)
+        return validate_values(doc, release, unit.id)
+
+    mark = len(state.diagnostics)
+    values = _load_single(reader, values_path, SuperNodeValues, state, unit=unit.id, empty_ok=True, validate=check)
+    if values is None and opened:
+        values = opaque_only(SuperNodeValues, opened[0], reader.opaque.get(opened[0].file, ()),
+                             state.diagnostics[mark:])
     secrets_path = folder / SECRETS_FILE
     secrets: list[tuple[str, SecretManifest]] = []
     secrets_ok = True

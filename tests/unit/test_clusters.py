@@ -208,7 +208,10 @@ def test_each_cluster_opens_only_its_own_secrets(tmp_path: Path) -> None:
     """The hub's TLS Secret is encrypted for the hub's key: the site's agent, with its own key,
     checks the hub's Federation (with the Secret's values left opaque) and ships its release."""
     import pyrage
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
 
+    from syncer.models.supernode import SuperNodeValues
     from syncer.secrets.keys import Decryption
     from tests.sops_writer import encrypt
 
@@ -216,10 +219,23 @@ def test_each_cluster_opens_only_its_own_secrets(tmp_path: Path) -> None:
     hub = hub_federation(EXPOSED + ', "flower-syncer.io/superlink-tls-secret": "hub-tls"', insecure=False)
     secret = encrypt(tls_secret_yaml("hub-tls", ["hub-superlink", "127.0.0.1", HUB_NODE]), str(hub_key.to_public()),
                      "^(data|stringData)$")
-    root = fleet(tmp_path, hub=hub + "---\n" + secret, site=site_values(tls=True))
+    node_key = ec.generate_private_key(ec.SECP384R1())
+    private = node_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                                     serialization.NoEncryption()).decode()
+    public = node_key.public_key().public_bytes(serialization.Encoding.OpenSSH,
+                                                serialization.PublicFormat.OpenSSH).decode()
+    auth = "global:\n  nodeAuth:\n    enabled: true\n    authSupernodePrivateKey: |\n" + "".join(
+        f"      {line}\n" for line in private.strip().splitlines()) + f"    authSupernodePublicKey: {public}\n"
+    values = encrypt(auth + site_values(tls=True), str(site_key.to_public()), "^authSupernodePrivateKey$")
+    root = fleet(tmp_path, hub=hub + "---\n" + secret, site=values)
     site = load_repo(root, Decryption((site_key,), required=True), cluster="site-a")
     assert errors(site.diagnostics) == [] and [u.unit for u in site.units] == [EDGE]
     assert [u.unit for u in site.elsewhere] == [HUB]
     hub_view = load_repo(root, Decryption((hub_key,), required=True), cluster="hub")
     assert errors(hub_view.diagnostics) == [] and [u.unit for u in hub_view.units] == [HUB]
+    # the hub knows the site's release, and its public key, without opening its private key
+    (edge,) = hub_view.elsewhere
+    assert isinstance(edge.model, SuperNodeValues) and edge.model.global_.nodeAuth.authSupernodePublicKey == public
+    assert "PRIVATE" not in edge.model.global_.nodeAuth.authSupernodePrivateKey
+    assert {u.id for u in validate(root).loaded.units} == {HUB.id, EDGE.id}  # without any key
     assert load_repo(root, Decryption((site_key,), required=True), cluster="hub").failed == {HUB}
