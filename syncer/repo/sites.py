@@ -102,6 +102,24 @@ def check_sites(state: RepoState) -> None:
         state.units = [u for u in state.units if u.unit not in failed]
 
 
+def dials_superlink(fed: LoadedUnit, release: LoadedUnit) -> bool:
+    """Whether the SuperNodes of `release` (a chart release) dial the SuperLink of `fed` (a
+    Federation): its Service at its Fleet port from the same cluster, or an address it exposes
+    (`flower-syncer.io/superlink-external-address`) from anywhere. For matching a hub's SuperNodes
+    to the releases of every cluster (`RepoState.units` and `RepoState.elsewhere`)."""
+    federation, values = fed.model, release.model
+    if not isinstance(federation, Federation) or not isinstance(values, SuperNodeValues):
+        return False
+    target = values.supernode.superlink
+    service = service_of(target.address, release.unit.namespace)
+    if release.cluster == fed.cluster and service == (fed.unit.namespace, federation.superlink_name()):
+        return target.port == federation.spec.superlink.service.ports.grpc
+    host = target.address.strip().lower().rstrip(".")
+    with contextlib.suppress(ValueError):
+        host = str(ipaddress.ip_address(host.strip("[]")))
+    return any(a.host == host and a.port == target.port for a in federation.external_addresses())
+
+
 def _listing(exposed: list[tuple[LoadedUnit, ExternalAddress]]) -> str:
     if not exposed:
         return " (none exposes one)"

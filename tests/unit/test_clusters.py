@@ -239,3 +239,20 @@ def test_each_cluster_opens_only_its_own_secrets(tmp_path: Path) -> None:
     assert "PRIVATE" not in edge.model.global_.nodeAuth.authSupernodePrivateKey
     assert {u.id for u in validate(root).loaded.units} == {HUB.id, EDGE.id}  # without any key
     assert load_repo(root, Decryption((site_key,), required=True), cluster="hub").failed == {HUB}
+
+
+def test_which_releases_dial_a_hubs_superlink(tmp_path: Path) -> None:
+    """For matching the hub's SuperNodes to releases of every cluster (the hub's Flower health)."""
+    from syncer.repo.sites import dials_superlink
+
+    root = fleet(tmp_path)
+    (root / "clusters" / "hub" / "supernodes" / "local").mkdir(parents=True)
+    (root / "clusters" / "hub" / "supernodes" / "local" / "values.yaml").write_text(
+        site_values(address="hub-superlink", port=9092))
+    (root / "clusters" / "hub" / "supernodes" / "wrong").mkdir(parents=True)
+    (root / "clusters" / "hub" / "supernodes" / "wrong" / "values.yaml").write_text(
+        site_values(address="hub-superlink", port=9093))
+    hub = load_repo(root, cluster="hub")
+    (fed,) = [u for u in hub.units if u.unit == HUB]
+    dialing = {u.unit.name for u in [*hub.units, *hub.elsewhere] if dials_superlink(fed, u)}
+    assert dialing == {"local", "edge"}  # "wrong" dials another port (and fails to load: skew)
