@@ -79,10 +79,13 @@ def check_sites(state: RepoState) -> None:
                            f"{elsewhere[0].unit.name!r} ({_where(elsewhere[0])}), which is in another cluster: a "
                            "Service name resolves only inside its own cluster",
                            _expose_hint(exposed, elsewhere[0]))
-            elif state.clusters:
-                problem = _Problem(_ADDRESS, f"the SuperNodes dial {target.address}:{target.port}, which is "
-                           "neither the Service of a federation in their cluster nor an address a federation of "
-                           f"this repository exposes{_listing(exposed)}", _expose_hint(exposed, None))
+            elif exposed and service is None:
+                # a SuperLink outside the repository is allowed (a partner's): a warning, which
+                # `validate --strict` fails on
+                problem = _Problem(_ADDRESS, f"the SuperNodes dial {target.address}:{target.port}, which no "
+                                   f"federation of this repository exposes{_listing(exposed)}",
+                                   _expose_hint(exposed, None) + " (a SuperLink outside this repository: nothing "
+                                   "to do)", "warning")
         else:
             match = next(((u, a) for u, a in same_host if a.port == target.port), None)
             if match is None:

@@ -35,6 +35,7 @@ def site_values(address: str = HUB_NODE, port: int = 30092, tag: str = "1.42.0",
 
 def fleet(root: Path, hub: str | None = None, site: str | None = None, *, layout: bool = True) -> Path:
     """A repository: the hub's Federation in clusters/hub, a SuperNode release in clusters/site-a."""
+    root.mkdir(parents=True, exist_ok=True)
     (root / "flower-syncer.yaml").write_text(f"name: fleet\ndefaultNamespace: {NS}\n")
     hub_dir = root / "clusters" / "hub" if layout else root
     site_dir = root / "clusters" / "site-a" if layout else root
@@ -127,11 +128,17 @@ def test_a_site_dialing_a_port_the_hub_does_not_expose_is_an_error(tmp_path: Pat
     assert hub.clean and hub.failed == set()  # the hub's agent is not held up by it
 
 
-def test_a_site_dialing_an_address_nobody_exposes_is_an_error(tmp_path: Path) -> None:
+def test_a_site_dialing_an_address_nobody_exposes_is_warned_about(tmp_path: Path) -> None:
+    """It may be a SuperLink outside the repository (a partner's): a warning, which --strict fails on."""
     root = fleet(tmp_path, site=site_values(address="10.9.9.9"))
-    (problem,) = errors(validate(root).loaded.diagnostics)
-    assert problem.path == "supernode.superlink.address" and problem.line == 5
+    result = validate(root, strict=True)
+    (problem,) = result.loaded.warnings
+    assert problem.path == "supernode.superlink.address" and problem.line == 5 and not result.valid
     assert f"exposed: {HUB_NODE}:30092 by 'hub'" in problem.message and f"address: {HUB_NODE}" in problem.hint
+    assert validate(root).valid and EDGE in validate(root).loaded.units
+    # an in-cluster Service name no federation of the repository has: a SuperLink deployed otherwise
+    other = fleet(tmp_path / "other", site=site_values(address="partner-superlink", port=9092))
+    assert validate(other, strict=True).valid
 
 
 def test_a_site_dialing_the_hubs_service_name_is_told_it_resolves_only_there(tmp_path: Path) -> None:
