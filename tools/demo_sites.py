@@ -210,7 +210,7 @@ stringData:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     for rel in ("clusters/hub/federations/hub.yaml", f"clusters/{SITE}/supernodes/edge/values.yaml"):
-        run(str(binary), "encrypt", "--disable-version-check", "-i", rel, cwd=config)
+        run(str(binary), "--disable-version-check", "encrypt", "-i", rel, cwd=config)
     run("git", "-C", str(config), "add", "-A")
     run("git", "-C", str(config), "-c", "user.name=demo", "-c", "user.email=demo@localhost", "commit", "-qm",
         "a hub and a site")
@@ -356,7 +356,7 @@ def main() -> int:
     step("training: flwr run tests/fixtures/e2e-app on the hub, 2 rounds over both clusters")
     train(demo, control)
     for name, cluster in (("hub", hub), (SITE, site)):
-        step(f"flower-syncer status --cluster {name} (the {name} cluster)")
+        step(f"flower-syncer status, on the {name} cluster (its agent's units only)")
         run(sys.executable, "-m", "syncer", "status", "--kubeconfig", status(cluster)["kubeconfig"], check=False)
     print(f"\ncross-site demo ready in {time.monotonic() - started:.0f}s; both agents keep running. Try:")
     print(f"  cd {config} && $EDITOR clusters/{SITE}/supernodes/edge/values.yaml && git commit -am change "

@@ -263,3 +263,19 @@ def test_which_releases_dial_a_hubs_superlink(tmp_path: Path) -> None:
     (fed,) = [u for u in hub.units if u.unit == HUB]
     dialing = {u.unit.name for u in [*hub.units, *hub.elsewhere] if dials_superlink(fed, u)}
     assert dialing == {"local", "edge"}  # "wrong" dials another port (and fails to load: skew)
+
+
+def test_the_cli_takes_the_cluster(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from syncer.cli import main
+
+    root = fleet(tmp_path, site=site_values(port=30093))
+    assert main(["validate", str(root), "--cluster", "hub"]) == 0
+    assert "valid: 0 error(s)" in capsys.readouterr().out
+    assert main(["validate", str(root), "--cluster", "site-a"]) == 1
+    assert "clusters/site-a/supernodes/edge/values.yaml:6:" in capsys.readouterr().out
+    assert main(["render", str(root), "--cluster", "hub"]) == 0
+    assert "name: edge-flower-client-supernode" not in capsys.readouterr().out
+    monkeypatch.setenv("FLOWER_SYNCER_CLUSTER", "hub")  # as the chart sets it for the agent
+    assert main(["validate", str(root)]) == 0
+    capsys.readouterr()
