@@ -36,7 +36,7 @@ def _write(root: Path, files: dict[str, str | None]) -> Path:
     for rel, text in files.items():
         path = root / rel
         if text is None:
-            path.unlink()
+            path.unlink(missing_ok=True)
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
@@ -63,7 +63,7 @@ def _units(agent: Agent) -> set[str]:
 
 
 def _statefulsets(server: FakeApiServer) -> set[str]:
-    return {name for (kind, ns, name) in server.objects if kind == "StatefulSet" and ns == NS}
+    return {name for (kind, _, name) in server.objects if kind == "StatefulSet"}
 
 
 FILES: dict[str, str | None] = {
@@ -101,3 +101,57 @@ def test_an_agent_without_its_clusters_name_applies_nothing(tmp_path: Path) -> N
     assert loaded.state.units == [] and loaded.errors == 1
     assert "--cluster" in loaded.error_lines()[0]
     assert _revision(agent, root, "r1") == [] and _statefulsets(server) == set()
+
+
+def _sync_cluster(kube: FakeKube, root: Path, cluster: str, source: str = "git@example.org:fleet/config.git",
+                  revision: str = "r1") -> Any:
+    from syncer.engine.sync import Engine, SyncOptions
+    from syncer.render.repo import plan_repo, render_repo
+    from syncer.render.tenancy import Tenancy
+    from syncer.repo.loader import load_repo
+
+    state = load_repo(root, cluster=cluster)
+    plan = plan_repo(state, render_repo(state), revision=revision, tenancy=Tenancy(source=source))
+    return Engine(kube).sync(plan, SyncOptions())
+
+
+def test_two_clusters_agents_sharing_one_kubernetes_cluster_never_prune_each_other(tmp_path: Path) -> None:
+    """A misconfiguration (the site's agent given the hub's kubeconfig): each cluster's part is
+    another source, so neither takes nor prunes the other's units; each still prunes its own."""
+    server = FakeApiServer()
+    server.add_namespace(NS)
+    server.add_namespace("edge")
+    kube = FakeKube(server)
+    site_fed = federation("site", pool("b")).replace("  name: site\n", "  name: site\n  namespace: edge\n")
+    root = _write(tmp_path / "r", {**FILES, "clusters/site-a/federations/site.yaml": site_fed,
+                                   "clusters/site-a/supernodes/edge/values.yaml": None})
+    assert _sync_cluster(kube, root, "hub").ok and _sync_cluster(kube, root, "site-a").ok
+    both = {"hub-superlink", "hub-supernode-a", "site-superlink", "site-supernode-b"}
+    assert _statefulsets(server) == both
+    report = _sync_cluster(kube, root, "hub", revision="r2")  # the site's units are not in the hub's part
+    assert report.ok and _statefulsets(server) == both
+    _write(root, {"clusters/hub/federations/hub.yaml": None, "clusters/hub/federations/hub2.yaml":
+                  federation("hub2", pool("a"))})
+    assert _sync_cluster(kube, root, "hub", revision="r3").ok  # the hub prunes its own vanished unit
+    assert _statefulsets(server) == {"hub2-superlink", "hub2-supernode-a", "site-superlink", "site-supernode-b"}
+    # the site's federation moves to the hub's namespace: there the repository's name is recorded
+    # from the hub's part, so the site's is refused (no unit is taken, nothing of the hub's deleted)
+    moved = _write(tmp_path / "r2", {"clusters/hub/federations/hub2.yaml": federation("hub2", pool("a")),
+                                     "clusters/site-a/federations/site.yaml": FILES[
+                                         "clusters/site-a/federations/site.yaml"]})
+    refused = _sync_cluster(kube, moved, "site-a", revision="r4")
+    assert not refused.ok and "another source" in refused.units[0].errors[0]
+    assert _statefulsets(server) == {"hub2-superlink", "hub2-supernode-a"}  # the site pruned only its own
+
+
+def test_units_applied_before_the_layout_are_still_the_clusters_own(tmp_path: Path) -> None:
+    server = FakeApiServer()
+    server.add_namespace(NS)
+    kube = FakeKube(server)
+    flat = _write(tmp_path / "flat", {"federations/hub.yaml": federation("hub", pool("a")),
+                                      "federations/old.yaml": federation("old", pool("a"))})
+    assert _sync_cluster(kube, flat, "").ok  # no layout: the source without a cluster
+    laid = _write(tmp_path / "laid", {"clusters/hub/federations/hub.yaml": federation("hub", pool("a"))})
+    report = _sync_cluster(kube, laid, "hub", revision="r2")
+    assert report.ok, [(u.unit, u.error) for u in report.units]
+    assert _statefulsets(server) == {"hub-superlink", "hub-supernode-a"}  # hub taken over, old pruned
