@@ -51,6 +51,7 @@ from tests.sops_writer import encrypt
 pytestmark = pytest.mark.e2e
 
 NS = "xs"
+CRDS = Path(__file__).resolve().parents[2] / "charts" / "flower-syncer" / "crds"
 HUB, SITE = f"xs-hub-{os.getpid()}", f"xs-site-{os.getpid()}"
 FLEET_NODE_PORT, CONTROL_NODE_PORT = 30092, 30093
 # INTEGRATOR: the hub's `flower-syncer status -o json` shows each federation's SuperNodes in the
@@ -256,6 +257,7 @@ def test_one_push_brings_up_a_federation_across_two_clusters(linked: tuple[Site,
     hub, site = linked
     started = time.monotonic()
     for cluster in (hub.cluster, site.cluster):
+        cluster.kubectl("apply", "-f", str(CRDS))  # as the chart installs them: `status` reads FlowerUnits
         cluster.kubectl("create", "namespace", NS)
         wait_until("default ServiceAccount", lambda c=cluster: c.kubectl(
             "-n", NS, "get", "serviceaccount", "default", check=False).returncode == 0)
