@@ -11,9 +11,11 @@ side and `down` leaves the host as it found it:
   nothing, so nothing leaves the machine. The apiserver of such a cluster listens on the host end.
 - a mount namespace, held by a ``sleep`` process, that kubelet, containerd and its shims share:
   a fresh sysfs for the node's network namespace, and tmpfs over ``/run/netns``,
-  ``/run/containerd`` and ``/var/lib/cni`` (libcni's cache of every pod's network, which the host
-  would otherwise share between nodes and keep after `down`), so the pods' network namespaces,
-  rootfs and volume mounts vanish with it.
+  ``/run/containerd``, ``/var/lib/cni``, ``/var/lib/kubelet`` and ``/var/log/containers`` (paths
+  kubelet and libcni use whatever they are configured with: the network cache of every pod, the
+  device-plugin socket, the self-signed serving certificate, the container log links; on the
+  host every cluster's node shared them and `down` left them behind), so the pods' network
+  namespaces, rootfs and volume mounts vanish with it.
 - cgroups under ``/<hierarchy>/fsc-<n>/`` (kubelet's ``cgroupRoot``), removed by ``down``.
 - state (containerd's root, kubelet's root, pod logs, CNI IPAM) under the cluster's state dir.
 
@@ -176,10 +178,12 @@ mount --rbind /sys/fs/cgroup {d}/.cgroup
 mount -t sysfs sysfs /sys
 mount --rbind {d}/.cgroup /sys/fs/cgroup
 umount -l {d}/.cgroup
-mkdir -p /run/netns /run/containerd /var/lib/cni
+mkdir -p /run/netns /run/containerd /var/lib/cni /var/lib/kubelet /var/log/containers
 mount -t tmpfs -o mode=755 tmpfs /run/netns
 mount -t tmpfs -o mode=711 tmpfs /run/containerd
 mount -t tmpfs -o mode=700 tmpfs /var/lib/cni
+mount -t tmpfs -o mode=755 tmpfs /var/lib/kubelet
+mount -t tmpfs -o mode=755 tmpfs /var/log/containers
 echo ready > {d}/holder.ready
 exec sleep infinity
 """

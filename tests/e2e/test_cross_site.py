@@ -7,8 +7,8 @@ One `git push` brings up the hub's SuperLink, exposed on a NodePort at the hub n
 with TLS (a certificate SOPS-encrypted in Git for the hub's key that names that address) and node
 authentication (the site's public key listed on the hub's Federation), and the site's SuperNodes
 (their private key SOPS-encrypted for the site's key, the hub's CA from Git) dialing it. They
-connect across the clusters, a Flower app trains over both sites, and when the site's release is
-scaled to zero in Git the hub's SuperLink sees its SuperNode go offline.
+connect across the clusters, a Flower app trains over both sites, and when the site's node stops
+(its cluster goes down, the link with it) the hub's SuperLink sees its SuperNode go offline.
 
 Run it holding the machine's real-node lock: `flock /tmp/realnode.lock python -m pytest
 tests/e2e/test_cross_site.py`. It starts and purges two clusters of its own (xs-hub-<pid>,
@@ -193,7 +193,7 @@ spec:
 """
 
 
-def site_values(hub: Site, key: tuple[str, str], replicas: int = 1) -> str:
+def site_values(hub: Site, key: tuple[str, str]) -> str:
     private = "\n".join(f"      {line}" for line in key[0].strip().splitlines())
     return f"""\
 global:
@@ -205,7 +205,7 @@ global:
 tls:
   enabled: true
 supernode:
-  replicas: {replicas}
+  replicas: 1
   superlink:
     address: {hub.link_address}
     port: {FLEET_NODE_PORT}
@@ -325,19 +325,31 @@ def test_one_push_brings_up_a_federation_across_two_clusters(linked: tuple[Site,
             pools = {p["unit"]: p for p in flower["supernodes"]["pools"]}
             assert pools[f"supernode/{NS}/edge"]["cluster"] == "site-a", flower
             assert pools[f"supernode/{NS}/edge"]["online"] == 1, flower
+            assert hub_agent.metric("flower_syncer_federation_supernodes", unit=f"federation/{NS}/hub",
+                                    pool=f"supernode/{NS}/edge", state="online") == 1
 
-        # The site stops its SuperNodes (in Git): the hub's SuperLink sees it go offline.
-        config_repo.commit({"clusters/site-a/supernodes/edge/values.yaml": encrypt(
-            site_values(hub, site_key, replicas=0), site_recipient, "^authSupernodePrivateKey$")}, "site: stop")
+        # The site's node stops (its cluster goes down, and the link with it): the hub's SuperLink
+        # sees the site's SuperNode go offline (Flower's heartbeat timeout), the hub's own stays.
         stopped = time.monotonic()
+        down = _devcluster(SITE, "down")
+        assert down.returncode == 0, down.stdout + down.stderr
+        hub_netns, site_netns = hub.info["real_nodes"][0]["netns"], site.info["real_nodes"][0]["netns"]
+        link_end = f"fsl-{site_netns.rsplit('-', 1)[1]}"
+        assert subprocess.run(["ip", "-n", hub_netns, "link", "show", link_end], capture_output=True,
+                              check=False).returncode != 0, "the link outlived the site's node"
         wait_until("the site's SuperNode offline at the hub's SuperLink",
                    lambda: _nodes(hub, tls["ca.crt"]).get(site_fingerprint) == "offline",
-                   timeout=240, interval=2, log=site_agent.log)
-        sys.stderr.write(f"site SuperNode offline {time.monotonic() - stopped:.0f}s after the push\n")
-        if STATUS_HAS_FLOWER_HEALTH:
+                   timeout=240, interval=2, log=hub_agent.log)
+        sys.stderr.write(f"site SuperNode offline {time.monotonic() - stopped:.0f}s after its node stopped\n")
+        if STATUS_HAS_FLOWER_HEALTH:  # INTEGRATOR: see STATUS_HAS_FLOWER_HEALTH
             wait_until("the hub's status showing the site's SuperNode offline", lambda: {
                 p["unit"]: p for p in _flower(syncer_status(hub.cluster, NS), f"federation/{NS}/hub")
                 .get("supernodes", {}).get("pools", [])}.get(f"supernode/{NS}/edge", {}).get("offline") == 1,
+                timeout=60, interval=2, log=hub_agent.log)
+            assert hub_agent.metric("flower_syncer_federation_supernodes", unit=f"federation/{NS}/hub",
+                                    pool=f"supernode/{NS}/edge", state="offline") == 1
+            wait_until("a SuperNodesLost Event on the hub", lambda: any(
+                e.get("reason") == "SuperNodesLost" for e in hub.cluster.json("-n", NS, "get", "events")["items"]),
                 timeout=60, interval=2, log=hub_agent.log)
         assert _nodes(hub, tls["ca.crt"]).get(parse_keys(hub_key[1])[0][0].fingerprint) == "online"
     finally:
