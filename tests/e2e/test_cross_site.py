@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -44,11 +46,15 @@ from tests.e2e.conftest import (
     syncer_status,
     wait_ready,
 )
-from tests.e2e.test_training import APP, CLIENT_LINE, FLWR
-from tests.integration.test_agent import free_port
 from tests.sops_writer import encrypt
 
 pytestmark = pytest.mark.e2e
+
+# as tests/e2e/test_training.py (no test module imports another): the e2e app, the newest release
+# the registry serves, and the line each ClientApp prints with the node config it was given
+APP = Path(__file__).resolve().parent.parent / "fixtures" / "e2e-app"
+FLWR = "1.42.0"
+CLIENT_LINE = re.compile(r"E2E-CLIENT partition-id=(\S+) \((\w+)\) num-partitions=(\S+) \((\w+)\)")
 
 NS = "xs"
 CRDS = Path(__file__).resolve().parents[2] / "charts" / "flower-syncer" / "crds"
@@ -58,6 +64,12 @@ FLEET_NODE_PORT, CONTROL_NODE_PORT = 30092, 30093
 # agreed "flower" shape once the flower-health branch is merged; until then this test asks the
 # SuperLink's Control API directly and leaves the status assertions off. Set it to True on merge.
 STATUS_HAS_FLOWER_HEALTH = False
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def _devcluster(name: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
