@@ -43,7 +43,15 @@ def _add_repo_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", metavar="FILE", type=Path, default=None,
                    help="the cluster admins' policy file, as the agent reads it: check the repository within it "
                         f"(default: ${env_name('policy')})")
+    _add_cluster_name_arg(p)
     _add_decryption_arg(p)
+
+
+def _add_cluster_name_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cluster", default=None, metavar="NAME",
+                   help="in a repository that lays out several clusters (clusters/<name>/): the cluster whose "
+                        "units to load, as its agent does; the other clusters' units are only checked against "
+                        f"(default: ${env_name('cluster')}; validate and render: every cluster)")
 
 
 def _add_decryption_arg(p: argparse.ArgumentParser) -> None:
@@ -153,6 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "unreachable.")
     p.add_argument("dir", metavar="DIR", nargs="?", default=None, type=Path,
                    help="config repository to compare with (default: report the units found in the cluster)")
+    _add_cluster_name_arg(p)
     _add_decryption_arg(p)
     _add_unit_arg(p)
     _add_cluster_args(p)

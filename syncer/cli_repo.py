@@ -51,7 +51,10 @@ def load_selected(args: argparse.Namespace) -> Loaded | int:
     try:
         # validate checks an encrypted file without a key (its values left opaque); the others need one
         decryption = Decryption(load_identities(files), required=args.command != "validate")
-        return load(args.dir, getattr(args, "unit", ()) or (), namespace, decryption, admin=admin)
+        cluster = getattr(args, "cluster", None)
+        if cluster is None and args.command not in ("validate", "render"):
+            cluster = ""  # as an agent without --cluster: a repository of several clusters applies nothing
+        return load(args.dir, getattr(args, "unit", ()) or (), namespace, decryption, admin=admin, cluster=cluster)
     except SopsError as exc:
         print(f"error: {exc.detail}" + (f"\nhint: {exc.hint}" if exc.hint else ""), file=sys.stderr)
         return EXIT_USAGE

@@ -62,6 +62,11 @@ def source_key(source: str, subpath: str = "", ref: str = "") -> str:
     return source + (f"#{ref}" if ref else "") + (f"//{sub}" if sub else "")
 
 
+def cluster_source(source: str, cluster: str) -> str:
+    """The source of one cluster's part of a repository laid out by cluster (repo.clusters)."""
+    return f"{source}::cluster={cluster}" if source and cluster else source
+
+
 MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 INVENTORY_SELECTOR = f"{LABEL_INVENTORY}=true,{MANAGED_SELECTOR}"
 

@@ -107,7 +107,12 @@ class Plan:
     source: str = ""
     """Where the repository comes from (identity.source_key), recorded on its inventories; "" when
     unknown (then any source's record under its names is taken as its own, as before sources were
-    recorded)."""
+    recorded). In a repository of several clusters, with the cluster (identity.cluster_source):
+    another cluster's agent is another source, so two agents of one repository that share a
+    Kubernetes cluster by mistake never take or prune each other's units."""
+    layout_source: str = ""
+    """The source without the cluster, as recorded before the repository was laid out by cluster:
+    still ours (its units are taken over, or pruned when they left this cluster's folder)."""
     movable: frozenset[str] = frozenset()
     """Names of `repository`/`former_names` whose units the admin's policy lets this repository
     take over from another source."""
@@ -134,11 +139,13 @@ class Plan:
         source unknown on either side, or a name the admin lets us take over."""
         if not (self.owns(repository) or (in_git and repository in self.legacy_names)):
             return False
-        return not source or not self.source or source == self.source or repository in self.movable
+        return (not source or not self.source or source in (self.source, self.layout_source)
+                or repository in self.movable)
 
     def foreign_source(self, repository: str, source: str) -> bool:
         """Recorded under one of our names by another source that we may not take over."""
-        return bool(source and self.source and source != self.source and repository not in self.movable)
+        return bool(source and self.source and source not in (self.source, self.layout_source)
+                    and repository not in self.movable)
 
     @property
     def renders_anything(self) -> bool:

@@ -160,3 +160,53 @@ def install(agent: Agent, root: Path, revision: str) -> list[Unit]:
     changed = agent.install(loaded.state, loaded.rendered, revision)
     agent.loaded.set()
     return changed
+
+
+def tls_material(common_name: str, sans: list[str]) -> dict[str, bytes]:
+    """A fresh CA and a server certificate for `sans` (DNS names and IPs), PEM: tls.crt, tls.key, ca.crt."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{common_name} CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(x509.random_serial_number()).not_valid_before(now)
+          .not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    names: list[x509.GeneralName] = []
+    for san in sans:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(san)))
+        except ValueError:
+            names.append(x509.DNSName(san))
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName(names), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    return {"tls.crt": cert.public_bytes(serialization.Encoding.PEM),
+            "tls.key": key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                         serialization.NoEncryption()),
+            "ca.crt": ca.public_bytes(serialization.Encoding.PEM)}
+
+
+def secret_yaml(name: str, data: dict[str, bytes], kind: str = "kubernetes.io/tls") -> str:
+    """A Secret manifest with `data` as stringData (text: it stays readable once sops encrypts it,
+    and `validate` without the key checks it with the values left opaque)."""
+    import yaml
+
+    return str(yaml.safe_dump({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "type": kind,
+                               "stringData": {k: v.decode() for k, v in sorted(data.items())}}, sort_keys=False))
+
+
+def tls_secret_yaml(name: str, sans: list[str]) -> str:
+    """A kubernetes.io/tls Secret manifest with a fresh certificate for `sans` (its CA in ca.crt)."""
+    return secret_yaml(name, tls_material(sans[0], sans))

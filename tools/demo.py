@@ -22,6 +22,12 @@ the flower-syncer agent against it, and show `flower-syncer status`.
                                              (needs cert-manager, which it adds)
   tools/demo --decryption-key FILE           the agent decrypts the repo's SOPS files with this age
                                              identity (make one: flower-syncer keygen -o FILE)
+  tools/demo --sites [--name NAME] [down [--purge]]
+                                             two clusters, each with a real node, linked: the
+                                             hub's SuperLink and a site's SuperNodes from one
+                                             repository (clusters/hub, clusters/site-a), one agent
+                                             per cluster, then `flwr run` over both
+                                             (tools/demo_sites.py; root; ~2 min with images cached)
   tools/demo [--name NAME] env               the exports that put flower-syncer, kubectl and sops
                                              on this demo: eval "$(tools/demo env)"
   tools/demo [--name NAME] logs              follow the agent's log
@@ -138,6 +144,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str]) -> int:
+    if "--sites" in argv:  # two linked clusters: a demo of its own (tools/demo_sites.py)
+        import demo_sites
+
+        return demo_sites.main([a for a in argv if a != "--sites"])
     args = parse(argv)
     demo = Demo(args.name, demo_dir(args.name), REPO)
     if args.command == "env":

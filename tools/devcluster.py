@@ -33,6 +33,7 @@ from typing import IO, Any
 TOOLS_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(TOOLS_DIR))
 
+import devlink  # noqa: E402
 import realnode  # noqa: E402
 from devbuild import binaries_ready, build, default_bin_dir  # noqa: E402
 from devlifecycle import Cluster, default_state_dir  # noqa: E402
@@ -114,6 +115,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_load = sub.add_parser("load-image", parents=[common],
                             help="import image archives (OCI or docker-archive) into the real node's containerd")
     p_load.add_argument("archives", nargs="+", type=Path, metavar="ARCHIVE")
+    p_link = sub.add_parser("link", parents=[common],
+                            help="a veth link between this cluster's real node and another's (--peer NAME), "
+                                 "inside their network namespaces; `down` of either removes it")
+    p_link.add_argument("--peer", required=True, metavar="NAME", help="the other cluster's name")
+    p_link.add_argument("--peer-state-dir", type=Path, default=None, help="the other cluster's state directory")
+    sub.add_parser("unlink", parents=[common], help="remove every link of this cluster's real node")
     sub.add_parser("env", parents=[common], help="print export lines for KUBECONFIG and PATH")
     sub.add_parser("kubeconfig", parents=[common], help="print the kubeconfig path")
     args = parser.parse_args(argv)
@@ -148,6 +155,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             for record in state["real_nodes"]:
                 realnode.import_images(realnode.node_from_record(record), args.archives)
             log(f"imported {', '.join(str(a) for a in args.archives)}")
+        elif args.command == "link":
+            peer_dir = (args.peer_state_dir or default_state_dir(args.peer)).expanduser().resolve()
+            if not cluster.is_up() or not Cluster(peer_dir, bin_dir).is_up():
+                raise DevclusterError("both clusters must be running (up --real-nodes 1)")
+            print(json.dumps(devlink.link(state_dir, peer_dir)))
+        elif args.command == "unlink":
+            for record in (cluster.load_state() or {}).get("real_nodes", []):
+                for problem in devlink.unlink_all(state_dir, record["netns"]):
+                    log(f"warning: could not remove {problem}")
         elif args.command == "env":
             print(f"export KUBECONFIG={cluster.kubeconfig}")
             print(f"export PATH={bin_dir}:$PATH")

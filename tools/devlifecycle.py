@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import devlink
 import devpki
 import devprocs
 import realnode
@@ -497,6 +498,8 @@ class Cluster:
         alive = self.running_pids(state)
         stopped: list[str] = []
         for record in state.get("real_nodes", []):
+            for problem in devlink.unlink_all(self.state_dir, record["netns"]):
+                log(f"warning: could not remove the real node's {problem}")
             net = realnode.node_from_record(record)
             daemons = {n: alive[n] for n in realnode.DAEMONS if n in alive}
             for problem in realnode.stop_node(net, daemons):
@@ -555,7 +558,8 @@ class Cluster:
         info["startup_seconds"] = state.get("startup_seconds")
         info["started_at"] = state.get("started_at")
         info["real_nodes"] = [
-            {k: r[k] for k in ("name", "netns", "host_if", "host_ip", "node_ip", "cgroup_root", "dir")}
+            {**{k: r[k] for k in ("name", "netns", "host_if", "host_ip", "node_ip", "cgroup_root", "dir")},
+             "link_address": devlink.link_address(r["index"])}  # where linked clusters reach it (`link`)
             for r in state.get("real_nodes", [])
         ]
         if state.get("real_node_seconds") is not None:

@@ -10,8 +10,12 @@ side and `down` leaves the host as it found it:
   and the node's own masquerade rule. The namespace has no default route and the host forwards
   nothing, so nothing leaves the machine. The apiserver of such a cluster listens on the host end.
 - a mount namespace, held by a ``sleep`` process, that kubelet, containerd and its shims share:
-  a fresh sysfs for the node's network namespace, and tmpfs over ``/run/netns`` and
-  ``/run/containerd``, so the pods' network namespaces, rootfs and volume mounts vanish with it.
+  a fresh sysfs for the node's network namespace, and tmpfs over ``/run/netns``,
+  ``/run/containerd``, ``/var/lib/cni``, ``/var/lib/kubelet`` and ``/var/log/containers`` (paths
+  kubelet and libcni use whatever they are configured with: the network cache of every pod, the
+  device-plugin socket, the self-signed serving certificate, the container log links; on the
+  host every cluster's node shared them and `down` left them behind), so the pods' network
+  namespaces, rootfs and volume mounts vanish with it.
 - cgroups under ``/<hierarchy>/fsc-<n>/`` (kubelet's ``cgroupRoot``), removed by ``down``.
 - state (containerd's root, kubelet's root, pod logs, CNI IPAM) under the cluster's state dir.
 
@@ -174,9 +178,12 @@ mount --rbind /sys/fs/cgroup {d}/.cgroup
 mount -t sysfs sysfs /sys
 mount --rbind {d}/.cgroup /sys/fs/cgroup
 umount -l {d}/.cgroup
-mkdir -p /run/netns /run/containerd
+mkdir -p /run/netns /run/containerd /var/lib/cni /var/lib/kubelet /var/log/containers
 mount -t tmpfs -o mode=755 tmpfs /run/netns
 mount -t tmpfs -o mode=711 tmpfs /run/containerd
+mount -t tmpfs -o mode=700 tmpfs /var/lib/cni
+mount -t tmpfs -o mode=755 tmpfs /var/lib/kubelet
+mount -t tmpfs -o mode=755 tmpfs /var/log/containers
 echo ready > {d}/holder.ready
 exec sleep infinity
 """

@@ -4,7 +4,7 @@ sync and status all start from."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -14,6 +14,7 @@ from syncer.diagnostics import Diagnostic
 from syncer.identity import (
     DEFAULT_REPOSITORY,
     Manifest,
+    ObjectRef,
     Unit,
     UnknownUnit,
     derived_repository_name,
@@ -25,7 +26,7 @@ from syncer.plan import Plan
 from syncer.render.repo import Rendered, plan_repo, render_repo, select_units
 from syncer.render.tenancy import Tenancy, apply_policy
 from syncer.repo.loader import load_repo
-from syncer.repo.state import RepoState
+from syncer.repo.state import LoadedUnit, RepoState
 from syncer.secrets.keys import Decryption
 from syncer.source.location import source_location
 from syncer.source.refs import SourceError
@@ -111,8 +112,10 @@ class Loaded:
 
 def load(root: Path, selectors: Sequence[str] = (), namespace: str | None = None,
          decryption: Decryption | None = None, policy: RepositoryPolicy | None = None,
-         admin: AdminPolicy | None = None) -> Loaded:
+         admin: AdminPolicy | None = None, cluster: str | None = None) -> Loaded:
     """Load and render `root`, selecting units by `selectors` and, when given, `namespace`.
+    `cluster`: the cluster of a repository of several whose units to load (syncer.repo.clusters);
+    None: every cluster's (each rendered on its own: objects of two clusters never clash).
     Raises RepoNotFound, or UnknownUnit for a selector that matches no unit of the repository
     (loaded or failed to load) or a namespace with none."""
     if not root.is_dir():
@@ -124,7 +127,7 @@ def load(root: Path, selectors: Sequence[str] = (), namespace: str | None = None
         except SourceError:
             origin = None
         policy = admin.for_source(origin[0], "", origin[1]) if origin is not None else admin.default
-    state = apply_policy(load_repo(root, decryption), Tenancy(policy=policy))
+    state = apply_policy(load_repo(root, decryption, cluster=cluster), Tenancy(policy=policy))
     _, unmatched = select_units(state.units, list(selectors))
     known = {u.unit for u in state.units} | state.failed
     for sel in unmatched:
@@ -135,8 +138,30 @@ def load(root: Path, selectors: Sequence[str] = (), namespace: str | None = None
                      and (not selectors or any(unit_matches(u, s) for s in selectors))]
         if not selectors:
             raise UnknownUnit(f"namespace {namespace}")
-    return Loaded(state, render_repo(state, list(selectors), agent=agent_account()), tuple(selectors), root, policy,
-                  origin)
+    return Loaded(state, _render_clusters(state, list(selectors)), tuple(selectors), root, policy, origin)
+
+
+def _render_clusters(state: RepoState, selectors: list[str]) -> Rendered:
+    """render_repo, once per cluster when a load of the whole repository holds several clusters'
+    units (two clusters may render objects of the same name)."""
+    agent = agent_account()
+    groups: dict[str, list[LoadedUnit]] = {}
+    for loaded in state.units:
+        groups.setdefault(loaded.cluster, []).append(loaded)
+    if len(groups) <= 1:
+        return render_repo(state, selectors, agent=agent)
+    merged = Rendered(failed=set(state.failed))
+    claims: dict[ObjectRef, Unit] = {}
+    for units in groups.values():
+        part = render_repo(replace(state, units=units, failed=set()), selectors, agent=agent)
+        merged.units.update(part.units)
+        merged.diagnostics.extend(part.diagnostics)
+        merged.failed |= part.failed
+        merged.unselected.update(part.unselected)
+        merged.refs.update(part.refs)
+        claims.update(part.claims)
+    merged.claims = claims
+    return merged
 
 
 @dataclass(frozen=True)

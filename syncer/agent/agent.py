@@ -97,7 +97,7 @@ class Agent:
                                on_inventory=lambda inv: self.events.put(InventoryChanged(inv)),
                                on_inventory_deleted=lambda unit: self.events.put(InventoryDeleted(unit)))
         self.installed = Installed()  # replaced, never changed in place
-        self.revisions = RevisionLoader(options.decryption_key_files, options.tenancy)
+        self.revisions = RevisionLoader(options.decryption_key_files, options.tenancy, options.cluster)
         self.units: dict[Unit, UnitState] = {}
         self.health: dict[Unit, UnitCondition] = {}  # each unit's Healthy condition, from the last status round
         self.published: dict[Unit, tuple[str, ...]] = {}  # each unit's state as last logged (unitstate.publish)

@@ -35,6 +35,8 @@ class AgentConfig(BaseModel):
     ssh_key_file: Path | None = Field(None, description="SSH private key for the Git remote")
     known_hosts_file: Path | None = Field(None, description="known_hosts for the Git remote (required for SSH)")
     namespaces: list[str] | None = Field(None, description="only read/write these namespaces (comma-separated)")
+    cluster: str = Field("", description="this cluster's name in a repository that lays out several "
+                                         "(clusters/<name>/): only its units are applied, pruned and reported")
     leader_elect: bool = Field(True, description="elect a leader through a Lease; only the leader writes")
     lease_namespace: str = Field("default", description="namespace of the leader-election Lease")
     lease_name: str = Field("flower-syncer", description="name of the leader-election Lease")

@@ -45,8 +45,9 @@ class LoadedRevision:
 
 
 class RevisionLoader:
-    def __init__(self, key_files: tuple[Path, ...] = (), tenancy: Tenancy | None = None) -> None:
+    def __init__(self, key_files: tuple[Path, ...] = (), tenancy: Tenancy | None = None, cluster: str = "") -> None:
         self.key_files = key_files
+        self.cluster = cluster  # this cluster's name in a repository of several (syncer.repo.clusters)
         self.tenancy = tenancy  # the admin's policy, applied to every revision
         self._files = LoadCache()
         self._renders = RenderCache()
@@ -61,7 +62,7 @@ class RevisionLoader:
         if not (since and self._loaded == (root, since)):
             changed = None
         self._loaded = (root, revision) if revision else None
-        state = apply_policy(load_repo(root, self.decryption(), self._files, changed), self.tenancy)
+        state = apply_policy(load_repo(root, self.decryption(), self._files, changed, self.cluster), self.tenancy)
         rendered = render_repo(state, cache=self._renders, agent=self._agent)
         return LoadedRevision(state, rendered, self._files.misses, self._files.hits,
                               round((time.monotonic() - started) * 1000))

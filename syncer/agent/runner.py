@@ -111,6 +111,7 @@ def run(config: AgentConfig) -> int:
     fence = WriteFence() if config.leader_elect else WriteFence.open()
     options = AgentOptions(namespaces=config.namespaces, workers=config.workers, poll_interval=config.interval,
                            repository=repository, identity=config.identity, tenancy=tenancy.tenancy,
+                           cluster=config.cluster,
                            decryption_key_files=tuple(config.decryption_key_files or ()))
     try:
         notifier = Notifier(load_receivers(config.notifications_file)) if config.notifications_file else None

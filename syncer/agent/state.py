@@ -40,6 +40,7 @@ class AgentOptions:
     identity: str = "agent"  # recorded in each unit's history as who applied it
     decryption_key_files: tuple[Path, ...] = ()  # age identities for SOPS-encrypted files
     tenancy: Tenancy | None = None  # where the repository comes from, and the admin's policy for it
+    cluster: str = ""  # this cluster's name in a repository of several (syncer.repo.clusters)
     fetch_backoff: float = 1.0  # first wait after a failed fetch; doubles up to fetch_backoff_max
     fetch_backoff_max: float = 300.0
 

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from syncer.diagnostics import FieldPath
 from syncer.models.base import StrictModel
+from syncer.models.exposure import ExternalAddress, exposure_issues, external_addresses
 from syncer.models.federation_spec import (
     ANN_TLS_EXTRA_NAMES,
     ANN_TLS_ISSUER,
@@ -102,6 +103,10 @@ class Federation(StrictModel):
             return None
         kind, _, name = value.rpartition("/")
         return (kind or "Issuer", name)
+
+    def external_addresses(self) -> list[ExternalAddress]:
+        """Where SuperNodes outside the cluster reach the Fleet API (syncer.models.exposure)."""
+        return external_addresses(self.metadata.annotations)
 
     def tls_extra_names(self) -> list[str]:
         return [n for n in re.split(r"[,\s]+", self.metadata.annotations.get(ANN_TLS_EXTRA_NAMES, "")) if n]
@@ -220,6 +225,7 @@ class Federation(StrictModel):
         issues.extend(self._network_issues())
         issues.extend(self._auth_issues())
         issues.extend(self._issuer_issues())
+        issues.extend(exposure_issues(self.metadata.annotations, spec.superlink.service))
         issues.extend(federation_version_issues(spec, self.metadata.annotations, self.images(), self.flower,
                                                 self.tls_issuer() is not None))
         if not spec.insecure and not self.tls_secret():

@@ -44,9 +44,19 @@ class SuperLinkPorts(StrictModel):
     extra: Port = 9093
 
 
+class SuperLinkNodePorts(StrictModel):
+    """Extension: the node port of each Service port, set in Git (a NodePort or LoadBalancer
+    Service; unset, Kubernetes picks one, which no site can be told in advance)."""
+
+    grpc: Port | None = None
+    serverAppIO: Port | None = None
+    extra: Port | None = None
+
+
 class SuperLinkService(StrictModel):
     type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = "ClusterIP"
     ports: SuperLinkPorts = SuperLinkPorts()
+    nodePorts: SuperLinkNodePorts = SuperLinkNodePorts()  # extension
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
 

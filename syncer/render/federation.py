@@ -254,7 +254,8 @@ def _superlink_certificate(fed: Federation, ctx: RenderContext) -> Manifest:
     service, ns = fed.superlink_name(), ctx.unit.namespace
     names = [service, f"{service}.{ns}", f"{service}.{ns}.svc", f"{service}.{ns}.svc.cluster.local"]
     ips = ["127.0.0.1"] if fed.flower(fed.spec.superlink.image).loopback_ip_san else []
-    for extra in fed.tls_extra_names():
+    # the hosts SuperNodes of other clusters dial (syncer.models.exposure) are named too
+    for extra in [*fed.tls_extra_names(), *(a.host for a in fed.external_addresses())]:
         try:
             ips.append(str(ipaddress.ip_address(extra)))
         except ValueError:
@@ -291,6 +292,12 @@ def _superlink_service(fed: Federation, ctx: RenderContext) -> Manifest:
     link = fed.flower(fed.spec.superlink.image)
     ports = [_service_port(api, numbers[api], target)
              for api, target in link.superlink_ports(fed.spec.isolationMode == "process")]
+    if svc.type != "ClusterIP":  # node ports set in Git (an extension); unset, Kubernetes picks one
+        node_ports = {"fleet": svc.nodePorts.grpc, "control": svc.nodePorts.extra,
+                      "serverappio": svc.nodePorts.serverAppIO}
+        for port in ports:
+            if node_ports.get(port["name"]) is not None:
+                port["nodePort"] = node_ports[port["name"]]
     selector = superlink_selector(fed)
     labels = {**svc.labels, **selector}
     return {

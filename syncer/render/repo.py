@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from syncer.diagnostics import DECRYPTION, Diagnostic, primary
-from syncer.identity import DEFAULT_REPOSITORY, Manifest, ObjectRef, Unit, unit_matches
+from syncer.identity import DEFAULT_REPOSITORY, Manifest, ObjectRef, Unit, cluster_source, unit_matches
 from syncer.models.federation import Federation
 from syncer.models.settings import PROTECTED_NAMESPACES, Guardrails, SyncPolicy
 from syncer.plan import Claims, NodeAuth, Plan, Policy, UnitPlan, refs_of
@@ -362,7 +362,8 @@ def plan_repo(state: RepoState, rendered: Rendered, *, selectors: Sequence[str] 
         repo_prune=state.settings.policy.prune,
         selectors=tuple(selectors),
         namespaces=frozenset({u.namespace for u in defined} | {state.settings.defaultNamespace}),
-        source=tenancy.source,
+        source=cluster_source(tenancy.source, state.cluster or "") if state.clusters else tenancy.source,
+        layout_source=tenancy.source if state.clusters and state.cluster else "",
         movable=frozenset(n for n in {repository, *former} if policy is not None and policy.may_take_over(n)),
         legacy_names=tenancy.legacy_names - {repository, *former},
         allowed_namespaces=None if rails.allowedNamespaces is None else tuple(rails.allowedNamespaces),

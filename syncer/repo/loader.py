@@ -5,6 +5,7 @@ Layout:
     federations/**/*.yaml                Federation documents (one or more per file)
     supernodes/<release>/values.yaml     SuperNode chart values; the folder name is the release name
     supernodes/<release>/release.yaml    optional per-release settings
+or, for several clusters (syncer.repo.clusters), the two folders in each `clusters/<name>/`.
 
 Loading never raises on bad input: every problem becomes a `Diagnostic`, and units that fail are
 listed in `failed` (by identity, where it can be told) so the engine keeps their last applied state.
@@ -31,8 +32,10 @@ from syncer.models.names import name_problem
 from syncer.models.secret import SecretManifest
 from syncer.models.settings import ReleaseSettings, RepoSettings
 from syncer.models.supernode import SuperNodeValues, validate_values
-from syncer.repo.encrypted import scrub
+from syncer.repo import clusters as layouts
+from syncer.repo.encrypted import opaque_only, scrub
 from syncer.repo.reader import YAML_SUFFIXES, Reader, Signature
+from syncer.repo.sites import check_sites
 from syncer.repo.skew import check_version_skew
 from syncer.repo.state import LoadedUnit, RepoState
 from syncer.secrets.keys import Decryption
@@ -105,33 +108,38 @@ class LoadCache:
 
 
 def load_repo(root: Path, decryption: Decryption | None = None, cache: LoadCache | None = None,
-              changed: Collection[str] | None = None) -> RepoState:
+              changed: Collection[str] | None = None, cluster: str | None = None) -> RepoState:
     """Load every unit of the repository at `root`. SOPS-encrypted files are decrypted with
     `decryption`'s keys (none given: checked with their encrypted values left opaque). With a
     `cache`, what did not change since the cache's previous load is not parsed again; given also
     the paths that `changed` since that load (relative to `root`, as Git lists them between two
     revisions), a federation file or release folder none of whose paths changed, and which was read
     without a symlink on the way, is not even looked at: a one-file commit to a repository of 2,000
-    units opens one file."""
+    units opens one file. `cluster`: the cluster this load is for (syncer.repo.clusters: its
+    units in `units`, the other clusters' in `elsewhere`); None loads every cluster's into `units`."""
     if cache is not None:
         cache._begin()
     diags: list[Diagnostic] = []
     reader = Reader(root, diags, decryption, cache._files if cache is not None else None)
     settings = _load_settings(reader)
-    state = RepoState(root=reader.root, settings=settings, diagnostics=diags)
+    state = RepoState(root=reader.root, settings=settings, diagnostics=diags, cluster=cluster)
     if not reader.root.is_dir():
         diags.append(Diagnostic(str(root), 0, 0, "", "config repository directory does not exist",
                                 "pass the path of a directory holding federations/ and supernodes/"))
         return state
     pieces = _Pieces(reader, state, cache, changed)
+    homes: dict[Unit, str] = {}
     try:
-        _load_units(reader, state, pieces)
+        _load_clusters(reader, state, pieces, homes)
     finally:
         if cache is not None:
             cache._end()
             cache._files = reader.seen
+    homes.update((u.unit, u.cluster) for u in state.units)  # the checks below may fail loaded units
     _check_duplicates(state)
     check_version_skew(state)
+    check_sites(state)
+    layouts.split(state, homes)
     state.diagnostics[:] = scrub(state.diagnostics, reader.secrets, reader.opaque)
     state.secrets = frozenset().union(*reader.secrets.values()) if reader.secrets else frozenset()
     state.diagnostics.sort()
@@ -145,12 +153,18 @@ class _Pieces:
     def __init__(self, reader: Reader, state: RepoState, cache: LoadCache | None,
                  changed: Collection[str] | None = None) -> None:
         self.reader, self.state, self.cache = reader, state, cache
-        keys = hashlib.sha256("\0".join(str(i) for i in reader.decryption.identities).encode()).digest()
-        self.context = (state.settings.model_dump_json(), reader.decryption.required, keys)
+        self.context: tuple[Any, ...] = ()
+        self.use(reader.decryption)
+        self.cluster = ""  # the cluster of the units being loaded (LoadedUnit.cluster)
         self.touched: set[str] | None = None  # the pieces (files, release folders) a change is in
         if cache is not None and changed is not None:
-            self.touched = {*changed, *("/".join(p.split("/", 2)[:2]) for p in changed
-                                        if p.startswith(SUPERNODES_DIR + "/"))}
+            self.touched = {*changed, *(_release_folder(p) for p in changed)}
+
+    def use(self, decryption: Decryption) -> None:
+        """Load the next pieces with `decryption` (another cluster's: syncer.repo.clusters)."""
+        self.reader.decryption = decryption
+        keys = hashlib.sha256("\0".join(str(i) for i in decryption.identities).encode()).digest()
+        self.context = (self.state.settings.model_dump_json(), decryption.required, keys, self.state.cluster)
 
     def replay(self, what: str) -> bool:
         """Add the piece `what` as the previous load did, without looking at its files, when the
@@ -217,19 +231,64 @@ class _Pieces:
         self.state.files += piece.files
 
 
-def _load_units(reader: Reader, state: RepoState, pieces: _Pieces) -> None:
+def _release_folder(path: str) -> str:
+    """The release folder (`supernodes/<release>`, or under `clusters/<name>/`) a changed path is
+    in, or the path itself."""
+    parts = path.split("/")
+    at = 2 if parts[0] == layouts.CLUSTERS_DIR else 0
+    return "/".join(parts[:at + 2]) if len(parts) > at + 1 and parts[at] == SUPERNODES_DIR else path
+
+
+def _load_clusters(reader: Reader, state: RepoState, pieces: _Pieces, homes: dict[Unit, str]) -> None:
+    """The units of the repository, or of each cluster folder of its layout (syncer.repo.clusters);
+    `homes` gets the cluster of each unit that failed to load."""
+    names = layouts.layout(reader.root)
+    if names is None:
+        _load_units(reader, state, pieces, reader.root, "")
+        return
+    for top in (FEDERATIONS_DIR, SUPERNODES_DIR):
+        if (reader.root / top).exists():
+            state.diagnostics.append(Diagnostic(
+                top, 0, 0, "", f"the repository lays out clusters under {layouts.CLUSTERS_DIR}/, so {top}/ at its "
+                "root belongs to no cluster and is not read",
+                f"move it into {layouts.CLUSTERS_DIR}/<name>/{top}/ of the cluster that applies it"))
+    kept = []
+    own = reader.decryption
+    # Another cluster's Secrets are its agent's to open (with its own keys): here they are checked
+    # with their encrypted values left opaque, as `validate` without a key does.
+    others = own if state.cluster is None else Decryption(required=False)
+    for name in names:
+        problem = layouts.cluster_problem(name)
+        if problem:
+            state.diagnostics.append(Diagnostic(f"{layouts.CLUSTERS_DIR}/{name}", 0, 0, "", problem,
+                                                "rename the folder (it is the cluster's name, --cluster NAME)"))
+            continue
+        kept.append(name)
+        before = set(state.failed)
+        pieces.use(own if state.cluster is None or name == state.cluster else others)
+        _load_units(reader, state, pieces, reader.root / layouts.CLUSTERS_DIR / name,
+                    "" if name == state.cluster else name)
+        homes.update((u, "" if name == state.cluster else name) for u in state.failed - before)
+    pieces.use(own)
+    state.clusters = tuple(kept)
+
+
+def _load_units(reader: Reader, state: RepoState, pieces: _Pieces, base: Path, cluster: str) -> None:
     diags = state.diagnostics
-    fed_dir = reader.root / FEDERATIONS_DIR
-    sn_dir = reader.root / SUPERNODES_DIR
+    pieces.cluster = cluster
+    fed_dir = base / FEDERATIONS_DIR
+    sn_dir = base / SUPERNODES_DIR
     if not fed_dir.is_dir() and not sn_dir.is_dir():
-        diags.append(Diagnostic(reader.rel(reader.root) or ".", 0, 0, "",
+        diags.append(Diagnostic(reader.rel(base) or ".", 0, 0, "",
                                 "no federations/ or supernodes/ folder found",
-                                "is this the root of the config repository? (see README: config repo format)"))
+                                "is this the root of the config repository? (see README: config repo format)"
+                                if base == reader.root else "add federations/ or supernodes/ to the cluster's folder"))
     if fed_dir.is_dir():
         for path in reader.yaml_files(fed_dir):
             rel = reader.rel(path)
             if not pieces.replay(rel):
-                pieces.load(rel, [rel], [pieces.digest(path)], functools.partial(_load_federation_file, reader, path))
+                pieces.load(rel, [rel], [pieces.digest(path)],
+                            functools.partial(_load_federation_file, reader, path, cluster=cluster))
     if sn_dir.is_dir():
         # by name: the same order as sorting the Paths, without Path.__lt__ (with the sort in
         # Reader.yaml_files, a fifth of a one-file load at 2,000 units, under a profiler)
@@ -259,7 +318,7 @@ def _load_release_folder(reader: Reader, folder: Path, pieces: _Pieces) -> None:
     read = [folder / n for n in (RELEASE_FILE, values, SECRETS_FILE) if exists(n)]
     inputs = [hashlib.sha256("\0".join(names).encode()).digest(), *(pieces.digest(path) for path in read)]
     pieces.load(reader.rel(folder), [reader.rel(p) for p in read], inputs,
-                functools.partial(_load_release, reader, folder), folder)
+                functools.partial(_load_release, reader, folder, cluster=pieces.cluster), folder)
 
 
 def _load_settings(reader: Reader) -> RepoSettings:
@@ -300,7 +359,7 @@ def _raw_name(data: Any) -> tuple[str | None, str | None]:
     return (name if isinstance(name, str) else None), (ns if isinstance(ns, str) else None)
 
 
-def _load_federation_file(reader: Reader, path: Path, state: RepoState) -> None:
+def _load_federation_file(reader: Reader, path: Path, state: RepoState, cluster: str = "") -> None:
     rel = reader.rel(path)
     state.files += 1
     text = reader.read(path)
@@ -353,7 +412,7 @@ def _load_federation_file(reader: Reader, path: Path, state: RepoState) -> None:
             continue
         state.units.append(LoadedUnit(unit, rel, doc.position(("metadata", "name"))[0], model, policy,
                                       sealed=reader.secrets.get(rel, frozenset()),
-                                      seal_key=reader.seal_keys.get(rel, b"")))
+                                      seal_key=reader.seal_keys.get(rel, b""), cluster=cluster))
     if secrets:
         for i in range(loaded_before, len(state.units)):
             state.units[i] = replace(state.units[i], secrets=tuple(secrets))
@@ -421,7 +480,7 @@ def _plain_values(reader: Reader, rel: str, values: Sequence[tuple[tuple[str, ..
     return [path for path, value in values if value and value not in secrets and format_path(path) not in opaque]
 
 
-def _load_release(reader: Reader, folder: Path, state: RepoState) -> None:
+def _load_release(reader: Reader, folder: Path, state: RepoState, cluster: str = "") -> None:
     release = folder.name
     rel_dir = reader.rel(folder)
     values_path = folder / VALUES_FILE
@@ -448,8 +507,17 @@ def _load_release(reader: Reader, folder: Path, state: RepoState) -> None:
         state.failed.add(unit)
         return
     state.files += 1
-    values = _load_single(reader, values_path, SuperNodeValues, state, unit=unit.id, empty_ok=True,
-                          validate=lambda doc: validate_values(doc, release, unit.id))
+    opened: list[YamlDoc] = []
+
+    def check(doc: YamlDoc) -> tuple[Any, list[Diagnostic]]:
+        opened.append(doc)
+        return validate_values(doc, release, unit.id)
+
+    mark = len(state.diagnostics)
+    values = _load_single(reader, values_path, SuperNodeValues, state, unit=unit.id, empty_ok=True, validate=check)
+    if values is None and opened:
+        values = opaque_only(SuperNodeValues, opened[0], reader.opaque.get(opened[0].file, ()),
+                             state.diagnostics[mark:])
     secrets_path = folder / SECRETS_FILE
     secrets: list[tuple[str, SecretManifest]] = []
     secrets_ok = True
@@ -477,7 +545,8 @@ def _load_release(reader: Reader, folder: Path, state: RepoState) -> None:
     policy = settings.policy or state.settings.policy
     rel_values = reader.rel(values_path)
     state.units.append(LoadedUnit(unit, rel_values, 1, values, policy, tuple(secrets),
-                                  reader.secrets.get(rel_values, frozenset()), reader.seal_keys.get(rel_values, b"")))
+                                  reader.secrets.get(rel_values, frozenset()), reader.seal_keys.get(rel_values, b""),
+                                  cluster))
 
 
 def _load_single(reader: Reader, path: Path, cls: type[Any], state: RepoState, unit: str = "",

@@ -27,10 +27,11 @@ _CLUSTER_SUFFIXES = (".svc.cluster.local", ".svc")
 def check_version_skew(state: RepoState) -> None:
     """Append a diagnostic to `state.diagnostics` for each release whose Flower cannot talk to
     the federation SuperLink it dials."""
-    superlinks: dict[tuple[str, str], LoadedUnit] = {}  # (namespace, service) -> the federation
+    # (cluster, namespace, service) -> the federation: a Service name resolves in its own cluster only
+    superlinks: dict[tuple[str, str, str], LoadedUnit] = {}
     for loaded in state.units:
         if isinstance(loaded.model, Federation):
-            superlinks[(loaded.unit.namespace, loaded.model.superlink_name())] = loaded
+            superlinks[(loaded.cluster, loaded.unit.namespace, loaded.model.superlink_name())] = loaded
     if not superlinks:
         return
     failed: set[Unit] = set()
@@ -38,8 +39,8 @@ def check_version_skew(state: RepoState) -> None:
         values = loaded.model
         if not isinstance(values, SuperNodeValues) or not values.supernode.enabled:
             continue
-        target = _service_of(values.supernode.superlink.address, loaded.unit.namespace)
-        fed_unit = superlinks.get(target) if target else None
+        target = service_of(values.supernode.superlink.address, loaded.unit.namespace)
+        fed_unit = superlinks.get((loaded.cluster, *target)) if target else None
         if fed_unit is None:
             continue
         fed = fed_unit.model
@@ -51,7 +52,7 @@ def check_version_skew(state: RepoState) -> None:
         where = f"{fed_unit.source}:{fed_unit.line}"
         if port != fleet:
             failed.add(loaded.unit)
-            state.diagnostics.append(_at(
+            state.diagnostics.append(diagnostic_at(
                 state.root, loaded.source, loaded.line, ("supernode", "superlink", "port"), loaded.unit.id,
                 f"the SuperNodes dial {fed.superlink_name()}:{port}, but the Fleet API of that SuperLink ({where}) "
                 f"is on port {fleet}", f"set supernode.superlink.port: {fleet}"))
@@ -62,7 +63,7 @@ def check_version_skew(state: RepoState) -> None:
         severity: Severity = "warning" if node.assumed or link.assumed else "error"
         if severity == "error":
             failed.add(loaded.unit)  # not shipped: its last applied state stays
-        state.diagnostics.append(_at(
+        state.diagnostics.append(diagnostic_at(
             state.root, loaded.source, loaded.line, ("supernode", "image", "tag"), loaded.unit.id,
             f"these SuperNodes (Flower {node.label}, image tag {values.supernode.image.tag!r}) cannot talk to the "
             f"SuperLink they dial, federation {fed.name!r} ({where}, Flower {link.label}, {fed.spec.superlink.image}): "
@@ -74,7 +75,7 @@ def check_version_skew(state: RepoState) -> None:
         state.units = [u for u in state.units if u.unit not in failed]
 
 
-def _service_of(address: str, namespace: str) -> tuple[str, str] | None:
+def service_of(address: str, namespace: str) -> tuple[str, str] | None:
     """(namespace, service) of an in-cluster Service address; None for anything else."""
     host = address.strip().lower().rstrip(".")
     for suffix in _CLUSTER_SUFFIXES:
@@ -89,7 +90,7 @@ def _service_of(address: str, namespace: str) -> tuple[str, str] | None:
     return None
 
 
-def _at(root: Path, source: str, fallback_line: int, path: FieldPath, unit: str, message: str, hint: str,
+def diagnostic_at(root: Path, source: str, fallback_line: int, path: FieldPath, unit: str, message: str, hint: str,
         severity: Severity = "error") -> Diagnostic:
     line, col = fallback_line, 1
     try:

@@ -27,6 +27,10 @@ class LoadedUnit:
     """The decrypted values (as text) of the unit's own SOPS-encrypted file: they reach pods only
     through a Secret (syncer.render.sealed)."""
     seal_key: bytes = b""  # that file's seal key (syncer.secrets.sops.Decrypted)
+    cluster: str = ""
+    """The cluster that applies the unit (`clusters/<name>/...` in the repository, see
+    syncer.repo.clusters); "" = the cluster this load is for (the agent's own, `--cluster`), and
+    every unit of a repository without a cluster layout."""
 
 
 @dataclass
@@ -40,6 +44,23 @@ class RepoState:
     files: int = 0
     secrets: frozenset[str] = frozenset()
     """Plaintext values of SOPS-encrypted files: kept out of output unless asked for."""
+    cluster: str | None = None
+    """The cluster this load is for (`--cluster`; "" = none named); None = the whole repository
+    (`validate` and `render` without --cluster: every cluster's units in `units`)."""
+    clusters: tuple[str, ...] = ()
+    """The clusters the repository lays out (`clusters/<name>/`); () = no cluster layout."""
+    elsewhere: list[LoadedUnit] = field(default_factory=list)
+    """Units other clusters apply: loaded and checked (cross-site references), never applied,
+    pruned or reported here."""
+    elsewhere_diagnostics: list[Diagnostic] = field(default_factory=list)
+    """Diagnostics of the files of other clusters (their own agents report them)."""
+
+    def cluster_of(self, unit: Unit) -> str | None:
+        """The cluster that applies `unit` ("" = this load's own), None for a unit not loaded."""
+        for loaded in (*self.units, *self.elsewhere):
+            if loaded.unit == unit:
+                return loaded.cluster
+        return None
 
     @property
     def errors(self) -> list[Diagnostic]:

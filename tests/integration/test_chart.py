@@ -221,6 +221,7 @@ def test_default_values(helm: str) -> None:
     assert settings.repo == "https://git.example.com/flower/flower-config.git"
     assert settings.listen_address() == ("0.0.0.0", 9090)
     assert settings.interval == 60
+    assert settings.cluster == "" and "FLOWER_SYNCER_CLUSTER" not in env  # no cluster layout by default
     assert settings.leader_elect is True
     assert (settings.lease_namespace, settings.lease_name) == ("flower-system", "fs-flower-syncer")
     assert settings.identity == "fs-flower-syncer-abc-123"
@@ -264,7 +265,7 @@ CUSTOM: dict[str, Any] = {
     "image": {"repository": "registry.example.com/flower-syncer", "digest": DIGEST, "pullPolicy": "Always"},
     "imagePullSecrets": [{"name": "regcred"}],
     "git": {"repo": SSH_URL, "ref": "release", "path": "clusters/prod", "interval": 30,
-            "existingSecret": "flower-git-ssh"},
+            "existingSecret": "flower-git-ssh", "cluster": "site-a"},
     "webhook": {"existingSecret": "hooks", "existingSecretKey": "github"},
     "api": {"token": "s3cret-api-token"},
     "agent": {"workers": 8, "logLevel": "debug", "leaderElection": {"leaseName": "syncer-leader"}},
@@ -327,6 +328,7 @@ def test_custom_values(helm: str) -> None:
     assert "FLOWER_SYNCER_GIT_TOKEN_FILE" not in env
     settings = agent_settings(c, pod="fs-flower-syncer-x-1")
     assert (settings.repo, settings.ref, settings.path, settings.interval) == (SSH_URL, "release", "clusters/prod", 30)
+    assert settings.cluster == "site-a"  # this cluster's part of a repository of several (git.cluster)
     assert settings.namespaces == ["team-a", "team-b"]
     assert settings.leader_elect is True
     assert (settings.lease_namespace, settings.lease_name, settings.identity) == (
