@@ -16,6 +16,8 @@ from syncer.diagnostics import Diagnostic
 from syncer.engine.changeset import Action
 from syncer.identity import Manifest
 from syncer.render.common import to_json
+from syncer.repo.encrypted import REDACTED as ENCRYPTED_REDACTED
+from syncer.repo.encrypted import redact_text
 from syncer.secrets.sops import scalar_text, scrubbable
 
 if TYPE_CHECKING:  # the results of cluster and agent verbs: `validate` and `render` never load those
@@ -25,7 +27,7 @@ if TYPE_CHECKING:  # the results of cluster and agent verbs: `validate` and `ren
     from syncer.observe.status import StatusReport
     from syncer.observe.wait import WaitResult
 
-REDACTED = "**redacted**"
+REDACTED = ENCRYPTED_REDACTED  # one spelling everywhere
 
 # C0 and C1 controls, DEL, line and paragraph separators, and the bidirectional controls that
 # reorder what a terminal shows (Trojan Source): none may reach a table row from Git
@@ -70,11 +72,8 @@ def format_status(report: StatusReport, *, headers: bool = True) -> str:
 
 
 def scrub(text: str, secrets: frozenset[str]) -> str:
-    """`text` with every plaintext value of a SOPS-encrypted file replaced by REDACTED (values of
-    three characters or more, not booleans: see syncer.secrets.sops.scrubbable)."""
-    for value in sorted((v for v in secrets if scrubbable(v)), key=len, reverse=True):
-        text = text.replace(value, REDACTED)
-    return text
+    """`text` with every plaintext value of a SOPS-encrypted file replaced by REDACTED."""
+    return redact_text(text, secrets)
 
 
 def scrub_data(value: Any, secrets: frozenset[str]) -> Any:

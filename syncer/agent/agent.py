@@ -63,8 +63,8 @@ from syncer.observe.conditions import UnitCondition, UnitConditions
 from syncer.observe.metrics import Metrics, corrections_by_kind, drift_by_kind
 from syncer.observe.notify import Notification, Notifier
 from syncer.plan import Claims, Plan, UnitPlan
-from syncer.printers import scrub
 from syncer.render.repo import Rendered, plan_repo
+from syncer.repo.encrypted import redact_text
 from syncer.repo.state import RepoState
 from syncer.source.git import Checkout
 from syncer.source.refs import SourceError
@@ -385,7 +385,7 @@ class Agent:
         old = self.installed
         # a failed unit keeps its last good state: the values it was rendered from stay secret too
         self._secret_values = self._secret_values | state.secrets if state.secrets else self._secret_values
-        self.supervisor.scrub = functools.partial(scrub, secrets=self._secret_values)
+        self.supervisor.scrub = functools.partial(redact_text, secrets=self._secret_values)
         fresh = plan_repo(state, rendered, revision=revision, default_repository=self.options.repository,
                           previous=old.plan.units, tenancy=self.options.tenancy)
         units = dict(old.plan.units)

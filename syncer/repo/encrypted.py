@@ -106,8 +106,13 @@ def redact_values(diags: Sequence[Diagnostic], secrets: frozenset[str]) -> list[
 
 
 def _redacted(d: Diagnostic, secrets: frozenset[str]) -> Diagnostic:
-    values = sorted((s for s in secrets if scrubbable(s)), key=len, reverse=True)
-    message, hint = d.message, d.hint
-    for v in values:
-        message, hint = message.replace(v, REDACTED), hint.replace(v, REDACTED)
+    message, hint = redact_text(d.message, secrets), redact_text(d.hint, secrets)
     return replace(d, message=message, hint=hint) if (message, hint) != (d.message, d.hint) else d
+
+
+def redact_text(text: str, secrets: frozenset[str]) -> str:
+    """`text` with every plaintext value of an encrypted file replaced by REDACTED (values of three
+    characters or more, not booleans: see syncer.secrets.sops.scrubbable), longest first."""
+    for value in sorted((v for v in secrets if scrubbable(v)), key=len, reverse=True):
+        text = text.replace(value, REDACTED)
+    return text

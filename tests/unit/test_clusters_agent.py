@@ -46,10 +46,10 @@ def _write(root: Path, files: dict[str, str | None]) -> Path:
 def _revision(agent: Agent, root: Path, revision: str) -> list[Unit]:
     """What the dispatcher and the workers do with a revision."""
     loaded = agent.revisions.load(root)
-    changed = agent._install(loaded.state, loaded.rendered, revision)
+    changed = agent.install(loaded.state, loaded.rendered, revision)
     agent.loaded.set()
     for unit in changed:
-        agent._sync(unit)
+        agent.sync(unit)
     while not agent.events.empty():
         event = agent.events.get_nowait()
         if isinstance(event, UnitSynced):
