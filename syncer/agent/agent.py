@@ -30,6 +30,7 @@ import structlog
 
 from syncer.agent.cache import LiveCache
 from syncer.agent.failures import event_failed, sync_failed
+from syncer.agent.flower_watch import FlowerWatch
 from syncer.agent.messages import (
     DriftCheckDue,
     Event,
@@ -133,6 +134,7 @@ class Agent:
         self.revisions = RevisionLoader(options.decryption_key_files, options.tenancy)
         self.units: dict[Unit, UnitState] = {}
         self.health: dict[Unit, UnitCondition] = {}  # each unit's Healthy condition, from the last status round
+        self.flower: FlowerWatch | None = None  # Flower-level health of the federations (agent.flower_watch)
         self.published: dict[Unit, tuple[str, ...]] = {}  # each unit's state as last logged (unitstate.publish)
         self._errors_counted: set[Unit] = set()  # units whose config_errors metric is set
         self.checkout: Checkout | None = None

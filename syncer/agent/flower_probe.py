@@ -109,7 +109,7 @@ class FlowerProbe:
         namespace, address, ca_secret, _ = key
         try:
             answer = self._ask(namespace, address, ca_secret, transport)
-        except Exception as exc:  # a bug here must not stop later checks  # noqa: BLE001
+        except Exception as exc:  # a bug here must not stop later checks
             answer = ControlAnswer(address, utc_now(), error=f"the check failed ({type(exc).__name__})",
                                    code=ControlErrorCode.SERVER.value)
         now = self.clock()
@@ -149,7 +149,7 @@ class FlowerProbe:
             nodes = tuple(api.list_nodes())
             runs = tuple(api.list_runs())
         except ControlApiError as exc:
-            detail = NOT_RESOLVED if "does not resolve" in exc.detail else exc.detail
+            detail = NOT_RESOLVED if exc.code is ControlErrorCode.NOT_RESOLVED else exc.detail
             if exc.code is ControlErrorCode.TLS:
                 self._forget_ca(namespace, ca_secret)  # a rotated CA is read again next time
             if exc.code is ControlErrorCode.DENIED:

@@ -115,6 +115,7 @@ def unit_report(agent: Agent, unit: Unit, state: UnitConditions) -> dict[str, An
         "failedObjects": [c.to_dict() for c in result.failures()] if result else [],
         "nodeKeys": result.node_keys.to_dict() if result and result.node_keys else None,
         **state.to_dict(),
+        **({"flower": agent.flower.to_dict(unit)} if agent.flower is not None and unit.kind == "federation" else {}),
     }
 
 

@@ -65,7 +65,7 @@ def _transport_error(call: str, address: str, exc: BaseException) -> ControlApiE
     if isinstance(exc, ConnectionRefusedError):
         return ControlApiError(call, address, ControlErrorCode.UNAVAILABLE, "connection refused")
     if isinstance(exc, socket.gaierror):
-        return ControlApiError(call, address, ControlErrorCode.UNAVAILABLE, "the host name does not resolve")
+        return ControlApiError(call, address, ControlErrorCode.NOT_RESOLVED, "the host name does not resolve")
     if isinstance(exc, TimeoutError):
         return ControlApiError(call, address, ControlErrorCode.UNAVAILABLE, "timed out")
     if isinstance(exc, http.client.HTTPException | ConnectionError):
@@ -118,7 +118,8 @@ class HttpControl(_Calls):
         # one connection per call: uvicorn drops an idle keep-alive connection after 5 s, and a
         # RegisterNode must not be sent twice on a guess that the first never arrived
         conn = (http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout, context=self._context)
-                if self._context is not None else http.client.HTTPConnection(self.host, self.port, timeout=self.timeout))
+                if self._context is not None
+                else http.client.HTTPConnection(self.host, self.port, timeout=self.timeout))
         try:
             conn.request("POST", path, body, {"content-type": PROTOBUF, "accept": PROTOBUF, "connection": "close"})
             response = conn.getresponse()
@@ -218,8 +219,9 @@ def connect(address: str, transport: Transport, root_certificates: bytes | None,
             timeout: float = 10.0) -> ControlApi:
     """A client of the Control API at `address` (host:port) over `transport`, verifying the
     server against `root_certificates` (PEM; None: plaintext, for a federation with `insecure:
-    true`, whose SuperLink serves no TLS: only Flower-health reads go there). An address that is not host:port is refused here
-    too (validation refuses it first): gRPC would dial `unix:` sockets and other schemes."""
+    true`, whose SuperLink serves no TLS: only Flower-health reads go there). An address that
+    is not host:port is refused here too (validation refuses it first): gRPC would dial `unix:`
+    sockets and other schemes."""
     from syncer.models.nodeauth import control_address_problem
 
     problem = control_address_problem(address)
@@ -227,4 +229,4 @@ def connect(address: str, transport: Transport, root_certificates: bytes | None,
         raise ControlApiError("connect", address, ControlErrorCode.BAD_ADDRESS, f"the address {problem}")
     if transport == "http":
         return HttpControl(address, root_certificates, timeout=timeout)
-    return GrpcControl(address, root_certificates, timeout=timeout)  # grpc: only for SuperLinks before 1.37
+    return GrpcControl(address, root_certificates, timeout=timeout)  # only for SuperLinks before 1.37

@@ -42,7 +42,8 @@ class ControlErrorCode(enum.StrEnum):
     KEY_INVALID = "key-invalid"  # the SuperLink does not accept this public key
     NODE_NOT_FOUND = "node-not-found"  # no such node id for this account
     DENIED = "denied"  # the SuperLink wants credentials, or refuses the account
-    UNAVAILABLE = "unavailable"  # nothing answers at the address (refused, timed out, name not found)
+    UNAVAILABLE = "unavailable"  # nothing answers at the address (refused, timed out, name not found over gRPC)
+    NOT_RESOLVED = "not-resolved"  # the host name does not resolve (e.g. Service DNS, from outside the cluster)
     TLS = "tls"  # the TLS handshake failed: the server is not verified by the federation's CA
     NOT_CONTROL_API = "not-control-api"  # something answers, but not the Control API of this transport
     SERVER = "server"  # another error of the Control API

@@ -86,6 +86,7 @@ class FlowerHealth:
     unmatched: int = 0
     runs: dict[str, int] = field(default_factory=dict)
     last_failure: RunInfo | None = None
+    failed: tuple[RunInfo, ...] = ()  # every failed run the SuperLink lists (for news: see new_failures)
 
     @property
     def expected(self) -> int:
@@ -176,7 +177,7 @@ def compute(target: FlowerTarget, answer: ControlAnswer, desired: dict[tuple[str
     last = max(failed, key=lambda r: (r.finished_at, r.run_id)) if failed else None
     return FlowerHealth(True, answer.address, answer.checked_at, pools=tuple(out), online=status["online"],
                         offline=status["offline"], registered=status["registered"], unmatched=max(unmatched, 0),
-                        runs=dict(runs), last_failure=last)
+                        runs=dict(runs), last_failure=last, failed=tuple(failed))
 
 
 def health_condition(health: FlowerHealth | None, *, short_for: float = 0.0, grace: float = GRACE
@@ -216,7 +217,10 @@ def lost_pools(before: FlowerHealth | None, now: FlowerHealth) -> list[PoolHealt
     return [p for p in now.pools if p.short and (p.unit, p.pool) in had]
 
 
-def metric_series(unit: str, health: FlowerHealth) -> tuple[list[tuple[str, str, str, int]], list[tuple[str, str, int]]]:
+Series = tuple[list[tuple[str, str, str, int]], list[tuple[str, str, int]]]
+
+
+def metric_series(unit: str, health: FlowerHealth) -> Series:
     """(unit, pool, state, value) for flower_syncer_federation_supernodes and (unit, status, value)
     for flower_syncer_federation_runs: bounded labels (pools of Git, MAX_POOLS at most; fixed
     states and statuses). Nodes of no pool count under pool "-" (unmatched)."""

@@ -127,5 +127,5 @@ def test_metric_labels_are_git_pools_and_fixed_states() -> None:
         (SITE_A, s) for s in ("online", "offline", "registered", "expected")} | {
         (SITE_B, s) for s in ("online", "offline", "registered", "expected")} | {("-", "online")}
     assert (FED, SITE_A, "online", 1) in nodes and (FED, "-", "online", 1) in nodes
-    assert dict((s, v) for _, s, v in runs) == {"pending": 0, "starting": 0, "running": 0, "completed": 0,
+    assert {s: v for _, s, v in runs} == {"pending": 0, "starting": 0, "running": 0, "completed": 0,
                                                   "failed": 1, "stopped": 0}
