@@ -55,6 +55,7 @@ class FlowerWatch:
         self.report = report
         self.clock = clock
         self.health: dict[Unit, FlowerHealth] = {}  # replaced each round: read by the API thread
+        self.conditions: dict[Unit, UnitCondition] = {}  # what `check` said last, per unit (for FlowerUnits)
         self._seen: dict[Unit, _Seen] = {}
 
     def round(self, targets: Mapping[Unit, FlowerTarget], statuses: Sequence[UnitStatus]) -> dict[Unit, FlowerHealth]:
@@ -100,15 +101,34 @@ class FlowerWatch:
         """The HealthCheck: for a federation whose pods are Ready, what its SuperLink says."""
         status: UnitStatus = subject
         if not status.ready:
+            self.conditions.pop(Unit.parse(status.unit), None)
             return None  # its pods' own condition says more (and its SuperLink may be starting)
         unit = Unit.parse(status.unit)
         seen = self._seen.get(unit)
         short_for = self.clock() - seen.short_since if seen is not None and seen.short_since is not None else 0.0
-        return health_condition(self.health.get(unit), short_for=short_for)
+        cond = health_condition(self.health.get(unit), short_for=short_for)
+        if cond is None:
+            self.conditions.pop(unit, None)
+        else:
+            self.conditions[unit] = cond
+        return cond
 
     def to_dict(self, unit: Unit) -> dict[str, Any] | None:
         health = self.health.get(unit)
         return health.to_dict() if health is not None else None
+
+    def recorded(self, unit: Unit) -> dict[str, Any] | None:
+        """What a FlowerUnit's status keeps of it (`status.flower`): the health without the time of
+        the check (written only when it changes: the writer stamps `checkedAt` then), and the
+        Flower-level Healthy condition, if any. None before the first answer."""
+        health = self.health.get(unit)
+        if health is None or health.code == "pending":
+            return None
+        out = {k: v for k, v in health.to_dict().items() if k != "checkedAt"}
+        cond = self.conditions.get(unit)
+        if cond is not None:
+            out["condition"] = {"reason": str(cond.reason), "message": cond.message}
+        return out
 
 
 def _pool(unit: Unit, pool: PoolHealth) -> str:

@@ -20,7 +20,7 @@ The shape (README, "Flower-level health"; `flower` of each federation in `status
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -237,7 +237,24 @@ def metric_series(unit: str, health: FlowerHealth) -> Series:
     return nodes, runs
 
 
-def summary(healths: Sequence[FlowerHealth]) -> dict[str, int]:
-    """Counts for a log line: federations checked, not answering, short of SuperNodes."""
-    return {"checked": len(healths), "unreachable": sum(1 for h in healths if not h.reachable),
-            "short": sum(1 for h in healths if h.reachable and h.short_pools())}
+def connected_cell(flower: Mapping[str, Any] | None) -> str:
+    """`online/expected` of a Flower-level health dict (observe.flower_health), online counted per
+    pool up to what it expects; `-` when there is none or the SuperLink did not answer."""
+    if not flower or not flower.get("reachable"):
+        return "-"
+    pools = (flower.get("supernodes") or {}).get("pools") or []
+    expected = sum(int(p.get("expected") or 0) for p in pools)
+    online = sum(min(int(p.get("online") or 0), int(p.get("expected") or 0)) for p in pools)
+    return f"{online}/{expected}"
+
+
+def recorded_flower_check(subject: Any) -> UnitCondition | None:
+    """The HealthCheck of a status read from the cluster: the Flower-level condition the agent
+    recorded on the unit's FlowerUnit, while its pods are ready (the agent's own rule)."""
+    cond = (subject.flower or {}).get("condition")
+    if not subject.ready or not isinstance(cond, Mapping) or cond.get("reason") not in _FLOWER_REASONS:
+        return None
+    return UnitCondition("Healthy", False, str(cond["reason"]), str(cond.get("message") or ""))
+
+
+_FLOWER_REASONS = {r.value for r in HealthReason} - {HealthReason.HEALTHY.value}

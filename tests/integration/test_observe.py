@@ -295,8 +295,8 @@ def test_status_command(kube_cluster: KubeCluster, kube: Kube, namespace: str, r
     assert main(["status", *kc]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    assert lines[0].split() == ["UNIT", "SYNCED", "HEALTH", "POOL", "KIND", "READY", "GPUS", "DRIFT", "SUSPENDED",
-                                 "REVISION", "MESSAGE"]
+    assert lines[0].split() == ["UNIT", "SYNCED", "HEALTH", "POOL", "KIND", "READY", "CONNECTED", "GPUS", "DRIFT",
+                                 "SUSPENDED", "REVISION", "MESSAGE"]
     gpu_row = next(line for line in lines if line.startswith(unit_id) and " gpu " in line)
     assert gpu_row.split()[1:3] == ["Synced", "Healthy"]
     assert "amd.com/gpu 1/1" in gpu_row and "rev-1234" in gpu_row and "1/1" in gpu_row

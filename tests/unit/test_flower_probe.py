@@ -222,3 +222,17 @@ def test_git_says_which_pools_and_releases_should_reach_a_superlink(tmp_path: Pa
         (f"supernode/{NS}/site-a", "supernode", 1, frozenset()), (f"supernode/{NS}/site-b", "supernode", 1,
                                                                    frozenset())]
     assert list(plan.flower) == [FED]  # only federations
+
+
+def test_a_flowerunit_keeps_the_health_and_is_written_only_when_it_changes() -> None:
+    from syncer.agent.flowerunits import _untimed, with_times
+
+    conditions = [{"type": "Ready", "status": "True", "reason": "Healthy", "message": "m"}]
+    desired = {"conditions": conditions, "flower": {"reachable": True, "supernodes": {"online": 2}}}
+    first = with_times(desired, {}, "2026-11-26T09:00:00Z")
+    assert first["flower"]["checkedAt"] == "2026-11-26T09:00:00Z"
+    again = with_times(desired, first, "2026-11-26T09:00:10Z")
+    assert again == first and _untimed(first) == _untimed(desired)  # nothing changed: no write
+    changed = {**desired, "flower": {"reachable": True, "supernodes": {"online": 1}}}
+    assert _untimed(first) != _untimed(changed)
+    assert with_times(changed, first, "2026-11-26T09:00:20Z")["flower"]["checkedAt"] == "2026-11-26T09:00:20Z"
