@@ -11,12 +11,15 @@ registration (plan.FlowerTarget): the Service DNS name of the federation's Super
 copies into `<fed>-superlink-ca` (read from the cluster, kept 5 min); plaintext for `insecure`.
 
 `--flower-health off` turns all of this off (e.g. an agent on a laptop, outside the cluster, cannot
-resolve Service DNS): then nothing is dialled and the units say so.
+resolve Service DNS): then nothing is dialled and the units say so. Left on outside a cluster, a
+Service DNS name (`*.svc`, `*.svc.cluster.local`) is not even looked up: the host's resolver cannot
+know it (and need not be asked thousands of times), so the answer is `not-resolved` at once.
 """
 
 from __future__ import annotations
 
 import base64
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -44,6 +47,18 @@ NOT_RESOLVED = ("the agent cannot resolve the SuperLink's host name (an agent ou
                 "resolve Service DNS: set flower-syncer.io/control-api-address to an address it can reach, "
                 "where the admin allows it, or run the agent with --flower-health off)")
 DISABLED = "Flower-level health is off (--flower-health off)"
+SERVICE_SUFFIXES = (".svc", ".svc.cluster.local")
+
+
+def in_cluster() -> bool:
+    """Whether this process runs in a Kubernetes pod (where Service DNS resolves)."""
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+
+
+def service_dns(address: str) -> bool:
+    """Whether `address` (host:port) names a Service by its cluster DNS name."""
+    host = address.rpartition(":")[0].lower().rstrip(".")
+    return host.endswith(SERVICE_SUFFIXES)
 
 Key = tuple[str, str, str, str]  # namespace, address, CA secret, transport
 Connect = Callable[..., ControlApi]
@@ -67,9 +82,10 @@ class FlowerProbe:
 
     def __init__(self, kube: Kube | None, *, enabled: bool = True, workers: int = WORKERS, timeout: float = TIMEOUT,
                  interval: float = INTERVAL, clock: Callable[[], float] = time.monotonic,
-                 connector: Connect = connect) -> None:
+                 connector: Connect = connect, cluster_dns: bool | None = None) -> None:
         self.kube = kube
         self.enabled = enabled
+        self.cluster_dns = in_cluster() if cluster_dns is None else cluster_dns  # Service names resolve here
         self.timeout = timeout
         self.interval = interval
         self.clock = clock
@@ -132,6 +148,8 @@ class FlowerProbe:
             self._links[key] = link
 
     def _ask(self, namespace: str, address: str, ca_secret: str, transport: Transport) -> ControlAnswer:
+        if not self.cluster_dns and service_dns(address):
+            return ControlAnswer(address, utc_now(), error=NOT_RESOLVED, code=ControlErrorCode.NOT_RESOLVED.value)
         ca: bytes | None = None
         if ca_secret:
             ca, problem = self._ca(namespace, ca_secret)

@@ -78,7 +78,7 @@ class Connector:
 
 
 def probe(connector: Connector, clock: Clock, **kwargs: Any) -> FlowerProbe:
-    return FlowerProbe(None, clock=clock, connector=connector, **kwargs)
+    return FlowerProbe(None, clock=clock, connector=connector, **{"cluster_dns": True, **kwargs})
 
 
 def test_a_round_never_waits_for_a_superlink() -> None:
@@ -133,6 +133,21 @@ def test_an_unresolvable_service_name_says_what_to_do() -> None:
         answer = wait_until("the answer", lambda: p.round({FED: TARGET})[FED].code == "not-resolved"
                             and p.round({FED: TARGET})[FED].error)
         assert isinstance(answer, str) and "--flower-health off" in answer and "control-api-address" in answer
+    finally:
+        p.close()
+
+
+def test_outside_a_cluster_a_service_name_is_not_even_looked_up() -> None:
+    connector, clock = Connector(), Clock()
+    p = probe(connector, clock, cluster_dns=False)
+    try:
+        p.round({FED: TARGET})
+        answer = wait_until("the answer", lambda: p.round({FED: TARGET})[FED].code == "not-resolved"
+                            and p.round({FED: TARGET})[FED])
+        assert connector.calls == 0 and answer and "--flower-health off" in answer.error
+        elsewhere = FlowerTarget("127.0.0.1:9", "http", "", TARGET.pools)  # e.g. a port-forward: dialled
+        p.round({FED: elsewhere})
+        wait_until("a dial", lambda: connector.calls == 1)
     finally:
         p.close()
 
