@@ -94,6 +94,7 @@ class FlowerProbe:
         self._lock = threading.Lock()
         self._links: dict[Key, _Link] = {}
         self._cas: dict[tuple[str, str], tuple[bytes | None, float]] = {}
+        self._unresolved_logged = False  # "not resolved" is said once for the agent, not per SuperLink
 
     def close(self) -> None:
         if self._pool is not None:
@@ -141,7 +142,13 @@ class FlowerProbe:
             else:
                 link.failures += 1
                 link.due = now + min(BACKOFF[0] * 2 ** (link.failures - 1), BACKOFF[1])
-                if link.logged != answer.code:
+                if answer.code == ControlErrorCode.NOT_RESOLVED.value and link.logged != answer.code:
+                    link.logged = answer.code
+                    if not self._unresolved_logged:
+                        self._unresolved_logged = True
+                        log.warning("SuperLink host names do not resolve here; Flower-level health of their "
+                                    "federations is unknown (each says so)", example=address, error=answer.error)
+                elif link.logged != answer.code:
                     link.logged = answer.code
                     log.warning("SuperLink Control API does not answer; Flower-level health unknown",
                                 address=address, namespace=namespace, code=answer.code, error=answer.error)

@@ -59,12 +59,16 @@ class FlowerWatch:
         self._seen: dict[Unit, _Seen] = {}
 
     def round(self, targets: Mapping[Unit, FlowerTarget], statuses: Sequence[UnitStatus]) -> dict[Unit, FlowerHealth]:
-        """One status round: every federation's health from the last answers; news reported."""
+        """One status round: every federation's health from the last answers; news reported.
+        With --flower-health off: nothing (no `flower` figures, no check, no series)."""
+        if not self.probe.enabled:
+            self.health = {}
+            return {}
         answers = self.probe.round(targets)
         desired = {(u.unit, p.pool): p.desired for u in statuses for p in u.pools}
         now = self.clock()
         healths: dict[Unit, FlowerHealth] = {}
-        for unit, target in sorted(targets.items()):
+        for unit, target in targets.items():
             health = compute(target, answers[unit], desired)
             healths[unit] = health
             seen = self._seen.setdefault(unit, _Seen())
@@ -100,6 +104,8 @@ class FlowerWatch:
     def check(self, subject: Any) -> UnitCondition | None:
         """The HealthCheck: for a federation whose pods are Ready, what its SuperLink says."""
         status: UnitStatus = subject
+        if not self.health or not status.unit.startswith("federation/"):
+            return None
         if not status.ready:
             self.conditions.pop(Unit.parse(status.unit), None)
             return None  # its pods' own condition says more (and its SuperLink may be starting)

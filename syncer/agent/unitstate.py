@@ -135,6 +135,7 @@ def agent_status(agent: Agent) -> dict[str, Any]:
             "error": agent.fetch_error,
         },
         "queueDepth": agent.work.depth(),
+        "flowerHealth": "on" if agent.flower is not None and agent.flower.probe.enabled else "off",
         "tenancy": (agent.options.tenancy or Tenancy()).status(),
         "units": [unit_report(agent, unit, state) for unit, state in states.items()],
         "supervisor": agent.supervisor.summary(),

@@ -157,9 +157,14 @@ def test_off_dials_nothing() -> None:
     p = probe(connector, clock, enabled=False)
     answer = p.round({FED: TARGET})[FED]
     assert (answer.code, answer.error, connector.calls) == ("disabled", DISABLED, 0)
+    watch = FlowerWatch(p, lambda unit, event: None, clock)
+    assert watch.round({FED: TARGET}, [ready()]) == {} and watch.check(ready()) is None
+    assert watch.to_dict(FED) is None and connector.calls == 0
 
 
 class FakeProbe:
+    enabled = True
+
     def __init__(self) -> None:
         self.connector = Connector()
         self.clock = Clock()
