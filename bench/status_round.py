@@ -3,7 +3,9 @@
 federations x P pools plus R SuperNode releases (bench/repogen.py), with Flower-level health off
 and on, the SuperLinks answering or not.
 
-A round here is what `syncer.agent.runner._status_round` does after the status cache's report:
+Wall time of the round itself (p50, p95, max), and CPU ms: the CPU of every thread of the process
+(the round and the probe's workers) per round. A round here is what
+`syncer.agent.runner._status_round` does after the status cache's report:
 the metrics (`observe_status`, `observe_flower`), the Flower-level health round (the probe hands
 out due checks and returns the last answers; agent.flower_watch) and every unit's Healthy
 condition with its checks. The pods' figures are made up (every pool ready), as the status cache
@@ -88,6 +90,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+cpu_ms: list[float] = []
+
+
 def measure(mode: str, targets: dict[Unit, FlowerTarget], units: list[UnitStatus],
             rounds: int) -> tuple[list[float], int]:
     metrics = Metrics()
@@ -98,6 +103,7 @@ def measure(mode: str, targets: dict[Unit, FlowerTarget], units: list[UnitStatus
         watch = FlowerWatch(probe, lambda unit, event: None, clock)
     times = []
     answered = 0
+    cpu = time.process_time()
     try:
         for _ in range(rounds):
             started = time.perf_counter()
@@ -115,6 +121,7 @@ def measure(mode: str, targets: dict[Unit, FlowerTarget], units: list[UnitStatus
     finally:
         if watch is not None:
             watch.probe.close()
+    cpu_ms.append((time.process_time() - cpu) / rounds * 1000)  # every thread's CPU, per round
     return times, answered
 
 
@@ -143,7 +150,7 @@ def main() -> int:
     answering = ThreadingHTTPServer(("127.0.0.1", 0), EmptyControl)
     threading.Thread(target=answering.serve_forever, daemon=True).start()
     print(f"{len(plan.units)} units ({len(plan.flower)} federations), {args.rounds} rounds")
-    print(f"{'mode':10} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8}  checks answered")
+    print(f"{'mode':10} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'CPU ms':>8}  checks answered")
     for mode in args.modes.split(","):
         addresses = {"refused": [f"{h}:{port + 1}" for h in hosts], "silent": [f"{h}:{port}" for h in hosts],
                      "answering": [f"127.0.0.1:{answering.server_address[1]}" for _ in hosts]}.get(mode, [])
@@ -152,8 +159,8 @@ def main() -> int:
         times, answered = measure(mode, targets, units, args.rounds)
         times.sort()
         p95 = times[min(len(times) - 1, int(len(times) * 0.95))]
-        print(f"{mode:10} {statistics.median(times) * 1000:8.2f} {p95 * 1000:8.2f} {times[-1] * 1000:8.2f}  "
-              f"{answered}")
+        print(f"{mode:10} {statistics.median(times) * 1000:8.2f} {p95 * 1000:8.2f} {times[-1] * 1000:8.2f} "
+              f"{cpu_ms[-1]:8.2f}  {answered}")
     for sock in silent:
         sock.close()
     answering.shutdown()

@@ -47,6 +47,8 @@ class _Seen:
     short_since: float | None = None
     last: FlowerHealth | None = None
     lost: set[tuple[str, str]] = field(default_factory=set)  # pools reported lost, until whole again
+    answer: object = None  # the answer and target `last` was computed from (the very objects: the probe
+    target: object = None  # hands out the same answer until a new check): not computed again
 
 
 class FlowerWatch:
@@ -69,14 +71,19 @@ class FlowerWatch:
         now = self.clock()
         healths: dict[Unit, FlowerHealth] = {}
         for unit, target in targets.items():
-            health = compute(target, answers[unit], desired)
-            healths[unit] = health
             seen = self._seen.setdefault(unit, _Seen())
+            answer = answers[unit]
+            if seen.answer is answer and seen.target is target and seen.last is not None and not _unsized(target):
+                healths[unit] = seen.last  # nothing new since the last round
+                continue
+            health = compute(target, answer, desired)
+            healths[unit] = health
+            seen.answer, seen.target = answer, target
             if health.reachable:
                 self._news(unit, health, seen)
                 short = bool(health.short_pools())
                 seen.short_since = (seen.short_since or now) if short else None
-                seen.last = health
+            seen.last = health
         for gone in set(self._seen) - set(targets):
             del self._seen[gone]
         self.health = healths
@@ -135,6 +142,11 @@ class FlowerWatch:
         if cond is not None:
             out["condition"] = {"reason": str(cond.reason), "message": cond.message}
         return out
+
+
+def _unsized(target: FlowerTarget) -> bool:
+    """A pool whose count Git leaves to its workload (a DaemonSet): recomputed every round."""
+    return any(p.expected is None for p in target.pools)
 
 
 def _pool(unit: Unit, pool: PoolHealth) -> str:
