@@ -2,10 +2,11 @@
 remember across rounds (how long a pool has been short of SuperNodes, which failed runs were
 reported), and tell: the Healthy check, metrics, Events and notifications.
 
-News, each once: a run that failed (`RunFailed`, Warning: its id and Flower's failure message; the
-failed runs a SuperLink already had when the agent first heard from it are not news), a pool that
-had its SuperNodes and lost some (`SuperNodesLost`, Warning), and that pool whole again
-(`SuperNodesConnected`, Normal).
+News, each once: a federation whose pods are Ready but whose SuperNodes are not all connected
+(`SuperNodesNotConnected`, Warning, when its Healthy condition turns Degraded for it), a run that
+failed (`RunFailed`, Warning: its id and Flower's failure message; the failed runs a SuperLink
+already had when the agent first heard from it are not news), a pool that had its SuperNodes and
+lost some (`SuperNodesLost`, Warning), and that pool whole again (`SuperNodesConnected`, Normal).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from syncer.agent.flower_probe import FlowerProbe
 from syncer.cluster.events import Event
 from syncer.engine.inventory import inventory_ref
 from syncer.identity import Unit
-from syncer.observe.conditions import UnitCondition
+from syncer.observe.conditions import HealthReason, UnitCondition
 from syncer.observe.flower_health import (
     FlowerHealth,
     PoolHealth,
@@ -58,6 +59,7 @@ class FlowerWatch:
         self.clock = clock
         self.health: dict[Unit, FlowerHealth] = {}  # replaced each round: read by the API thread
         self.conditions: dict[Unit, UnitCondition] = {}  # what `check` said last, per unit (for FlowerUnits)
+        self._degraded: set[Unit] = set()  # units told SuperNodesNotConnected, until they are not Degraded
         self._seen: dict[Unit, _Seen] = {}
 
     def round(self, targets: Mapping[Unit, FlowerTarget], statuses: Sequence[UnitStatus]) -> dict[Unit, FlowerHealth]:
@@ -115,6 +117,7 @@ class FlowerWatch:
             return None
         if not status.ready:
             self.conditions.pop(Unit.parse(status.unit), None)
+            self._degraded.discard(Unit.parse(status.unit))
             return None  # its pods' own condition says more (and its SuperLink may be starting)
         unit = Unit.parse(status.unit)
         seen = self._seen.get(unit)
@@ -124,6 +127,13 @@ class FlowerWatch:
             self.conditions.pop(unit, None)
         else:
             self.conditions[unit] = cond
+        if cond is not None and cond.reason == HealthReason.DEGRADED:
+            if unit not in self._degraded:  # pods ready, SuperNodes not connected: news once per episode
+                self._degraded.add(unit)
+                self.report(unit, Event(inventory_ref(unit), "Warning", "SuperNodesNotConnected", "FlowerHealth",
+                                        cond.message))
+        else:
+            self._degraded.discard(unit)
         return cond
 
     def to_dict(self, unit: Unit) -> dict[str, Any] | None:

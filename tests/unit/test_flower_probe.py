@@ -210,12 +210,14 @@ def test_the_watch_reports_each_failed_run_and_each_lost_pool_once() -> None:
         watch.round({FED: TARGET}, [ready()])
         cond = watch.check(ready())
         assert cond is not None and cond.reason == HealthReason.DEGRADED and "1/2" in cond.message
-        assert len(events) == 2  # nothing new: no news
+        assert [(e.reason, e.note) for e in events[2:]] == [("SuperNodesNotConnected", cond.message)]
+        watch.check(ready())
+        assert len(events) == 3  # nothing new: no news
         assert watch.check(UnitStatus(FED.id, pools=[PoolStatus("a", "StatefulSet", "x", 2, 1)])) is None
         c.nodes = [RegisteredNode(1, "online", b"a"), RegisteredNode(3, "online", b"c")]
         fake.clock.now += 10
         watch.round({FED: TARGET}, [ready()])
-        assert [(e.type, e.reason) for e in events][2:] == [("Normal", "SuperNodesConnected")]
+        assert [(e.type, e.reason) for e in events][3:] == [("Normal", "SuperNodesConnected")]
         assert watch.check(ready()) is None
         assert (watch.to_dict(FED) or {})["supernodes"]["online"] == 2
     finally:
