@@ -31,13 +31,12 @@ from syncer.repo.state import LoadedUnit
 RELEASE_POOL = "supernode"  # a release's SuperNodes, by the chart's component name
 
 
-def fleet_addresses(fed: Federation, namespace: str, client_namespace: str) -> set[str]:
-    """The host:port names of a federation's SuperLink Service at its Fleet port, as a SuperNode
-    in `client_namespace` can name it (the bare Service name only from the same namespace)."""
+def fleet_addresses(fed: Federation, namespace: str) -> tuple[str, list[str]]:
+    """The host:port names of a federation's SuperLink Service at its Fleet port: the bare Service
+    name (which only a SuperNode in the same namespace can dial), and the qualified ones."""
     host = fed.superlink_name()
     port = fed.spec.superlink.service.ports.grpc
-    names = [f"{host}.{namespace}", f"{host}.{namespace}.svc", f"{host}.{namespace}.svc.cluster.local"]
-    return {f"{name}:{port}" for name in ([host] if client_namespace == namespace else []) + names}
+    return f"{host}:{port}", [f"{host}.{namespace}{suffix}:{port}" for suffix in ("", ".svc", ".svc.cluster.local")]
 
 
 def release_key(values: SuperNodeValues) -> bytes | None:
@@ -58,10 +57,14 @@ def release_key(values: SuperNodeValues) -> bytes | None:
 
 def flower_targets(units: Iterable[LoadedUnit], allowed: Sequence[str] | None = None) -> dict[Unit, FlowerTarget]:
     """Per Federation unit of `units`: its FlowerTarget (see the module doc). `allowed`: the
-    Control API targets the admin allows beside a federation's own SuperLink Service."""
+    Control API targets the admin allows beside a federation's own SuperLink Service. Linear in
+    the units: releases are indexed by the address they dial."""
     loaded = list(units)
-    releases: list[tuple[LoadedUnit, SuperNodeValues]] = [
-        (u, u.model) for u in loaded if isinstance(u.model, SuperNodeValues) and u.model.supernode.enabled]
+    dialling: dict[str, list[tuple[LoadedUnit, SuperNodeValues]]] = {}  # host:port -> the releases dialling it
+    for u in sorted(loaded, key=lambda u: u.unit):
+        if isinstance(u.model, SuperNodeValues) and u.model.supernode.enabled:
+            target = u.model.supernode.superlink
+            dialling.setdefault(f"{target.address.lower()}:{target.port}", []).append((u, u.model))
     out: dict[Unit, FlowerTarget] = {}
     for u in loaded:
         fed = u.model
@@ -70,10 +73,10 @@ def flower_targets(units: Iterable[LoadedUnit], allowed: Sequence[str] | None = 
         ns = u.unit.namespace
         pools = [ExpectedPool(u.unit.id, p.name, p.replicas if fed.spec.mode != "DaemonSet" else None)
                  for p in fed.spec.supernodes.pools]
-        for rel, values in sorted(releases, key=lambda r: r[0].unit):
-            target = values.supernode.superlink
-            if f"{target.address.lower()}:{target.port}" not in fleet_addresses(fed, ns, rel.unit.namespace):
-                continue
+        bare, qualified = fleet_addresses(fed, ns)
+        found = [r for r in dialling.get(bare, ()) if r[0].unit.namespace == ns]
+        found += [r for address in qualified for r in dialling.get(address, ())]
+        for rel, values in sorted(found, key=lambda r: r[0].unit):
             key = release_key(values)
             pools.append(ExpectedPool(rel.unit.id, RELEASE_POOL, values.supernode.replicas,
                                       frozenset({key}) if key is not None else frozenset()))
