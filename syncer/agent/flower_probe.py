@@ -43,6 +43,7 @@ TIMEOUT = 3.0  # seconds per call
 INTERVAL = 10.0  # seconds between checks of an answering SuperLink (a status round)
 BACKOFF = (10.0, 300.0)  # first and longest wait before asking a SuperLink that did not answer again
 CA_TTL = 300.0  # seconds a CA read from the cluster is used
+LOGGED_SILENT = 20  # SuperLinks whose failure is logged one by one; beyond, one line says there are more
 NOT_RESOLVED = ("the agent cannot resolve the SuperLink's host name (an agent outside the cluster cannot "
                 "resolve Service DNS: set flower-syncer.io/control-api-address to an address it can reach, "
                 "where the admin allows it, or run the agent with --flower-health off)")
@@ -95,6 +96,7 @@ class FlowerProbe:
         self._links: dict[Key, _Link] = {}
         self._cas: dict[tuple[str, str], tuple[bytes | None, float]] = {}
         self._unresolved_logged = False  # "not resolved" is said once for the agent, not per SuperLink
+        self._silent_logged = 0  # SuperLinks whose failure was logged (at most LOGGED_SILENT, then one line)
 
     def close(self) -> None:
         if self._pool is not None:
@@ -150,8 +152,13 @@ class FlowerProbe:
                                     "federations is unknown (each says so)", example=address, error=answer.error)
                 elif link.logged != answer.code:
                     link.logged = answer.code
-                    log.warning("SuperLink Control API does not answer; Flower-level health unknown",
-                                address=address, namespace=namespace, code=answer.code, error=answer.error)
+                    self._silent_logged += 1
+                    if self._silent_logged <= LOGGED_SILENT:
+                        log.warning("SuperLink Control API does not answer; Flower-level health unknown",
+                                    address=address, namespace=namespace, code=answer.code, error=answer.error)
+                    if self._silent_logged == LOGGED_SILENT:
+                        log.warning(f"more SuperLinks may not answer: only the first {LOGGED_SILENT} are logged; "
+                                    "/api/v1/status and flower_syncer_federation_control_api_up have them all")
             self._links[key] = link
 
     def _ask(self, namespace: str, address: str, ca_secret: str, transport: Transport) -> ControlAnswer:
