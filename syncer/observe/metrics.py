@@ -65,7 +65,8 @@ Flower-level health (syncer.observe.flower_health), per Federation whose SuperLi
 the Federation, or the unit id of a SuperNode release that points at it; ``-`` counts online
 SuperNodes of no pool), ``federation_runs`` has ``status``
 pending|starting|running|completed|failed|stopped. A SuperLink that does not answer keeps no
-series of these two (so no stale count) and ``federation_control_api_up`` 0.
+series of these two (so no stale count) and ``federation_control_api_up`` 0; one whose name the
+agent cannot resolve (an agent outside the cluster) has no series at all.
 """
 
 from __future__ import annotations
@@ -397,9 +398,9 @@ class Metrics:
         nodes: list[tuple[str, str, str, int]] = []
         runs: list[tuple[str, str, int]] = []
         up: list[tuple[str, bool]] = []
-        for unit, health in sorted(healths.items()):
-            if health.code in ("disabled", "pending"):
-                continue
+        for unit, health in sorted(healths.items(), key=lambda kv: kv[0].id):
+            if health.code in ("disabled", "pending", "not-resolved"):
+                continue  # not asked, not yet, or not a name this agent can resolve (e.g. outside the cluster)
             n, r = metric_series(unit.id, health)
             nodes.extend(n)
             runs.extend(r)
