@@ -148,6 +148,8 @@ class FlowerWatch:
         if health is None or health.code == "pending":
             return None
         out = {k: v for k, v in health.to_dict().items() if k != "checkedAt"}
+        if out["runs"]["lastFailure"] is None:  # a merge patch's null would remove it: leave it out
+            out["runs"] = {k: v for k, v in out["runs"].items() if k != "lastFailure"}
         cond = self.conditions.get(unit)
         if cond is not None:
             out["condition"] = {"reason": str(cond.reason), "message": cond.message}

@@ -86,6 +86,15 @@ def _untimed(status: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def replacing(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """A merge patch that turns `old` into `new`: what `new` lacks is set to null (removed)."""
+    out: dict[str, Any] = {key: None for key in old if key not in new}
+    for key, value in new.items():
+        before = old.get(key)
+        out[key] = replacing(before, value) if isinstance(value, Mapping) and isinstance(before, Mapping) else value
+    return out
+
+
 def with_times(desired: dict[str, Any], observed: Mapping[str, Any], now: str) -> dict[str, Any]:
     """`desired` with each condition's lastTransitionTime: the observed one while the condition's
     status, reason and message stay, else `now`."""
@@ -216,6 +225,8 @@ class FlowerUnits:
             flower = agent.flower.recorded(unit) if agent.flower is not None and unit.kind == "federation" else None
             if flower is not None:  # SuperNodes connected and runs, for `flower-syncer status` (agent.flower_watch)
                 desired["flower"] = flower
+            elif "flower" in ((observed or {}).get("status") or {}):
+                desired["flower"] = None  # no longer known (e.g. --flower-health off): the merge patch removes it
             try:
                 writes += self._write(unit, observed, desired, now)
             except ApiError as exc:  # one unit's FlowerUnit never holds up the others'
@@ -252,8 +263,11 @@ class FlowerUnits:
             self._remember(unit, observed)
             return writes
         status = with_times(desired, before, now)
+        body = dict(status)
+        if isinstance(status.get("flower"), Mapping) and isinstance(before.get("flower"), Mapping):
+            body["flower"] = replacing(before["flower"], status["flower"])  # a whole new answer, not merged in
         patched = self.kube.request("PATCH", path_for(KIND, unit.namespace, object_name(unit), "status"),
-                                    body={"status": status}, content_type=MERGE_PATCH)
+                                    body={"status": body}, content_type=MERGE_PATCH)
         self._remember(unit, patched if isinstance(patched, dict) else {**observed, "status": status})
         log.debug("FlowerUnit status written", unit=unit.id, ready=status["conditions"][0]["status"],
                   reason=status["conditions"][0]["reason"])
