@@ -13,7 +13,9 @@ copies into `<fed>-superlink-ca` (read from the cluster, kept 5 min); plaintext 
 `--flower-health off` turns all of this off (e.g. an agent on a laptop, outside the cluster, cannot
 resolve Service DNS): then nothing is dialled and the units say so. Left on outside a cluster, a
 Service DNS name (`*.svc`, `*.svc.cluster.local`) is not even looked up: the host's resolver cannot
-know it (and need not be asked thousands of times), so the answer is `not-resolved` at once.
+know it (and need not be asked thousands of times), so the answer is `outside-cluster` at once: the
+federation's `flower` says so, and its health is not lowered for it (nothing is known to be wrong
+with the SuperLink; the agent cannot ask it from here).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ NOT_RESOLVED = ("the agent cannot resolve the SuperLink's host name (an agent ou
                 "resolve Service DNS: set flower-syncer.io/control-api-address to an address it can reach, "
                 "where the admin allows it, or run the agent with --flower-health off)")
 DISABLED = "Flower-level health is off (--flower-health off)"
+OUTSIDE_CLUSTER = "outside-cluster"  # the answer's code for a Service name this agent cannot resolve
 SERVICE_SUFFIXES = (".svc", ".svc.cluster.local")
 
 
@@ -144,7 +147,7 @@ class FlowerProbe:
             else:
                 link.failures += 1
                 link.due = now + min(BACKOFF[0] * 2 ** (link.failures - 1), BACKOFF[1])
-                if answer.code == ControlErrorCode.NOT_RESOLVED.value and link.logged != answer.code:
+                if answer.code in (ControlErrorCode.NOT_RESOLVED.value, OUTSIDE_CLUSTER) and link.logged != answer.code:
                     link.logged = answer.code
                     if not self._unresolved_logged:
                         self._unresolved_logged = True
@@ -163,7 +166,7 @@ class FlowerProbe:
 
     def _ask(self, namespace: str, address: str, ca_secret: str, transport: Transport) -> ControlAnswer:
         if not self.cluster_dns and service_dns(address):
-            return ControlAnswer(address, utc_now(), error=NOT_RESOLVED, code=ControlErrorCode.NOT_RESOLVED.value)
+            return ControlAnswer(address, utc_now(), error=NOT_RESOLVED, code=OUTSIDE_CLUSTER)
         ca: bytes | None = None
         if ca_secret:
             ca, problem = self._ca(namespace, ca_secret)

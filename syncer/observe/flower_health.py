@@ -33,6 +33,9 @@ NODE_STATES = ("online", "offline", "registered", "expected")
 GRACE = 30.0  # seconds SuperNodes may take to connect once their pods are Ready before it is Degraded
 MAX_POOLS = 64  # pools reported (and labelled in metrics) per federation; the rest are summed in counts
 MAX_FAILURE = 300  # characters of a run's failure message
+# answers' codes that say the SuperLink was not asked: off, not yet, or a Service name an agent outside
+# the cluster cannot resolve (agent.flower_probe): no health lowered, no series
+UNCHECKED = ("disabled", "pending", "outside-cluster")
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,7 @@ class ControlAnswer:
     nodes: tuple[RegisteredNode, ...] | None = None
     runs: tuple[RunInfo, ...] | None = None
     error: str = ""
-    code: str = ""  # ControlErrorCode value, or "disabled" / "pending"
+    code: str = ""  # ControlErrorCode value, or one of UNCHECKED
 
     @property
     def reachable(self) -> bool:
@@ -186,7 +189,7 @@ def health_condition(health: FlowerHealth | None, *, short_for: float = 0.0, gra
     Unknown with the error when the Control API does not answer; Degraded when a pool has fewer
     SuperNodes online than expected for `grace` seconds or more (`short_for`: how long it has been
     short), Progressing before; None when all is well or nothing was checked."""
-    if health is None or health.code in ("disabled", "pending"):
+    if health is None or health.code in UNCHECKED:
         return None
     if not health.reachable:
         return UnitCondition("Healthy", False, HealthReason.UNKNOWN,

@@ -65,8 +65,9 @@ Flower-level health (syncer.observe.flower_health), per Federation whose SuperLi
 the Federation, or the unit id of a SuperNode release that points at it; ``-`` counts online
 SuperNodes of no pool), ``federation_runs`` has ``status``
 pending|starting|running|completed|failed|stopped. A SuperLink that does not answer keeps no
-series of these two (so no stale count) and ``federation_control_api_up`` 0; one whose name the
-agent cannot resolve (an agent outside the cluster) has no series at all.
+series of these two (so no stale count) and ``federation_control_api_up`` 0; one the agent did not
+ask (``--flower-health off``, a Service name an agent outside the cluster cannot resolve) has no
+series at all.
 """
 
 from __future__ import annotations
@@ -393,14 +394,14 @@ class Metrics:
     def observe_flower(self, healths: Mapping[Unit, FlowerHealth]) -> None:
         """Replace every federation_* series with these federations' Flower-level health (one that
         was not checked, e.g. --flower-health off, has none)."""
-        from syncer.observe.flower_health import metric_series
+        from syncer.observe.flower_health import UNCHECKED, metric_series
 
         nodes: list[tuple[str, str, str, int]] = []
         runs: list[tuple[str, str, int]] = []
         up: list[tuple[str, bool]] = []
         for unit, health in sorted(healths.items(), key=lambda kv: kv[0].id):
-            if health.code in ("disabled", "pending", "not-resolved"):
-                continue  # not asked, not yet, or not a name this agent can resolve (e.g. outside the cluster)
+            if health.code in UNCHECKED:
+                continue  # not asked: off, not yet, or a Service name an agent outside the cluster cannot resolve
             n, r = metric_series(unit.id, health)
             nodes.extend(n)
             runs.extend(r)

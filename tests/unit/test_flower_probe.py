@@ -142,9 +142,14 @@ def test_outside_a_cluster_a_service_name_is_not_even_looked_up() -> None:
     p = probe(connector, clock, cluster_dns=False)
     try:
         p.round({FED: TARGET})
-        answer = wait_until("the answer", lambda: p.round({FED: TARGET})[FED].code == "not-resolved"
+        answer = wait_until("the answer", lambda: p.round({FED: TARGET})[FED].code == "outside-cluster"
                             and p.round({FED: TARGET})[FED])
         assert connector.calls == 0 and answer and "--flower-health off" in answer.error
+        # nothing is known to be wrong with the SuperLink: its federation's health is not lowered
+        watch = FlowerWatch(p, lambda unit, event: None, clock)
+        health = watch.round({FED: TARGET}, [ready()])[FED]
+        assert not health.reachable and health.to_dict()["code"] == "outside-cluster"
+        assert watch.check(ready()) is None
         elsewhere = FlowerTarget("127.0.0.1:9", "http", "", TARGET.pools)  # e.g. a port-forward: dialled
         p.round({FED: elsewhere})
         wait_until("a dial", lambda: connector.calls == 1)
