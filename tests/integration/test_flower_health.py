@@ -30,7 +30,6 @@ from syncer.observe.status import PoolStatus, UnitStatus
 from syncer.plan import ExpectedPool, FlowerTarget
 from tests.conftest import wait_until
 from tests.integration.superlinks import INSTALL_SECONDS, SuperLink, stop
-from tests.unit.test_node_auth import keypair
 
 APP = Path(__file__).resolve().parent.parent / "fixtures" / "failing-app"
 FED = Unit("federation", "flower", "fed")
@@ -44,6 +43,13 @@ def superlink(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SuperL
         print(f"\ncold set-up of flwr=={request.param}: {INSTALL_SECONDS[request.param]:.0f} s")
     yield link
     stop(link.proc)
+
+
+def keypair(tmp_path: Path, name: str) -> tuple[Path, str]:
+    """An OpenSSH ECDSA key pair, as ssh-keygen writes it: (private key file, public key line)."""
+    path = tmp_path / name
+    subprocess.run(["ssh-keygen", "-q", "-t", "ecdsa", "-N", "", "-C", f"{name}@site", "-f", str(path)], check=True)
+    return path, (tmp_path / f"{name}.pub").read_text().strip()
 
 
 class CaSecret:
