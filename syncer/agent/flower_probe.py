@@ -1,7 +1,8 @@
 """Ask each Federation's SuperLink, once per status round, which SuperNodes are connected and how
 its runs went (the Control API's ListNodes and ListRuns), without ever holding up the round.
 
-A small bounded pool of worker threads does the calls, off the agent's event queue and off the
+A small bounded pool of worker threads (16) does the calls, the SuperLinks that answered last time
+first, off the agent's event queue and off the
 status loop: a round hands out the checks that are due and reports the last answer of each
 SuperLink (with the time it was got). A SuperLink that does not answer is asked again with
 backoff (10 s doubling to 5 min), so thousands of federations with no reachable SuperLink cost the
@@ -40,7 +41,7 @@ from syncer.plan import FlowerTarget
 
 log = structlog.get_logger("syncer.agent")
 
-WORKERS = 8  # Control API calls in flight at once
+WORKERS = 16  # Control API calls in flight at once (a silent SuperLink holds one for TIMEOUT, idle)
 TIMEOUT = 3.0  # seconds per call
 INTERVAL = 10.0  # seconds between checks of an answering SuperLink (a status round)
 BACKOFF = (10.0, 300.0)  # first and longest wait before asking a SuperLink that did not answer again
@@ -111,6 +112,7 @@ class FlowerProbe:
         now = self.clock()
         out: dict[Unit, ControlAnswer] = {}
         wanted: set[Key] = set()
+        due: list[tuple[int, Key, Transport]] = []
         with self._lock:
             for unit, target in targets.items():
                 key = (unit.namespace, target.address, target.ca_secret, target.transport)
@@ -118,11 +120,15 @@ class FlowerProbe:
                 link = self._links.setdefault(key, _Link())
                 if not link.busy and now >= link.due and self._pool is not None:
                     link.busy = True
-                    self._pool.submit(self._check, key, target.transport)
+                    due.append((link.failures, key, target.transport))
                 out[unit] = link.answer or ControlAnswer(target.address, "", error="not checked yet", code="pending")
             for gone in set(self._links) - wanted:  # federations that left Git: forget them
                 if not self._links[gone].busy:
                     del self._links[gone]
+        # those that answered last time first: SuperLinks that do not answer never hold them up
+        for _, link_key, transport in sorted(due, key=lambda d: d[0]):
+            if self._pool is not None:
+                self._pool.submit(self._check, link_key, transport)
         return out
 
     # -- the worker's side -----------------------------------------------------------------------

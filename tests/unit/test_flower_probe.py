@@ -263,3 +263,31 @@ def test_a_flowerunit_keeps_the_health_and_is_written_only_when_it_changes() -> 
     changed = {**desired, "flower": {"reachable": True, "supernodes": {"online": 1}}}
     assert _untimed(first) != _untimed(changed)
     assert with_times(changed, first, "2026-11-26T09:00:20Z")["flower"]["checkedAt"] == "2026-11-26T09:00:20Z"
+
+
+def test_superlinks_that_answered_are_asked_before_those_that_did_not() -> None:
+    order: list[str] = []
+    gate = threading.Event()
+
+    def connector(address: str, transport: str, ca: bytes | None, *, timeout: float) -> FakeApi:
+        order.append(address)
+        gate.wait(10)
+        if address.startswith("silent"):
+            return FakeApi([], [], ControlApiError("ListNodes", address, ControlErrorCode.UNAVAILABLE, "timed out"))
+        return FakeApi([], [])
+
+    clock = Clock()
+    p = FlowerProbe(None, clock=clock, connector=connector, cluster_dns=True, workers=1)
+    targets = {Unit("federation", NS, name): FlowerTarget(f"{name}:1", "http", "") for name in ("silent-a", "good-b")}
+    try:
+        gate.set()
+        p.round(targets)
+        wait_until("both checked", lambda: len(order) == 2 and not any(link.busy for link in p._links.values()))
+        gate.clear()
+        clock.now += 10
+        p.round(targets)  # both due again: the one that answered goes first
+        wait_until("the next checks started", lambda: len(order) == 3)
+        assert order[2] == "good-b:1"
+    finally:
+        gate.set()
+        p.close()
