@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 # or metrics (tests/unit/test_cli_imports.py).
 from syncer import __version__, printers
 from syncer.agent.envnames import env_name, namespace_list
+from syncer.cli_agent import agent_url, api_token, cmd_resync
 from syncer.cli_env import env_defaults
 from syncer.cli_parser import VerbParser
 from syncer.cli_repo import EXIT_FAILED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, cmd_render, cmd_validate, load_selected
@@ -476,56 +477,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run(config)
 
 
-def _agent_url(args: argparse.Namespace) -> str:
-    """--agent, else the address the agent listens on by the agent's own setting ($FLOWER_SYNCER_LISTEN)."""
-    if args.agent:
-        return str(args.agent)
-    from syncer.agent.config import AgentConfig
-
-    listen = os.environ.get(env_name("listen")) or str(AgentConfig.model_fields["listen"].default)
-    host, _, port = listen.rpartition(":")
-    if host in ("", "0.0.0.0", "::", "[::]"):
-        host = "127.0.0.1"
-    return f"http://{host}:{port}"
-
-
-def _api_token(args: argparse.Namespace) -> str | None:
-    path = args.token_file or os.environ.get(env_name("api_token_file"))
-    return Path(path).read_text().strip() if path else None
-
-
-def cmd_resync(args: argparse.Namespace) -> int:
-    from syncer.actions.resync import AgentRefused, AgentUnreachable, resync
-
-    if len(args.unit) > 1:
-        print("error: resync takes at most one --unit", file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        result = resync(_agent_url(args), _api_token(args), args.unit[0] if args.unit else None,
-                        wait=args.wait, timeout=args.timeout)
-    except OSError as exc:
-        print(f"error: cannot read the API token: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except AgentRefused as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        if exc.status == 401:
-            print(f"hint: pass the agent's API token with --token-file, or set ${env_name('api_token_file')} to "
-                  "the file the agent reads (its --api-token-file)", file=sys.stderr)
-        return EXIT_USAGE if exc.status in (401, 403, 404) else EXIT_RUNTIME
-    except AgentUnreachable as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_RUNTIME
-    if args.output != "text":
-        printers.emit(result.raw, args.output)
-    elif not args.wait:
-        print("resync requested")
-    else:
-        printers.print_resync(result)
-    return EXIT_OK if result.done and result.ok else EXIT_FAILED
-
-
-
-
 def cmd_keygen(args: argparse.Namespace) -> int:
     from syncer.secrets.keygen import generate
 
@@ -570,10 +521,10 @@ def cmd_version(args: argparse.Namespace) -> int:
         except (ClusterUnreachable, ApiError) as exc:
             errors["cluster"] = str(exc)
         try:
-            token = _api_token(args)
+            token = api_token(args)
         except OSError:
             token = None
-        result = versions(kube, _agent_url(args), token)
+        result = versions(kube, agent_url(args), token)
         result.errors.update(errors)
     if args.output != "text":
         printers.emit(result.to_dict(), args.output)

@@ -39,6 +39,30 @@ class NodeAuth:
 
 
 @dataclass(frozen=True)
+class ExpectedPool:
+    """SuperNodes Git expects at a federation's SuperLink from one pool: a pool of the Federation
+    itself, or a SuperNode chart release whose `supernode.superlink` names this SuperLink."""
+
+    unit: str  # the unit id that provides them (the federation, or supernode/<ns>/<release>)
+    pool: str  # the Federation's pool name, or the release's component ("supernode")
+    expected: int | None  # SuperNodes it should connect; None: as many as its workload wants (DaemonSet)
+    keys: frozenset[bytes] = frozenset()  # their public keys (stripped PEM) when Git knows them
+    cluster: str = ""  # the cluster that applies the providing unit ("" for this agent's own)
+
+
+@dataclass(frozen=True)
+class FlowerTarget:
+    """Where and how the agent reads a Federation's Flower-level health (SuperNodes connected, runs)
+    from its SuperLink's Control API: the address and TLS key registration uses."""
+
+    address: str  # host:port of the Control API
+    transport: Literal["grpc", "http"]
+    ca_secret: str  # Secret of the unit's namespace with ca.crt; "" for a plaintext (insecure) SuperLink
+    pools: tuple[ExpectedPool, ...] = ()
+    node_auth: bool = False  # the SuperLink admits only listed keys: nodes are told apart by key
+
+
+@dataclass(frozen=True)
 class UnitPlan:
     unit: Unit
     manifests: Sequence[Manifest]
@@ -126,6 +150,9 @@ class Plan:
     """Control API addresses (shell patterns) the repository's federations may register keys with
     (the effective guardrails' allowedControlApiTargets); None: no list (the federation's own
     SuperLink Service only). For the Control API client."""
+    flower: Mapping[Unit, FlowerTarget] = field(default_factory=dict)
+    """Per Federation unit that loaded: where its Flower-level health is read, and which pools and
+    SuperNode releases of the loaded repository should connect to it (observe.flower_health)."""
 
     def namespace_allowed(self, namespace: str) -> bool:
         """Whether the repository may act in `namespace` at all (nothing is pruned elsewhere)."""

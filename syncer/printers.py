@@ -16,9 +16,7 @@ from syncer.diagnostics import Diagnostic
 from syncer.engine.changeset import Action
 from syncer.identity import Manifest
 from syncer.render.common import to_json
-from syncer.repo.encrypted import REDACTED as ENCRYPTED_REDACTED
-from syncer.repo.encrypted import redact_text
-from syncer.secrets.sops import scalar_text, scrubbable
+from syncer.secrets.sops import REDACTED, redact_text, scalar_text, scrubbable
 
 if TYPE_CHECKING:  # the results of cluster and agent verbs: `validate` and `render` never load those
     from syncer.actions.history import HistoryResult
@@ -27,7 +25,6 @@ if TYPE_CHECKING:  # the results of cluster and agent verbs: `validate` and `ren
     from syncer.observe.status import StatusReport
     from syncer.observe.wait import WaitResult
 
-REDACTED = ENCRYPTED_REDACTED  # one spelling everywhere
 
 # C0 and C1 controls, DEL, line and paragraph separators, and the bidirectional controls that
 # reorder what a terminal shows (Trojan Source): none may reach a table row from Git

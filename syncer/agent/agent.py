@@ -28,6 +28,7 @@ import structlog
 
 from syncer.agent.cache import LiveCache
 from syncer.agent.failures import event_failed, sync_failed
+from syncer.agent.flower_watch import FlowerWatch
 from syncer.agent.messages import (
     DriftCheckDue,
     Event,
@@ -64,8 +65,8 @@ from syncer.observe.metrics import Metrics, corrections_by_kind, drift_by_kind
 from syncer.observe.notify import Notification, Notifier
 from syncer.plan import Claims, Plan, UnitPlan
 from syncer.render.repo import Rendered, plan_repo
-from syncer.repo.encrypted import redact_text
 from syncer.repo.state import RepoState
+from syncer.secrets.sops import redact_text
 from syncer.source.git import Checkout
 from syncer.source.refs import SourceError
 
@@ -100,6 +101,7 @@ class Agent:
         self.revisions = RevisionLoader(options.decryption_key_files, options.tenancy, options.cluster)
         self.units: dict[Unit, UnitState] = {}
         self.health: dict[Unit, UnitCondition] = {}  # each unit's Healthy condition, from the last status round
+        self.flower: FlowerWatch | None = None  # Flower-level health of the federations (agent.flower_watch)
         self.published: dict[Unit, tuple[str, ...]] = {}  # each unit's state as last logged (unitstate.publish)
         self._errors_counted: set[Unit] = set()  # units whose config_errors metric is set
         self.checkout: Checkout | None = None

@@ -59,6 +59,10 @@ class AgentConfig(BaseModel):
         None, description="the cluster admins' policy file: what the repository may do (namespaces, pod features, "
                           "names, the ServiceAccount its writes are made as); flower-syncer.yaml can only narrow it. "
                           "Unset: single-tenant, the repository's own guardrails are all there is")
+    flower_health: Literal["on", "off"] = Field(
+        "on", description="ask each Federation's SuperLink (its Control API) every status round which SuperNodes are "
+                          "connected and how its runs went; off for an agent that cannot reach the SuperLinks (e.g. "
+                          "outside the cluster, where Service DNS does not resolve)")
     log_format: Literal["auto", "json", "console"] = Field("auto", description="log format (auto: console on a TTY)")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="log level")
 

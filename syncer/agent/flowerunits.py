@@ -80,7 +80,19 @@ def _short(message: str) -> str:
 
 def _untimed(status: Mapping[str, Any]) -> dict[str, Any]:
     conditions = [{k: v for k, v in c.items() if k != "lastTransitionTime"} for c in status.get("conditions") or []]
-    return {**status, "conditions": conditions}
+    out = {**status, "conditions": conditions}
+    if isinstance(status.get("flower"), Mapping):
+        out["flower"] = {k: v for k, v in status["flower"].items() if k != "checkedAt"}
+    return out
+
+
+def replacing(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """A merge patch that turns `old` into `new`: what `new` lacks is set to null (removed)."""
+    out: dict[str, Any] = {key: None for key in old if key not in new}
+    for key, value in new.items():
+        before = old.get(key)
+        out[key] = replacing(before, value) if isinstance(value, Mapping) and isinstance(before, Mapping) else value
+    return out
 
 
 def with_times(desired: dict[str, Any], observed: Mapping[str, Any], now: str) -> dict[str, Any]:
@@ -92,7 +104,13 @@ def with_times(desired: dict[str, Any], observed: Mapping[str, Any], now: str) -
         old = before.get(cond["type"])
         same = old is not None and all(old.get(k) == cond[k] for k in ("status", "reason", "message"))
         out.append({**cond, "lastTransitionTime": old.get("lastTransitionTime", now) if same and old else now})
-    return {**desired, "conditions": out}
+    timed = {**desired, "conditions": out}
+    if isinstance(desired.get("flower"), Mapping):  # checkedAt: since when the agent sees it so
+        was = observed.get("flower")
+        seen: Mapping[str, Any] = was if isinstance(was, Mapping) else {}
+        same = {k: v for k, v in seen.items() if k != "checkedAt"} == desired["flower"]
+        timed["flower"] = {**desired["flower"], "checkedAt": seen.get("checkedAt", now) if same else now}
+    return timed
 
 
 class FlowerUnits:
@@ -204,6 +222,11 @@ class FlowerUnits:
             handled = self.requests.handled(unit, observed)
             if handled:
                 desired["lastHandledReconcileAt"] = handled
+            flower = agent.flower.recorded(unit) if agent.flower is not None and unit.kind == "federation" else None
+            if flower is not None:  # SuperNodes connected and runs, for `flower-syncer status` (agent.flower_watch)
+                desired["flower"] = flower
+            elif "flower" in ((observed or {}).get("status") or {}):
+                desired["flower"] = None  # no longer known (e.g. --flower-health off): the merge patch removes it
             try:
                 writes += self._write(unit, observed, desired, now)
             except ApiError as exc:  # one unit's FlowerUnit never holds up the others'
@@ -240,8 +263,11 @@ class FlowerUnits:
             self._remember(unit, observed)
             return writes
         status = with_times(desired, before, now)
+        body = dict(status)
+        if isinstance(status.get("flower"), Mapping) and isinstance(before.get("flower"), Mapping):
+            body["flower"] = replacing(before["flower"], status["flower"])  # a whole new answer, not merged in
         patched = self.kube.request("PATCH", path_for(KIND, unit.namespace, object_name(unit), "status"),
-                                    body={"status": status}, content_type=MERGE_PATCH)
+                                    body={"status": body}, content_type=MERGE_PATCH)
         self._remember(unit, patched if isinstance(patched, dict) else {**observed, "status": status})
         log.debug("FlowerUnit status written", unit=unit.id, ready=status["conditions"][0]["status"],
                   reason=status["conditions"][0]["reason"])

@@ -10,6 +10,7 @@ import functools
 import os
 import signal
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,8 @@ import structlog
 from syncer import __version__
 from syncer.agent.agent import Agent
 from syncer.agent.config import AgentConfig, load_policy, read_secret
+from syncer.agent.flower_probe import FlowerProbe
+from syncer.agent.flower_watch import FlowerWatch
 from syncer.agent.flowerunits import FlowerUnits
 from syncer.agent.memory import release_free_memory
 from syncer.agent.state import AgentOptions
@@ -29,6 +32,7 @@ from syncer.cluster.lease import LeaderElector
 from syncer.http import AgentServer
 from syncer.identity import UnknownUnit, derived_repository_name, source_key
 from syncer.logs import configure
+from syncer.observe.conditions import HealthCheck
 from syncer.observe.gc_pauses import GCPauses
 from syncer.observe.metrics import Metrics
 from syncer.observe.notify import Notifier, load_receivers
@@ -169,6 +173,9 @@ def run(config: AgentConfig) -> int:
 
     status_cache = StatusCache(kube, namespaces=config.namespaces)
     status_cache.start(stop)
+    # Flower-level health: the agent's own reads (the CA Secrets), off the event queue and the status loop
+    probe = FlowerProbe(kube, enabled=config.flower_health == "on")
+    agent.flower = FlowerWatch(probe, agent.report, time.monotonic)
     # under the agent's supervisor: a loop that raises is restarted, and /healthz says so meanwhile
     agent.supervisor.spawn("status", functools.partial(_status_loop, agent, status_cache, metrics, stop))
     agent.supervisor.spawn("gc-pauses", functools.partial(_log_gc_pauses, gc_pauses, stop))
@@ -183,6 +190,7 @@ def run(config: AgentConfig) -> int:
     if elector_thread is not None:
         elector_thread.join(5)
     server.stop()
+    probe.close()
     recorder.stop()
     if notifier is not None:
         notifier.stop()
@@ -259,7 +267,11 @@ def _status_round(agent: Agent, cache: StatusCache, metrics: Metrics) -> None:
     units = sorted(set(agent.desired) | set(agent.cache.state.inventories))
     report = cache.report(targets_from(dict.fromkeys(units), agent.cache.state))
     metrics.observe_status(report.units, report.gpus)
-    observe_health(agent, report.units)  # each unit's Healthy condition
+    checks: list[HealthCheck] = []
+    if agent.flower is not None:  # SuperNodes connected, runs: from the last answers of the SuperLinks
+        metrics.observe_flower(agent.flower.round(agent.installed.plan.flower, report.units))
+        checks.append(agent.flower.check)
+    observe_health(agent, report.units, checks)  # each unit's Healthy condition
     agent.request_drift_check()  # measured by a worker, like every sync
     release_free_memory()  # what the last syncs freed
 

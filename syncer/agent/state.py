@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Protocol
 
 from syncer.agent.cache import LiveCache
+from syncer.agent.flower_watch import FlowerWatch
 from syncer.agent.messages import Event, Waiter
 from syncer.agent.supervisor import Supervisor
 from syncer.agent.workqueue import WorkQueue
@@ -79,6 +80,7 @@ class UnitTables(Protocol):
     """What a unit's conditions are computed from and published with (unitstate.py)."""
 
     health: dict[Unit, UnitCondition]  # replaced whole by each status round
+    flower: FlowerWatch | None  # Flower-level health of the federations, when the runner set it up
 
     @property
     def installed(self) -> Installed: ...

@@ -119,6 +119,7 @@ def unit_report(agent: UnitTables, unit: Unit, state: UnitConditions) -> dict[st
         "failedObjects": [c.to_dict() for c in result.failures()] if result else [],
         "nodeKeys": result.node_keys.to_dict() if result and result.node_keys else None,
         **state.to_dict(),
+        **({"flower": agent.flower.to_dict(unit)} if agent.flower is not None and unit.kind == "federation" else {}),
     }
 
 
@@ -138,6 +139,7 @@ def agent_status(agent: AgentView) -> dict[str, Any]:
             "error": agent.fetch_error,
         },
         "queueDepth": agent.work.depth(),
+        "flowerHealth": "on" if agent.flower is not None and agent.flower.probe.enabled else "off",
         "tenancy": (agent.options.tenancy or Tenancy()).status(),
         "units": [unit_report(agent, unit, state) for unit, state in states.items()],
         "supervisor": agent.supervisor.summary(),

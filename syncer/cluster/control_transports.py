@@ -65,7 +65,7 @@ def _transport_error(call: str, address: str, exc: BaseException) -> ControlApiE
     if isinstance(exc, ConnectionRefusedError):
         return ControlApiError(call, address, ControlErrorCode.UNAVAILABLE, "connection refused")
     if isinstance(exc, socket.gaierror):
-        return ControlApiError(call, address, ControlErrorCode.UNAVAILABLE, "the host name does not resolve")
+        return ControlApiError(call, address, ControlErrorCode.NOT_RESOLVED, "the host name does not resolve")
     if isinstance(exc, TimeoutError):
         return ControlApiError(call, address, ControlErrorCode.UNAVAILABLE, "timed out")
     if isinstance(exc, http.client.HTTPException | ConnectionError):
@@ -101,12 +101,14 @@ class HttpControl(_Calls):
 
     transport: Transport = "http"
 
-    def __init__(self, address: str, root_certificates: bytes, *, timeout: float = 10.0) -> None:
+    def __init__(self, address: str, root_certificates: bytes | None, *, timeout: float = 10.0) -> None:
         self.address = address
         self.host, self.port = split_address(address)
         self.timeout = timeout
-        self._context = ssl.create_default_context(cadata=root_certificates.decode("ascii", "replace"))
-        self._context.set_alpn_protocols(["http/1.1"])
+        self._context: ssl.SSLContext | None = None  # None: plain HTTP (a federation with `insecure: true`)
+        if root_certificates is not None:
+            self._context = ssl.create_default_context(cadata=root_certificates.decode("ascii", "replace"))
+            self._context.set_alpn_protocols(["http/1.1"])
 
     def close(self) -> None:
         pass  # nothing is kept open between calls
@@ -115,7 +117,9 @@ class HttpControl(_Calls):
         rpc, path = CALLS[name]
         # one connection per call: uvicorn drops an idle keep-alive connection after 5 s, and a
         # RegisterNode must not be sent twice on a guess that the first never arrived
-        conn = http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout, context=self._context)
+        conn = (http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout, context=self._context)
+                if self._context is not None
+                else http.client.HTTPConnection(self.host, self.port, timeout=self.timeout))
         try:
             conn.request("POST", path, body, {"content-type": PROTOBUF, "accept": PROTOBUF, "connection": "close"})
             response = conn.getresponse()
@@ -157,13 +161,14 @@ class GrpcControl(_Calls):
 
     transport: Transport = "grpc"
 
-    def __init__(self, address: str, root_certificates: bytes, *, timeout: float = 10.0) -> None:
-        import grpc  # only agents with a SuperNode-authenticating federation of Flower < 1.37 load it
+    def __init__(self, address: str, root_certificates: bytes | None, *, timeout: float = 10.0) -> None:
+        import grpc  # only agents that reach a SuperLink of Flower < 1.37 load it
 
         self.address = address
         self.timeout = timeout
         self._grpc = grpc
-        self._channel = grpc.secure_channel(address, grpc.ssl_channel_credentials(root_certificates))
+        self._channel = (grpc.secure_channel(address, grpc.ssl_channel_credentials(root_certificates))
+                         if root_certificates is not None else grpc.insecure_channel(address))
 
     def close(self) -> None:
         self._channel.close()
@@ -210,10 +215,13 @@ def _decoded(rpc: str, address: str, decode: Callable[[bytes], T], data: bytes) 
                               "the answer is not the expected protobuf message") from None
 
 
-def connect(address: str, transport: Transport, root_certificates: bytes, *, timeout: float = 10.0) -> ControlApi:
+def connect(address: str, transport: Transport, root_certificates: bytes | None, *,
+            timeout: float = 10.0) -> ControlApi:
     """A client of the Control API at `address` (host:port) over `transport`, verifying the
-    server against `root_certificates` (PEM). An address that is not host:port is refused here
-    too (validation refuses it first): gRPC would dial `unix:` sockets and other schemes."""
+    server against `root_certificates` (PEM; None: plaintext, for a federation with `insecure:
+    true`, whose SuperLink serves no TLS: only Flower-health reads go there). An address that
+    is not host:port is refused here too (validation refuses it first): gRPC would dial `unix:`
+    sockets and other schemes."""
     from syncer.models.nodeauth import control_address_problem
 
     problem = control_address_problem(address)
@@ -221,4 +229,4 @@ def connect(address: str, transport: Transport, root_certificates: bytes, *, tim
         raise ControlApiError("connect", address, ControlErrorCode.BAD_ADDRESS, f"the address {problem}")
     if transport == "http":
         return HttpControl(address, root_certificates, timeout=timeout)
-    return GrpcControl(address, root_certificates, timeout=timeout)  # grpc: only for SuperLinks before 1.37
+    return GrpcControl(address, root_certificates, timeout=timeout)  # only for SuperLinks before 1.37

@@ -25,6 +25,7 @@ a detail that is either a parsed Control API error (bounded, escaped, one line) 
 from __future__ import annotations
 
 import enum
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -41,7 +42,8 @@ class ControlErrorCode(enum.StrEnum):
     KEY_INVALID = "key-invalid"  # the SuperLink does not accept this public key
     NODE_NOT_FOUND = "node-not-found"  # no such node id for this account
     DENIED = "denied"  # the SuperLink wants credentials, or refuses the account
-    UNAVAILABLE = "unavailable"  # nothing answers at the address (refused, timed out, name not found)
+    UNAVAILABLE = "unavailable"  # nothing answers at the address (refused, timed out, name not found over gRPC)
+    NOT_RESOLVED = "not-resolved"  # the host name does not resolve (e.g. Service DNS, from outside the cluster)
     TLS = "tls"  # the TLS handshake failed: the server is not verified by the federation's CA
     NOT_CONTROL_API = "not-control-api"  # something answers, but not the Control API of this transport
     SERVER = "server"  # another error of the Control API
@@ -67,9 +69,20 @@ def one_line(text: str, limit: int = MAX_DETAIL) -> str:
 
 @dataclass(frozen=True)
 class RegisteredNode:
+    """One NodeInfo of ListNodes. Flower 1.26 - 1.42 send fields 1-11; the 1.43 nightly adds
+    `location` (12) and `name` (13). A SuperNode without node authentication has a key too: the
+    one it made for itself at start (so keys identify nodes only where Git lists them)."""
+
     node_id: int
     status: str  # registered | online | offline | unregistered
     public_key: bytes  # SubjectPublicKeyInfo PEM
+    owner_name: str = ""  # the account that registered it ("" without account authentication)
+    last_activated_at: str = ""  # ISO time it last came online
+    last_deactivated_at: str = ""  # ISO time it last went offline
+    online_until: float = 0.0  # POSIX time its last heartbeat is good until
+    heartbeat_interval: float = 0.0  # seconds between its heartbeats
+    name: str = ""  # Flower 1.43+
+    location: str = ""  # Flower 1.43+
 
 
 @dataclass(frozen=True)
@@ -82,6 +95,7 @@ class RunInfo:
     pending_at: str = ""
     running_at: str = ""
     finished_at: str = ""
+    details: str = ""  # RunStatus.details: why a run failed (Flower's words: bound before showing)
 
 
 class ControlApi(Protocol):
@@ -125,19 +139,24 @@ def decode_register(data: bytes) -> int:
 
 
 def decode_list_nodes(data: bytes) -> list[RegisteredNode]:
-    """ListNodesResponse: repeated NodeInfo nodes_info = 1 (node_id = 1, status = 4, public_key = 11)."""
+    """ListNodesResponse: repeated NodeInfo nodes_info = 1; NodeInfo: node_id = 1, owner_name = 3,
+    status = 4, last_activated_at = 6, last_deactivated_at = 7, online_until = 9 (double),
+    heartbeat_interval = 10 (double), public_key = 11, location = 12, name = 13 (1.43+)."""
     nodes = []
     for number, value in _fields(data):
         if number == 1 and isinstance(value, bytes):
             info = dict(_fields(value))
-            nodes.append(RegisteredNode(_int(info.get(1)), _text(info.get(4)), _bytes(info.get(11))))
+            nodes.append(RegisteredNode(_int(info.get(1)), _text(info.get(4)), _bytes(info.get(11)),
+                                        _text(info.get(3)), _text(info.get(6)), _text(info.get(7)),
+                                        _double(info.get(9)), _double(info.get(10)), _text(info.get(13)),
+                                        _text(info.get(12))))
     return nodes
 
 
 def decode_list_runs(data: bytes) -> list[RunInfo]:
     """ListRunsResponse: map<uint64, Run> run_dict = 1 (entries: key = 1, value = 2); Run: run_id = 1,
     fab_id = 2, fab_version = 3, pending_at = 6, running_at = 8, finished_at = 9, status = 10
-    (RunStatus: status = 1, sub_status = 2). Sorted by run id."""
+    (RunStatus: status = 1, sub_status = 2, details = 3). Sorted by run id."""
     runs = []
     for number, value in _fields(data):
         if number != 1 or not isinstance(value, bytes):
@@ -147,7 +166,7 @@ def decode_list_runs(data: bytes) -> list[RunInfo]:
         status = dict(_fields(_bytes(run.get(10))))
         runs.append(RunInfo(_int(run.get(1)) or _int(entry.get(1)), _text(run.get(2)), _text(run.get(3)),
                             _text(status.get(1)), _text(status.get(2)), _text(run.get(6)), _text(run.get(8)),
-                            _text(run.get(9))))
+                            _text(run.get(9)), _text(status.get(3))))
     return sorted(runs, key=lambda r: r.run_id)
 
 
@@ -161,6 +180,12 @@ def _bytes(value: int | bytes | None) -> bytes:
 
 def _text(value: int | bytes | None) -> str:
     return _bytes(value).decode("utf-8", "replace")
+
+
+def _double(value: int | bytes | None) -> float:
+    """A `double` field (fixed 64-bit, little-endian); 0.0 when absent or not 8 bytes."""
+    raw = _bytes(value)
+    return float(struct.unpack("<d", raw)[0]) if len(raw) == 8 else 0.0
 
 
 # -- protobuf wire format (https://protobuf.dev/programming-guides/encoding/) ---------------------

@@ -42,6 +42,9 @@ flower_syncer_pool_gpus_allocated                  gauge      unit, pool, resour
 flower_syncer_pool_problem_pods                    gauge      unit, pool, reason    pods with the pool's main problem
 flower_syncer_node_gpus_allocatable                gauge      node, resource        GPUs the node offers
 flower_syncer_node_gpus_used                       gauge      node, resource        GPUs of pods bound there (any owner)
+flower_syncer_federation_supernodes                gauge      unit, pool, state     SuperNodes at the SuperLink (below)
+flower_syncer_federation_runs                      gauge      unit, status          runs the SuperLink lists, by status
+flower_syncer_federation_control_api_up            gauge      unit                  1: its Control API answered
 flower_syncer_leader                               gauge      -                     1 while holding the leader lease
 flower_syncer_fenced_syncs_total                   counter    -                     syncs stopped by the lease fence
 flower_syncer_gc_pause_seconds                     histogram  generation            Python GC stops (observe.gc_pauses)
@@ -56,6 +59,15 @@ of ``flower-syncer status``); ``drift_corrections_total`` counts objects a real 
 recreated whose live copy had been changed outside Git (`Change.drift`), or created again after
 someone deleted them (`corrections_by_kind`). ``revision_info`` has one
 series only: setting a new revision removes the old one.
+
+Flower-level health (syncer.observe.flower_health), per Federation whose SuperLink answered:
+``federation_supernodes`` has ``state`` online|offline|registered|expected per ``pool`` (a pool of
+the Federation, or the unit id of a SuperNode release that points at it; ``-`` counts online
+SuperNodes of no pool), ``federation_runs`` has ``status``
+pending|starting|running|completed|failed|stopped. A SuperLink that does not answer keeps no
+series of these two (so no stale count) and ``federation_control_api_up`` 0; one the agent did not
+ask (``--flower-health off``, a Service name an agent outside the cluster cannot resolve) has no
+series at all.
 """
 
 from __future__ import annotations
@@ -65,7 +77,7 @@ import time
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -78,6 +90,8 @@ from syncer.identity import ObjectRef
 from syncer.observe.unit_metrics import UnitSeries
 
 if TYPE_CHECKING:
+    from syncer.identity import Unit
+    from syncer.observe.flower_health import FlowerHealth
     from syncer.observe.health import NodeGPU
     from syncer.observe.status import ClusterGPUs, UnitStatus
 
@@ -195,6 +209,37 @@ class _StatusCollector(Collector):
         yield from self._families(self.snapshot)
 
 
+class _FlowerCollector(Collector):
+    """flower_syncer_federation_*: replaced as a whole each status round."""
+
+    def __init__(self) -> None:
+        self.snapshot: tuple[tuple[tuple[str, str, str, int], ...], tuple[tuple[str, str, int], ...],
+                             tuple[tuple[str, bool], ...]] = ((), (), ())
+
+    def _families(self, snap: tuple[Any, Any, Any]) -> list[GaugeMetricFamily]:
+        nodes = GaugeMetricFamily(PREFIX + "federation_supernodes", "SuperNodes at the federation's SuperLink, by "
+                                  "the pool or release Git expects them from, and state (online, offline, "
+                                  "registered: never connected, expected: what Git asks for).",
+                                  labels=["unit", "pool", "state"])
+        runs = GaugeMetricFamily(PREFIX + "federation_runs", "Runs the federation's SuperLink lists, by status.",
+                                 labels=["unit", "status"])
+        up = GaugeMetricFamily(PREFIX + "federation_control_api_up", "1 when the federation's SuperLink answered "
+                               "its Control API in the last check.", labels=["unit"])
+        for unit, pool, state, value in snap[0]:
+            nodes.add_metric([unit, pool, state], value)
+        for unit, status, value in snap[1]:
+            runs.add_metric([unit, status], value)
+        for unit, ok in snap[2]:
+            up.add_metric([unit], 1.0 if ok else 0.0)
+        return [nodes, runs, up]
+
+    def describe(self) -> Iterable[GaugeMetricFamily]:
+        return self._families(((), (), ()))
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield from self._families(self.snapshot)
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -228,6 +273,8 @@ class Metrics:
         self.build_info = Gauge(PREFIX + "build_info", "Always 1; the agent's version.", ["version"], registry=r)
         self._status = _StatusCollector()
         r.register(self._status)
+        self._flower = _FlowerCollector()
+        r.register(self._flower)
 
         self.up.set(1)
         self.build_info.labels(version).set(1)
@@ -344,6 +391,23 @@ class Metrics:
                 nodes = {(n.node, n.resource): (n.allocatable, n.used) for n in entries}
             self._status.snapshot = _Snapshot(units, pools, nodes)
 
+    def observe_flower(self, healths: Mapping[Unit, FlowerHealth]) -> None:
+        """Replace every federation_* series with these federations' Flower-level health (one that
+        was not checked, e.g. --flower-health off, has none)."""
+        from syncer.observe.flower_health import UNCHECKED, metric_series
+
+        nodes: list[tuple[str, str, str, int]] = []
+        runs: list[tuple[str, str, int]] = []
+        up: list[tuple[str, bool]] = []
+        for unit, health in sorted(healths.items(), key=lambda kv: kv[0].id):
+            if health.code in UNCHECKED:
+                continue  # not asked: off, not yet, or a Service name an agent outside the cluster cannot resolve
+            n, r = metric_series(unit.id, health)
+            nodes.extend(n)
+            runs.extend(r)
+            up.append((unit.id, health.reachable))
+        self._flower.snapshot = (tuple(nodes), tuple(runs), tuple(up))
+
     # -- agent -----------------------------------------------------------------------------------
 
     def set_leader(self, leader: bool) -> None:
@@ -356,6 +420,9 @@ class Metrics:
     def forget_unit(self, unit: str) -> None:
         """Drop every series of a unit (it left Git)."""
         self._units.forget(unit)
+        nodes, runs, up = self._flower.snapshot
+        self._flower.snapshot = (tuple(s for s in nodes if s[0] != unit), tuple(s for s in runs if s[0] != unit),
+                                 tuple(s for s in up if s[0] != unit))
         with self._lock:
             snap = self._status.snapshot
             if unit in snap.units or any(u == unit for u, _ in snap.pools):

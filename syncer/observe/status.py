@@ -34,6 +34,7 @@ from syncer.identity import (
     unit_matches,
 )
 from syncer.observe.conditions import UnitConditions, healthy_condition, synced_from_record
+from syncer.observe.flower_health import connected_cell, recorded_flower_check
 from syncer.observe.health import (
     GPUCount,
     NodeGPU,
@@ -121,6 +122,7 @@ class UnitStatus:
     errors: list[str] = field(default_factory=list)
     suspended: bool = False  # by `flower-syncer suspend` (its inventory says so)
     condition: Condition | None = None  # the outcome of its last sync, from its inventory
+    flower: dict[str, Any] | None = None  # a federation's Flower-level health, as the agent recorded it
 
     @property
     def ready(self) -> bool:
@@ -132,8 +134,15 @@ class UnitStatus:
     def state(self) -> UnitConditions:
         """Its Synced condition (as its inventory records its last sync) and Healthy condition (from
         its pools): see syncer.observe.conditions."""
-        return UnitConditions(synced_from_record(self.condition, suspended=self.suspended),
-                              healthy_condition(self.pools, found=self.found), self.checked or self.revision)
+        healthy = healthy_condition(self.pools, found=self.found, checks=(recorded_flower_check,), subject=self)
+        return UnitConditions(synced_from_record(self.condition, suspended=self.suspended), healthy,
+                              self.checked or self.revision)
+
+    @property
+    def connected(self) -> str:
+        """The CONNECTED cell: SuperNodes online of those Git expects (`-` when not a federation or
+        not checked)."""
+        return connected_cell(self.flower)
 
     @property
     def gpus(self) -> dict[str, GPUCount]:
@@ -162,7 +171,10 @@ class UnitStatus:
         out["conditions"] = [state.synced.to_dict(), state.healthy.to_dict()]
         if self.condition is not None:  # as its inventory records it, with when it last changed
             out["inventoryCondition"] = self.condition.to_dict()
+        if kind == "federation":
+            out["flower"] = {k: v for k, v in self.flower.items() if k != "condition"} if self.flower else None
         return out
+
 
 
 @dataclass
@@ -324,11 +336,32 @@ def status(kube: Kube, units: UnitsArg = None, *, selectors: Sequence[str] = (),
     """The status of units (see `resolve_targets`), with the cluster's GPU table when `nodes`, and
     per unit id the drift counts and errors of a dry-run sync when given (see `drift_counts`)."""
     report = collect_status(kube, resolve_targets(kube, units, selectors), nodes=nodes)
+    attach_flower(kube, report)
     for u in report.units:
         if drift is not None:
             u.drift = drift.get(u.unit, 0)
         u.errors.extend((errors or {}).get(u.unit, ()))
     return report
+
+
+def attach_flower(kube: Kube, report: StatusReport) -> None:
+    """Each federation's Flower-level health as the agent recorded it on its FlowerUnit
+    (`status.flower`): one LIST per namespace with federations. Without the CRD, or without the
+    right to read FlowerUnits, the federations' CONNECTED stays `-`."""
+    namespaces = sorted({u.unit.split("/")[1] for u in report.units if u.unit.startswith("federation/")})
+    recorded: dict[str, dict[str, Any]] = {}
+    for ns in namespaces:
+        try:
+            items, _ = kube.list("FlowerUnit", ns)
+        except ApiError:
+            return  # not installed (404), or not ours to read (403): nothing to show
+        for obj in items:
+            name = str((obj.get("metadata") or {}).get("name") or "")
+            flower = (obj.get("status") or {}).get("flower")
+            if name.startswith("federation.") and isinstance(flower, dict):
+                recorded[f"federation/{ns}/{name.removeprefix('federation.')}"] = flower
+    for u in report.units:
+        u.flower = recorded.get(u.unit, u.flower)
 
 
 def collect_status(kube: Kube, targets: Sequence[Target], *, nodes: bool = True) -> StatusReport:
@@ -508,11 +541,13 @@ def _gpu_cell(gpus: Mapping[str, GPUCount]) -> str:
 
 
 def format_units(report: StatusReport, *, revision_width: int = 12, headers: bool = True) -> str:
-    """UNIT SYNCED HEALTH POOL KIND READY GPUS DRIFT SUSPENDED REVISION MESSAGE, one row per pool,
-    units in natural order. SYNCED and HEALTH: the unit's two conditions (their reasons); MESSAGE:
-    the pool's problem; on a unit's first row, why it is not Synced first."""
-    rows: list[list[str]] = [["UNIT", "SYNCED", "HEALTH", "POOL", "KIND", "READY", "GPUS", "DRIFT", "SUSPENDED",
-                              "REVISION", "MESSAGE"]]
+    """UNIT SYNCED HEALTH POOL KIND READY CONNECTED GPUS DRIFT SUSPENDED REVISION MESSAGE, one row
+    per pool, units in natural order. SYNCED and HEALTH: the unit's two conditions (their reasons);
+    CONNECTED: a federation's SuperNodes online at its SuperLink of those Git expects (`-`: not a
+    federation, or not checked); MESSAGE: the pool's problem; on a unit's first row, why it is not
+    Synced (or, for a federation, why its SuperLink says it is not healthy) first."""
+    rows: list[list[str]] = [["UNIT", "SYNCED", "HEALTH", "POOL", "KIND", "READY", "CONNECTED", "GPUS", "DRIFT",
+                              "SUSPENDED", "REVISION", "MESSAGE"]]
     for u in sorted(report.units, key=lambda u: natural_key(u.unit)):
         state = u.state
         drift = "-" if u.drift is None else str(u.drift)
@@ -523,13 +558,16 @@ def format_units(report: StatusReport, *, revision_width: int = 12, headers: boo
         suspended = "yes" if u.suspended else "no"
         cells = [u.unit, str(state.synced.reason), str(state.healthy.reason)]
         failing = "" if state.synced.status else f"{state.synced.reason}: {state.synced.message}"
+        if not failing and not state.healthy.status and (u.flower or {}).get("condition"):
+            failing = f"{state.healthy.reason}: {state.healthy.message}"  # what the SuperLink says
+        connected = u.connected
         if not u.pools:
-            rows.append([*cells, "-", "-", "-", "-", drift, suspended, revision,
+            rows.append([*cells, "-", "-", "-", connected, "-", drift, suspended, revision,
                          failing or ("no workloads found in the cluster" if not u.found else "-")])
         for i, p in enumerate(u.pools):
             message = "; ".join(m for m in ((failing if i == 0 else ""), p.summary) if m) or "-"
-            rows.append([*cells, p.pool, p.kind, f"{p.ready}/{p.desired}", _gpu_cell(p.gpus), drift, suspended,
-                         revision, message])
+            rows.append([*cells, p.pool, p.kind, f"{p.ready}/{p.desired}", connected, _gpu_cell(p.gpus), drift,
+                         suspended, revision, message])
     return _table(rows, headers)
 
 

@@ -21,6 +21,7 @@ from syncer.plan import Claims, NodeAuth, Plan, Policy, UnitPlan, refs_of
 from syncer.render.common import RenderContext, sort_manifests
 from syncer.render.control_targets import control_target_diagnostics
 from syncer.render.federation import render_federation
+from syncer.render.flower_targets import flower_targets
 from syncer.render.guardrails import check_guardrails
 from syncer.render.packed import pack
 from syncer.render.podrules import AgentAccount
@@ -369,4 +370,6 @@ def plan_repo(state: RepoState, rendered: Rendered, *, selectors: Sequence[str] 
         allowed_namespaces=None if rails.allowedNamespaces is None else tuple(rails.allowedNamespaces),
         protected_namespaces=PROTECTED_NAMESPACES,
         control_api_targets=None if rails.allowedControlApiTargets is None else tuple(rails.allowedControlApiTargets),
+        flower=flower_targets((u for u in state.units if u.unit not in failed), rails.allowedControlApiTargets,
+                              elsewhere=state.elsewhere),
     )

@@ -13,11 +13,10 @@ from pydantic import BaseModel
 
 from syncer.diagnostics import DECRYPTION, Diagnostic, format_path
 from syncer.secrets.keys import Decryption
-from syncer.secrets.sops import METADATA_KEY, SopsError, decrypt_documents, scrubbable
+from syncer.secrets.sops import METADATA_KEY, SopsError, decrypt_documents, redact_text
 from syncer.yamldoc import YamlDoc
 
 M = TypeVar("M", bound=BaseModel)
-REDACTED = "**redacted**"
 _ENC = re.compile(r"ENC\[AES256_GCM,data:[^,]*,iv:[^,]*,tag:[^,]*,type:([^\]]*)\]\Z")
 _PLACEHOLDERS: dict[str, Any] = {"int": 0, "int64": 0, "float": 0.0, "bool": False}
 
@@ -109,10 +108,3 @@ def _redacted(d: Diagnostic, secrets: frozenset[str]) -> Diagnostic:
     message, hint = redact_text(d.message, secrets), redact_text(d.hint, secrets)
     return replace(d, message=message, hint=hint) if (message, hint) != (d.message, d.hint) else d
 
-
-def redact_text(text: str, secrets: frozenset[str]) -> str:
-    """`text` with every plaintext value of an encrypted file replaced by REDACTED (values of three
-    characters or more, not booleans: see syncer.secrets.sops.scrubbable), longest first."""
-    for value in sorted((v for v in secrets if scrubbable(v)), key=len, reverse=True):
-        text = text.replace(value, REDACTED)
-    return text

@@ -209,6 +209,17 @@ def scrubbable(text: str) -> bool:
     return len(text) >= 3 and text not in ("true", "false")
 
 
+REDACTED = "**redacted**"  # what output shows in place of a secret's value
+
+
+def redact_text(text: str, secrets: frozenset[str]) -> str:
+    """`text` with every plaintext value of an encrypted file replaced by REDACTED (the values
+    `scrubbable` allows), longest first."""
+    for value in sorted((v for v in secrets if scrubbable(v)), key=len, reverse=True):
+        text = text.replace(value, REDACTED)
+    return text
+
+
 def scalar_text(value: Any) -> str:
     """How a decrypted scalar of any type reads in rendered text (args, env): ints exactly,
     floats as Python writes them, booleans as YAML does."""

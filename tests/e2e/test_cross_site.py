@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -36,6 +34,7 @@ from syncer.cluster.control_transports import connect
 from syncer.models.nodeauth import parse_keys
 from tests.builders import secret_yaml, tls_material
 from tests.conftest import DEVCLUSTER, IN_CI, wait_until
+from tests.e2e.apps import APP, CLIENT_LINE, FLWR
 from tests.e2e.conftest import (
     UP_TIMEOUT_S,
     Agent,
@@ -46,30 +45,16 @@ from tests.e2e.conftest import (
     syncer_status,
     wait_ready,
 )
+from tests.integration.agents import free_port
 from tests.sops_writer import encrypt
 
 pytestmark = pytest.mark.e2e
 
-# as tests/e2e/test_training.py (no test module imports another): the e2e app, the newest release
-# the registry serves, and the line each ClientApp prints with the node config it was given
-APP = Path(__file__).resolve().parent.parent / "fixtures" / "e2e-app"
-FLWR = "1.42.0"
-CLIENT_LINE = re.compile(r"E2E-CLIENT partition-id=(\S+) \((\w+)\) num-partitions=(\S+) \((\w+)\)")
 
 NS = "xs"
 CRDS = Path(__file__).resolve().parents[2] / "charts" / "flower-syncer" / "crds"
 HUB, SITE = f"xs-hub-{os.getpid()}", f"xs-site-{os.getpid()}"
 FLEET_NODE_PORT, CONTROL_NODE_PORT = 30092, 30093
-# INTEGRATOR: the hub's `flower-syncer status -o json` shows each federation's SuperNodes in the
-# agreed "flower" shape once the flower-health branch is merged; until then this test asks the
-# SuperLink's Control API directly and leaves the status assertions off. Set it to True on merge.
-STATUS_HAS_FLOWER_HEALTH = False
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _devcluster(name: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -331,14 +316,13 @@ def test_one_push_brings_up_a_federation_across_two_clusters(linked: tuple[Site,
         edge = next(p for p in pods if p.startswith("edge-flower-client-supernode-"))
         assert set(CLIENT_LINE.findall(site.cluster.logs(NS, edge, "supernode"))) == {("1", "int", "2", "int")}
 
-        if STATUS_HAS_FLOWER_HEALTH:  # INTEGRATOR: see STATUS_HAS_FLOWER_HEALTH
-            flower = wait_until("the hub's status showing the site's SuperNode connected", lambda: _flower(
-                syncer_status(hub.cluster, NS), f"federation/{NS}/hub"), timeout=60, interval=2, log=hub_agent.log)
-            pools = {p["unit"]: p for p in flower["supernodes"]["pools"]}
-            assert pools[f"supernode/{NS}/edge"]["cluster"] == "site-a", flower
-            assert pools[f"supernode/{NS}/edge"]["online"] == 1, flower
-            assert hub_agent.metric("flower_syncer_federation_supernodes", unit=f"federation/{NS}/hub",
-                                    pool=f"supernode/{NS}/edge", state="online") == 1
+        flower = wait_until("the hub's status showing the site's SuperNode connected", lambda: _flower(
+            syncer_status(hub.cluster, NS), f"federation/{NS}/hub"), timeout=60, interval=2, log=hub_agent.log)
+        pools = {p["unit"]: p for p in flower["supernodes"]["pools"]}
+        assert pools[f"supernode/{NS}/edge"]["cluster"] == "site-a", flower
+        assert pools[f"supernode/{NS}/edge"]["online"] == 1, flower
+        assert hub_agent.metric("flower_syncer_federation_supernodes", unit=f"federation/{NS}/hub",
+                                pool=f"supernode/{NS}/edge", state="online") == 1
 
         # The site's node stops (its cluster goes down, and the link with it): the hub's SuperLink
         # sees the site's SuperNode go offline (Flower's heartbeat timeout), the hub's own stays.
@@ -353,16 +337,15 @@ def test_one_push_brings_up_a_federation_across_two_clusters(linked: tuple[Site,
                    lambda: _nodes(hub, tls["ca.crt"]).get(site_fingerprint) == "offline",
                    timeout=240, interval=2, log=hub_agent.log)
         sys.stderr.write(f"site SuperNode offline {time.monotonic() - stopped:.0f}s after its node stopped\n")
-        if STATUS_HAS_FLOWER_HEALTH:  # INTEGRATOR: see STATUS_HAS_FLOWER_HEALTH
-            wait_until("the hub's status showing the site's SuperNode offline", lambda: {
-                p["unit"]: p for p in _flower(syncer_status(hub.cluster, NS), f"federation/{NS}/hub")
-                .get("supernodes", {}).get("pools", [])}.get(f"supernode/{NS}/edge", {}).get("offline") == 1,
-                timeout=60, interval=2, log=hub_agent.log)
-            assert hub_agent.metric("flower_syncer_federation_supernodes", unit=f"federation/{NS}/hub",
-                                    pool=f"supernode/{NS}/edge", state="offline") == 1
-            wait_until("a SuperNodesLost Event on the hub", lambda: any(
-                e.get("reason") == "SuperNodesLost" for e in hub.cluster.json("-n", NS, "get", "events")["items"]),
-                timeout=60, interval=2, log=hub_agent.log)
+        wait_until("the hub's status showing the site's SuperNode offline", lambda: {
+            p["unit"]: p for p in _flower(syncer_status(hub.cluster, NS), f"federation/{NS}/hub")
+            .get("supernodes", {}).get("pools", [])}.get(f"supernode/{NS}/edge", {}).get("offline") == 1,
+            timeout=60, interval=2, log=hub_agent.log)
+        assert hub_agent.metric("flower_syncer_federation_supernodes", unit=f"federation/{NS}/hub",
+                                pool=f"supernode/{NS}/edge", state="offline") == 1
+        wait_until("a SuperNodesLost Event on the hub", lambda: any(
+            e.get("reason") == "SuperNodesLost" for e in hub.cluster.json("-n", NS, "get", "events")["items"]),
+            timeout=60, interval=2, log=hub_agent.log)
         assert _nodes(hub, tls["ca.crt"]).get(parse_keys(hub_key[1])[0][0].fingerprint) == "online"
     finally:
         for agent in (hub_agent, site_agent):

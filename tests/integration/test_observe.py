@@ -155,12 +155,13 @@ def test_status_reads_with_one_list_per_kind_and_namespace(kube: Kube, namespace
     apply_all(kube, manifests)
     before = kube.counts["GET"]
     report = status(kube, [unit], nodes=False)
-    # the inventory ConfigMaps, StatefulSets, DaemonSets and Pods of the namespace: 4 LISTs, 4 pools
-    assert kube.counts["GET"] - before == 4
+    # the inventory ConfigMaps, StatefulSets, DaemonSets and Pods of the namespace, and its
+    # FlowerUnits (a federation's Flower-level health, as the agent records it): 5 LISTs, 4 pools
+    assert kube.counts["GET"] - before == 5
     assert [p.pool for p in report.units[0].pools] == ["superlink", "a", "b", "c"]
     before = kube.counts["GET"]
     status(kube, [unit], nodes=True)
-    assert kube.counts["GET"] - before == 6  # + the nodes and the bound pods, once each
+    assert kube.counts["GET"] - before == 7  # + the nodes and the bound pods, once each
 
 
 def test_pool_asking_for_more_gpus_than_exist_is_unschedulable(kube: Kube, namespace: str) -> None:
@@ -281,8 +282,8 @@ def test_status_command(kube_cluster: KubeCluster, kube: Kube, namespace: str, r
     assert main(["status", *kc]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    assert lines[0].split() == ["UNIT", "SYNCED", "HEALTH", "POOL", "KIND", "READY", "GPUS", "DRIFT", "SUSPENDED",
-                                 "REVISION", "MESSAGE"]
+    assert lines[0].split() == ["UNIT", "SYNCED", "HEALTH", "POOL", "KIND", "READY", "CONNECTED", "GPUS", "DRIFT",
+                                 "SUSPENDED", "REVISION", "MESSAGE"]
     gpu_row = next(line for line in lines if line.startswith(unit_id) and " gpu " in line)
     assert gpu_row.split()[1:3] == ["Synced", "Healthy"]
     assert "amd.com/gpu 1/1" in gpu_row and "rev-1234" in gpu_row and "1/1" in gpu_row

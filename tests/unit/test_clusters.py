@@ -265,6 +265,22 @@ def test_which_releases_dial_a_hubs_superlink(tmp_path: Path) -> None:
     assert dialing == {"local", "edge"}  # "wrong" dials another port (and fails to load: skew)
 
 
+def test_the_hubs_flower_health_expects_the_sites_supernodes_by_their_cluster(tmp_path: Path) -> None:
+    """The hub's plan lists, for its federation's Flower-level health, its own pools and the
+    release another cluster applies that dials the exposed address (found by an index on the
+    address dialled, not by checking every release against every federation)."""
+    from syncer.render.repo import plan_repo
+
+    root = fleet(tmp_path)
+    (root / "clusters" / "site-a" / "supernodes" / "other").mkdir(parents=True)
+    (root / "clusters" / "site-a" / "supernodes" / "other" / "values.yaml").write_text(
+        site_values(address="hub-superlink", port=9092))  # the hub's Service name: it resolves only in the hub
+    hub = load_repo(root, cluster="hub")
+    plan = plan_repo(hub, render_repo(hub))
+    pools = [(p.unit, p.pool, p.cluster) for p in plan.flower[HUB].pools]
+    assert pools == [(HUB.id, "local", ""), (EDGE.id, "supernode", "site-a")]
+
+
 def test_the_cli_takes_the_cluster(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                    monkeypatch: pytest.MonkeyPatch) -> None:
     from syncer.cli import main

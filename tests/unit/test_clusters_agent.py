@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any, cast
 
 from syncer.agent.agent import Agent, AgentOptions
-from syncer.agent.messages import UnitSynced
 from syncer.identity import Unit
 from syncer.observe.metrics import Metrics
 from syncer.source.git import GitSource
@@ -50,10 +49,7 @@ def _revision(agent: Agent, root: Path, revision: str) -> list[Unit]:
     agent.loaded.set()
     for unit in changed:
         agent.sync(unit)
-    while not agent.events.empty():
-        event = agent.events.get_nowait()
-        if isinstance(event, UnitSynced):
-            agent._on_synced(event)
+    agent.dispatch_pending()  # the UnitSynced events, as the dispatcher handles them
     return changed
 
 

@@ -194,7 +194,8 @@ def test_alert_rules() -> None:
     names = {r["alert"] for r in found}
     assert names == {"FlowerSyncerSyncFailing", "FlowerSyncerDriftPersisting", "FlowerSyncerPoolNotReady",
                      "FlowerSyncerGPURequestsUnschedulable", "FlowerSyncerSourceStale", "FlowerSyncerConfigErrors",
-                     "FlowerSyncerAgentDown", "FlowerSyncerNoLeader"}
+                     "FlowerSyncerAgentDown", "FlowerSyncerNoLeader", "FlowerSyncerSuperNodesNotConnected",
+                     "FlowerSyncerControlApiDown", "FlowerSyncerRunFailed"}
     for r in found:
         assert r["labels"]["severity"] in ("critical", "warning", "info"), r["alert"]
         assert r["annotations"]["summary"] and r["annotations"]["description"], r["alert"]

@@ -129,6 +129,45 @@ def test_status_is_written_when_the_state_changes_and_keeps_its_transition_time_
     assert view.write_round() == 0
 
 
+class Recorded:
+    """What agent.flower_watch records of a federation for its FlowerUnit, as a test sets it."""
+
+    def __init__(self) -> None:
+        self.value: dict[str, Any] | None = None
+
+    def recorded(self, unit: Unit) -> dict[str, Any] | None:
+        return self.value
+
+
+def test_flower_health_is_kept_written_when_it_changes_and_removed_when_no_longer_known(
+        agent: Agent, kube: FakeKube, view: FlowerUnits, clock: Clock) -> None:
+    flower = Recorded()
+    agent.flower = flower  # type: ignore[assignment]
+    sync(agent)
+    view.write_round()
+    flower.value = {"reachable": True, "supernodes": {"online": 2}}
+    assert view.write_round() == 1
+    obj = stored(kube)
+    assert obj is not None and obj["status"]["flower"] == {**flower.value, "checkedAt": "2027-01-15T08:00:00Z"}
+    clock.now += 60
+    assert view.write_round() == 0  # the same answer: no write, and it stays "since" its first time
+    flower.value = {"reachable": True, "supernodes": {"online": 1},
+                    "condition": {"reason": "Degraded", "message": "not connected"}}
+    assert view.write_round() == 1
+    obj = stored(kube)
+    assert obj is not None and obj["status"]["flower"]["checkedAt"] == "2027-01-15T08:01:00Z"
+    flower.value = {"reachable": True, "supernodes": {"online": 2}}  # connected again: no condition
+    assert view.write_round() == 1
+    obj = stored(kube)
+    assert obj is not None and "condition" not in obj["status"]["flower"]  # replaced, not merged in
+    assert view.write_round() == 0
+    flower.value = None  # e.g. --flower-health off
+    assert view.write_round() == 1
+    obj = stored(kube)
+    assert obj is not None and "flower" not in obj["status"]
+    assert view.write_round() == 0
+
+
 def test_a_config_error_shows_its_diagnostic_and_the_fix_clears_it(agent: Agent, kube: FakeKube,
                                                                    view: FlowerUnits, tmp_path: Path) -> None:
     sync(agent)

@@ -164,18 +164,30 @@ def test_the_codec_speaks_flowers_messages(tmp_path: Path) -> None:
     request = control_pb2.RegisterNodeRequest.FromString(_bytes_field(1, pem.pem))
     assert request.public_key == pem.pem
     response = control_pb2.ListNodesResponse(now="2026-11-24", nodes_info=[
-        node_pb2.NodeInfo(node_id=2**63 + 5, owner_aid="x", status="online", online_until=1.5, heartbeat_interval=2.0,
-                          public_key=pem.pem),
+        node_pb2.NodeInfo(node_id=2**63 + 5, owner_aid="x", owner_name="alice", status="online", online_until=1.5,
+                          heartbeat_interval=2.0, public_key=pem.pem, registered_at="r", last_activated_at="a",
+                          last_deactivated_at="d"),
         node_pb2.NodeInfo(node_id=7, status="unregistered")])
     assert decode_list_nodes(response.SerializeToString()) == [
-        RegisteredNode(2**63 + 5, "online", pem.pem), RegisteredNode(7, "unregistered", b"")]
+        RegisteredNode(2**63 + 5, "online", pem.pem, "alice", "a", "d", 1.5, 2.0),
+        RegisteredNode(7, "unregistered", b"")]
     runs = control_pb2.ListRunsResponse(now="x", run_dict={
         9: run_pb2.Run(run_id=9, fab_id="app", fab_version="1.0", pending_at="p", running_at="r", finished_at="f",
                        status=run_pb2.RunStatus(status="finished", sub_status="completed", details="done"),
                        override_config={}, bytes_sent=3, clientapp_runtime=0.5),
         2: run_pb2.Run(run_id=2, status=run_pb2.RunStatus(status="running"))})
     assert decode_list_runs(runs.SerializeToString()) == [
-        RunInfo(2, "", "", "running", ""), RunInfo(9, "app", "1.0", "finished", "completed", "p", "r", "f")]
+        RunInfo(2, "", "", "running", ""), RunInfo(9, "app", "1.0", "finished", "completed", "p", "r", "f", "done")]
+
+
+def test_the_codec_reads_the_names_and_locations_newer_flower_sends() -> None:
+    """Flower 1.43 (nightly) adds NodeInfo.location (12) and name (13): written here as its wire
+    format has them (the dev extras' flwr 1.26 has no such fields), and read back."""
+    from syncer.cluster.flower_control import _bytes_field, _varint_field
+
+    info = _varint_field(1, 3) + _bytes_field(4, b"offline") + _bytes_field(12, b"site-a") + _bytes_field(13, b"n1")
+    assert decode_list_nodes(_bytes_field(1, info) + _bytes_field(2, b"now")) == [
+        RegisteredNode(3, "offline", b"", name="n1", location="site-a")]
 
 
 BAD_LINES = [

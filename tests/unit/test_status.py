@@ -111,7 +111,8 @@ def test_status_uses_inventories_and_few_requests() -> None:
     assert [u.unit for u in report.units] == ["federation/flower/fed"]
     assert report.units[0].revision == "deadbeef" and report.ready
     assert fake.calls == [("ConfigMap", None), ("DaemonSet", "flower"), ("StatefulSet", "flower"),
-                          ("Pod", "flower"), ("Node", None), ("Pod", None)]
+                          ("Pod", "flower"), ("Node", None), ("Pod", None),
+                          ("FlowerUnit", "flower")]  # a federation's Flower-level health, as the agent recorded it
     assert report.gpus is not None
     assert [(n.node, n.used) for n in report.gpus.nodes] == [("gpu-nvidia-0", 1), ("gpu-nvidia-1", 1)]
     assert status(as_kube(fake), None, selectors=["nope"]).units == []
@@ -128,8 +129,8 @@ def test_table() -> None:
     st.drift = 2
     report = StatusReport([st], ClusterGPUs(error="cannot read nodes: forbidden"))
     lines = format_report(report).splitlines()
-    assert lines[0].split() == ["UNIT", "SYNCED", "HEALTH", "POOL", "KIND", "READY", "GPUS", "DRIFT", "SUSPENDED",
-                                 "REVISION", "MESSAGE"]
+    assert lines[0].split() == ["UNIT", "SYNCED", "HEALTH", "POOL", "KIND", "READY", "CONNECTED", "GPUS", "DRIFT",
+                                 "SUSPENDED", "REVISION", "MESSAGE"]
     gpu = lines[2]
     assert gpu.startswith("federation/flower/fed")
     assert "nvidia.com/gpu 1/2" in gpu and "0123456789ab " in gpu and " 2 " in gpu
@@ -147,7 +148,7 @@ def test_table_says_why_the_last_sync_failed_and_whether_suspended() -> None:
                      [o for o in objects if o["kind"] != "Pod"], [o for o in objects if o["kind"] == "Pod"])
     lines = format_report(StatusReport([st])).splitlines()
     first = lines[1].split()
-    assert first[8] == "yes"  # SUSPENDED
+    assert first[9] == "yes"  # SUSPENDED
     assert first[1:3] == ["ConfigError", "Healthy"]
     assert lines[1].endswith("ConfigError: federations/fed.yaml:12:5: error: spec.mode: ...")
     assert st.to_dict()["suspended"] is True
@@ -158,6 +159,28 @@ def test_table_says_why_the_last_sync_failed_and_whether_suspended() -> None:
         {"type": "Healthy", "status": "True", "reason": "Healthy", "message": "2 workload(s) ready"}]
     assert st.to_dict()["inventoryCondition"]["reason"] == "ConfigError"
     assert format_report(StatusReport([st]), headers=False).splitlines()[0].startswith("federation/flower/fed ")
+
+
+def test_a_federations_superlink_health_as_the_agent_recorded_it() -> None:
+    """CONNECTED and `flower` in `-o json` come from the FlowerUnit the agent writes; with pods
+    ready, the Flower-level condition it recorded makes the unit Degraded, with its reason first."""
+    objects = fed_objects(ready=2)
+    synced = Condition(True, "Synced", "applied")
+    st = unit_status(Target(FED, None, "0123456789abcdef", True, False, synced),
+                     [o for o in objects if o["kind"] != "Pod"], [o for o in objects if o["kind"] == "Pod"])
+    assert st.ready and st.connected == "-" and st.to_dict()["flower"] is None
+    pools = [{"unit": FED.id, "pool": "gpu", "cluster": "", "expected": 2, "online": 1, "offline": 1,
+              "registered": 0, "matchedBy": "count"}]
+    st.flower = {"reachable": True, "error": "", "code": "", "address": "fed-superlink.flower.svc:9093",
+                 "checkedAt": "2026-11-26T09:00:00Z", "supernodes": {"expected": 2, "online": 1, "pools": pools},
+                 "runs": {}, "condition": {"reason": "Degraded", "message": "pods ready but SuperNodes not connected"}}
+    assert st.connected == "1/2"
+    state = st.to_dict()
+    assert state["health"] == "Degraded" and state["ready"] is False and "condition" not in state["flower"]
+    row = format_report(StatusReport([st])).splitlines()[1]
+    assert row.split()[6] == "1/2" and "Degraded: pods ready but SuperNodes not connected" in row
+    st.flower = {**st.flower, "reachable": False, "condition": {"reason": "Bogus", "message": "x"}}
+    assert st.connected == "-" and st.to_dict()["health"] == "Healthy"  # a reason outside the fixed set: ignored
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,107 @@
+"""Where each Federation's Flower-level health is read, and which SuperNodes Git expects there (pure).
+
+For every Federation that loaded: its Control API (the address and TLS key registration uses:
+the SuperLink's own Service, or `flower-syncer.io/control-api-address` where the admin's list of
+Control API targets allows it), and the pools that should connect to its SuperLink:
+
+- the Federation's own pools (`replicas`; a DaemonSet pool: as many as its workload wants);
+- every SuperNode chart release of the same loaded repository whose `supernode.superlink`
+  address and port name this SuperLink's Service (`<fed>-superlink[.<ns>[.svc[.cluster.local]]]`
+  at the Service's Fleet port) from the same cluster, or an address the Federation exposes
+  (`flower-syncer.io/superlink-external-address`) from any cluster of the repository (the releases
+  other clusters apply: `RepoState.elsewhere`), with its `replicaCount` and, with
+  `global.nodeAuth`, its public key (given, or derived from its private key).
+
+Keys: with node authentication (`flower-syncer.io/supernode-auth: enabled`) a SuperNode is told
+apart by its public key; a release's key matches its nodes one by one. Without it a SuperNode
+makes itself a key at start (a new one at each restart), so only counts can be compared.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import ipaddress
+from collections.abc import Iterable, Sequence
+
+from syncer.identity import Unit
+from syncer.models.federation import Federation
+from syncer.models.nodeauth import control_target_allowed, parse_key
+from syncer.models.supernode import SuperNodeValues, parse_openssh_private_key
+from syncer.models.supernode.keys import KeyFormatError
+from syncer.plan import ExpectedPool, FlowerTarget
+from syncer.repo.sites import dials_superlink
+from syncer.repo.state import LoadedUnit
+
+RELEASE_POOL = "supernode"  # a release's SuperNodes, by the chart's component name
+
+
+def fleet_addresses(fed: Federation, namespace: str) -> tuple[str, list[str]]:
+    """The host:port names of a federation's SuperLink Service at its Fleet port: the bare Service
+    name (which only a SuperNode in the same namespace can dial), and the qualified ones."""
+    host = fed.superlink_name()
+    port = fed.spec.superlink.service.ports.grpc
+    return f"{host}:{port}", [f"{host}.{namespace}{suffix}:{port}" for suffix in ("", ".svc", ".svc.cluster.local")]
+
+
+def release_key(values: SuperNodeValues) -> bytes | None:
+    """The stripped SubjectPublicKeyInfo PEM of a release's node-auth key, when it has one."""
+    auth = values.global_.nodeAuth
+    if not (auth.enabled and values.supernode.enabled):
+        return None
+    line = auth.authSupernodePublicKey.strip()
+    if not line and auth.authSupernodePrivateKey.strip():
+        try:
+            private = parse_openssh_private_key(auth.authSupernodePrivateKey)
+        except KeyFormatError:
+            return None
+        line = f"{private.key_type} {base64.b64encode(private.public_blob).decode()}"
+    key, _ = parse_key(line) if line else (None, "")
+    return key.pem.strip() if key is not None else None
+
+
+def _dialled(address: str, port: int) -> str:
+    """host:port as a release dials it, spelled as syncer.models.exposure spells an address."""
+    host = address.strip().lower().rstrip(".")
+    with contextlib.suppress(ValueError):
+        host = str(ipaddress.ip_address(host.strip("[]")))
+    return f"{host}:{port}"
+
+
+def flower_targets(units: Iterable[LoadedUnit], allowed: Sequence[str] | None = None,
+                   elsewhere: Iterable[LoadedUnit] = ()) -> dict[Unit, FlowerTarget]:
+    """Per Federation unit of `units`: its FlowerTarget (see the module doc). `allowed`: the
+    Control API targets the admin allows beside a federation's own SuperLink Service;
+    `elsewhere`: the units other clusters of the repository apply (their releases may dial an
+    exposed SuperLink). Linear in the units: releases are indexed by the address they dial."""
+    loaded = list(units)
+    dialling: dict[str, list[tuple[LoadedUnit, SuperNodeValues]]] = {}  # host:port -> the releases dialling it
+    for u in sorted([*loaded, *elsewhere], key=lambda u: (u.cluster, u.unit)):
+        if isinstance(u.model, SuperNodeValues) and u.model.supernode.enabled:
+            target = u.model.supernode.superlink
+            dialling.setdefault(_dialled(target.address, target.port), []).append((u, u.model))
+    out: dict[Unit, FlowerTarget] = {}
+    for u in loaded:
+        fed = u.model
+        if not isinstance(fed, Federation):
+            continue
+        ns = u.unit.namespace
+        pools = [ExpectedPool(u.unit.id, p.name, p.replicas if fed.spec.mode != "DaemonSet" else None)
+                 for p in fed.spec.supernodes.pools]
+        bare, qualified = fleet_addresses(fed, ns)
+        found = [r for r in dialling.get(bare.lower(), ()) if r[0].unit.namespace == ns and r[0].cluster == u.cluster]
+        found += [r for address in qualified for r in dialling.get(address.lower(), ()) if r[0].cluster == u.cluster]
+        found += [r for a in fed.external_addresses() for r in dialling.get(f"{a.host}:{a.port}", ())
+                  if dials_superlink(u, r[0]) and r not in found]
+        for rel, values in sorted(found, key=lambda r: (r[0].cluster, r[0].unit)):
+            key = release_key(values)
+            pools.append(ExpectedPool(rel.unit.id, RELEASE_POOL, values.supernode.replicas,
+                                      frozenset({key}) if key is not None else frozenset(), rel.cluster))
+        transport, _ = fed.control_api()
+        own = fed.own_control_targets(ns)
+        address = fed.control_api_address(ns)
+        if address not in own and not control_target_allowed(address, own, allowed or ()):
+            address = own[1]  # the annotation points where the admin does not allow: the own Service
+        out[u.unit] = FlowerTarget(address, transport, "" if fed.spec.insecure else fed.ca_secret_name(),
+                                   tuple(pools), fed.supernode_auth and not fed.spec.insecure)
+    return out

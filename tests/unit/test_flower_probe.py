@@ -1,0 +1,293 @@
+"""Flower-level health in the agent: which pools and releases Git expects at a SuperLink
+(render.flower_targets), the probe that never holds up a status round and backs off from a
+SuperLink that does not answer (agent.flower_probe), and the news it gives once
+(agent.flower_watch)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from syncer.agent.flower_probe import DISABLED, FlowerProbe
+from syncer.agent.flower_watch import FlowerWatch
+from syncer.cluster.events import Event
+from syncer.cluster.flower_control import ControlApiError, ControlErrorCode, RegisteredNode, RunInfo, Transport
+from syncer.identity import Unit
+from syncer.observe.conditions import HealthReason
+from syncer.observe.status import PoolStatus, UnitStatus
+from syncer.plan import ExpectedPool, FlowerTarget
+from syncer.render.repo import plan_repo, render_repo
+from syncer.repo.loader import load_repo
+from tests.builders import NS, federation, pool
+from tests.conftest import wait_until
+
+FED = Unit("federation", NS, "fed")
+TARGET = FlowerTarget("fed-superlink.flower.svc:9093", "http", "", (ExpectedPool(FED.id, "a", 2),))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeApi:
+    address = "fed-superlink.flower.svc:9093"
+    transport: Transport = "http"
+
+    def __init__(self, nodes: list[RegisteredNode], runs: list[RunInfo], error: ControlApiError | None = None) -> None:
+        self.nodes, self.runs, self.error = nodes, runs, error
+
+    def list_nodes(self) -> list[RegisteredNode]:
+        if self.error is not None:
+            raise self.error
+        return self.nodes
+
+    def list_runs(self) -> list[RunInfo]:
+        return self.runs
+
+    def register(self, public_key: bytes) -> int:
+        raise AssertionError("health never registers")
+
+    def unregister(self, node_id: int) -> None:
+        raise AssertionError("health never unregisters")
+
+    def close(self) -> None:
+        pass
+
+
+class Connector:
+    """Hands out FakeApis; counts connects; can hold them until released."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.nodes: list[RegisteredNode] = []
+        self.runs: list[RunInfo] = []
+        self.error: ControlApiError | None = None
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def __call__(self, address: str, transport: str, ca: bytes | None, *, timeout: float) -> FakeApi:
+        self.calls += 1
+        assert ca is None and timeout <= 5  # plaintext for an insecure federation; a short timeout
+        self.gate.wait(10)
+        return FakeApi(list(self.nodes), list(self.runs), self.error)
+
+
+def probe(connector: Connector, clock: Clock, **kwargs: Any) -> FlowerProbe:
+    return FlowerProbe(None, clock=clock, connector=connector, **{"cluster_dns": True, **kwargs})
+
+
+def test_a_round_never_waits_for_a_superlink() -> None:
+    connector, clock = Connector(), Clock()
+    connector.gate.clear()  # the SuperLink hangs
+    p = probe(connector, clock)
+    try:
+        first = p.round({FED: TARGET})[FED]
+        assert first.code == "pending" and not first.reachable
+        clock.now += 100
+        assert p.round({FED: TARGET})[FED].code == "pending"
+        assert connector.calls == 1  # one check in flight per SuperLink, never a second
+        connector.nodes = [RegisteredNode(1, "online", b"k")]
+        connector.gate.set()
+        answer = wait_until("the answer", lambda: p.round({FED: TARGET})[FED].nodes)
+        assert [n.node_id for n in answer] == [1]
+    finally:
+        connector.gate.set()
+        p.close()
+
+
+def test_a_superlink_that_does_not_answer_is_asked_again_with_backoff() -> None:
+    connector, clock = Connector(), Clock()
+    connector.error = ControlApiError("ListNodes", TARGET.address, ControlErrorCode.UNAVAILABLE, "timed out")
+    p = probe(connector, clock)
+    try:
+        p.round({FED: TARGET})
+        wait_until("the first failure", lambda: p.round({FED: TARGET})[FED].code == "unavailable")
+        assert p.round({FED: TARGET})[FED].error == "timed out"
+        for wait, calls in ((5.0, 1), (6.0, 2)):  # 10 s after the first failure
+            clock.now += wait
+            p.round({FED: TARGET})
+            wait_until(f"{calls} calls", lambda c=calls: connector.calls == c)  # type: ignore[misc]
+        wait_until("the second answer", lambda: not p._links[next(iter(p._links))].busy)
+        clock.now += 15.0  # 20 s after the second failure: not yet
+        p.round({FED: TARGET})
+        assert connector.calls == 2
+        clock.now += 6.0
+        p.round({FED: TARGET})
+        wait_until("a third call", lambda: connector.calls == 3)
+    finally:
+        p.close()
+
+
+def test_an_unresolvable_service_name_says_what_to_do() -> None:
+    connector, clock = Connector(), Clock()
+    connector.error = ControlApiError("ListNodes", TARGET.address, ControlErrorCode.NOT_RESOLVED,
+                                      "the host name does not resolve")
+    p = probe(connector, clock)
+    try:
+        p.round({FED: TARGET})
+        answer = wait_until("the answer", lambda: p.round({FED: TARGET})[FED].code == "not-resolved"
+                            and p.round({FED: TARGET})[FED].error)
+        assert isinstance(answer, str) and "--flower-health off" in answer and "control-api-address" in answer
+    finally:
+        p.close()
+
+
+def test_outside_a_cluster_a_service_name_is_not_even_looked_up() -> None:
+    connector, clock = Connector(), Clock()
+    p = probe(connector, clock, cluster_dns=False)
+    try:
+        p.round({FED: TARGET})
+        answer = wait_until("the answer", lambda: p.round({FED: TARGET})[FED].code == "outside-cluster"
+                            and p.round({FED: TARGET})[FED])
+        assert connector.calls == 0 and answer and "--flower-health off" in answer.error
+        # nothing is known to be wrong with the SuperLink: its federation's health is not lowered
+        watch = FlowerWatch(p, lambda unit, event: None, clock)
+        health = watch.round({FED: TARGET}, [ready()])[FED]
+        assert not health.reachable and health.to_dict()["code"] == "outside-cluster"
+        assert watch.check(ready()) is None
+        elsewhere = FlowerTarget("127.0.0.1:9", "http", "", TARGET.pools)  # e.g. a port-forward: dialled
+        p.round({FED: elsewhere})
+        wait_until("a dial", lambda: connector.calls == 1)
+    finally:
+        p.close()
+
+
+def test_off_dials_nothing() -> None:
+    connector, clock = Connector(), Clock()
+    p = probe(connector, clock, enabled=False)
+    answer = p.round({FED: TARGET})[FED]
+    assert (answer.code, answer.error, connector.calls) == ("disabled", DISABLED, 0)
+    watch = FlowerWatch(p, lambda unit, event: None, clock)
+    assert watch.round({FED: TARGET}, [ready()]) == {} and watch.check(ready()) is None
+    assert watch.to_dict(FED) is None and connector.calls == 0
+
+
+class FakeProbe:
+    enabled = True
+
+    def __init__(self) -> None:
+        self.connector = Connector()
+        self.clock = Clock()
+        self.inner = probe(self.connector, self.clock)
+
+    def round(self, targets: Any) -> Any:
+        """Each round waits for its check: the answer of this round, not the last one."""
+        self.inner.round(targets)
+        wait_until("the check", lambda: not any(link.busy for link in self.inner._links.values()))
+        self.clock.now -= 1e6  # asked again now: nothing is due, the answer just got is returned
+        try:
+            return self.inner.round(targets)
+        finally:
+            self.clock.now += 1e6
+
+
+def ready(desired: int = 2) -> UnitStatus:
+    return UnitStatus(FED.id, pools=[PoolStatus("a", "StatefulSet", "fed-supernode-a", desired, desired,
+                                                healthy=True)])
+
+
+def test_the_watch_reports_each_failed_run_and_each_lost_pool_once() -> None:
+    fake = FakeProbe()
+    events: list[Event] = []
+    watch = FlowerWatch(fake, lambda unit, event: events.append(event), fake.clock)  # type: ignore[arg-type]
+    c = fake.connector
+    c.nodes = [RegisteredNode(1, "online", b"a"), RegisteredNode(2, "online", b"b")]
+    c.runs = [RunInfo(1, "app", "1", "finished", "failed", details="before the agent")]
+    try:
+        watch.round({FED: TARGET}, [ready()])
+        assert events == []  # a failure from before the agent heard from the SuperLink is not news
+        assert watch.check(ready()) is None
+        c.runs.append(RunInfo(2, "app", "1", "finished", "failed", details="ServerApp failed: boom"))
+        c.nodes = [RegisteredNode(1, "online", b"a"), RegisteredNode(2, "offline", b"b")]
+        fake.clock.now += 10
+        watch.round({FED: TARGET}, [ready()])
+        assert [(e.type, e.reason) for e in events] == [("Warning", "RunFailed"), ("Warning", "SuperNodesLost")]
+        assert "run 2 failed: ServerApp failed: boom" in events[0].note
+        assert events[1].note == "pool a: 1/2 SuperNodes connected to the SuperLink"
+        cond = watch.check(ready())
+        assert cond is not None and cond.reason == HealthReason.PROGRESSING  # within the grace
+        fake.clock.now += 40
+        watch.round({FED: TARGET}, [ready()])
+        cond = watch.check(ready())
+        assert cond is not None and cond.reason == HealthReason.DEGRADED and "1/2" in cond.message
+        assert [(e.reason, e.note) for e in events[2:]] == [("SuperNodesNotConnected", cond.message)]
+        watch.check(ready())
+        assert len(events) == 3  # nothing new: no news
+        assert watch.check(UnitStatus(FED.id, pools=[PoolStatus("a", "StatefulSet", "x", 2, 1)])) is None
+        c.nodes = [RegisteredNode(1, "online", b"a"), RegisteredNode(3, "online", b"c")]
+        fake.clock.now += 10
+        watch.round({FED: TARGET}, [ready()])
+        assert [(e.type, e.reason) for e in events][3:] == [("Normal", "SuperNodesConnected")]
+        assert watch.check(ready()) is None
+        assert (watch.to_dict(FED) or {})["supernodes"]["online"] == 2
+    finally:
+        fake.inner.close()
+
+
+def test_git_says_which_pools_and_releases_should_reach_a_superlink(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    (repo / "federations").mkdir(parents=True)
+    (repo / "flower-syncer.yaml").write_text(f"name: team\ndefaultNamespace: {NS}\n")
+    (repo / "federations" / "fed.yaml").write_text(federation("fed", pool("a", 2) + pool("b", 1), insecure=True))
+    for release, address in (("site-a", f"fed-superlink.{NS}.svc"), ("site-b", "fed-superlink"),
+                             ("elsewhere", "other-superlink.example.com")):
+        (repo / "supernodes" / release).mkdir(parents=True)
+        (repo / "supernodes" / release / "values.yaml").write_text(
+            f"supernode:\n  superlink:\n    address: {address}\n    port: 9092\n")
+    state = load_repo(repo)
+    assert [d for d in state.diagnostics if d.severity == "error"] == []
+    plan = plan_repo(state, render_repo(state), revision="r1")
+    target = plan.flower[FED]
+    assert target.address == f"fed-superlink.{NS}.svc:9093" and target.ca_secret == "" and not target.node_auth
+    assert [(p.unit, p.pool, p.expected, p.keys) for p in target.pools] == [
+        (FED.id, "a", 2, frozenset()), (FED.id, "b", 1, frozenset()),
+        (f"supernode/{NS}/site-a", "supernode", 1, frozenset()), (f"supernode/{NS}/site-b", "supernode", 1,
+                                                                   frozenset())]
+    assert list(plan.flower) == [FED]  # only federations
+
+
+def test_a_flowerunit_keeps_the_health_and_is_written_only_when_it_changes() -> None:
+    from syncer.agent.flowerunits import _untimed, with_times
+
+    conditions = [{"type": "Ready", "status": "True", "reason": "Healthy", "message": "m"}]
+    desired = {"conditions": conditions, "flower": {"reachable": True, "supernodes": {"online": 2}}}
+    first = with_times(desired, {}, "2026-11-26T09:00:00Z")
+    assert first["flower"]["checkedAt"] == "2026-11-26T09:00:00Z"
+    again = with_times(desired, first, "2026-11-26T09:00:10Z")
+    assert again == first and _untimed(first) == _untimed(desired)  # nothing changed: no write
+    changed = {**desired, "flower": {"reachable": True, "supernodes": {"online": 1}}}
+    assert _untimed(first) != _untimed(changed)
+    assert with_times(changed, first, "2026-11-26T09:00:20Z")["flower"]["checkedAt"] == "2026-11-26T09:00:20Z"
+
+
+def test_superlinks_that_answered_are_asked_before_those_that_did_not() -> None:
+    order: list[str] = []
+    gate = threading.Event()
+
+    def connector(address: str, transport: str, ca: bytes | None, *, timeout: float) -> FakeApi:
+        order.append(address)
+        gate.wait(10)
+        if address.startswith("silent"):
+            return FakeApi([], [], ControlApiError("ListNodes", address, ControlErrorCode.UNAVAILABLE, "timed out"))
+        return FakeApi([], [])
+
+    clock = Clock()
+    p = FlowerProbe(None, clock=clock, connector=connector, cluster_dns=True, workers=1)
+    targets = {Unit("federation", NS, name): FlowerTarget(f"{name}:1", "http", "") for name in ("silent-a", "good-b")}
+    try:
+        gate.set()
+        p.round(targets)
+        wait_until("both checked", lambda: len(order) == 2 and not any(link.busy for link in p._links.values()))
+        gate.clear()
+        clock.now += 10
+        p.round(targets)  # both due again: the one that answered goes first
+        wait_until("the next checks started", lambda: len(order) == 3)
+        assert order[2] == "good-b:1"
+    finally:
+        gate.set()
+        p.close()
