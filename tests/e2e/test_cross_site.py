@@ -317,7 +317,7 @@ def test_one_push_brings_up_a_federation_across_two_clusters(linked: tuple[Site,
         assert set(CLIENT_LINE.findall(site.cluster.logs(NS, edge, "supernode"))) == {("1", "int", "2", "int")}
 
         flower = wait_until("the hub's status showing the site's SuperNode connected", lambda: _flower(
-            syncer_status(hub.cluster, NS), f"federation/{NS}/hub"), timeout=60, interval=2, log=hub_agent.log)
+            syncer_status(hub.cluster, NS), f"federation/{NS}/hub"), timeout=120, interval=2, log=hub_agent.log)
         pools = {p["unit"]: p for p in flower["supernodes"]["pools"]}
         assert pools[f"supernode/{NS}/edge"]["cluster"] == "site-a", flower
         assert pools[f"supernode/{NS}/edge"]["online"] == 1, flower
@@ -340,12 +340,12 @@ def test_one_push_brings_up_a_federation_across_two_clusters(linked: tuple[Site,
         wait_until("the hub's status showing the site's SuperNode offline", lambda: {
             p["unit"]: p for p in _flower(syncer_status(hub.cluster, NS), f"federation/{NS}/hub")
             .get("supernodes", {}).get("pools", [])}.get(f"supernode/{NS}/edge", {}).get("offline") == 1,
-            timeout=60, interval=2, log=hub_agent.log)
+            timeout=120, interval=2, log=hub_agent.log)
         assert hub_agent.metric("flower_syncer_federation_supernodes", unit=f"federation/{NS}/hub",
                                 pool=f"supernode/{NS}/edge", state="offline") == 1
         wait_until("a SuperNodesLost Event on the hub", lambda: any(
             e.get("reason") == "SuperNodesLost" for e in hub.cluster.json("-n", NS, "get", "events")["items"]),
-            timeout=60, interval=2, log=hub_agent.log)
+            timeout=120, interval=2, log=hub_agent.log)
         assert _nodes(hub, tls["ca.crt"]).get(parse_keys(hub_key[1])[0][0].fingerprint) == "online"
     finally:
         for agent in (hub_agent, site_agent):

@@ -194,7 +194,7 @@ def test_pods_ready_but_supernodes_not_connected_and_a_failing_run(
         assert agent.metric("flower_syncer_federation_supernodes", unit=fed, pool="p", state="online") == 1
         assert agent.metric("flower_syncer_unit_state", unit=fed, health="Degraded") == 1
         wait_until("a SuperNodesNotConnected Event", lambda: _events(real_cluster, ns, "SuperNodesNotConnected"),
-                   timeout=60, interval=2, log=agent.log)
+                   timeout=120, interval=2, log=agent.log)
 
         # a run that fails on purpose: a RunFailed Event and a notification, with Flower's message
         home = tmp_path / "flwr"

@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from syncer.agent.flower_probe import DISABLED, FlowerProbe
+from syncer.agent.flower_probe import DISABLED, INTERVAL, FlowerProbe
 from syncer.agent.flower_watch import FlowerWatch
 from syncer.cluster.events import Event
 from syncer.cluster.flower_control import ControlApiError, ControlErrorCode, RegisteredNode, RunInfo, Transport
@@ -204,7 +204,7 @@ def test_the_watch_reports_each_failed_run_and_each_lost_pool_once() -> None:
         assert watch.check(ready()) is None
         c.runs.append(RunInfo(2, "app", "1", "finished", "failed", details="ServerApp failed: boom"))
         c.nodes = [RegisteredNode(1, "online", b"a"), RegisteredNode(2, "offline", b"b")]
-        fake.clock.now += 10
+        fake.clock.now += INTERVAL  # the next check of an answering SuperLink
         watch.round({FED: TARGET}, [ready()])
         assert [(e.type, e.reason) for e in events] == [("Warning", "RunFailed"), ("Warning", "SuperNodesLost")]
         assert "run 2 failed: ServerApp failed: boom" in events[0].note
@@ -220,7 +220,7 @@ def test_the_watch_reports_each_failed_run_and_each_lost_pool_once() -> None:
         assert len(events) == 3  # nothing new: no news
         assert watch.check(UnitStatus(FED.id, pools=[PoolStatus("a", "StatefulSet", "x", 2, 1)])) is None
         c.nodes = [RegisteredNode(1, "online", b"a"), RegisteredNode(3, "online", b"c")]
-        fake.clock.now += 10
+        fake.clock.now += INTERVAL
         watch.round({FED: TARGET}, [ready()])
         assert [(e.type, e.reason) for e in events][3:] == [("Normal", "SuperNodesConnected")]
         assert watch.check(ready()) is None
@@ -284,7 +284,7 @@ def test_superlinks_that_answered_are_asked_before_those_that_did_not() -> None:
         p.round(targets)
         wait_until("both checked", lambda: len(order) == 2 and not any(link.busy for link in p._links.values()))
         gate.clear()
-        clock.now += 10
+        clock.now += INTERVAL
         p.round(targets)  # both due again: the one that answered goes first
         wait_until("the next checks started", lambda: len(order) == 3)
         assert order[2] == "good-b:1"
