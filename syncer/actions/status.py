@@ -14,6 +14,7 @@ from syncer.identity import Manifest, Unit, unit_matches
 from syncer.observe.status import (
     StatusReport,
     Target,
+    attach_flower,
     collect_status,
     discover_units,
     drift_counts,
@@ -46,7 +47,9 @@ def cluster_status(kube: Kube, selectors: Sequence[str] = (),
     for unit, condition in unloaded_units(kube, namespaces).items():
         if unit not in known and (not selectors or any(unit_matches(unit, s) for s in selectors)):
             targets.append(Target(unit, {}, condition=condition))
-    return StatusResult(collect_status(kube, sorted(targets, key=lambda t: t.unit)))
+    report = collect_status(kube, sorted(targets, key=lambda t: t.unit))
+    attach_flower(kube, report)  # the federations' SuperNodes and runs, as the agent recorded them
+    return StatusResult(report)
 
 
 def repo_status(kube: Kube, plan: Plan, errors: Sequence[Diagnostic] = ()) -> StatusResult:

@@ -160,8 +160,10 @@ class FlowerProbe:
                     link.logged = answer.code
                     if not self._unresolved_logged:
                         self._unresolved_logged = True
-                        log.warning("SuperLink host names do not resolve here; Flower-level health of their "
-                                    "federations is unknown (each says so)", example=address, error=answer.error)
+                        # outside a cluster that is expected (info); inside, a name that does not resolve is not
+                        say = log.info if answer.code == OUTSIDE_CLUSTER else log.warning
+                        say("SuperLink host names do not resolve here; Flower-level health of their "
+                            "federations is unknown (each says so)", example=address, error=answer.error)
                 elif link.logged != answer.code:
                     link.logged = answer.code
                     self._silent_logged += 1

@@ -141,3 +141,28 @@ def test_status_without_a_repository_shows_a_unit_that_never_loaded_from_its_flo
     assert [u.unit for u in cluster_status(kube, selectors=["locked"], namespaces=[NS]).report.units] == [row.unit]
     server.absent.add("FlowerUnit")  # without the CRD: the units it can find, no error
     assert cluster_status(kube).report.units == []
+
+
+def test_status_without_a_repository_shows_a_federations_superlink_health(tmp_path: Path) -> None:
+    """Plain `status` reads each federation's Flower-level health from the FlowerUnit the agent
+    writes (CONNECTED, `flower` in -o json), as `status DIR` does (the merge of the never-loaded
+    units into this path once dropped it: both e2e tests of Flower health saw `flower` missing)."""
+    from syncer.actions.status import cluster_status
+    from tests.builders import federation, pool, repo_at, sync
+
+    server = FakeApiServer()
+    server.add_namespace(NS)
+    kube = FakeKube(server)
+    sync(kube, repo_at(tmp_path, {"federations/fed.yaml": federation("fed", pool("a", 2))}))
+    flower = {"reachable": True, "error": "", "code": "", "address": "fed-superlink.x.svc:9093",
+              "checkedAt": "2026-11-26T09:00:00Z", "runs": {},
+              "supernodes": {"expected": 2, "online": 1, "pools": [
+                  {"unit": f"federation/{NS}/fed", "pool": "a", "cluster": "", "expected": 2, "online": 1}]}}
+    unit = {"apiVersion": "flower-syncer.io/v1alpha1", "kind": "FlowerUnit",
+            "metadata": {"name": "federation.fed", "namespace": NS,
+                         "labels": {"flower-syncer.io/unit-kind": "federation", "flower-syncer.io/unit": "fed"}}}
+    kube.create(unit)
+    kube.request("PATCH", f"/apis/flower-syncer.io/v1alpha1/namespaces/{NS}/flowerunits/federation.fed/status",
+                 body={"status": {"flower": flower}}, content_type="application/merge-patch+json")
+    (row,) = cluster_status(kube).report.units
+    assert row.connected == "1/2" and (row.to_dict()["flower"] or {})["supernodes"]["online"] == 1
