@@ -74,6 +74,7 @@ log = structlog.get_logger("syncer.agent")
 
 
 POLL_JITTER = 0.1  # each poll waits the interval +/- 10 %
+SUPERLINK_STARTING_RETRY = 10.0  # longest wait before registering keys again at a SuperLink that does not answer
 
 
 def poll_delay(interval: float) -> float:
@@ -548,7 +549,10 @@ class Agent:
         if result.ok:
             self.work.forget(unit)
         else:
-            delay = self.work.retry(unit)
+            # a SuperLink still starting is retried every status round, not after minutes of backoff
+            # (the syncs its own pods' events trigger meanwhile would have doubled it to 5 min)
+            starting = result.node_keys is not None and result.node_keys.superlink_unreachable and not result.failures()
+            delay = self.work.retry(unit, cap=SUPERLINK_STARTING_RETRY if starting else None)
             log.warning("unit failed; retrying", unit=unit.id, retry_in=delay, error=result.first_error())
         if not opts.dry_run:
             for ev in sync_events(unit, result, known, revision):

@@ -65,12 +65,13 @@ class WorkQueue(Generic[K]):
             heapq.heappush(self._delayed, (self._clock() + delay, next(self._seq), key))
             self._cond.notify()
 
-    def retry(self, key: K) -> float:
-        """Requeue a failed key after its backoff (0.5 s, 1 s, 2 s ... up to max); returns the delay."""
+    def retry(self, key: K, cap: float | None = None) -> float:
+        """Requeue a failed key after its backoff (0.5 s, 1 s, 2 s ... up to max, or up to `cap`
+        for a failure that is expected to clear by itself soon); returns the delay."""
         with self._cond:
             n = self._failures.get(key, 0)
             self._failures[key] = n + 1
-        delay: float = min(self._max, self._base * (2**n))
+        delay: float = min(self._max if cap is None else min(cap, self._max), self._base * (2**n))
         self.add_after(key, delay)
         return delay
 

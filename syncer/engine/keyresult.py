@@ -41,6 +41,13 @@ class NodeKeyResult:
     def failing(self) -> int:
         return len(self.errors)
 
+    @property
+    def superlink_unreachable(self) -> bool:
+        """Failed only because nothing answers at the Control API yet: a SuperLink that is still
+        starting (or restarting), which clears by itself without a change in Git."""
+        return (self.outcome is KeyOutcome.FAILED and bool(self.error_codes)
+                and all(code is ControlErrorCode.UNAVAILABLE for code in self.error_codes))
+
     def to_dict(self) -> dict[str, Any]:
         return {"outcome": str(self.outcome), "address": self.address, "transport": self.transport,
                 "admitted": self.admitted, "registered": list(self.registered),

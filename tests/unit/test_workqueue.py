@@ -91,3 +91,10 @@ def test_shutdown_wakes_blocked_getters() -> None:
     q.shutdown()
     t.join(2)
     assert not t.is_alive() and got == [None]
+
+
+def test_a_capped_retry_backs_off_no_further_than_its_cap() -> None:
+    q: WorkQueue[str] = WorkQueue(base_delay=0.5, max_delay=300, clock=FakeClock())
+    delays = [q.retry("fed", cap=10.0) for _ in range(8)]
+    assert delays == [0.5, 1.0, 2.0, 4.0, 8.0, 10.0, 10.0, 10.0]
+    assert q.retry("fed") == 128.0  # the count goes on: an uncapped failure backs off as before
