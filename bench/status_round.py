@@ -14,7 +14,8 @@ would give them; the Control APIs are on 127.0.0.1:
 - `refused`: a closed port (connection refused at once);
 - `silent`: a socket that accepts and never answers (each check waits its 3 s timeout: the
   worst case, "most federations have no reachable SuperLink");
-- `answering`: a tiny HTTP server that answers ListNodes and ListRuns with nothing at once.
+- `answering`: a tiny HTTP server that answers ListNodes and ListRuns with nothing at once (in a
+  process of its own: its CPU is not counted).
 
 Each federation has an address of its own (127.1.x.y), as each has its own SuperLink.
 - `off`: --flower-health off; `none`: no Flower-level health at all (the round before it existed).
@@ -26,11 +27,11 @@ Each federation has an address of its own (127.1.x.y), as each has its own Super
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import socket
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -148,7 +149,9 @@ def main() -> int:
         sock.listen(64)
         silent.append(sock)
     answering = ThreadingHTTPServer(("127.0.0.1", 0), EmptyControl)
-    threading.Thread(target=answering.serve_forever, daemon=True).start()
+    # the SuperLinks' side runs in a process of its own: the CPU figure is the agent's alone
+    server = multiprocessing.get_context("fork").Process(target=answering.serve_forever, daemon=True)
+    server.start()
     print(f"{len(plan.units)} units ({len(plan.flower)} federations), {args.rounds} rounds")
     print(f"{'mode':10} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'CPU ms':>8}  checks answered")
     for mode in args.modes.split(","):
@@ -163,7 +166,9 @@ def main() -> int:
               f"{cpu_ms[-1]:8.2f}  {answered}")
     for sock in silent:
         sock.close()
-    answering.shutdown()
+    server.terminate()
+    server.join(10)
+    answering.server_close()
     return 0
 
 
