@@ -72,7 +72,10 @@ def statuses(plan_units: list[Unit], pools: int) -> list[UnitStatus]:
 
 
 class EmptyControl(BaseHTTPRequestHandler):
-    """A Control API with no SuperNodes and no runs (an empty protobuf answer)."""
+    """A Control API with no SuperNodes and no runs (an empty protobuf answer); HTTP/1.1 with
+    keep-alive, as uvicorn serves it."""
+
+    protocol_version = "HTTP/1.1"
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("content-length") or 0))

@@ -96,6 +96,9 @@ class _Calls:
         return _decoded("ListRuns", self.address, decode_list_runs, self._call("list_runs", b""))
 
 
+READS = frozenset({"list_nodes", "list_runs"})  # calls that change nothing: safe to send again
+
+
 class HttpControl(_Calls):
     """The Control API over HTTPS (Flower 1.37+)."""
 
@@ -109,30 +112,61 @@ class HttpControl(_Calls):
         if root_certificates is not None:
             self._context = ssl.create_default_context(cadata=root_certificates.decode("ascii", "replace"))
             self._context.set_alpn_protocols(["http/1.1"])
+        self._kept: http.client.HTTPConnection | None = None  # after a read, for the next read only
 
     def close(self) -> None:
-        pass  # nothing is kept open between calls
+        if self._kept is not None:
+            self._kept.close()
+            self._kept = None
+
+    def _connection(self) -> http.client.HTTPConnection:
+        return (http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout, context=self._context)
+                if self._context is not None
+                else http.client.HTTPConnection(self.host, self.port, timeout=self.timeout))
 
     def _call(self, name: str, body: bytes) -> bytes:
         rpc, path = CALLS[name]
-        # one connection per call: uvicorn drops an idle keep-alive connection after 5 s, and a
-        # RegisterNode must not be sent twice on a guess that the first never arrived
-        conn = (http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout, context=self._context)
-                if self._context is not None
-                else http.client.HTTPConnection(self.host, self.port, timeout=self.timeout))
+        # A read (list-nodes, list-runs) keeps its connection for the next read of the same check
+        # (one TLS handshake for ListNodes + ListRuns); a read on a kept connection that the server
+        # closed meanwhile is sent again on a new one (reads are safe to repeat). Writes get a
+        # connection of their own, closed after: a RegisterNode must not be sent twice on a guess
+        # that the first never arrived (and uvicorn drops idle keep-alive connections after 5 s).
+        read = name in READS
+        kept, self._kept = self._kept, None
+        if kept is not None and not read:
+            kept.close()
+            kept = None
+        conn = kept or self._connection()
         try:
-            conn.request("POST", path, body, {"content-type": PROTOBUF, "accept": PROTOBUF, "connection": "close"})
-            response = conn.getresponse()
-            status = response.status
-            content_type = (response.getheader("content-type") or "").split(";")[0].strip().lower()
-            data = response.read(MAX_RESPONSE + 1 if status == 200 else MAX_ERROR + 1)
+            try:
+                status, content_type, data = self._exchange(conn, path, body, keep=read)
+            except (ConnectionError, http.client.RemoteDisconnected, http.client.BadStatusLine):
+                if kept is None:
+                    raise
+                conn.close()  # the server closed the kept connection: once more, on a new one
+                conn = self._connection()
+                status, content_type, data = self._exchange(conn, path, body, keep=read)
         except (OSError, http.client.HTTPException) as exc:
+            conn.close()
             raise _transport_error(rpc, self.address, exc) from None
-        finally:
+        if read and status == 200 and conn.sock is not None:  # still open: the server keeps it alive
+            self._kept = conn
+        else:
             conn.close()
         if status == 200 and content_type == PROTOBUF and len(data) <= MAX_RESPONSE:
             return data
         raise self._error(rpc, status, content_type, data)
+
+    @staticmethod
+    def _exchange(conn: http.client.HTTPConnection, path: str, body: bytes, *, keep: bool) -> tuple[int, str, bytes]:
+        conn.request("POST", path, body, {"content-type": PROTOBUF, "accept": PROTOBUF,
+                                          "connection": "keep-alive" if keep else "close"})
+        response = conn.getresponse()
+        content_type = (response.getheader("content-type") or "").split(";")[0].strip().lower()
+        data = response.read(MAX_RESPONSE + 1 if response.status == 200 else MAX_ERROR + 1)
+        if not response.isclosed():
+            conn.close()  # an answer over the limit (never read whole): the connection cannot be used again
+        return response.status, content_type, data
 
     def _error(self, rpc: str, status: int, content_type: str, data: bytes) -> ControlApiError:
         if status == 200:
