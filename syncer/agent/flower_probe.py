@@ -109,7 +109,11 @@ class FlowerProbe:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
-    def round(self, targets: Mapping[Unit, FlowerTarget]) -> dict[Unit, ControlAnswer]:
+    def round(self, targets: Mapping[Unit, FlowerTarget], now_ready: frozenset[Unit] = frozenset()
+              ) -> dict[Unit, ControlAnswer]:
+        """`now_ready`: federations whose pods have just become ready: their SuperLink is asked
+        this round, whatever its backoff (a SuperLink refused while it started must not stay
+        unknown for minutes once it serves)."""
         if not self.enabled:
             return {u: ControlAnswer(t.address, "", error=DISABLED, code="disabled") for u, t in targets.items()}
         now = self.clock()
@@ -121,7 +125,7 @@ class FlowerProbe:
                 key = (unit.namespace, target.address, target.ca_secret, target.transport)
                 wanted.add(key)
                 link = self._links.setdefault(key, _Link())
-                if not link.busy and now >= link.due and self._pool is not None:
+                if not link.busy and (now >= link.due or unit in now_ready) and self._pool is not None:
                     link.busy = True
                     due.append((link.failures, key, target.transport))
                 out[unit] = link.answer or ControlAnswer(target.address, "", error="not checked yet", code="pending")

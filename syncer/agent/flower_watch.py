@@ -61,6 +61,7 @@ class FlowerWatch:
         self.conditions: dict[Unit, UnitCondition] = {}  # what `check` said last, per unit (for FlowerUnits)
         self._degraded: set[Unit] = set()  # units told SuperNodesNotConnected, until they are not Degraded
         self._seen: dict[Unit, _Seen] = {}
+        self._ready: set[str] = set()  # unit ids whose pods were ready at the last round
 
     def round(self, targets: Mapping[Unit, FlowerTarget], statuses: Sequence[UnitStatus]) -> dict[Unit, FlowerHealth]:
         """One status round: every federation's health from the last answers; news reported.
@@ -68,7 +69,10 @@ class FlowerWatch:
         if not self.probe.enabled:
             self.health = {}
             return {}
-        answers = self.probe.round(targets)
+        ready = {s.unit for s in statuses if s.ready}
+        now_ready = frozenset(u for u in targets if u.id in ready and u.id not in self._ready)
+        self._ready = ready
+        answers = self.probe.round(targets, now_ready)
         desired = {(u.unit, p.pool): p.desired for u in statuses for p in u.pools}
         now = self.clock()
         healths: dict[Unit, FlowerHealth] = {}

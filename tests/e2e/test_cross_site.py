@@ -316,8 +316,13 @@ def test_one_push_brings_up_a_federation_across_two_clusters(linked: tuple[Site,
         edge = next(p for p in pods if p.startswith("edge-flower-client-supernode-"))
         assert set(CLIENT_LINE.findall(site.cluster.logs(NS, edge, "supernode"))) == {("1", "int", "2", "int")}
 
-        flower = wait_until("the hub's status showing the site's SuperNode connected", lambda: _flower(
-            syncer_status(hub.cluster, NS), f"federation/{NS}/hub"), timeout=120, interval=2, log=hub_agent.log)
+        def connected() -> dict[str, Any]:  # a recorded answer from before the SuperLink served says less
+            flower = _flower(syncer_status(hub.cluster, NS), f"federation/{NS}/hub")
+            pools = {p["unit"]: p for p in (flower.get("supernodes") or {}).get("pools") or []}
+            return flower if pools.get(f"supernode/{NS}/edge", {}).get("online") == 1 else {}
+
+        flower = wait_until("the hub's status showing the site's SuperNode connected", connected, timeout=120,
+                            interval=2, log=hub_agent.log)
         pools = {p["unit"]: p for p in flower["supernodes"]["pools"]}
         assert pools[f"supernode/{NS}/edge"]["cluster"] == "site-a", flower
         assert pools[f"supernode/{NS}/edge"]["online"] == 1, flower

@@ -100,6 +100,27 @@ def test_a_round_never_waits_for_a_superlink() -> None:
         p.close()
 
 
+def test_a_federation_whose_pods_just_became_ready_is_asked_at_once() -> None:
+    """A SuperLink refused while it started (in backoff) is asked again the round its pods are
+    ready, not minutes later (a CI run of the cross-site e2e saw the hub's health stay
+    'connection refused' after its SuperLink served)."""
+    connector, clock = Connector(), Clock()
+    connector.error = ControlApiError("ListNodes", TARGET.address, ControlErrorCode.UNAVAILABLE, "refused")
+    p = probe(connector, clock)
+    try:
+        p.round({FED: TARGET})
+        wait_until("the first failure", lambda: p.round({FED: TARGET})[FED].code == "unavailable")
+        connector.error = None
+        clock.now += 1.0  # well within its backoff
+        p.round({FED: TARGET})
+        assert connector.calls == 1
+        p.round({FED: TARGET}, frozenset({FED}))  # its pods are ready now
+        wait_until("asked at once", lambda: p.round({FED: TARGET})[FED].reachable)
+        assert connector.calls == 2
+    finally:
+        p.close()
+
+
 def test_a_superlink_that_does_not_answer_is_asked_again_with_backoff() -> None:
     connector, clock = Connector(), Clock()
     connector.error = ControlApiError("ListNodes", TARGET.address, ControlErrorCode.UNAVAILABLE, "timed out")
@@ -175,9 +196,9 @@ class FakeProbe:
         self.clock = Clock()
         self.inner = probe(self.connector, self.clock)
 
-    def round(self, targets: Any) -> Any:
+    def round(self, targets: Any, now_ready: Any = frozenset()) -> Any:
         """Each round waits for its check: the answer of this round, not the last one."""
-        self.inner.round(targets)
+        self.inner.round(targets, now_ready)
         wait_until("the check", lambda: not any(link.busy for link in self.inner._links.values()))
         self.clock.now -= 1e6  # asked again now: nothing is due, the answer just got is returned
         try:
