@@ -198,6 +198,13 @@ def tls_material(common_name: str, sans: list[str]) -> dict[str, bytes]:
             "ca.crt": ca.public_bytes(serialization.Encoding.PEM)}
 
 
+def keypair(tmp: Path, name: str) -> tuple[str, str]:
+    """An OpenSSH ECDSA key pair (Flower reads no other private key format): (private, public)."""
+    path = tmp / name
+    subprocess.run(["ssh-keygen", "-q", "-t", "ecdsa", "-N", "", "-C", f"{name}@e2e", "-f", str(path)], check=True)
+    return path.read_text(), (tmp / f"{name}.pub").read_text().strip()
+
+
 def secret_yaml(name: str, data: dict[str, bytes], kind: str = "kubernetes.io/tls") -> str:
     """A Secret manifest with `data` as stringData (text: it stays readable once sops encrypts it,
     and `validate` without the key checks it with the values left opaque)."""

@@ -32,7 +32,7 @@ import pytest
 
 from syncer.cluster.control_transports import connect
 from syncer.models.nodeauth import parse_keys
-from tests.builders import secret_yaml, tls_material
+from tests.builders import keypair, secret_yaml, tls_material
 from tests.conftest import DEVCLUSTER, IN_CI, wait_until
 from tests.e2e.apps import APP, CLIENT_LINE, FLWR
 from tests.e2e.conftest import (
@@ -126,12 +126,6 @@ def _agent(tmp_path: Path, name: str, cluster: RealCluster, repo: ConfigRepo, ke
             "--decryption-key-files", str(key)]
     with log.open("w") as err:
         return Agent(subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err), log, f"http://{listen}")
-
-
-def _keypair(tmp: Path, name: str) -> tuple[str, str]:
-    path = tmp / name
-    subprocess.run(["ssh-keygen", "-q", "-t", "ecdsa", "-N", "", "-C", f"{name}@xs", "-f", str(path)], check=True)
-    return path.read_text(), (tmp / f"{name}.pub").read_text().strip()
 
 
 def _age(tmp: Path, name: str) -> tuple[Path, str]:
@@ -260,7 +254,7 @@ def test_one_push_brings_up_a_federation_across_two_clusters(linked: tuple[Site,
             "-n", NS, "get", "serviceaccount", "default", check=False).returncode == 0)
     hub_age, hub_recipient = _age(tmp_path, "hub")
     site_age, site_recipient = _age(tmp_path, "site")
-    hub_key, site_key = _keypair(tmp_path, "hub-node"), _keypair(tmp_path, "site-node")
+    hub_key, site_key = keypair(tmp_path, "hub-node"), keypair(tmp_path, "site-node")
     # the hub pool's own key, made by hand (as tests/e2e/test_secure.py does)
     hub.cluster.kubectl("-n", NS, "create", "secret", "generic", "hub-supernode-key",
                         f"--from-file=key={tmp_path / 'hub-node'}")

@@ -10,8 +10,6 @@ notification with Flower's message."""
 from __future__ import annotations
 
 import base64
-import datetime
-import ipaddress
 import json
 import os
 import subprocess
@@ -23,11 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
+from tests.builders import tls_material
 from tests.conftest import wait_until
 from tests.e2e.conftest import Agent, ConfigRepo, RealCluster, syncer_status, wait_ready
 from tests.integration.gitservers import free_port
@@ -38,32 +33,6 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 FAILING_APP = ROOT / "tests" / "fixtures" / "failing-app"
 FLWR = "1.42.0"
-
-
-def tls_secret(sans: list[str]) -> dict[str, bytes]:
-    """A CA and a server certificate for `sans`: tls.crt, tls.key, ca.crt."""
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "flower-health e2e CA")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-          .serial_number(x509.random_serial_number()).not_valid_before(now)
-          .not_valid_after(now + datetime.timedelta(days=1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True).sign(ca_key, hashes.SHA256()))
-    names: list[x509.GeneralName] = []
-    for san in sans:
-        try:
-            names.append(x509.IPAddress(ipaddress.ip_address(san)))
-        except ValueError:
-            names.append(x509.DNSName(san))
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, sans[0])]))
-            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName(names), critical=False).sign(ca_key, hashes.SHA256()))
-    return {"tls.crt": cert.public_bytes(serialization.Encoding.PEM),
-            "tls.key": key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                         serialization.NoEncryption()),
-            "ca.crt": ca.public_bytes(serialization.Encoding.PEM)}
 
 
 FEDERATION = f"""\
@@ -157,7 +126,7 @@ def test_pods_ready_but_supernodes_not_connected_and_a_failing_run(
     fed, lost = f"federation/{ns}/health", f"supernode/{ns}/lost"
     # `status` reads what the agent records on the FlowerUnits (cluster-scoped CRD; idempotent)
     real_cluster.kubectl("apply", "-f", str(ROOT / "charts" / "flower-syncer" / "crds"))
-    tls = tls_secret(["health-superlink", f"health-superlink.{ns}", f"health-superlink.{ns}.svc",
+    tls = tls_material("health-superlink", ["health-superlink", f"health-superlink.{ns}", f"health-superlink.{ns}.svc",
                       f"health-superlink.{ns}.svc.cluster.local", "127.0.0.1"])
     _secret(real_cluster, ns, "superlink-tls", tls)
     control = free_port()

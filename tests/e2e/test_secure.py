@@ -9,20 +9,17 @@ ready with the reason."""
 from __future__ import annotations
 
 import base64
-import datetime
-import ipaddress
 import json
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
+from tests.builders import keypair, tls_material
 from tests.conftest import wait_until
 from tests.e2e.apps import APP, CLIENT_LINE, FLWR
 from tests.e2e.conftest import Agent, ConfigRepo, RealCluster, flwr_run, syncer_status, wait_ready
@@ -36,38 +33,6 @@ def _pem(obj: x509.Certificate | ec.EllipticCurvePrivateKey) -> bytes:
         return obj.public_bytes(serialization.Encoding.PEM)
     return obj.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                              serialization.NoEncryption())
-
-
-def tls_secret(namespace: str, sans: list[str]) -> dict[str, bytes]:
-    """A fresh CA and a server certificate for `sans` (DNS names and IPs): tls.crt, tls.key, ca.crt."""
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"e2e CA {namespace}")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-          .serial_number(x509.random_serial_number()).not_valid_before(now)
-          .not_valid_after(now + datetime.timedelta(days=1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .sign(ca_key, hashes.SHA256()))
-    names: list[x509.GeneralName] = []
-    for san in sans:
-        try:
-            names.append(x509.IPAddress(ipaddress.ip_address(san)))
-        except ValueError:
-            names.append(x509.DNSName(san))
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, sans[0])]))
-            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName(names), critical=False)
-            .sign(ca_key, hashes.SHA256()))
-    return {"tls.crt": _pem(cert), "tls.key": _pem(key), "ca.crt": _pem(ca)}
-
-
-def keypair(tmp: Path, name: str) -> tuple[str, str]:
-    """An OpenSSH ECDSA key pair (Flower reads no other private key format): (private, public)."""
-    path = tmp / name
-    subprocess.run(["ssh-keygen", "-q", "-t", "ecdsa", "-N", "", "-C", f"{name}@e2e", "-f", str(path)], check=True)
-    return path.read_text(), (tmp / f"{name}.pub").read_text().strip()
 
 
 def federation(control: str, public_keys: list[str]) -> str:
@@ -162,9 +127,9 @@ def test_tls_and_node_auth_admit_only_the_listed_keys(real_cluster: RealCluster,
     ns = e2e_namespace
     sans = ["secure-superlink", f"secure-superlink.{ns}", f"secure-superlink.{ns}.svc",
             f"secure-superlink.{ns}.svc.cluster.local", "127.0.0.1"]
-    superlink_tls = tls_secret(ns, sans)
+    superlink_tls = tls_material(sans[0], sans)
     _secret(real_cluster, ns, "superlink-tls", superlink_tls)
-    _secret(real_cluster, ns, "other-tls", tls_secret(ns, sans))  # the same names, another CA
+    _secret(real_cluster, ns, "other-tls", tls_material(sans[0], sans))  # the same names, another CA
     keys = {name: keypair(tmp_path, name) for name in ("hub", "edge-a", "edge-b", "wrong-ca", "rogue")}
     real_cluster.kubectl("-n", ns, "create", "secret", "generic", "hub-supernode-key",
                          f"--from-file=key={tmp_path / 'hub'}")
