@@ -243,20 +243,23 @@ def _cgroup_pids(net: NodeNet) -> set[int]:
     pids: set[int] = set()
     for hierarchy in _hierarchies():
         base = hierarchy / net.cgroup_root.lstrip("/")
-        if base.is_dir():
-            for procs in base.rglob("cgroup.procs"):
-                with contextlib.suppress(OSError, ValueError):
-                    pids.update(int(p) for p in procs.read_text().split())
+        for cgroup in cgroup_tree(base):
+            with contextlib.suppress(OSError, ValueError):
+                pids.update(int(p) for p in (cgroup / "cgroup.procs").read_text().split())
     return pids
+
+
+def cgroup_tree(base: Path) -> list[Path]:
+    """`base` and every cgroup below it, parents first. A cgroup removed while the tree is walked (a
+    container the runtime is tearing down) is left out instead of failing the walk, as `rglob` did."""
+    return [Path(root) for root, _dirs, _files in os.walk(base)]  # os.walk ignores vanished directories
 
 
 def _remove_cgroups(net: NodeNet) -> list[str]:
     left = []
     for hierarchy in _hierarchies():
         base = hierarchy / net.cgroup_root.lstrip("/")
-        if not base.is_dir():
-            continue
-        for path in [*sorted((p for p in base.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)), base]:
+        for path in sorted(cgroup_tree(base), key=lambda p: -len(p.parts)):
             for _ in range(50):
                 try:
                     path.rmdir()
