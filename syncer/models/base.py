@@ -21,7 +21,7 @@ class StrictModel(BaseModel):
     """Unknown keys are errors, types are not coerced (a quoted "2" is not an integer), and the
     model is immutable once validated."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=False)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=False, defer_build=True)
 
     #: Extra guidance for a field, shown with errors about it (alias -> hint).
     field_hints: ClassVar[dict[str, str]] = {}

@@ -23,10 +23,6 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cryptography.exceptions import UnsupportedAlgorithm
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-
 ANN_SUPERNODE_AUTH = "flower-syncer.io/supernode-auth"  # enabled | disabled (default)
 ANN_SUPERNODE_KEYS = "flower-syncer.io/supernode-public-keys"  # one OpenSSH public key per line
 ANN_CONTROL_API_ADDRESS = "flower-syncer.io/control-api-address"  # where the agent reaches the Control API
@@ -34,7 +30,6 @@ CONTROL_API_PORT = 9093  # gRPC Control (--control-api-address), Flower before 1
 # Which transport and port a release's Control API has: syncer.models.flower (control_transport,
 # control_port): gRPC on 9093 before 1.37, HTTP on the SuperLink's --port (8000) from 1.37.
 
-_NIST = (ec.SECP256R1, ec.SECP384R1, ec.SECP521R1)
 
 
 @dataclass(frozen=True)
@@ -122,13 +117,19 @@ def parse_key(line: str) -> tuple[NodeKey | None, str]:
     if len(parts) < 2:
         return None, "not an OpenSSH public key (expected: key type, base64 key, optional comment)"
     kind = _shown(parts[0])
+    # cryptography's key parsers cost `validate` ~12 ms to import: only a repository with keys pays it
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
     try:
         public = serialization.load_ssh_public_key(" ".join(parts[:2]).encode())
     except UnsupportedAlgorithm:
         return None, f"a key of type {kind}, which is not an OpenSSH key type this parser knows"
     except (ValueError, IndexError, TypeError, binascii.Error) as exc:
         return None, f"not an OpenSSH public key of type {kind} ({_shown(str(exc))})"
-    if not isinstance(public, ec.EllipticCurvePublicKey) or not isinstance(public.curve, _NIST):
+    nist = (ec.SECP256R1, ec.SECP384R1, ec.SECP521R1)
+    if not isinstance(public, ec.EllipticCurvePublicKey) or not isinstance(public.curve, nist):
         return None, (f"a {kind} key: Flower admits ECDSA keys on NIST curves only "
                       "(ssh-keygen -t ecdsa -b 384)")
     blob = base64.b64decode(parts[1])

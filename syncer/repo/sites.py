@@ -18,8 +18,6 @@ import ipaddress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from cryptography import x509
-
 from syncer.diagnostics import FieldPath, Severity
 from syncer.identity import Unit
 from syncer.models.exposure import ANN_EXTERNAL_ADDRESS, ExternalAddress
@@ -208,6 +206,8 @@ def _check_certificate(state: RepoState, fed_unit: LoadedUnit, address: External
 
 def _certificate_names(pem: bytes) -> set[str] | None:
     """The DNS names and IPs a PEM certificate names; None when it cannot be read (e.g. still encrypted)."""
+    from cryptography import x509  # ~12 ms to import: only a repository with an exposed SuperLink pays it
+
     try:
         cert = x509.load_pem_x509_certificate(pem)
         sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
