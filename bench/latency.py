@@ -195,6 +195,26 @@ def settle_idle_units(kube: Kube, namespace: str, args: argparse.Namespace, agen
     print(f"agent memory         {rss:8.0f} MiB resident with warm caches (peak {peak:.0f} MiB)", flush=True)
 
 
+def round_cpu(port: int) -> tuple[float, dict[str, float]]:
+    """(now, CPU seconds the agent's status rounds spent so far, by part: round, flower)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("flower_syncer_status_round_cpu_seconds_total{"):
+            labels, value = line.rsplit(" ", 1)
+            out[labels.split('part="', 1)[1].split('"', 1)[0]] = float(value)
+    return time.monotonic(), out
+
+
+def print_round_cpu(before: tuple[float, dict[str, float]], after: tuple[float, dict[str, float]]) -> None:
+    """What a status round (one per 10 s) cost on average between two scrapes, by part."""
+    rounds = (after[0] - before[0]) / 10.0
+    parts = {k: (after[1].get(k, 0.0) - before[1].get(k, 0.0)) / rounds * 1000 for k in ("round", "flower")}
+    print(f"status round CPU     {parts['round']:8.1f} ms own work, {parts['flower']:.1f} ms Flower-level health, "
+          f"per round ({rounds:.0f} rounds)", flush=True)
+
+
 def resync_all(port: int, token: str) -> tuple[float, int, int]:
     """A full resync through the agent's API, waited for: (seconds, units, objects written)."""
     req = urllib.request.Request(f"http://127.0.0.1:{port}/api/v1/resync", method="POST",
@@ -253,6 +273,7 @@ def run(args: argparse.Namespace, kubeconfig: str) -> int:
             if idle:
                 settle_idle_units(kube, namespace, args, agent)
             time.sleep(1)
+            cpu_before = round_cpu(port)
             resync_s, resync_units, resync_writes = resync_all(port, token)
             print(f"no-op resync         {resync_s:8.2f} s   {resync_units} units, {resync_writes} writes", flush=True)
 
@@ -281,6 +302,7 @@ def run(args: argparse.Namespace, kubeconfig: str) -> int:
                 t1 = watcher.until(lambda _v, r: r == 2)
                 drift_lat.append(t1 - t0)
             print(f"drift-to-corrected  ({args.edits} edits)   {percentiles(drift_lat)}")
+            print_round_cpu(cpu_before, round_cpu(port))
             watcher.stop.set()
             c50, c95 = statistics.median(commit_lat), p95(commit_lat)
             d50 = statistics.median(drift_lat)

@@ -1,9 +1,18 @@
-"""Ask each Federation's SuperLink, every third status round (30 s), which SuperNodes are connected
-and how its runs went (the Control API's ListNodes and ListRuns), without ever holding up the round.
+"""Ask each Federation's SuperLink which SuperNodes are connected and how its runs went (the
+Control API's ListNodes and ListRuns), at most every 30 s and within a CPU budget, without ever
+holding up the status round.
 
-A small bounded pool of worker threads (16) does the calls, the SuperLinks that answered last time
-first, off the agent's event queue and off the
-status loop: a round hands out the checks that are due and reports the last answer of each
+The budget: the checks a round starts may cost, together, as much CPU as the round itself costs
+without them (at least MIN_BUDGET). A check costs what its connection costs: about 0.35 ms of CPU
+in plaintext and 1.5 ms over TLS, almost all of it the TLS handshake (measured on 2 cores,
+bench/status_round.py); a SuperLink cannot be kept connected between checks (Flower's uvicorn
+closes an idle connection after 5 s). So a small installation has every SuperLink asked every
+30 s, and a large one goes round its SuperLinks more slowly instead of costing more: the ones
+whose answer is oldest first, a federation whose pods have just become ready at once, whatever
+the budget. `waiting` says how many were due and left for a later round.
+
+A small bounded pool of worker threads (16) does the calls, off the agent's event queue and off
+the status loop: a round hands out the checks that are due and reports the last answer of each
 SuperLink (with the time it was got). A SuperLink that does not answer is asked again with
 backoff (10 s doubling to 5 min), so thousands of federations with no reachable SuperLink cost the
 round nothing but a dictionary lookup each. Where it dials: the address and TLS of key
@@ -22,6 +31,7 @@ with the SuperLink; the agent cannot ask it from here).
 from __future__ import annotations
 
 import base64
+import math
 import os
 import threading
 import time
@@ -43,10 +53,11 @@ log = structlog.get_logger("syncer.agent")
 
 WORKERS = 16  # Control API calls in flight at once (a silent SuperLink holds one for TIMEOUT, idle)
 TIMEOUT = 3.0  # seconds per call
-# seconds between checks of an answering SuperLink: three status rounds. Every round (10 s) at
-# 2,000 units made the round's CPU three times what it was (34 -> 106 ms, bench/status_round.py);
-# Flower itself takes 30-60 s to call a SuperNode that went away offline (its heartbeat)
+# seconds between checks of an answering SuperLink, at least: three status rounds. Flower itself
+# takes 30-60 s to call a SuperNode that went away offline (its heartbeat)
 INTERVAL = 30.0
+MIN_BUDGET = 0.020  # CPU seconds a round's checks may cost, however cheap the round: 0.2 % of a core
+FIRST_COST = 0.0015  # CPU seconds a check is taken to cost until checks were measured (one over TLS)
 BACKOFF = (10.0, 300.0)  # first and longest wait before asking a SuperLink that did not answer again
 CA_TTL = 300.0  # seconds a CA read from the cluster is used
 LOGGED_SILENT = 20  # SuperLinks whose failure is logged one by one; beyond, one line says there are more
@@ -104,51 +115,93 @@ class FlowerProbe:
         self._cas: dict[tuple[str, str], tuple[bytes | None, float]] = {}
         self._unresolved_logged = False  # "not resolved" is said once for the agent, not per SuperLink
         self._silent_logged = 0  # SuperLinks whose failure was logged (at most LOGGED_SILENT, then one line)
+        self.checks = 0  # checks made since the start
+        self.cpu = 0.0  # CPU seconds the checks' threads spent, since the start
+        self.waiting = 0  # SuperLinks due at the last round and left for a later one (the budget)
+        self.cost = FIRST_COST  # CPU seconds per check, a moving average of the checks' own threads
+        self._credit = 0.0  # CPU seconds of budget not spent yet (a round's fraction of a check)
+        self._chosen: list[tuple[Key, Transport]] = []  # checks chosen by `round`, not started yet
+        self._plan: Mapping[Unit, FlowerTarget] | None = None  # the targets of the last round, and
+        self._rows: list[tuple[Unit, Key, Transport, _Link]] = []  # their links (made when the plan changes)
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
-    def round(self, targets: Mapping[Unit, FlowerTarget], now_ready: frozenset[Unit] = frozenset()
-              ) -> dict[Unit, ControlAnswer]:
-        """`now_ready`: federations whose pods have just become ready: their SuperLink is asked
-        this round, whatever its backoff (a SuperLink refused while it started must not stay
-        unknown for minutes once it serves)."""
+    def round(self, targets: Mapping[Unit, FlowerTarget], now_ready: frozenset[Unit] = frozenset(),
+              budget: float | None = None, *, start_now: bool = True) -> dict[Unit, ControlAnswer]:
+        """The last answer per federation; starts the checks that are due, as many as `budget`
+        (CPU seconds; None: all) pays for at the checks' measured cost, the longest due first.
+        `now_ready`: federations whose pods have just become ready: their SuperLink is asked
+        this round, whatever its backoff and the budget (a SuperLink refused while it started must
+        not stay unknown for minutes once it serves). `start_now=False`: the checks wait for `start`."""
         if not self.enabled:
             return {u: ControlAnswer(t.address, "", error=DISABLED, code="disabled") for u, t in targets.items()}
         now = self.clock()
         out: dict[Unit, ControlAnswer] = {}
-        wanted: set[Key] = set()
-        due: list[tuple[int, Key, Transport]] = []
+        due: dict[Key, tuple[float, Transport]] = {}
+        urgent: dict[Key, Transport] = {}
         with self._lock:
-            for unit, target in targets.items():
-                key = (unit.namespace, target.address, target.ca_secret, target.transport)
-                wanted.add(key)
-                link = self._links.setdefault(key, _Link())
-                if not link.busy and (now >= link.due or unit in now_ready) and self._pool is not None:
-                    link.busy = True
-                    due.append((link.failures, key, target.transport))
-                out[unit] = link.answer or ControlAnswer(target.address, "", error="not checked yet", code="pending")
-            for gone in set(self._links) - wanted:  # federations that left Git: forget them
-                if not self._links[gone].busy:
-                    del self._links[gone]
-        # those that answered last time first: SuperLinks that do not answer never hold them up
-        for _, link_key, transport in sorted(due, key=lambda d: d[0]):
+            if targets is not self._plan:  # a new plan: its SuperLinks' links, once
+                self._plan, self._rows = targets, []
+                for unit, target in targets.items():
+                    row_key: Key = (unit.namespace, target.address, target.ca_secret, target.transport)
+                    self._rows.append((unit, row_key, target.transport, self._links.setdefault(row_key, _Link())))
+                for gone in set(self._links) - {row[1] for row in self._rows}:  # federations that left Git
+                    if not self._links[gone].busy:
+                        del self._links[gone]
+            for unit, key, transport, link in self._rows:
+                if link.answer is None:  # one object until the first answer: the watch need not compute again
+                    link.answer = ControlAnswer(key[1], "", error="not checked yet", code="pending")
+                out[unit] = link.answer
+                if link.busy:
+                    continue
+                if unit in now_ready:
+                    urgent[key] = transport
+                    due.pop(key, None)
+                elif now >= link.due and key not in urgent:
+                    due[key] = (link.due, transport)
+            start = [(k, t) for k, (_, t) in sorted(due.items(), key=lambda kv: kv[1][0])]
+            if budget is not None:
+                # unspent budget is not hoarded; the urgent checks are paid for too, by later rounds
+                self._credit = min(self._credit + budget, budget * 2) - len(urgent) * self.cost
+                afford = max(0, math.floor(self._credit / self.cost))
+                self._credit = max(self._credit - min(afford, len(start)) * self.cost, -budget * 3)
+                start = start[:afford]
+            self.waiting = len(due) - len(start)
+            start = [*urgent.items(), *start]
+            for link_key, _ in start:
+                self._links[link_key].busy = True
+            self._chosen.extend(start)
+        if start_now:
+            self.start()
+        return out
+
+    def start(self) -> None:
+        """Start the checks the last round chose (with `start_now=False`, the status round calls this
+        once its own work is done: the checks then never compete with it for the interpreter)."""
+        with self._lock:
+            chosen, self._chosen = self._chosen, []
+        for link_key, transport in chosen:
             if self._pool is not None:
                 self._pool.submit(self._check, link_key, transport)
-        return out
 
     # -- the worker's side -----------------------------------------------------------------------
 
     def _check(self, key: Key, transport: Transport) -> None:
         namespace, address, ca_secret, _ = key
+        cpu = time.thread_time()
         try:
             answer = self._ask(namespace, address, ca_secret, transport)
         except Exception as exc:  # a bug here must not stop later checks
             answer = ControlAnswer(address, utc_now(), error=f"the check failed ({type(exc).__name__})",
                                    code=ControlErrorCode.SERVER.value)
+        cpu = time.thread_time() - cpu
         now = self.clock()
         with self._lock:
+            self.checks += 1
+            self.cpu += cpu
+            self.cost += (max(cpu, 1e-5) - self.cost) * 0.1
             link = self._links.get(key) or _Link()
             link.busy = False
             link.answer = answer

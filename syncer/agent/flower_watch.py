@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from syncer.agent.flower_probe import FlowerProbe
+from syncer.agent.flower_probe import MIN_BUDGET, FlowerProbe
 from syncer.cluster.events import Event
 from syncer.engine.inventory import inventory_ref
 from syncer.identity import Unit
 from syncer.observe.conditions import HealthReason, UnitCondition
 from syncer.observe.flower_health import (
+    GRACE,
     FlowerHealth,
     PoolHealth,
     compute,
@@ -50,6 +51,9 @@ class _Seen:
     lost: set[tuple[str, str]] = field(default_factory=set)  # pools reported lost, until whole again
     answer: object = None  # the answer and target `last` was computed from (the very objects: the probe
     target: object = None  # hands out the same answer until a new check): not computed again
+    unsized: bool = False  # a pool of `target` leaves its count to its workload: computed every round
+    condition: UnitCondition | None = None  # what `check` said of `condition_of`: (health, short past grace)
+    condition_of: tuple[object, bool] | None = None
 
 
 class FlowerWatch:
@@ -61,7 +65,12 @@ class FlowerWatch:
         self.conditions: dict[Unit, UnitCondition] = {}  # what `check` said last, per unit (for FlowerUnits)
         self._degraded: set[Unit] = set()  # units told SuperNodesNotConnected, until they are not Degraded
         self._seen: dict[Unit, _Seen] = {}
-        self._ready: set[str] = set()  # unit ids whose pods were ready at the last round
+        self._units: dict[str, Unit] = {}  # the federations of the last round, by id
+        self._targets: Mapping[Unit, FlowerTarget] | None = None  # ... and the plan's mapping they came from
+        self._ready: set[str] | None = None  # unit ids whose pods were ready at the last round
+        self._own: float | None = None  # CPU seconds of a status round without Flower-level health (average)
+        self._bookkeeping = 0.0  # CPU seconds the last round spent on Flower-level health itself
+        self._checks_cpu = 0.0  # the probe's `cpu` at the last round
 
     def round(self, targets: Mapping[Unit, FlowerTarget], statuses: Sequence[UnitStatus]) -> dict[Unit, FlowerHealth]:
         """One status round: every federation's health from the last answers; news reported.
@@ -69,31 +78,55 @@ class FlowerWatch:
         if not self.probe.enabled:
             self.health = {}
             return {}
+        if targets is not self._targets:  # a new plan: its federations by id
+            self._targets, self._units = targets, {u.id: u for u in targets}
         ready = {s.unit for s in statuses if s.ready}
-        now_ready = frozenset(u for u in targets if u.id in ready and u.id not in self._ready)
+        # at the first round, pods already ready did not just become ready: their checks wait their turn
+        now_ready = frozenset(self._units[i] for i in ready - (self._ready or ready) if i in self._units)
         self._ready = ready
-        answers = self.probe.round(targets, now_ready)
-        desired = {(u.unit, p.pool): p.desired for u in statuses for p in u.pools}
+        answers = self.probe.round(targets, now_ready, self.budget(), start_now=False)  # see finish_round
+        desired: dict[tuple[str, str], int] = {}  # filled when a health is computed again
         now = self.clock()
         healths: dict[Unit, FlowerHealth] = {}
         for unit, target in targets.items():
-            seen = self._seen.setdefault(unit, _Seen())
+            seen = self._seen.get(unit) or self._seen.setdefault(unit, _Seen())
             answer = answers[unit]
-            if seen.answer is answer and seen.target is target and seen.last is not None and not _unsized(target):
+            if seen.answer is answer and seen.target is target and seen.last is not None and not seen.unsized:
                 healths[unit] = seen.last  # nothing new since the last round
                 continue
+            if not desired:
+                desired.update(((u.unit, p.pool), p.desired) for u in statuses for p in u.pools)
             health = compute(target, answer, desired)
             healths[unit] = health
-            seen.answer, seen.target = answer, target
+            seen.answer, seen.target, seen.unsized = answer, target, _unsized(target)
             if health.reachable:
                 self._news(unit, health, seen)
                 short = bool(health.short_pools())
                 seen.short_since = (seen.short_since or now) if short else None
             seen.last = health
-        for gone in set(self._seen) - set(targets):
-            del self._seen[gone]
+        if len(self._seen) > len(targets):  # federations that left Git
+            for gone in set(self._seen) - set(targets):
+                del self._seen[gone]
         self.health = healths
         return healths
+
+    def finish_round(self, own: float, flower: float) -> float:
+        """The status round's work is done: remember what it cost, in CPU seconds of its thread (its
+        own work, `own`, and the part of it that was Flower-level health, `flower`: this round's
+        bookkeeping), and start the checks the round chose. Started now, not during the round, they
+        never compete with it for the interpreter (that made the round's own work cost half as
+        much again, bench/status_round.py). Returns the CPU seconds Flower-level health spent since
+        the last round: `flower` and what the checks' threads spent meanwhile."""
+        self._own = own if self._own is None else self._own + (own - self._own) * 0.2
+        self._bookkeeping = flower
+        self.probe.start()
+        checks, self._checks_cpu = self.probe.cpu - self._checks_cpu, self.probe.cpu
+        return flower + checks
+
+    def budget(self) -> float:
+        """CPU seconds the checks of the next round may cost: what the round costs without them,
+        less what Flower-level health itself spends in it, at least MIN_BUDGET."""
+        return max(MIN_BUDGET, (self._own or 0.0) - self._bookkeeping)
 
     def _news(self, unit: Unit, health: FlowerHealth, seen: _Seen) -> None:
         failed = new_failures(health.failed, seen.runs)
@@ -119,14 +152,22 @@ class FlowerWatch:
         status: UnitStatus = subject
         if not self.health or not status.unit.startswith("federation/"):
             return None
+        unit = self._units.get(status.unit) or Unit.parse(status.unit)
         if not status.ready:
-            self.conditions.pop(Unit.parse(status.unit), None)
-            self._degraded.discard(Unit.parse(status.unit))
+            self.conditions.pop(unit, None)
+            self._degraded.discard(unit)
             return None  # its pods' own condition says more (and its SuperLink may be starting)
-        unit = Unit.parse(status.unit)
+        health = self.health.get(unit)
         seen = self._seen.get(unit)
         short_for = self.clock() - seen.short_since if seen is not None and seen.short_since is not None else 0.0
-        cond = health_condition(self.health.get(unit), short_for=short_for)
+        # the condition depends on the answer and on whether a short pool has been short past GRACE
+        of = (health, short_for >= GRACE)
+        if seen is not None and health is not None and seen.condition_of == of:
+            cond = seen.condition  # nothing new: the same condition, not computed again
+        else:
+            cond = health_condition(health, short_for=short_for)
+            if seen is not None:
+                seen.condition, seen.condition_of = cond, of
         if cond is None:
             self.conditions.pop(unit, None)
         else:

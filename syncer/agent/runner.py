@@ -264,14 +264,23 @@ def _status_loop(agent: Agent, cache: StatusCache, metrics: Metrics, stop: threa
 
 
 def _status_round(agent: Agent, cache: StatusCache, metrics: Metrics) -> None:
+    cpu = time.thread_time()
     units = sorted(set(agent.desired) | set(agent.cache.state.inventories))
     report = cache.report(targets_from(dict.fromkeys(units), agent.cache.state))
     metrics.observe_status(report.units, report.gpus)
     checks: list[HealthCheck] = []
+    flower = 0.0
     if agent.flower is not None:  # SuperNodes connected, runs: from the last answers of the SuperLinks
-        metrics.observe_flower(agent.flower.round(agent.installed.plan.flower, report.units))
+        flower = time.thread_time()
+        metrics.observe_flower(agent.flower.round(agent.installed.plan.flower, report.units),
+                               waiting=agent.flower.probe.waiting)
+        flower = time.thread_time() - flower
         checks.append(agent.flower.check)
     observe_health(agent, report.units, checks)  # each unit's Healthy condition
+    own = time.thread_time() - cpu - flower
+    metrics.status_round_cpu.labels("round").inc(own)
+    if agent.flower is not None:  # the Control API checks may cost what the round does (flower_probe)
+        metrics.status_round_cpu.labels("flower").inc(agent.flower.finish_round(own=own, flower=flower))
     agent.request_drift_check()  # measured by a worker, like every sync
     release_free_memory()  # what the last syncs freed
 

@@ -45,6 +45,8 @@ flower_syncer_node_gpus_used                       gauge      node, resource    
 flower_syncer_federation_supernodes                gauge      unit, pool, state     SuperNodes at the SuperLink (below)
 flower_syncer_federation_runs                      gauge      unit, status          runs the SuperLink lists, by status
 flower_syncer_federation_control_api_up            gauge      unit                  1: its Control API answered
+flower_syncer_flower_checks_waiting                gauge      -                     SuperLink checks due, left for later
+flower_syncer_status_round_cpu_seconds_total       counter    part                  CPU of status rounds: round|flower
 flower_syncer_leader                               gauge      -                     1 while holding the leader lease
 flower_syncer_fenced_syncs_total                   counter    -                     syncs stopped by the lease fence
 flower_syncer_gc_pause_seconds                     histogram  generation            Python GC stops (observe.gc_pauses)
@@ -91,7 +93,7 @@ from syncer.observe.unit_metrics import UnitSeries
 
 if TYPE_CHECKING:
     from syncer.identity import Unit
-    from syncer.observe.flower_health import FlowerHealth
+    from syncer.observe.flower_health import FlowerHealth, Series
     from syncer.observe.health import NodeGPU
     from syncer.observe.status import ClusterGPUs, UnitStatus
 
@@ -215,8 +217,9 @@ class _FlowerCollector(Collector):
     def __init__(self) -> None:
         self.snapshot: tuple[tuple[tuple[str, str, str, int], ...], tuple[tuple[str, str, int], ...],
                              tuple[tuple[str, bool], ...]] = ((), (), ())
+        self.waiting = 0
 
-    def _families(self, snap: tuple[Any, Any, Any]) -> list[GaugeMetricFamily]:
+    def _families(self, snap: tuple[Any, Any, Any], waiting: int = 0) -> list[GaugeMetricFamily]:
         nodes = GaugeMetricFamily(PREFIX + "federation_supernodes", "SuperNodes at the federation's SuperLink, by "
                                   "the pool or release Git expects them from, and state (online, offline, "
                                   "registered: never connected, expected: what Git asks for).",
@@ -231,13 +234,17 @@ class _FlowerCollector(Collector):
             runs.add_metric([unit, status], value)
         for unit, ok in snap[2]:
             up.add_metric([unit], 1.0 if ok else 0.0)
-        return [nodes, runs, up]
+        held = GaugeMetricFamily(PREFIX + "flower_checks_waiting", "SuperLinks due for a Control API check at the "
+                                 "last status round and left for a later one: the checks' CPU budget (as much as "
+                                 "the round itself costs) holds them back; their answers get older meanwhile.",
+                                 value=waiting)
+        return [nodes, runs, up, held]
 
     def describe(self) -> Iterable[GaugeMetricFamily]:
         return self._families(((), (), ()))
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        yield from self._families(self.snapshot)
+        yield from self._families(self.snapshot, self.waiting)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -269,11 +276,20 @@ class Metrics:
         self.leader = Gauge(PREFIX + "leader", "1 while this agent holds the leader lease.", registry=r)
         self.fenced = Counter(PREFIX + "fenced_syncs_total", "Syncs stopped at a write because this agent no "
                               "longer held the leader lease (not failures of the unit).", registry=r)
+        self.status_round_cpu = Counter(PREFIX + "status_round_cpu_seconds", "CPU the agent's status rounds "
+                                        "spent (every 10 s): part=round, their own work (pools, health, metrics); "
+                                        "part=flower, Flower-level health (its bookkeeping in the round and the "
+                                        "Control API checks, which may cost what the round does).", ["part"],
+                                        registry=r)
+        for part in ("round", "flower"):
+            self.status_round_cpu.labels(part)
         self.up = Gauge(PREFIX + "up", "Always 1 while the agent runs.", registry=r)
         self.build_info = Gauge(PREFIX + "build_info", "Always 1; the agent's version.", ["version"], registry=r)
         self._status = _StatusCollector()
         r.register(self._status)
         self._flower = _FlowerCollector()
+        self._flower_series: dict[str, tuple[object, Series]] = {}  # per unit id: the health and its series
+        self._flower_last: dict[Unit, object] = {}  # the healths the series were made from
         r.register(self._flower)
 
         self.up.set(1)
@@ -391,21 +407,31 @@ class Metrics:
                 nodes = {(n.node, n.resource): (n.allocatable, n.used) for n in entries}
             self._status.snapshot = _Snapshot(units, pools, nodes)
 
-    def observe_flower(self, healths: Mapping[Unit, FlowerHealth]) -> None:
+    def observe_flower(self, healths: Mapping[Unit, FlowerHealth], *, waiting: int = 0) -> None:
         """Replace every federation_* series with these federations' Flower-level health (one that
-        was not checked, e.g. --flower-health off, has none)."""
+        was not checked, e.g. --flower-health off, has none); `waiting`: checks held back."""
         from syncer.observe.flower_health import UNCHECKED, metric_series
 
+        self._flower.waiting = waiting
+        last = self._flower_last
+        if len(last) == len(healths) and all(last.get(u) is h for u, h in healths.items()):
+            return  # the very healths of the last round: nothing was heard since, the series stand
+        self._flower_last = dict(healths)
         nodes: list[tuple[str, str, str, int]] = []
         runs: list[tuple[str, str, int]] = []
         up: list[tuple[str, bool]] = []
+        series: dict[str, tuple[object, Series]] = {}
         for unit, health in sorted(healths.items(), key=lambda kv: kv[0].id):
             if health.code in UNCHECKED:
                 continue  # not asked: off, not yet, or a Service name an agent outside the cluster cannot resolve
-            n, r = metric_series(unit.id, health)
+            cached = self._flower_series.get(unit.id)
+            # a health the last round had (the very object: nothing new was heard) has the same series
+            n, r = cached[1] if cached is not None and cached[0] is health else metric_series(unit.id, health)
+            series[unit.id] = (health, (n, r))
             nodes.extend(n)
             runs.extend(r)
             up.append((unit.id, health.reachable))
+        self._flower_series = series
         self._flower.snapshot = (tuple(nodes), tuple(runs), tuple(up))
 
     # -- agent -----------------------------------------------------------------------------------
@@ -421,6 +447,7 @@ class Metrics:
         """Drop every series of a unit (it left Git)."""
         self._units.forget(unit)
         nodes, runs, up = self._flower.snapshot
+        self._flower_last = {}  # the next round makes its series again
         self._flower.snapshot = (tuple(s for s in nodes if s[0] != unit), tuple(s for s in runs if s[0] != unit),
                                  tuple(s for s in up if s[0] != unit))
         with self._lock:

@@ -196,7 +196,8 @@ class FakeProbe:
         self.clock = Clock()
         self.inner = probe(self.connector, self.clock)
 
-    def round(self, targets: Any, now_ready: Any = frozenset()) -> Any:
+    def round(self, targets: Any, now_ready: Any = frozenset(), budget: float | None = None,
+              start_now: bool = True) -> Any:
         """Each round waits for its check: the answer of this round, not the last one."""
         self.inner.round(targets, now_ready)
         wait_until("the check", lambda: not any(link.busy for link in self.inner._links.values()))
@@ -205,6 +206,9 @@ class FakeProbe:
             return self.inner.round(targets)
         finally:
             self.clock.now += 1e6
+
+    def start(self) -> None:
+        pass
 
 
 def ready(desired: int = 2) -> UnitStatus:
@@ -286,29 +290,107 @@ def test_a_flowerunit_keeps_the_health_and_is_written_only_when_it_changes() -> 
     assert with_times(changed, first, "2026-11-26T09:00:20Z")["flower"]["checkedAt"] == "2026-11-26T09:00:20Z"
 
 
-def test_superlinks_that_answered_are_asked_before_those_that_did_not() -> None:
+def test_the_checks_of_a_round_cost_no_more_than_its_budget_and_the_longest_due_go_first() -> None:
     order: list[str] = []
-    gate = threading.Event()
+    clock = Clock()
 
     def connector(address: str, transport: str, ca: bytes | None, *, timeout: float) -> FakeApi:
         order.append(address)
-        gate.wait(10)
-        if address.startswith("silent"):
-            return FakeApi([], [], ControlApiError("ListNodes", address, ControlErrorCode.UNAVAILABLE, "timed out"))
         return FakeApi([], [])
 
-    clock = Clock()
     p = FlowerProbe(None, clock=clock, connector=connector, cluster_dns=True, workers=1)
-    targets = {Unit("federation", NS, name): FlowerTarget(f"{name}:1", "http", "") for name in ("silent-a", "good-b")}
+    names = [f"fed-{i}" for i in range(5)]
+    targets = {Unit("federation", NS, name): FlowerTarget(f"{name}:1", "http", "") for name in names}
     try:
-        gate.set()
-        p.round(targets)
-        wait_until("both checked", lambda: len(order) == 2 and not any(link.busy for link in p._links.values()))
-        gate.clear()
+        p.cost = 0.002  # as measured, say: 2 ms of CPU a check
+        p.round(targets, budget=0.0045)  # pays for two checks, and half a ms left over
+        wait_until("two checks", lambda: len(order) == 2 and not any(link.busy for link in p._links.values()))
+        assert p.waiting == 3
+        first = sorted(order)
+        clock.now += 1
+        p.cost = 0.002
+        p.round(targets, budget=0.0045)  # 4.5 + 0.5 left over: two more
+        wait_until("four checks", lambda: len(order) == 4 and not any(link.busy for link in p._links.values()))
+        clock.now += 1
+        p.cost = 0.002
+        p.round(targets, budget=0.0045)  # the last one due; the first four are not due yet
+        wait_until("five checks", lambda: len(order) == 5 and not any(link.busy for link in p._links.values()))
+        assert sorted(order) == sorted(f"{n}:1" for n in names)  # each once: none starves, none twice
+        assert p.waiting == 0
         clock.now += INTERVAL
-        p.round(targets)  # both due again: the one that answered goes first
-        wait_until("the next checks started", lambda: len(order) == 3)
-        assert order[2] == "good-b:1"
+        order.clear()
+        p.cost = 0.002
+        p.round(targets, budget=0.004)  # all due again: 3.5 ms left over and 4 ms: three checks
+        wait_until("three checks", lambda: len(order) == 3 and not any(link.busy for link in p._links.values()))
+        assert sorted(order[:2]) == first  # the two checked longest ago first
     finally:
-        gate.set()
+        p.close()
+
+
+def test_a_federation_just_ready_is_asked_beyond_the_budget_and_later_rounds_pay_for_it() -> None:
+    connector, clock = Connector(), Clock()
+    p = probe(connector, clock, workers=1)
+    other = Unit("federation", NS, "other")
+    targets = {FED: TARGET, other: FlowerTarget("other-superlink.flower.svc:9093", "http", "")}
+    try:
+        p.cost = 0.002
+        p.round(targets, frozenset({FED}), budget=0.001)  # less than a check: the one just ready still goes
+        wait_until("the urgent check", lambda: connector.calls == 1 and not any(k.busy for k in p._links.values()))
+        assert p.waiting == 1  # the other waits
+        p.cost = 0.002
+        p.round(targets, budget=0.0025)  # 1 + 2.5 ms, less the 2 ms the urgent check took: not enough for one
+        assert connector.calls == 1 and p.waiting == 1
+        p.cost = 0.002
+        p.round(targets, budget=0.0025)
+        wait_until("the other's check", lambda: connector.calls == 2)
+    finally:
+        p.close()
+
+
+def test_the_watch_gives_the_checks_what_the_round_costs_without_them() -> None:
+    from syncer.agent.flower_probe import MIN_BUDGET
+
+    watch = FlowerWatch(FakeProbe().inner, lambda unit, event: None, Clock())
+    try:
+        assert watch.budget() == MIN_BUDGET  # nothing measured yet
+        watch.finish_round(own=0.040, flower=0.005)
+        assert watch.budget() == 0.035  # the round's 40 ms, less the 5 ms Flower-level health spent in it
+        watch.finish_round(own=0.001, flower=0.0)
+        assert round(watch.budget(), 4) == 0.0322  # a moving average: one cheap round lowers it a fifth of the way
+        for _ in range(30):
+            watch.finish_round(own=0.001, flower=0.0)
+        assert watch.budget() == MIN_BUDGET  # however cheap the round, the checks get at least this
+    finally:
+        watch.probe.close()
+
+
+def test_the_watch_starts_the_checks_after_the_rounds_own_work() -> None:
+    """Started during the round, the checks competed with it for the interpreter (its own work cost
+    half as much again, bench/status_round.py)."""
+    connector, clock = Connector(), Clock()
+    p = probe(connector, clock)
+    watch = FlowerWatch(p, lambda unit, event: None, clock)
+    try:
+        assert watch.round({FED: TARGET}, [ready()])[FED].code == "pending"
+        assert connector.calls == 0  # chosen, not started
+        watch.finish_round(own=0.030, flower=0.002)
+        wait_until("the check", lambda: connector.calls == 1)
+    finally:
+        p.close()
+
+
+def test_pods_ready_at_the_first_round_did_not_just_become_ready() -> None:
+    """An agent that starts beside 1,000 running federations does not ask every SuperLink at once,
+    beyond the budget: only pods that become ready while it watches jump the queue."""
+    connector, clock = Connector(), Clock()
+    p = probe(connector, clock)
+    watch = FlowerWatch(p, lambda unit, event: None, clock)
+    others = {Unit("federation", NS, f"fed-{i}"): FlowerTarget(f"fed-{i}:1", "http", "") for i in range(40)}
+    statuses = [UnitStatus(u.id, pools=[PoolStatus("a", "StatefulSet", "x", 1, 1, healthy=True)]) for u in others]
+    try:
+        p.cost = 0.002
+        watch.round(others, statuses)
+        assert len(p._chosen) == 10  # MIN_BUDGET (20 ms) at 2 ms a check, not 40
+        assert p.waiting == 30
+    finally:
         p.close()

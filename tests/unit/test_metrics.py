@@ -339,7 +339,8 @@ def test_exposition_is_valid_text_format() -> None:
         "flower_syncer_pool_ready_replicas", "flower_syncer_pool_ready", "flower_syncer_unit_ready",
         "flower_syncer_pool_gpus_requested", "flower_syncer_pool_gpus_allocated",
         "flower_syncer_node_gpus_allocatable", "flower_syncer_node_gpus_used", "flower_syncer_leader",
-        "flower_syncer_up", "flower_syncer_build_info",
+        "flower_syncer_up", "flower_syncer_build_info", "flower_syncer_status_round_cpu_seconds",
+        "flower_syncer_flower_checks_waiting",
     }
     assert expected <= names
 

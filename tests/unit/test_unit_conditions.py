@@ -364,3 +364,6 @@ def test_every_status_round_recomputes_health(agent: Agent, tmp_path: Path) -> N
     pools = [PoolStatus("a", "StatefulSet", "fed-supernode-a", 1, 1, healthy=True)]
     _status_round(agent, cast(StatusCache, Cache()), agent.metrics)
     assert state_series(agent, FED_UNIT) == [("Synced", "Healthy")]
+    # what the rounds cost is exported (the checks' budget is measured against it)
+    assert (agent.metrics.registry.get_sample_value("flower_syncer_status_round_cpu_seconds_total",
+                                                    {"part": "round"}) or 0) > 0
