@@ -210,6 +210,9 @@ def round_cpu(port: int) -> tuple[float, dict[str, float]]:
 def print_round_cpu(before: tuple[float, dict[str, float]], after: tuple[float, dict[str, float]]) -> None:
     """What a status round (one per 10 s) cost on average between two scrapes, by part."""
     rounds = (after[0] - before[0]) / 10.0
+    if rounds < 2:
+        print(f"status round CPU     not measured: {rounds * 10:.0f} s between the scrapes, fewer than two rounds")
+        return
     parts = {k: (after[1].get(k, 0.0) - before[1].get(k, 0.0)) / rounds * 1000 for k in ("round", "flower")}
     print(f"status round CPU     {parts['round']:8.1f} ms own work, {parts['flower']:.1f} ms Flower-level health, "
           f"per round ({rounds:.0f} rounds)", flush=True)
