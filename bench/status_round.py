@@ -22,9 +22,15 @@ would give them; the Control APIs are on 127.0.0.1:
 
 Each federation has an address of its own (127.1.x.y for `refused` and `silent`, a port of its
 own on 127.0.0.1 for the answering modes), as each has its own SuperLink: the probe checks each
-address on its own. The round's `checks` column counts the checks made per round (an answering
-SuperLink is due every 30 s, every third round: about a third of the federations).
+address on its own. The `checks` column counts the checks made per round: an answering SuperLink
+is due every 30 s (every third round), and the checks a round starts may cost what the round
+itself costs (syncer.agent.flower_probe), so at 1,000 federations fewer than that are made.
 - `off`: --flower-health off; `none`: no Flower-level health at all (the round before it existed).
+
+The clock moves 10 s a round while the rounds are `--gap` real seconds apart (1 s): time enough
+for the checks a round starts, which the agent spreads over 10 s. The process runs with the
+agent's GC thresholds (the defaults made the checks' allocations set off full collections of the
+2,000 units' heap, up to 0.3 s each).
 
     python3 bench/status_round.py                                   # 200 federations + 1 release
     python3 bench/status_round.py --federations 1000 --releases 1000 --rounds 30

@@ -31,7 +31,6 @@ CONTROL_API_PORT = 9093  # gRPC Control (--control-api-address), Flower before 1
 # control_port): gRPC on 9093 before 1.37, HTTP on the SuperLink's --port (8000) from 1.37.
 
 
-
 @dataclass(frozen=True)
 class NodeKey:
     pem: bytes  # SubjectPublicKeyInfo PEM: what the Control API stores and returns
