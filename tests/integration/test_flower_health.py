@@ -92,7 +92,10 @@ def test_supernodes_come_and_go_and_a_failed_run_shows_its_message(superlink: Su
                                                       healthy=True)])
 
     def health() -> FlowerHealth:
-        return watch.round({FED: target}, [pods_ready])[FED]
+        """One status round, as the agent's runner makes it: the round, then the checks it chose start."""
+        answer = watch.round({FED: target}, [pods_ready])[FED]
+        watch.finish_round(own=0.0, flower=0.0)
+        return answer
 
     def pools() -> dict[str, tuple[int, int, int]]:
         h = health()
