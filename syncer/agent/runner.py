@@ -271,10 +271,10 @@ def _status_round(agent: Agent, cache: StatusCache, metrics: Metrics) -> None:
     checks: list[HealthCheck] = []
     flower = 0.0
     if agent.flower is not None:  # SuperNodes connected, runs: from the last answers of the SuperLinks
-        flower = time.thread_time()
+        started = time.thread_time()
         metrics.observe_flower(agent.flower.round(agent.installed.plan.flower, report.units),
                                waiting=agent.flower.probe.waiting)
-        flower = time.thread_time() - flower
+        flower = time.thread_time() - started
         checks.append(agent.flower.check)
     observe_health(agent, report.units, checks)  # each unit's Healthy condition
     own = time.thread_time() - cpu - flower

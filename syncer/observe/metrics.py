@@ -288,8 +288,8 @@ class Metrics:
         self._status = _StatusCollector()
         r.register(self._status)
         self._flower = _FlowerCollector()
-        self._flower_series: dict[str, tuple[object, Series]] = {}  # per unit id: the health and its series
-        self._flower_last: dict[Unit, object] = {}  # the healths the series were made from
+        # per federation: the health its series were made from, and the series (None: not checked)
+        self._flower_made: dict[Unit, tuple[object, Series | None]] = {}
         r.register(self._flower)
 
         self.up.set(1)
@@ -413,25 +413,26 @@ class Metrics:
         from syncer.observe.flower_health import UNCHECKED, metric_series
 
         self._flower.waiting = waiting
-        last = self._flower_last
-        if len(last) == len(healths) and all(last.get(u) is h for u, h in healths.items()):
+        made = self._flower_made
+        if len(made) == len(healths) and all((m := made.get(u)) is not None and m[0] is h for u, h in healths.items()):
             return  # the very healths of the last round: nothing was heard since, the series stand
-        self._flower_last = dict(healths)
         nodes: list[tuple[str, str, str, int]] = []
         runs: list[tuple[str, str, int]] = []
         up: list[tuple[str, bool]] = []
-        series: dict[str, tuple[object, Series]] = {}
+        self._flower_made = {}
         for unit, health in sorted(healths.items(), key=lambda kv: kv[0].id):
             if health.code in UNCHECKED:
-                continue  # not asked: off, not yet, or a Service name an agent outside the cluster cannot resolve
-            cached = self._flower_series.get(unit.id)
+                # not asked: off, not yet, or a Service name an agent outside the cluster cannot resolve
+                self._flower_made[unit] = (health, None)
+                continue
+            cached = made.get(unit)
             # a health the last round had (the very object: nothing new was heard) has the same series
-            n, r = cached[1] if cached is not None and cached[0] is health else metric_series(unit.id, health)
-            series[unit.id] = (health, (n, r))
+            n, r = cached[1] if cached is not None and cached[0] is health and cached[1] is not None \
+                else metric_series(unit.id, health)
+            self._flower_made[unit] = (health, (n, r))
             nodes.extend(n)
             runs.extend(r)
             up.append((unit.id, health.reachable))
-        self._flower_series = series
         self._flower.snapshot = (tuple(nodes), tuple(runs), tuple(up))
 
     # -- agent -----------------------------------------------------------------------------------
@@ -447,7 +448,7 @@ class Metrics:
         """Drop every series of a unit (it left Git)."""
         self._units.forget(unit)
         nodes, runs, up = self._flower.snapshot
-        self._flower_last = {}  # the next round makes its series again
+        self._flower_made = {}  # the next round makes its series again
         self._flower.snapshot = (tuple(s for s in nodes if s[0] != unit), tuple(s for s in runs if s[0] != unit),
                                  tuple(s for s in up if s[0] != unit))
         with self._lock:

@@ -81,6 +81,16 @@ def probe(connector: Connector, clock: Clock, **kwargs: Any) -> FlowerProbe:
     return FlowerProbe(None, clock=clock, connector=connector, **{"cluster_dns": True, **kwargs})
 
 
+def failed_once(detail: str) -> tuple[Connector, Clock, FlowerProbe]:
+    """A probe whose SuperLink went unavailable (`detail`) at its first check, which is over."""
+    connector, clock = Connector(), Clock()
+    connector.error = ControlApiError("ListNodes", TARGET.address, ControlErrorCode.UNAVAILABLE, detail)
+    p = probe(connector, clock)
+    p.round({FED: TARGET})
+    wait_until("the first failure", lambda: p.round({FED: TARGET})[FED].code == "unavailable")
+    return connector, clock, p
+
+
 def test_a_round_never_waits_for_a_superlink() -> None:
     connector, clock = Connector(), Clock()
     connector.gate.clear()  # the SuperLink hangs
@@ -104,12 +114,8 @@ def test_a_federation_whose_pods_just_became_ready_is_asked_at_once() -> None:
     """A SuperLink refused while it started (in backoff) is asked again the round its pods are
     ready, not minutes later (a CI run of the cross-site e2e saw the hub's health stay
     'connection refused' after its SuperLink served)."""
-    connector, clock = Connector(), Clock()
-    connector.error = ControlApiError("ListNodes", TARGET.address, ControlErrorCode.UNAVAILABLE, "refused")
-    p = probe(connector, clock)
+    connector, clock, p = failed_once("refused")
     try:
-        p.round({FED: TARGET})
-        wait_until("the first failure", lambda: p.round({FED: TARGET})[FED].code == "unavailable")
         connector.error = None
         clock.now += 1.0  # well within its backoff
         p.round({FED: TARGET})
@@ -122,12 +128,8 @@ def test_a_federation_whose_pods_just_became_ready_is_asked_at_once() -> None:
 
 
 def test_a_superlink_that_does_not_answer_is_asked_again_with_backoff() -> None:
-    connector, clock = Connector(), Clock()
-    connector.error = ControlApiError("ListNodes", TARGET.address, ControlErrorCode.UNAVAILABLE, "timed out")
-    p = probe(connector, clock)
+    connector, clock, p = failed_once("timed out")
     try:
-        p.round({FED: TARGET})
-        wait_until("the first failure", lambda: p.round({FED: TARGET})[FED].code == "unavailable")
         assert p.round({FED: TARGET})[FED].error == "timed out"
         for wait, calls in ((5.0, 1), (6.0, 2)):  # 10 s after the first failure
             clock.now += wait
