@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import queue
-import random
 import threading
 import time
 from collections import Counter
@@ -28,6 +27,7 @@ import structlog
 
 from syncer.agent.cache import LiveCache
 from syncer.agent.failures import event_failed, sync_failed
+from syncer.agent.fetching import Fetcher
 from syncer.agent.flower_watch import FlowerWatch
 from syncer.agent.messages import (
     DriftCheckDue,
@@ -68,18 +68,11 @@ from syncer.render.repo import Rendered, plan_repo
 from syncer.repo.state import RepoState
 from syncer.secrets.sops import redact_text
 from syncer.source.git import Checkout
-from syncer.source.refs import SourceError
 
 log = structlog.get_logger("syncer.agent")
 
 
-POLL_JITTER = 0.1  # each poll waits the interval +/- 10 %
 SUPERLINK_STARTING_RETRY = 10.0  # longest wait before registering keys again at a SuperLink that does not answer
-
-
-def poll_delay(interval: float) -> float:
-    """How long the source thread waits for the next poll: `interval` +/- POLL_JITTER."""
-    return interval * random.uniform(1 - POLL_JITTER, 1 + POLL_JITTER)
 
 
 class Agent:
@@ -112,7 +105,8 @@ class Agent:
         self.stop = threading.Event()
         self.supervisor = Supervisor(self.stop)  # every thread: an exception is reported, never fatal
         self._secret_values: frozenset[str] = frozenset()  # plaintext of the encrypted files installed so far
-        self._fetch_wanted = threading.Event()
+        self.fetcher = Fetcher(source, options, self.events, self.stop, self.supervisor.report)
+        self._busy_handling = False  # the dispatcher is handling an event (idle())
         self.progress = RevisionProgress(applied=self.metrics.observe_commit_applied, checked=self._record_checked,
                                          unit_applied=lambda u, s: self.metrics.observe_unit_commit_applied(u.id, s))
         self._recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checked")
@@ -125,7 +119,7 @@ class Agent:
     def start(self) -> None:
         self.cache.start(self.stop, self.supervisor.spawn)
         self._spawn(self._dispatch, "dispatcher")
-        self._spawn(self.fetch_loop, "source")
+        self._spawn(self.fetcher.run, "source")
         for i in range(self.options.workers):
             self._spawn(self._worker, f"worker-{i}")
         self.request_fetch("start")
@@ -138,7 +132,7 @@ class Agent:
         self.stop.set()
         self.work.shutdown()
         self.events.put(Stop())
-        self._fetch_wanted.set()
+        self.fetcher.wanted.set()
         deadline = time.monotonic() + timeout
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
@@ -156,6 +150,12 @@ class Agent:
         if self.kube.unreachable:  # the last request (a watch, a sync, the status loop) did not get through
             return False, f"the API server is unreachable: {self.kube.unreachable}"
         return True, "ok"
+
+    def idle(self) -> bool:
+        """Nothing in flight: no event to handle, no fetch wanted, no unit ready to sync or syncing
+        (retries due later do not count). A moment to do slow housekeeping (agent.memory.Heap)."""
+        return not (self.fetcher.busy or self._busy_handling or self.fetcher.wanted.is_set()
+                    or not self.events.empty() or self.work.busy())
 
     def set_leading(self, leading: bool) -> None:
         if leading:
@@ -244,38 +244,15 @@ class Agent:
                 return unit
         return None
 
-    # -- the source thread ------------------------------------------------------------------------
-
-    def fetch_loop(self) -> None:
-        """The source thread (`start` runs it). Fetch when asked (a commit seen, a push webhook, a
-        resync) or at the poll interval, with +/-10 % jitter so that many agents do not poll a server
-        in step. After a failed fetch the next one waits with exponential backoff, unless something
-        asks for a fetch first: a push after a Git outage is applied at once."""
-        backoff = self.options.fetch_backoff
-        wait = poll_delay(self.options.poll_interval)
-        while not self.stop.is_set():
-            self._fetch_wanted.wait(wait)
-            if self.stop.is_set():
-                return
-            self._fetch_wanted.clear()
-            seen = time.monotonic()
-            try:
-                checkout = self.source.fetch()
-            except Exception as exc:  # the last good revision stays applied; a bug is reported like an outage
-                error = exc if isinstance(exc, SourceError) else SourceError(
-                    "invalid", f"the fetch failed: {self.supervisor.report('fetching', exc)}")
-                self.events.put(FetchFailed(error))
-                wait, backoff = backoff, min(backoff * 2, self.options.fetch_backoff_max)
-                continue
-            backoff = self.options.fetch_backoff
-            wait = poll_delay(self.options.poll_interval)
-            self.events.put(RevisionFetched(checkout, seen))
-
     # -- the dispatcher ---------------------------------------------------------------------------
 
     def _dispatch(self) -> None:
         while not isinstance(event := self.events.get(), Stop):
-            self._dispatch_one(event)
+            self._busy_handling = True
+            try:
+                self._dispatch_one(event)
+            finally:
+                self._busy_handling = False
 
     def _dispatch_one(self, event: Event) -> None:
         # the agent survives anything a single event does; the error is reported where it belongs
@@ -300,7 +277,7 @@ class Agent:
     def handle(self, event: Event) -> None:
         """The dispatcher's decision on one event (unguarded: `_dispatch` guards it)."""
         if isinstance(event, FetchRequested):
-            self._fetch_wanted.set()
+            self.fetcher.wanted.set()
         elif isinstance(event, RevisionFetched):
             self._on_revision(event.checkout, event.seen_at)
         elif isinstance(event, FetchFailed):
@@ -342,7 +319,7 @@ class Agent:
         elif isinstance(event, ResyncRequested):
             if event.waiter is not None:
                 self.waiters.append(event.waiter)
-            self._fetch_wanted.set()
+            self.fetcher.wanted.set()
         elif isinstance(event, UnitSynced):
             self._on_synced(event)
 

@@ -22,7 +22,7 @@ from syncer.agent.config import AgentConfig, load_policy, read_secret
 from syncer.agent.flower_probe import FlowerProbe
 from syncer.agent.flower_watch import FlowerWatch
 from syncer.agent.flowerunits import FlowerUnits
-from syncer.agent.memory import release_free_memory
+from syncer.agent.memory import Heap, release_free_memory
 from syncer.agent.state import AgentOptions
 from syncer.agent.unitstate import observe_health
 from syncer.cluster.client import ApiError, ClusterUnreachable, Kube, path_for
@@ -255,15 +255,17 @@ def _label_own_pod(kube: Kube, *, leader: bool) -> None:
 
 def _status_loop(agent: Agent, cache: StatusCache, metrics: Metrics, stop: threading.Event) -> None:
     """Pool readiness and GPU figures for the metrics, every few seconds, from the status cache's
-    watches (no request)."""
+    watches (no request); at its quiet moments, the heap is settled (agent.memory.Heap)."""
+    heap = Heap()
     while not stop.wait(STATUS_INTERVAL if agent.loaded.is_set() else 1.0):
         if not agent.loaded.is_set() or not cache.synced.is_set():
             continue
         # status is best effort: a failed round is reported and the next one tries again
-        agent.supervisor.guard("status collection", functools.partial(_status_round, agent, cache, metrics))
+        agent.supervisor.guard("status collection", functools.partial(_status_round, agent, cache, metrics,
+                                                                      heap=heap))
 
 
-def _status_round(agent: Agent, cache: StatusCache, metrics: Metrics) -> None:
+def _status_round(agent: Agent, cache: StatusCache, metrics: Metrics, *, heap: Heap | None = None) -> None:
     cpu = time.thread_time()
     units = sorted(set(agent.desired) | set(agent.cache.state.inventories))
     report = cache.report(targets_from(dict.fromkeys(units), agent.cache.state))
@@ -282,7 +284,14 @@ def _status_round(agent: Agent, cache: StatusCache, metrics: Metrics) -> None:
     if agent.flower is not None:  # the Control API checks may cost what the round does (flower_probe)
         metrics.status_round_cpu.labels("flower").inc(agent.flower.finish_round(own=own, flower=flower))
     agent.request_drift_check()  # measured by a worker, like every sync
-    release_free_memory()  # what the last syncs freed
+    if heap is None:
+        release_free_memory()  # what the last syncs freed
+        return
+    settled = heap.settle(agent.idle())  # trims too
+    if settled is not None:
+        log.info("heap settled: what the agent holds is frozen out of the garbage collector's walks",
+                 full=settled.full, collected=settled.collected, frozen=settled.frozen,
+                 ms=round(settled.seconds * 1000, 1))
 
 
 def _log_gc_pauses(pauses: GCPauses, stop: threading.Event) -> None:

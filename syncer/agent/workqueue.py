@@ -38,6 +38,11 @@ class WorkQueue(Generic[K]):
         with self._cond:
             return len(self._waiting) + len(self._processing) + len(self._delayed)
 
+    def busy(self) -> bool:
+        """A key is ready to hand out or being processed (those only due later do not count)."""
+        with self._cond:
+            return bool(self._waiting or self._processing)
+
     def depth(self) -> int:
         """Keys waiting to be processed (ready or delayed), not counting those in progress."""
         with self._cond:

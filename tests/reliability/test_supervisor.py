@@ -514,6 +514,7 @@ def test_a_failed_status_round_is_reported_and_the_next_round_runs(monkeypatch: 
     sup = Supervisor(stop)
     agent = SimpleNamespace(loaded=loaded, desired={}, cache=SimpleNamespace(state=LiveState()), supervisor=sup,
                             request_drift_check=lambda: drift_checks.append(1), health={}, units={}, flower=None,
+                            idle=lambda: False,
                             installed=SimpleNamespace(plan=Plan(units={}, prune_allowed=False)))
     monkeypatch.setattr(runner, "STATUS_INTERVAL", 0.01)
     with capture_logs() as logs:

@@ -3,11 +3,13 @@ revision each unit carries) and which watch events mean work. No threads are sta
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
 
-from syncer.agent.agent import Agent, AgentOptions, poll_delay
+from syncer.agent.agent import Agent, AgentOptions
+from syncer.agent.fetching import poll_delay
 from syncer.agent.messages import FetchRequested, ObjectChanged
 from syncer.identity import ObjectRef, Unit
 from syncer.observe.metrics import Metrics
@@ -154,7 +156,7 @@ def test_a_push_after_a_git_outage_cuts_the_backoff_short() -> None:
     source = FlakySource(failures=1)
     agent = Agent(FakeKube(), source, Metrics(),
                   AgentOptions(poll_interval=3600, fetch_backoff=3600))  # neither would come in this test
-    thread = threading.Thread(target=agent.fetch_loop, daemon=True)
+    thread = threading.Thread(target=agent.fetcher.run, daemon=True)
     thread.start()
     try:
         agent.handle(FetchRequested("start"))  # the first fetch: the remote is down; the next waits an hour
@@ -250,3 +252,51 @@ def test_the_public_steps_do_what_the_threads_do(agent: Agent, tmp_path: Path,
     assert agent.dispatch_pending() == 0
     assert "failed handling a change" in agent.units[FED_UNIT].internal_error
     assert queued(agent) == [FED_UNIT]  # the change, and the retry of the failed event: one unit
+
+
+class GatedSource(FlakySource):
+    """A Git source whose fetch lasts until the test opens the gate, then fails (the remote is down)."""
+
+    def __init__(self) -> None:
+        super().__init__(failures=1)
+        self.started = threading.Event()
+        self.gate = threading.Event()
+
+    def fetch(self) -> object:
+        self.started.set()
+        assert self.gate.wait(5)
+        return super().fetch()
+
+
+def test_the_agent_is_idle_only_when_nothing_is_in_flight(agent: Agent) -> None:
+    """What the heap's settling (agent.memory.Heap) waits for: no event, fetch or sync under way."""
+    from tests.conftest import wait_until
+
+    assert agent.idle()
+    agent.work.add(FED_UNIT)
+    assert not agent.idle()  # a unit to sync
+    assert agent.work.get(timeout=0) == FED_UNIT
+    assert not agent.idle()  # ... syncing
+    agent.work.done(FED_UNIT)
+    assert agent.idle()
+    agent.request_fetch("test")
+    assert not agent.idle()  # an event to handle
+    agent.events.get_nowait()
+    assert agent.idle()
+
+    source = GatedSource()
+    gated = Agent(FakeKube(), source, Metrics(), AgentOptions(poll_interval=3600, fetch_backoff=3600))
+    thread = threading.Thread(target=gated.fetcher.run, daemon=True)
+    thread.start()
+    try:
+        gated.handle(FetchRequested("push"))
+        assert source.started.wait(5)
+        assert not gated.idle()  # fetching
+        source.gate.set()
+        wait_until("the failed fetch reported", lambda: not gated.events.empty(), timeout=5)
+        assert not gated.idle()  # its outcome waits for the dispatcher
+        gated.events.get_nowait()
+        wait_until("the source thread waiting again", gated.idle, timeout=5)
+    finally:
+        gated.shutdown()
+        thread.join(5)

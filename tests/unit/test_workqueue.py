@@ -98,3 +98,20 @@ def test_a_capped_retry_backs_off_no_further_than_its_cap() -> None:
     delays = [q.retry("fed", cap=10.0) for _ in range(8)]
     assert delays == [0.5, 1.0, 2.0, 4.0, 8.0, 10.0, 10.0, 10.0]
     assert q.retry("fed") == 128.0  # the count goes on: an uncapped failure backs off as before
+
+
+def test_busy_while_a_key_is_ready_or_processed_not_while_one_is_only_due_later() -> None:
+    clock = FakeClock()
+    q: WorkQueue[str] = WorkQueue(clock=clock)
+    assert not q.busy()
+    q.add_after("later", 5.0)
+    assert not q.busy()
+    q.add("fed")
+    assert q.busy()
+    assert q.get(timeout=0) == "fed"
+    assert q.busy()  # processing
+    q.done("fed")
+    assert not q.busy()
+    clock.now = 5.0
+    assert q.get(timeout=0) == "later"
+    assert q.busy()
