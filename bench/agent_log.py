@@ -37,6 +37,7 @@ class Timeline:
     commit: Commit
     phases: dict[str, float]  # seconds; a phase the log does not show is absent
     gc: float  # seconds of logged GC pauses between push and seen
+    gc_longest: float = 0.0  # the longest of them
 
     @property
     def total(self) -> float:
@@ -84,8 +85,8 @@ def timelines(records: list[dict[str, Any]], commits: list[Commit], unit_suffix:
         for name, t in marks:
             phases[name], last = t - last, t
         phases["seen"] = c.seen - last
-        gc = sum(float(p.get("ms", 0)) / 1000 for p in pauses if c.pushed <= p["_t"] <= c.seen)
-        out.append(Timeline(c, phases, gc))
+        inside = [float(p.get("ms", 0)) / 1000 for p in pauses if c.pushed <= p["_t"] <= c.seen]
+        out.append(Timeline(c, phases, sum(inside), max(inside, default=0.0)))
     return out
 
 
