@@ -7,14 +7,15 @@ the agent does for a commit, with the agent's own classes and GC thresholds:
 
   fetch   GitSource.fetch of the bare remote (each git command it runs is timed)
   load    RevisionLoader.load of the checkout, with the caches of the previous revision
-  plan    plan_repo against the previous plan (what Agent.install computes)
+  install Agent.install: the plan (plan_repo against the previous one), what changed, the units'
+          state (an agent that is never started: no thread, no request)
 
 once for the first revision, then for each of --commits one-file commits (the pools of one
 federation change, as bench/latency.py's commits do). Prints p50/p95/max of each phase, the git
 commands of a commit's fetch with their median times, the GC pauses by generation (count, those
 of at least 0.1 s, the longest) and the resident memory.
 
-    python3 bench/commit_path.py                            # 1,000 x 10 + 1,000: 2,001 units
+    python3 bench/commit_path.py                            # 1,000 x 10 + 1,000: 2,000 units
     python3 bench/commit_path.py --federations 100 --releases 100 --commits 50
 """
 
@@ -37,11 +38,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.repogen import POOL, federation, make_repo
-from syncer.agent.revision import RevisionLoader
+from syncer.agent.agent import Agent
+from syncer.agent.state import AgentOptions
+from syncer.cluster.client import Kube
 from syncer.logs import configure as configure_logs
 from syncer.observe.gc_pauses import GCPauses, Pause
-from syncer.plan import Plan
-from syncer.render.repo import plan_repo
+from syncer.observe.metrics import Metrics
 from syncer.source.git import GitSource, SourceSpec
 
 
@@ -106,47 +108,46 @@ def main() -> int:
         git(work, "push", "-q", str(bare), "HEAD:main")
         source = GitSource(SourceSpec(url=str(bare), cache_dir=Path(tmp) / "cache"))
         timed = TimedGit(source)
-        loader = RevisionLoader()
+        agent = Agent(Kube(None), source, Metrics(), AgentOptions())  # never started
         print(f"commit path: {args.federations} federations x {args.pools} pools + {args.releases} releases, "
               f"{args.commits} one-file commits", flush=True)
 
-        def step() -> tuple[float, float, float, Plan, list[tuple[str, float]]]:
+        def step() -> tuple[float, float, float, list[tuple[str, float]]]:
             with timed.collect() as calls:
                 t0 = time.perf_counter()
                 checkout = source.fetch()
                 t1 = time.perf_counter()
-            loaded = loader.load(checkout.root, checkout.revision, since=checkout.since, changed=checkout.changed)
+            loaded = agent.revisions.load(checkout.root, checkout.revision, since=checkout.since,
+                                          changed=checkout.changed)
             t2 = time.perf_counter()
-            plan = plan_repo(loaded.state, loaded.rendered, revision=checkout.revision,
-                             previous=previous.units if previous is not None else None)
+            agent.install(loaded.state, loaded.rendered, checkout.revision)
             t3 = time.perf_counter()
-            return t1 - t0, t2 - t1, t3 - t2, plan, list(calls)
+            return t1 - t0, t2 - t1, t3 - t2, list(calls)
 
-        previous: Plan | None = None
-        fetch0, load0, plan0, previous, _ = step()
-        print(f"first revision        fetch {fetch0:6.2f} s  load+render {load0:6.2f} s  plan {plan0:6.2f} s  "
+        fetch0, load0, install0, _ = step()
+        print(f"first revision        fetch {fetch0:6.2f} s  load+render {load0:6.2f} s  install {install0:6.2f} s  "
               f"RSS {rss_mib():.0f} MiB", flush=True)
         while (p := gcp.next_slow(0)) is not None:
             pass  # the first revision's pauses are not a commit's
-        fetches, loads, plans, totals = [], [], [], []
+        fetches, loads, installs, totals = [], [], [], []
         by_verb: dict[str, list[float]] = defaultdict(list)
         for i in range(1, args.commits + 1):
             edited.write_text(federation("fed-0", "".join(POOL.format(p=p) for p in range(args.pools + i % 2))))
             git(work, "-c", "user.name=bench", "-c", "user.email=bench@localhost", "commit", "-qam", f"round {i}")
             git(work, "push", "-q", str(bare), "HEAD:main")
-            fetch, load, plan_s, previous, calls = step()
+            fetch, load, install, calls = step()
             fetches.append(fetch)
             loads.append(load)
-            plans.append(plan_s)
-            totals.append(fetch + load + plan_s)
+            installs.append(install)
+            totals.append(fetch + load + install)
             for verb, seconds in calls:
                 by_verb[verb].append(seconds)
             while (p := gcp.next_slow(0)) is not None:
                 pauses.append(p)
         print(f"fetch                 {percentiles(fetches)}")
         print(f"load+render           {percentiles(loads)}")
-        print(f"plan                  {percentiles(plans)}")
-        print(f"fetch+load+plan       {percentiles(totals)}")
+        print(f"install               {percentiles(installs)}")
+        print(f"fetch+load+install    {percentiles(totals)}")
         print("git commands of a commit's fetch (runs per commit, median):")
         for verb, times in sorted(by_verb.items(), key=lambda kv: -sum(kv[1])):
             print(f"  git {verb:<10} {len(times) / args.commits:4.1f}  {statistics.median(times) * 1000:7.1f} ms")

@@ -146,6 +146,10 @@ def main() -> int:
                     help="seconds to wait for the idle units' pods before the commits (default 1800)")
     ap.add_argument("--during-pods", action="store_true",
                     help="push the commits while the controllers create the idle units' pods, not after")
+    ap.add_argument("--allocations", action="store_true",
+                    help="run the agent with PYTHONTRACEMALLOC=1 and print where its memory was allocated at the "
+                         "end (SIGUSR2; the top 20 source lines); tracing inflates the agent's memory and time, so "
+                         "the run's figures are not comparable")
     ap.add_argument("--agent-log", type=Path, default=None, metavar="FILE",
                     help="keep the agent's log (JSON, info level) in FILE and break commit-to-applied down "
                          "into the agent's load+render and sync times")
@@ -178,6 +182,22 @@ def print_breakdown(log_path: Path, commits: list[Commit]) -> float:
     if pauses:
         print(f"  GC pauses >= 0.1 s in the whole run: {len(pauses)}, {percentiles(pauses)}")
     return max((t.gc_longest for t in lines), default=0.0)
+
+
+def print_allocations(agent: subprocess.Popen[bytes], log_path: Path) -> None:
+    """Asks the agent where its memory was allocated (SIGUSR2) and prints its answer."""
+    event = "where the agent's memory was allocated"
+    agent.send_signal(signal.SIGUSR2)
+    deadline = time.monotonic() + 300  # a snapshot of millions of traced blocks takes a while
+    while time.monotonic() < deadline:
+        rows = [r for r in read_records(log_path) if str(r.get("event", "")).startswith(event)]
+        if rows:
+            print("allocations (PYTHONTRACEMALLOC=1; the source lines that hold the most):")
+            for row in rows[-1].get("allocations", []):
+                print(f"  {row['mib']:8.1f} MiB  {row['blocks']:9d} blocks  {row['where']}")
+            return
+        time.sleep(2)
+    print("allocations: the agent did not answer SIGUSR2 within 300 s")
 
 
 def memory_mib(pid: int) -> tuple[float, float]:
@@ -280,7 +300,9 @@ def run(args: argparse.Namespace, kubeconfig: str) -> int:
                                       "--lease-namespace", namespace, "--cache-dir", str(Path(tmp) / "cache"),
                                       "--api-token-file", str(Path(tmp) / "token"),
                                       "--log-format", "json",
-                                      "--log-level", "info" if args.agent_log else "warning"], stderr=log)
+                                      "--log-level", "info" if args.agent_log or args.allocations else "warning"],
+                                     stderr=log,
+                                     env={**os.environ, "PYTHONTRACEMALLOC": "1"} if args.allocations else None)
             watcher = Watcher(kube, namespace, "bench-supernode-a")
             idle = args.idle_federations + args.idle_releases
             deadline = time.monotonic() + 60 + idle  # the bench unit may come last of all
@@ -343,6 +365,8 @@ def run(args: argparse.Namespace, kubeconfig: str) -> int:
             if idle:
                 rss, peak = memory_mib(agent.pid)
                 print(f"agent memory         {rss:8.0f} MiB resident at the end (peak {peak:.0f} MiB)")
+            if args.allocations:
+                print_allocations(agent, log_path)
                 checks += [(f"commit-to-applied p95 < 0.5 s with {idle} idle units ({c95:.3f} s)", c95 < 0.5),
                            (f"no-op resync < 3 s with 0 writes ({resync_s:.2f} s, {resync_writes})",
                             resync_s < 3 and resync_writes == 0),

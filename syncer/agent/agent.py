@@ -367,7 +367,8 @@ class Agent:
         self._secret_values = self._secret_values | state.secrets if state.secrets else self._secret_values
         self.supervisor.scrub = functools.partial(redact_text, secrets=self._secret_values)
         fresh = plan_repo(state, rendered, revision=revision, default_repository=self.options.repository,
-                          previous=old.plan.units, tenancy=self.options.tenancy)
+                          previous=old.plan.units, tenancy=self.options.tenancy,
+                          flower_memo=self.revisions.flower_memo)
         units = dict(old.plan.units)
         digests = dict(old.digests)
         changed: list[Unit] = []
@@ -414,7 +415,11 @@ class Agent:
         same = units.keys() == fresh.units.keys() and all(units[u] is p for u, p in fresh.units.items())
         claims = fresh.claims if same else Claims.of_refs(((u, p.refs) for u, p in units.items()), fresh.failed)
         self.installed = Installed(dataclasses.replace(fresh, units=units, claims=claims), digests)
-        for unit in [*fresh.failed, *fresh.units]:
+        # the units whose state this revision may change (a unit's state reads its desired state,
+        # its config errors while it fails, and whether it is in Git); the status round publishes
+        # every unit anyway: a commit to one file costs one unit's publishing, not 2,000
+        moved = {u for u in units.keys() | old.plan.units.keys() if fresh.in_git(u) != old.plan.in_git(u)}
+        for unit in dict.fromkeys([*changed, *fresh.failed, *old.plan.failed, *sorted(moved)]):
             publish(self, unit)
         return changed
 

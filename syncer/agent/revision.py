@@ -14,6 +14,7 @@ import structlog
 from syncer.cluster.whoami import agent_account
 from syncer.diagnostics import primary_first
 from syncer.observe.conditions import describe
+from syncer.render.flower_targets import FlowerMemo
 from syncer.render.repo import RenderCache, Rendered, render_repo
 from syncer.render.tenancy import Tenancy, apply_policy
 from syncer.repo.loader import LoadCache, load_repo
@@ -51,6 +52,7 @@ class RevisionLoader:
         self.tenancy = tenancy  # the admin's policy, applied to every revision
         self._files = LoadCache()
         self._renders = RenderCache()
+        self.flower_memo = FlowerMemo()  # for plan_repo: the revisions' Flower-level health targets
         self._agent = agent_account()  # no pod from Git may run as it
         self._loaded: tuple[Path, str] | None = None  # the root and revision of the latest load
 

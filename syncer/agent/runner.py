@@ -22,7 +22,7 @@ from syncer.agent.config import AgentConfig, load_policy, read_secret
 from syncer.agent.flower_probe import FlowerProbe
 from syncer.agent.flower_watch import FlowerWatch
 from syncer.agent.flowerunits import FlowerUnits
-from syncer.agent.memory import Heap, release_free_memory
+from syncer.agent.memory import Heap, allocation_report, release_free_memory
 from syncer.agent.state import AgentOptions
 from syncer.agent.unitstate import observe_health
 from syncer.cluster.client import ApiError, ClusterUnreachable, Kube, path_for
@@ -84,6 +84,7 @@ def run(config: AgentConfig) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGUSR2, lambda _s, _f: threading.Thread(target=_log_allocations, daemon=True).start())
 
     try:
         # the replica's identity in the user agent: the API server's audit log tells replicas apart
@@ -292,6 +293,16 @@ def _status_round(agent: Agent, cache: StatusCache, metrics: Metrics, *, heap: H
         log.info("heap settled: what the agent holds is frozen out of the garbage collector's walks",
                  full=settled.full, collected=settled.collected, frozen=settled.frozen,
                  ms=round(settled.seconds * 1000, 1))
+
+
+def _log_allocations() -> None:
+    """On SIGUSR2: where the agent's memory is, into the log (agent.memory.allocation_report)."""
+    rows = allocation_report()
+    if rows is None:
+        log.warning("no allocation report: Python is not tracing allocations", hint="start the agent with the "
+                    "environment variable PYTHONTRACEMALLOC=1 (it costs memory and time), then send SIGUSR2 again")
+        return
+    log.info("where the agent's memory was allocated (the source lines that hold the most)", allocations=rows)
 
 
 def _log_gc_pauses(pauses: GCPauses, stop: threading.Event) -> None:

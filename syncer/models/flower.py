@@ -34,6 +34,7 @@ in a SuperNode release's values), else it is taken as the newest known release a
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Literal
@@ -303,11 +304,13 @@ def flower_interface(version: Version | None) -> FlowerInterface:
     return FlowerInterface(version, assumed=False)
 
 
+@functools.lru_cache(maxsize=1024)  # pure, and asked per unit at every revision: a repository has few tags
 def interface_of_tag(tag: str, explicit: str = "") -> FlowerInterface:
     """The tag's version, else the explicit one, else the newest (assumed)."""
     return flower_interface(parse_version(tag) or explicit_version(explicit))
 
 
+@functools.lru_cache(maxsize=1024)
 def interface_of_image(image: str, explicit: str = "") -> FlowerInterface:
     return interface_of_tag(image_tag(image), explicit)
 

@@ -23,6 +23,7 @@ import base64
 import contextlib
 import ipaddress
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from syncer.identity import Unit
 from syncer.models.federation import Federation
@@ -68,40 +69,99 @@ def _dialled(address: str, port: int) -> str:
     return f"{host}:{port}"
 
 
+class FlowerMemo:
+    """What `flower_targets` worked out, kept from one revision to the next (the agent keeps one):
+    the address each release dials, and each Federation's target with the addresses it is dialled
+    at. A Federation's target is taken again when its LoadedUnit is the very object it was made
+    from (a LoadCache hands back the same object for a file that did not change), `allowed` is the
+    same, and no release that dials (or dialled) one of its addresses changed, came or went. So a
+    memo never answers other than a fresh computation (tests/unit/test_flower_targets.py compares
+    the two over a sequence of revisions), and a commit to one file works out one target. Each
+    call keeps only the units of its revision: nothing outlives the units it was made from."""
+
+    def __init__(self) -> None:
+        self.dialled: dict[tuple[str, Unit], tuple[LoadedUnit, str]] = {}
+        self.targets: dict[tuple[str, Unit], _Made] = {}
+        self.allowed: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class _Made:
+    fed: LoadedUnit
+    addresses: frozenset[str]  # every host:port a release dials to reach this SuperLink (fleet, exposed)
+    target: FlowerTarget
+
+
 def flower_targets(units: Iterable[LoadedUnit], allowed: Sequence[str] | None = None,
-                   elsewhere: Iterable[LoadedUnit] = ()) -> dict[Unit, FlowerTarget]:
+                   elsewhere: Iterable[LoadedUnit] = (), memo: FlowerMemo | None = None) -> dict[Unit, FlowerTarget]:
     """Per Federation unit of `units`: its FlowerTarget (see the module doc). `allowed`: the
     Control API targets the admin allows beside a federation's own SuperLink Service;
     `elsewhere`: the units other clusters of the repository apply (their releases may dial an
-    exposed SuperLink). Linear in the units: releases are indexed by the address they dial."""
+    exposed SuperLink); `memo`: the work of the previous call, taken again where its inputs are
+    the same objects (FlowerMemo). Linear in the units: releases are indexed by the address they
+    dial."""
+    memo = memo if memo is not None else FlowerMemo()
     loaded = list(units)
     dialling: dict[str, list[tuple[LoadedUnit, SuperNodeValues]]] = {}  # host:port -> the releases dialling it
-    for u in sorted([*loaded, *elsewhere], key=lambda u: (u.cluster, u.unit)):
+    dialled: dict[tuple[str, Unit], tuple[LoadedUnit, str]] = {}
+    touched: set[str] = set()  # addresses a release dials, or dialled, that changed, came or went
+    for u in [*loaded, *elsewhere]:
         if isinstance(u.model, SuperNodeValues) and u.model.supernode.enabled:
-            target = u.model.supernode.superlink
-            dialling.setdefault(_dialled(target.address, target.port), []).append((u, u.model))
+            before = memo.dialled.get((u.cluster, u.unit))
+            if before is not None and before[0] is u:
+                address = before[1]
+            else:
+                superlink = u.model.supernode.superlink
+                address = _dialled(superlink.address, superlink.port)
+                touched.add(address)
+                if before is not None:
+                    touched.add(before[1])
+            dialled[(u.cluster, u.unit)] = (u, address)
+            dialling.setdefault(address, []).append((u, u.model))
+    touched.update(address for key, (_, address) in memo.dialled.items() if key not in dialled)  # gone
+    allowed_now = tuple(allowed) if allowed is not None else None
+    same_allowed = allowed_now == memo.allowed
     out: dict[Unit, FlowerTarget] = {}
+    made: dict[tuple[str, Unit], _Made] = {}
     for u in loaded:
         fed = u.model
         if not isinstance(fed, Federation):
             continue
+        before_made = memo.targets.get((u.cluster, u.unit))
+        if (before_made is not None and before_made.fed is u and same_allowed
+                and touched.isdisjoint(before_made.addresses)):
+            made[(u.cluster, u.unit)] = before_made
+            out[u.unit] = before_made.target
+            continue
         ns = u.unit.namespace
-        pools = [ExpectedPool(u.unit.id, p.name, p.replicas if fed.spec.mode != "DaemonSet" else None)
-                 for p in fed.spec.supernodes.pools]
         bare, qualified = fleet_addresses(fed, ns)
+        external = [f"{a.host}:{a.port}" for a in fed.external_addresses()]
         found = [r for r in dialling.get(bare.lower(), ()) if r[0].unit.namespace == ns and r[0].cluster == u.cluster]
         found += [r for address in qualified for r in dialling.get(address.lower(), ()) if r[0].cluster == u.cluster]
-        found += [r for a in fed.external_addresses() for r in dialling.get(f"{a.host}:{a.port}", ())
+        found += [r for address in external for r in dialling.get(address, ())
                   if dials_superlink(u, r[0]) and r not in found]
-        for rel, values in sorted(found, key=lambda r: (r[0].cluster, r[0].unit)):
-            key = release_key(values)
-            pools.append(ExpectedPool(rel.unit.id, RELEASE_POOL, values.supernode.replicas,
-                                      frozenset({key}) if key is not None else frozenset(), rel.cluster))
-        transport, _ = fed.control_api()
-        own = fed.own_control_targets(ns)
-        address = fed.control_api_address(ns)
-        if address not in own and not control_target_allowed(address, own, allowed or ()):
-            address = own[1]  # the annotation points where the admin does not allow: the own Service
-        out[u.unit] = FlowerTarget(address, transport, "" if fed.spec.insecure else fed.ca_secret_name(),
-                                   tuple(pools), fed.supernode_auth and not fed.spec.insecure)
+        found.sort(key=lambda r: (r[0].cluster, r[0].unit))
+        target = _target(u, fed, found, allowed)
+        addresses = frozenset([bare.lower(), *(a.lower() for a in qualified), *external])
+        made[(u.cluster, u.unit)] = _Made(u, addresses, target)
+        out[u.unit] = target
+    memo.dialled, memo.targets, memo.allowed = dialled, made, allowed_now
     return out
+
+
+def _target(u: LoadedUnit, fed: Federation, found: list[tuple[LoadedUnit, SuperNodeValues]],
+            allowed: Sequence[str] | None) -> FlowerTarget:
+    ns = u.unit.namespace
+    pools = [ExpectedPool(u.unit.id, p.name, p.replicas if fed.spec.mode != "DaemonSet" else None)
+             for p in fed.spec.supernodes.pools]
+    for rel, values in found:
+        key = release_key(values)
+        pools.append(ExpectedPool(rel.unit.id, RELEASE_POOL, values.supernode.replicas,
+                                  frozenset({key}) if key is not None else frozenset(), rel.cluster))
+    transport, _ = fed.control_api()
+    own = fed.own_control_targets(ns)
+    address = fed.control_api_address(ns)
+    if address not in own and not control_target_allowed(address, own, allowed or ()):
+        address = own[1]  # the annotation points where the admin does not allow: the own Service
+    return FlowerTarget(address, transport, "" if fed.spec.insecure else fed.ca_secret_name(),
+                        tuple(pools), fed.supernode_auth and not fed.spec.insecure)

@@ -21,7 +21,7 @@ from syncer.plan import Claims, NodeAuth, Plan, Policy, UnitPlan, refs_of
 from syncer.render.common import RenderContext, sort_manifests
 from syncer.render.control_targets import control_target_diagnostics
 from syncer.render.federation import render_federation
-from syncer.render.flower_targets import flower_targets
+from syncer.render.flower_targets import FlowerMemo, flower_targets
 from syncer.render.guardrails import check_guardrails
 from syncer.render.packed import pack
 from syncer.render.podrules import AgentAccount
@@ -312,13 +312,14 @@ def node_auth_of(loaded: LoadedUnit) -> NodeAuth | None:
 
 def plan_repo(state: RepoState, rendered: Rendered, *, selectors: Sequence[str] = (), revision: str = "",
               default_repository: str = DEFAULT_REPOSITORY, previous: Mapping[Unit, UnitPlan] | None = None,
-              tenancy: Tenancy | None = None) -> Plan:
+              tenancy: Tenancy | None = None, flower_memo: FlowerMemo | None = None) -> Plan:
     """The engine's plan for a loaded and rendered repository (`rendered` made with the same
     selectors). `default_repository` names it when flower-syncer.yaml does not (see
     identity.derived_repository_name). A unit whose manifests are the very object it has in
     `previous` (a RenderCache hands back what the same LoadedUnit rendered to) keeps its
     UnitPlan from there, revision included: nothing of it changed. `tenancy` says where the
-    repository comes from and what the admin lets it take over (render.tenancy)."""
+    repository comes from and what the admin lets it take over (render.tenancy). `flower_memo`:
+    the Flower-level health targets worked out for the previous revision (FlowerMemo)."""
     loaded = {u.unit: u for u in state.units}
     previous = previous or {}
 
@@ -371,5 +372,5 @@ def plan_repo(state: RepoState, rendered: Rendered, *, selectors: Sequence[str] 
         protected_namespaces=PROTECTED_NAMESPACES,
         control_api_targets=None if rails.allowedControlApiTargets is None else tuple(rails.allowedControlApiTargets),
         flower=flower_targets((u for u in state.units if u.unit not in failed), rails.allowedControlApiTargets,
-                              elsewhere=state.elsewhere),
+                              elsewhere=state.elsewhere, memo=flower_memo),
     )

@@ -8,6 +8,7 @@ line of an error (rare), so an unchanged repository still opens no file."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -75,6 +76,7 @@ def check_version_skew(state: RepoState) -> None:
         state.units = [u for u in state.units if u.unit not in failed]
 
 
+@functools.lru_cache(maxsize=4096)  # pure, asked for every release at every revision (skew and sites)
 def service_of(address: str, namespace: str) -> tuple[str, str] | None:
     """(namespace, service) of an in-cluster Service address; None for anything else."""
     host = address.strip().lower().rstrip(".")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from syncer.agent.memory import Heap, release_free_memory
+from syncer.agent.memory import Heap, allocation_report, release_free_memory
 
 
 def resident_kib() -> int:
@@ -60,16 +60,20 @@ class Cycle:
 def test_the_heap_is_settled_only_when_the_agent_is_idle_and_not_too_often(heap_clock: Clock) -> None:
     heap = Heap(every=60.0, full_every=3600.0, clock=heap_clock)
     assert heap.settle(idle=False) is None
-    first = heap.settle(idle=True)
-    assert first is not None and first.full and first.frozen > 0 and gc.get_freeze_count() > 0
+    first = heap.settle(idle=True)  # t = 0 s
+    assert first is not None and not first.full and first.collected == 0  # the first only freezes
+    assert first.frozen > 0 and gc.get_freeze_count() > 0
     heap_clock.now += 59.0
-    assert heap.settle(idle=True) is None  # settled a minute ago
+    assert heap.settle(idle=True) is None  # settled less than a minute ago
     heap_clock.now += 1.0
     assert heap.settle(idle=False) is None  # busy
-    again = heap.settle(idle=True)
+    again = heap.settle(idle=True)  # t = 60 s
     assert again is not None and not again.full
-    heap_clock.now += 3600.0
-    full = heap.settle(idle=True)
+    heap_clock.now += 3539.0
+    later = heap.settle(idle=True)  # t = 3599 s
+    assert later is not None and not later.full
+    heap_clock.now += 60.0
+    full = heap.settle(idle=True)  # t = 3659 s: an hour since the first
     assert full is not None and full.full
 
 
@@ -102,3 +106,27 @@ def test_frozen_cyclic_garbage_is_collected_by_the_next_full_settle(heap_clock: 
 
 class Keeper:
     pass
+
+
+def test_the_allocation_report_names_the_lines_that_hold_the_memory() -> None:
+    import tracemalloc
+
+    assert allocation_report() is None  # not tracing: nothing to report, and nothing is turned on
+    tracemalloc.start()
+    try:
+        held = [bytes(64 * 1024) for _ in range(160)]  # 10 MiB from this one line
+        rows = allocation_report(limit=5)
+    finally:
+        tracemalloc.stop()
+    assert rows is not None and rows[0]["where"] == "total"
+    top = rows[1]
+    assert str(top["where"]).endswith(f"{Path(__file__).name}:{held_line()}"), rows
+    assert 9.5 <= float(str(top["mib"])) <= 11 and 160 <= int(str(top["blocks"])) <= 162  # the bytes, their list
+    assert len(held) == 160
+
+
+def held_line() -> int:
+    """The line of the allocation above, found by its text, so that editing the file above it
+    does not break the test."""
+    lines = Path(__file__).read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if "held = [bytes(64 * 1024)" in line and "for _" in line)
