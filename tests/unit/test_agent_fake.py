@@ -300,3 +300,44 @@ def test_the_agent_is_idle_only_when_nothing_is_in_flight(agent: Agent) -> None:
     finally:
         gated.shutdown()
         thread.join(5)
+
+
+class CountingMetrics(Metrics):
+    """Which units' state a step published (flower_syncer_unit_state)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.published: list[str] = []
+
+    def set_unit_state(self, unit: str, synced: str, health: str) -> None:
+        self.published.append(unit)
+        super().set_unit_state(unit, synced, health)
+
+
+def test_a_revision_publishes_the_state_of_the_units_it_can_change(tmp_path: Path) -> None:
+    """A commit to one file of a repository of thousands of units publishes that unit's state, not
+    every unit's (the status round publishes them all); a unit whose errors come or go, or that
+    leaves Git, is published too."""
+    metrics = CountingMetrics()
+    agent = Agent(FakeKube(), NoSource(), metrics, AgentOptions())
+    files = {f"federations/{n}.yaml": fed(n) for n in ("a", "b", "c")}
+    root = repo_at(tmp_path / "r", files)
+    install(agent, root, "r1")
+    assert sorted(metrics.published) == [f"federation/{NS}/{n}" for n in ("a", "b", "c")]  # all new
+
+    metrics.published.clear()
+    repo_at(root, {"federations/b.yaml": fed("b", pool("extra"))})
+    install(agent, root, "r2")
+    assert metrics.published == [f"federation/{NS}/b"]
+
+    metrics.published.clear()
+    repo_at(root, {"federations/c.yaml": fed("c", pool("p", "many"))})  # broken: replicas is no number
+    install(agent, root, "r3")
+    assert metrics.published == [f"federation/{NS}/c"]
+    assert agent.units[Unit("federation", NS, "c")].config_errors
+
+    metrics.published.clear()
+    repo_at(root, {"federations/c.yaml": fed("c")})  # fixed
+    install(agent, root, "r4")
+    assert metrics.published == [f"federation/{NS}/c"]
+    assert not agent.units[Unit("federation", NS, "c")].config_errors
