@@ -284,15 +284,15 @@ def _status_round(agent: Agent, cache: StatusCache, metrics: Metrics, *, heap: H
     metrics.status_round_cpu.labels("round").inc(own)
     if agent.flower is not None:  # the Control API checks may cost what the round does (flower_probe)
         metrics.status_round_cpu.labels("flower").inc(agent.flower.finish_round(own=own, flower=flower))
-    agent.request_drift_check()  # measured by a worker, like every sync
     if heap is None:
         release_free_memory()  # what the last syncs freed
-        return
-    settled = heap.settle(agent.idle())  # trims too
-    if settled is not None:
-        log.info("heap settled: what the agent holds is frozen out of the garbage collector's walks",
-                 full=settled.full, collected=settled.collected, frozen=settled.frozen,
-                 ms=round(settled.seconds * 1000, 1))
+    else:  # before this round's drift check is posted: that is work in flight
+        settled = heap.settle(agent.idle())  # trims too
+        if settled is not None:
+            log.info("heap settled: what the agent holds is frozen out of the garbage collector's walks",
+                     full=settled.full, collected=settled.collected, frozen=settled.frozen,
+                     ms=round(settled.seconds * 1000, 1))
+    agent.request_drift_check()  # measured by a worker, like every sync
 
 
 def _log_allocations() -> None:

@@ -367,3 +367,31 @@ def test_every_status_round_recomputes_health(agent: Agent, tmp_path: Path) -> N
     # what the rounds cost is exported (the checks' budget is measured against it)
     assert (agent.metrics.registry.get_sample_value("flower_syncer_status_round_cpu_seconds_total",
                                                     {"part": "round"}) or 0) > 0
+
+
+def test_a_status_round_settles_the_heap_of_an_idle_agent_before_posting_its_drift_check(agent: Agent) -> None:
+    """The round's own drift check is work in flight: asked after it, an idle agent would never
+    look idle, and the heap would never be settled (agent.memory.Heap)."""
+    from syncer.agent.memory import Heap, Settled
+    from syncer.agent.runner import _status_round
+    from syncer.observe.status import StatusReport
+    from syncer.observe.status_cache import StatusCache
+
+    class Recording(Heap):
+        def __init__(self) -> None:
+            super().__init__()
+            self.asked: list[bool] = []
+
+        def settle(self, idle: bool) -> Settled | None:
+            self.asked.append(idle)
+            return None
+
+    class Cache:
+        def report(self, _targets: object) -> StatusReport:
+            return StatusReport([])
+
+    heap = Recording()
+    assert agent.idle()
+    _status_round(agent, cast(StatusCache, Cache()), agent.metrics, heap=heap)
+    assert heap.asked == [True]
+    assert not agent.idle()  # the drift check the round posted
