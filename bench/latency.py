@@ -183,7 +183,7 @@ def print_breakdown(log_path: Path, commits: list[Commit]) -> float:
     if syncs:
         print(f"  of which the unit's sync      {percentiles(syncs)}")
     if pauses:
-        print(f"  GC pauses >= 0.1 s in the whole run: {len(pauses)}, {percentiles(pauses)}")
+        print(f"  GC pauses >= 0.1 s from the agent's start to the last commit: {len(pauses)}, {percentiles(pauses)}")
     return max((t.gc_longest for t in lines), default=0.0)
 
 
