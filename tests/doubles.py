@@ -1,6 +1,6 @@
 """Test doubles shared by test modules (which never import each other): an HTTP receiver that
-records what it is sent, an AgentAPI that answers without an agent, and NoSource, the agent's
-source when a test never fetches."""
+records what it is sent, an AgentAPI that answers without an agent, NoSource, the agent's
+source when a test never fetches, and Clock, a clock the test moves."""
 
 from __future__ import annotations
 
@@ -11,6 +11,16 @@ from typing import Any
 
 from syncer.source.git import Checkout
 from syncer.source.webhook import PushEvent
+
+
+class Clock:
+    """A clock for code that takes one (`clock=`): it says `now`, which the test sets or moves."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
 
 
 class Sink:

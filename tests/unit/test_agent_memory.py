@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from syncer.agent.memory import Heap, allocation_report, release_free_memory
+from tests.doubles import Clock
 
 
 def resident_kib() -> int:
@@ -35,14 +36,6 @@ def test_freed_memory_goes_back_to_the_system() -> None:
     assert release_free_memory()
     assert resident_kib() - before < 60 * 1024, (before, grown, resident_kib())
     assert len(keep) == 3200
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

@@ -21,17 +21,10 @@ from syncer.render.repo import plan_repo, render_repo
 from syncer.repo.loader import load_repo
 from tests.builders import NS, federation, pool
 from tests.conftest import wait_until
+from tests.doubles import Clock
 
 FED = Unit("federation", NS, "fed")
 TARGET = FlowerTarget("fed-superlink.flower.svc:9093", "http", "", (ExpectedPool(FED.id, "a", 2),))
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class FakeApi:

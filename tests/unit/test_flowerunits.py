@@ -22,18 +22,10 @@ from syncer.observe.metrics import Metrics
 from tests.builders import NS, install, pool, repo_at
 from tests.builders import federation as fed
 from tests.conftest import wait_until
-from tests.doubles import NoSource
+from tests.doubles import Clock, NoSource
 from tests.fakekube import FakeKube
 
 FED_UNIT = Unit("federation", NS, "fed")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -56,7 +48,7 @@ HEALTHY = UnitCondition("Healthy", True, "Healthy", "1 workload(s) ready")
 
 @pytest.fixture
 def clock() -> Clock:
-    return Clock()
+    return Clock(1_800_000_000.0)
 
 
 @pytest.fixture

@@ -7,14 +7,7 @@ import gc
 from prometheus_client import CollectorRegistry
 
 from syncer.observe.gc_pauses import METRIC, GCPauses
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.doubles import Clock
 
 
 def sample(registry: CollectorRegistry, suffix: str, generation: str, le: str | None = None) -> float | None:
@@ -23,7 +16,7 @@ def sample(registry: CollectorRegistry, suffix: str, generation: str, le: str | 
 
 
 def test_a_pause_lands_in_its_bucket_and_a_slow_one_is_queued() -> None:
-    clock = Clock()
+    clock = Clock(100.0)
     pauses = GCPauses(slow=0.1, clock=clock)
     registry = CollectorRegistry()
     registry.register(pauses)
@@ -49,7 +42,7 @@ def test_a_pause_lands_in_its_bucket_and_a_slow_one_is_queued() -> None:
 
 
 def test_a_pause_on_a_bucket_bound_counts_in_that_bucket() -> None:
-    clock = Clock()
+    clock = Clock(100.0)
     pauses = GCPauses(clock=clock)
     registry = CollectorRegistry()
     registry.register(pauses)
@@ -74,7 +67,7 @@ def test_installed_it_times_real_collections_and_uninstalled_it_stops() -> None:
 
 
 def test_a_collection_already_running_when_installed_is_not_counted() -> None:
-    pauses = GCPauses(clock=Clock())
+    pauses = GCPauses(clock=Clock(100.0))
     pauses._callback("stop", {"generation": 2})
     registry = CollectorRegistry()
     registry.register(pauses)

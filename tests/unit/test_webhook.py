@@ -18,6 +18,7 @@ from syncer.source.webhook import (
     delivery_id,
     verify,
 )
+from tests.doubles import Clock
 
 SECRET = "s3cret-webhook"
 SHA = "6113728f27ae82c7b1a177c8d03f9e96e0adf246"
@@ -192,14 +193,6 @@ def test_delivery_ids_per_provider() -> None:
 @pytest.mark.parametrize("value", ["", "   ", "x" * (MAX_DELIVERY_ID + 1), "a\nb", "a\x00b"])
 def test_implausible_delivery_ids_are_not_ids(value: str) -> None:
     assert delivery_id("github", {"X-GitHub-Delivery": value}) is None
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def event(delivery: str | None, provider: str = "github") -> PushEvent:

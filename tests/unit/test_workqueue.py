@@ -5,14 +5,7 @@ from __future__ import annotations
 import threading
 
 from syncer.agent.workqueue import WorkQueue
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.doubles import Clock
 
 
 def test_bursts_coalesce() -> None:
@@ -36,7 +29,7 @@ def test_key_added_while_processing_comes_back_after_done() -> None:
 
 
 def test_retry_backs_off_exponentially_and_forget_resets() -> None:
-    clock = FakeClock()
+    clock = Clock(0.0)
     q: WorkQueue[str] = WorkQueue(base_delay=0.5, max_delay=4, clock=clock)
     delays = [q.retry("fed") for _ in range(5)]
     assert delays == [0.5, 1.0, 2.0, 4.0, 4.0]
@@ -45,7 +38,7 @@ def test_retry_backs_off_exponentially_and_forget_resets() -> None:
 
 
 def test_delayed_key_is_handed_out_when_due() -> None:
-    clock = FakeClock()
+    clock = Clock(0.0)
     q: WorkQueue[str] = WorkQueue(clock=clock)
     q.add_after("fed", 2.0)
     assert q.get(timeout=0) is None
@@ -94,14 +87,14 @@ def test_shutdown_wakes_blocked_getters() -> None:
 
 
 def test_a_capped_retry_backs_off_no_further_than_its_cap() -> None:
-    q: WorkQueue[str] = WorkQueue(base_delay=0.5, max_delay=300, clock=FakeClock())
+    q: WorkQueue[str] = WorkQueue(base_delay=0.5, max_delay=300, clock=Clock(0.0))
     delays = [q.retry("fed", cap=10.0) for _ in range(8)]
     assert delays == [0.5, 1.0, 2.0, 4.0, 8.0, 10.0, 10.0, 10.0]
     assert q.retry("fed") == 128.0  # the count goes on: an uncapped failure backs off as before
 
 
 def test_busy_while_a_key_is_ready_or_processed_not_while_one_is_only_due_later() -> None:
-    clock = FakeClock()
+    clock = Clock(0.0)
     q: WorkQueue[str] = WorkQueue(clock=clock)
     assert not q.busy()
     q.add_after("later", 5.0)
