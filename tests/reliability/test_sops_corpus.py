@@ -65,16 +65,19 @@ def test_rotation_old_and_new_keys(tmp_path: Path, keys: tuple[Path, str, Path, 
 def _edit(pattern: str, repl: str) -> Callable[[str], str]:
     def edit(text: str) -> str:
         out, n = re.subn(pattern, repl, text, count=1, flags=re.M)
-        assert n == 1, pattern
+        assert n == 1 and out != text, pattern
         return out
     return edit
 
 
-def _b64_flip(text: str) -> str:
-    m = re.search(r"(token: ENC\[AES256_GCM,data:)([A-Za-z0-9+/])", text)
-    assert m is not None
-    flipped = "A" if m.group(2) != "A" else "B"
-    return text[:m.start(2)] + flipped + text[m.end(2):]
+def _b64_flip(key: str) -> Callable[[str], str]:
+    """Change the first base64 character of `key`'s ciphertext, whatever it was."""
+    def edit(text: str) -> str:
+        m = re.search(rf"({key}: ENC\[AES256_GCM,data:)([A-Za-z0-9+/])", text)
+        assert m is not None, key
+        flipped = "A" if m.group(2) != "A" else "B"
+        return text[:m.start(2)] + flipped + text[m.end(2):]
+    return edit
 
 
 def _move_value(text: str) -> str:
@@ -89,18 +92,22 @@ def _truncate(text: str) -> str:
 
 
 def _drop_line(prefix: str) -> Callable[[str], str]:
-    return lambda text: "\n".join(line for line in text.splitlines() if not line.lstrip().startswith(prefix)) + "\n"
+    def edit(text: str) -> str:
+        out = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith(prefix)) + "\n"
+        assert out != text, prefix
+        return out
+    return edit
 
 
 CORPUS: dict[str, tuple[Callable[[str], str], str]] = {
-    "value-bit-flipped": (_b64_flip, "the value at supernode:node:config:token does not decrypt"),
+    "value-bit-flipped": (_b64_flip("token"), "the value at supernode:node:config:token does not decrypt"),
     "value-moved-to-another-key": (_move_value, "does not decrypt (changed, moved or truncated)"),
     "value-replaced-by-plaintext": (_edit(r"token: ENC\[[^\]]*\]", "token: hand-edited"),
                                     "the value at supernode:node:config:token should be encrypted but is not"),
     "value-deleted": (_drop_line("epochs:"), "the file's MAC does not match its contents"),
     "plain-value-added": (_edit(r"^supernode:\n", "extra: added-later\nsupernode:\n"),
                           "the value at extra should be encrypted but is not"),
-    "mac-damaged": (_edit(r"mac: ENC\[AES256_GCM,data:[A-Za-z0-9+/]", "mac: ENC[AES256_GCM,data:Z"),
+    "mac-damaged": (_b64_flip("mac"),
                     "the file's MAC (or its lastmodified time) was changed or damaged"),
     "lastmodified-changed": (_edit(r'lastmodified: "[^"]*"', 'lastmodified: "2001-01-01T00:00:00Z"'),
                              "the file's MAC (or its lastmodified time) was changed or damaged"),
