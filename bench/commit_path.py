@@ -22,7 +22,9 @@ of at least 0.1 s, the longest) and the resident memory.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import gc
+import pstats
 import resource
 import statistics
 import sys
@@ -88,7 +90,11 @@ def main() -> int:
     ap.add_argument("--pools", type=int, default=10)
     ap.add_argument("--releases", type=int, default=1000)
     ap.add_argument("--commits", type=int, default=30)
+    ap.add_argument("--profile", metavar="FILE", type=Path,
+                    help="profile the commits (not the first revision) with cProfile into FILE, and print "
+                         "the 25 functions with the most cumulative time")
     args = ap.parse_args()
+    profiler = cProfile.Profile() if args.profile else None
     gc.set_threshold(50_000, 20, 100)  # as the CLI and the agent run (syncer/cli.py main)
     configure_logs(level="warning")
     pauses: list[Pause] = []
@@ -130,7 +136,11 @@ def main() -> int:
             edited.write_text(federation("fed-0", "".join(POOL.format(p=p) for p in range(args.pools + i % 2))))
             git(work, "commit", "-qam", f"round {i}")
             git(work, "push", "-q", str(bare), "HEAD:main")
+            if profiler is not None:
+                profiler.enable()
             fetch, load, install, calls = step()
+            if profiler is not None:
+                profiler.disable()
             fetches.append(fetch)
             loads.append(load)
             installs.append(install)
@@ -151,6 +161,10 @@ def main() -> int:
             mine = [p.seconds for p in pauses if p.generation == generation]
             slow = sum(1 for s in mine if s >= 0.1)
             print(f"  gen {generation}  {len(mine):5d}  {slow:3d}  {max(mine, default=0.0) * 1000:7.1f} ms")
+        if profiler is not None:
+            profiler.dump_stats(args.profile)
+            print(f"profile of the commits: {args.profile}")
+            pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(f"RSS now {rss_mib():.0f} MiB, peak {peak:.0f} MiB")
     return 0
