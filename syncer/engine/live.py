@@ -62,6 +62,9 @@ class UnitIndex(Generic[K, V]):
             if not group:
                 del self._groups[unit]
 
+    def unit_of(self, key: K) -> Unit | None:
+        return self._unit_of.get(key)
+
     def of(self, unit: Unit) -> Mapping[K, V]:
         """The unit's entries (a live view: copy it to change the index while reading)."""
         return self._groups.get(unit, {})

@@ -390,12 +390,20 @@ def collect_status(kube: Kube, targets: Sequence[Target], *, nodes: bool = True)
 UnitObjects = Callable[[Unit], Sequence[Mapping[str, Any]]]
 
 
-def assemble(targets: Sequence[Target], workloads_of: UnitObjects, pods_of: UnitObjects) -> StatusReport:
+PoolsOf = Callable[[Target], tuple[list[PoolStatus], bool]]
+"""A target's pools and whether the unit was found (`unit_pools` of its live objects)."""
+
+
+def assemble(targets: Sequence[Target], workloads_of: UnitObjects, pods_of: UnitObjects, *,
+             pools_of: PoolsOf | None = None) -> StatusReport:
     """The status report of targets from the live workloads and pods labelled with each unit
-    (pure; the GPU table is left to the caller)."""
+    (pure; the GPU table is left to the caller). `pools_of`, if given, answers for `unit_pools`
+    of each target's objects (a cache of them: syncer.observe.status_cache)."""
     report = StatusReport()
     for t in targets:
-        result = unit_status(t, workloads_of(t.unit), pods_of(t.unit))
+        result = _unit_result(t)
+        result.pools, result.found = (pools_of(t) if pools_of is not None
+                                      else unit_pools(t, workloads_of(t.unit), pods_of(t.unit)))
         _note_checked(result, t)
         report.units.append(result)
     return report
@@ -452,16 +460,30 @@ def pool_name(unit_kind: str, workload: Mapping[str, Any]) -> str:
 def unit_status(target: Target, workloads: Sequence[Mapping[str, Any]],
                 pods: Sequence[Mapping[str, Any]]) -> UnitStatus:
     """A unit's status from the workloads and pods of its namespace (pure)."""
+    result = _unit_result(target)
+    result.pools, result.found = unit_pools(target, workloads, pods)
+    return result
+
+
+def _unit_result(target: Target) -> UnitStatus:
+    return UnitStatus(target.unit.id, revision=target.revision, suspended=target.suspended,
+                      condition=target.condition)
+
+
+def unit_pools(target: Target, workloads: Sequence[Mapping[str, Any]],
+               pods: Sequence[Mapping[str, Any]]) -> tuple[list[PoolStatus], bool]:
+    """A unit's pools from the workloads and pods of its namespace, and whether the unit was found
+    (pure: it reads of the target only its unit, `workloads` and `has_inventory`)."""
     unit = target.unit
     live = {(w["kind"], w["metadata"]["name"]): w for w in workloads
             if _belongs(w, unit) and not is_terminating(w)}
     unit_pods = [p for p in pods if _belongs(p, unit)]
-    result = UnitStatus(unit.id, revision=target.revision, suspended=target.suspended, condition=target.condition)
     pools: list[PoolStatus] = []
+    found = True
     if target.workloads is None:
         for key in sorted(live):
             pools.append(_live_pool(unit, live[key], unit_pods))
-        result.found = target.has_inventory or bool(live)
+        found = target.has_inventory or bool(live)
     else:
         for key, manifest in target.workloads.items():
             if key in live:
@@ -469,8 +491,7 @@ def unit_status(target: Target, workloads: Sequence[Mapping[str, Any]],
             else:
                 pools.append(_missing_pool(unit, key, manifest))
     pools.sort(key=lambda p: (p.pool != SUPERLINK_POOL, p.pool, p.name))
-    result.pools = pools
-    return result
+    return pools, found
 
 
 def _live_pool(unit: Unit, obj: Mapping[str, Any], unit_pods: Sequence[Mapping[str, Any]]) -> PoolStatus:

@@ -5,7 +5,9 @@ plays changes to it as watch events (with the field selector of bound pods appli
 from __future__ import annotations
 
 import copy
+import functools
 import queue
+import random
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, cast
@@ -17,7 +19,19 @@ from syncer.identity import MANAGED_SELECTOR
 from syncer.observe.status import BOUND_PODS_FIELDS, StatusReport, Target, collect_status
 from syncer.observe.status_cache import StatusCache
 from tests.conftest import wait_until
-from tests.unit.statuskit import FED, GPU_SEL, UNIT_LABELS, FakeKube, as_kube, fed_objects, pod
+from tests.unit.statuskit import (
+    FED,
+    GPU_SEL,
+    REL,
+    REL_LABELS,
+    SUPERLINK_SEL,
+    UNIT_LABELS,
+    FakeKube,
+    as_kube,
+    fed_objects,
+    pod,
+    sts,
+)
 
 Obj = dict[str, Any]
 NODES = [{"kind": "Node", "metadata": {"name": f"gpu-nvidia-{i}"},
@@ -187,3 +201,60 @@ def test_only_labelled_objects_and_gpu_holders_are_kept(stop: threading.Event) -
     assert sizes == {"workloads": 2, "pods": 3, "nodes": 2, "gpuPods": 3}, sizes
     gpus = cache.report(TARGETS).gpus
     assert gpus is not None and {(n.node, n.used) for n in gpus.nodes} == {("gpu-nvidia-0", 3), ("gpu-nvidia-1", 1)}
+
+
+def test_after_every_change_the_report_is_what_listing_reports(stop: threading.Event) -> None:
+    """The cache works a unit's pools out again only when its objects or its target changed: over a
+    sequence of changes (pods failing, recovering, deleted, moving to another unit; a workload's
+    readiness, its deletion and return; a target's manifest replaced), each report through the cache
+    still equals a report from fresh LISTs of the same objects. A cache that missed a change would
+    keep reporting the old pools, and the wait below would time out."""
+    rng = random.Random(20261126)
+    objects = {WatchedKube._key(o): o for o in fed_objects()}
+    gpu_sts = objects[("StatefulSet", "flower", "fed-supernode-gpu")]
+    kube = WatchedKube([*objects.values(), *NODES])
+    cache = started(kube, stop)
+    pods = [k for k in objects if k[0] == "Pod"]
+    manifest = copy.deepcopy(gpu_sts)
+    targets = [Target(FED, None, "abc", True), Target(REL, None, "abc", True),
+               Target(FED, {("StatefulSet", "fed-superlink"): None, ("StatefulSet", "fed-supernode-gpu"): manifest,
+                            ("StatefulSet", "fed-supernode-cpu"): sts("fed-supernode-cpu", {}, {})}, "abc", True)]
+
+    def change() -> None:
+        nonlocal manifest
+        what = rng.choice(("problem", "delete", "move", "ready", "workload", "target"))
+        key = rng.choice(pods)
+        name = key[2]
+        labels = {**GPU_SEL, **UNIT_LABELS} if "gpu" in name else {**SUPERLINK_SEL, **UNIT_LABELS}
+        if what == "problem":
+            obj = pod(name, labels, problem=rng.choice(("", "CrashLoopBackOff", "ImagePullBackOff")))
+        elif what == "move":  # its labels now name the release: it leaves the federation's pods
+            obj = pod(name, {**labels, **REL_LABELS})
+        elif what == "ready":
+            obj = {**gpu_sts, "status": {**gpu_sts["status"], "readyReplicas": rng.randint(0, 2)}}
+            key = WatchedKube._key(obj)
+        elif what in {"workload", "delete"}:
+            if what == "workload":
+                key = WatchedKube._key(gpu_sts)
+            if key in objects:
+                del objects[key]
+                kube.emit(None, delete=key)
+                return
+            obj = gpu_sts if what == "workload" else pod(name, labels)
+        else:  # the target's manifest: an equal copy, then one that asks for another number of replicas
+            manifest = {**manifest, "spec": {**manifest["spec"], "replicas": rng.choice((2, 2, 3))}}
+            targets[2].workloads[("StatefulSet", "fed-supernode-gpu")] = manifest  # type: ignore[index]
+            return
+        objects[key] = obj
+        kube.emit(obj)
+
+    for step in range(60):
+        cache.report(targets)  # what the memo holds, from before the change
+        change()
+        expected = listed_report(list(objects.values()), targets).to_dict()
+        wait_until(f"step {step}: the cached report matches a fresh listing",
+                   functools.partial(_matches, cache, targets, expected), timeout=10)
+
+
+def _matches(cache: StatusCache, targets: list[Target], expected: dict[str, Any]) -> bool | None:
+    return cache.report(targets).to_dict() == expected or None
