@@ -236,8 +236,9 @@ def wait_for_idle_pods(kube: Kube, namespace: str, args: argparse.Namespace, age
 
 
 def round_cpu(port: int) -> tuple[float, dict[str, float]]:
+    # the agent renders thousands of series; traced (--allocations) right after its first sync, that took over 10 s
     """(now, CPU seconds the agent's status rounds spent so far, by part: round, flower)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=120) as resp:
         text = resp.read().decode()
     out = {}
     for line in text.splitlines():
