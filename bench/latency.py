@@ -236,8 +236,8 @@ def wait_for_idle_pods(kube: Kube, namespace: str, args: argparse.Namespace, age
 
 
 def round_cpu(port: int) -> tuple[float, dict[str, float]]:
-    # the agent renders thousands of series; traced (--allocations) right after its first sync, that took over 10 s
     """(now, CPU seconds the agent's status rounds spent so far, by part: round, flower)."""
+    # the agent renders thousands of series; traced (--allocations) right after its first sync, that took over 10 s
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=120) as resp:
         text = resp.read().decode()
     out = {}
