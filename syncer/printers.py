@@ -63,7 +63,7 @@ def escape_fields(value: Any) -> Any:
 
 def format_status(report: StatusReport, *, headers: bool = True) -> str:
     """`status`'s table, every string from the cluster or Git escaped."""
-    from syncer.observe.status import format_report
+    from syncer.observe.status_tables import format_report
 
     return format_report(escape_fields(report), headers=headers)
 

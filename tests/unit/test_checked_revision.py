@@ -11,7 +11,8 @@ from syncer.engine.checked import Checked, decode, record_name
 from syncer.engine.live import LiveState
 from syncer.engine.sync import Engine, SyncOptions, SyncReport
 from syncer.identity import Unit
-from syncer.observe.status import format_units, status
+from syncer.observe.status import status
+from syncer.observe.status_tables import format_units
 from syncer.render.repo import plan_repo, render_repo
 from syncer.repo.loader import load_repo
 from tests.builders import NS, pool, write

@@ -124,7 +124,8 @@ def test_version(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyP
 
 
 def test_status_table_natural_order_and_no_headers() -> None:
-    from syncer.observe.status import StatusReport, UnitStatus, format_report
+    from syncer.observe.status import StatusReport, UnitStatus
+    from syncer.observe.status_tables import format_report
 
     units = [UnitStatus(unit=f"federation/ns/fed-{i}", found=True) for i in (11, 2, 1)]
     report = StatusReport(units=units)

@@ -16,12 +16,12 @@ from syncer.observe.status import (
     ClusterGPUs,
     StatusReport,
     Target,
-    format_report,
     pool_name,
     status,
     unit_from_id,
     unit_status,
 )
+from syncer.observe.status_tables import format_report
 from syncer.observe.wait import wait_healthy
 from tests.unit.helpers import render_federation_text
 from tests.unit.statuskit import FED, GPU_SEL, REL, REL_LABELS, UNIT_LABELS, Clock, FakeKube, as_kube, fed_objects, sts
