@@ -5,8 +5,6 @@ from __future__ import annotations
 import orjson
 
 from syncer.compact import share_strings
-from syncer.engine.live import ManagedObjects
-from syncer.identity import ObjectRef
 
 
 def parsed(name: str) -> dict[str, object]:
@@ -41,11 +39,3 @@ def test_skipped_keys_are_not_walked() -> None:
     share_strings(b, skip=frozenset({"fieldsV1"}))
     assert fields_a["fieldsV1"]["f:x"] is not fields_b["fieldsV1"]["f:x"]
 
-
-def test_live_objects_share_their_strings() -> None:
-    objects = ManagedObjects()
-    for name in ("a", "b"):
-        obj = parsed(name)
-        objects[ObjectRef.of(obj)] = obj
-    a, b = (objects[ref]["metadata"] for ref in objects)
-    assert a["namespace"] is b["namespace"] and a["managedFields"][0]["manager"] is b["managedFields"][0]["manager"]

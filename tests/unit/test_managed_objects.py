@@ -100,3 +100,41 @@ def test_equal_field_sets_are_stored_once() -> None:
     managed = ManagedObjects({REFS[0]: obj(REFS[0], UNITS[0], 1), REFS[1]: obj(REFS[1], UNITS[1], 1)})
     first, second = (managed[r]["metadata"]["managedFields"][0]["fieldsV1"] for r in REFS[:2])
     assert first is second
+
+
+def server_object(name: str) -> dict[str, Any]:
+    """A StatefulSet as a metadata-only watch gives it: our Apply entry, a controller's status
+    entry, and an entry without a field set."""
+    return {"kind": "StatefulSet", "apiVersion": "apps/v1",
+            "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "resourceVersion": "42",
+                         "labels": {**UNITS[0].labels(), LABEL_REPOSITORY: "repo"},
+                         "annotations": {"flower-syncer.io/applied-hash": "abc", "note": "é ünïcode"},
+                         "managedFields": [
+                             {"manager": "flower-syncer", "operation": "Apply", "apiVersion": "apps/v1",
+                              "time": "2026-11-26T18:01:43Z", "fieldsType": "FieldsV1",
+                              "fieldsV1": {"f:spec": {"f:replicas": {}, "f:template": {"f:spec": {}}}}},
+                             {"manager": "kube-controller-manager", "operation": "Update", "subresource": "status",
+                              "fieldsV1": {"f:status": {"f:replicas": {}}}},
+                             {"manager": "odd", "operation": "Update"}]}}
+
+
+def test_an_object_reads_back_equal_and_each_read_is_a_fresh_dict() -> None:
+    whole = {**server_object("a"), "spec": {"replicas": 3}, "status": {"readyReplicas": 3}}
+    managed = ManagedObjects({REFS[0]: whole, REFS[1]: server_object("b")})
+    assert managed[REFS[1]] == server_object("b")
+    assert managed[REFS[0]] == server_object("a"), "a whole object is kept as its kind, apiVersion and metadata"
+    read = managed[REFS[1]]
+    read["metadata"]["labels"]["x"] = "y"
+    read["metadata"]["managedFields"].pop()
+    assert managed[REFS[1]] == server_object("b"), "changing what a read returned changes nothing stored"
+    a, b = (managed[r]["metadata"]["managedFields"] for r in REFS[:2])
+    assert a[0]["fieldsV1"] is b[0]["fieldsV1"] and a[1]["fieldsV1"] is b[1]["fieldsV1"]
+    assert {ref for ref, _ in managed.owned_by(UNITS[0])} == set(REFS[:2])
+
+
+def test_what_json_cannot_carry_is_kept_as_it_is() -> None:
+    odd = server_object("a")
+    odd["metadata"]["annotations"]["big"] = 2**70  # beyond 64 bits: orjson refuses it
+    odd["metadata"]["managedFields"][0]["fieldsV1"]["f:big"] = 2**70
+    managed = ManagedObjects({REFS[0]: odd})
+    assert managed[REFS[0]] == odd and managed[REFS[0]] is not managed[REFS[0]]
