@@ -1,13 +1,12 @@
 """What the status keeps of live objects: the few fields health, readiness and GPU figures read
-(see `syncer.observe.health`), with their short strings shared. A listing of 12,000 pods, or the
-agent's watch cache of them, holds a fraction of the memory of whole objects this way."""
+(see `syncer.observe.health`). A listing of 12,000 pods, or the agent's watch cache of them, holds
+a fraction of the memory of whole objects this way."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from syncer.compact import share_strings
 from syncer.observe.health import Obj, is_gpu_resource
 
 _POD_CONTAINER_FIELDS = ("name", "resources", "restartPolicy")  # what pod_requests reads
@@ -48,8 +47,8 @@ def _slim_container_status(cs: Obj) -> dict[str, Any]:
 def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     """What the health and GPU figures read of a pod: its name, labels and deletion mark, of its
     status the phase, an unschedulable condition and the containers' waiting and last-terminated
-    states, and of its spec the node and each container's name and resources; strings shared. The
-    agent keeps 12,000 of these in a few tens of MiB."""
+    states, and of its spec the node and each container's name and resources. The agent keeps
+    12,000 of these compressed: 18.9 MiB with their workloads (syncer.observe.status_cache)."""
     status = pod.get("status") or {}
     slim_status: dict[str, Any] = _pick(status, ("phase",))
     unschedulable = [_pick(c, ("type", "status", "reason", "message")) for c in status.get("conditions") or []
@@ -59,15 +58,15 @@ def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     for key in ("initContainerStatuses", "containerStatuses"):
         if status.get(key):
             slim_status[key] = [_slim_container_status(c) for c in status[key]]
-    return share_strings({"kind": pod.get("kind", "Pod"), "metadata": _pick(pod.get("metadata"), _POD_META_FIELDS),
-                          "spec": _slim_pod_spec(pod.get("spec") or {}), "status": slim_status})
+    return {"kind": pod.get("kind", "Pod"), "metadata": _pick(pod.get("metadata"), _POD_META_FIELDS),
+            "spec": _slim_pod_spec(pod.get("spec") or {}), "status": slim_status}
 
 
 def slim_workload(obj: dict[str, Any]) -> dict[str, Any]:
     """What `workload_health`, the pools and their GPU figures read of a StatefulSet, DaemonSet or
     Deployment: its name, labels and generation, the status counts and revisions (and a
     Deployment's Progressing condition), and of its spec the replicas, selector, update strategy
-    and the pod template's containers and resources; strings shared."""
+    and the pod template's containers and resources."""
     spec = obj.get("spec") or {}
     slim_spec = _pick(spec, _WORKLOAD_SPEC_FIELDS)
     slim_spec["template"] = {"spec": _slim_pod_spec((spec.get("template") or {}).get("spec") or {})}
@@ -77,8 +76,8 @@ def slim_workload(obj: dict[str, Any]) -> dict[str, Any]:
                    if c.get("type") == "Progressing"]
     if progressing:
         slim_status["conditions"] = progressing
-    return share_strings({"kind": obj.get("kind", ""), "metadata": _pick(obj.get("metadata"), _WORKLOAD_META_FIELDS),
-                          "spec": slim_spec, "status": slim_status})
+    return {"kind": obj.get("kind", ""), "metadata": _pick(obj.get("metadata"), _WORKLOAD_META_FIELDS),
+            "spec": slim_spec, "status": slim_status}
 
 
 def slim_node(node: dict[str, Any]) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from syncer.cluster.client import ApiError, Kube
+from syncer.compact import share_strings
 from syncer.engine.checked import Checked
 from syncer.engine.inventory import Condition, Inventory
 from syncer.engine.live import LiveState
@@ -374,10 +375,10 @@ def collect_status(kube: Kube, targets: Sequence[Target], *, nodes: bool = True)
         kinds = sorted({k for t in ns_targets for k in UNIT_WORKLOAD_KINDS[t.unit.kind]}
                        | {k for t in ns_targets for k, _ in (t.workloads or {})})
         for kind in kinds:
-            items, _ = kube.list(kind, ns, labels=MANAGED_SELECTOR, each=slim_workload, page_size=LIST_PAGE)
+            items, _ = kube.list(kind, ns, labels=MANAGED_SELECTOR, each=_held(slim_workload), page_size=LIST_PAGE)
             for obj in items:
                 workloads_of.setdefault(labelled_unit(obj, ns), []).append(obj)
-        pods, _ = kube.list("Pod", ns, labels=MANAGED_SELECTOR, each=slim_pod, page_size=LIST_PAGE)
+        pods, _ = kube.list("Pod", ns, labels=MANAGED_SELECTOR, each=_held(slim_pod), page_size=LIST_PAGE)
         for pod in pods:
             pods_of.setdefault(labelled_unit(pod, ns), []).append(pod)
     report = assemble(targets, lambda u: workloads_of.get(u, ()), lambda u: pods_of.get(u, ()))
@@ -391,6 +392,12 @@ UnitObjects = Callable[[Unit], Sequence[Mapping[str, Any]]]
 
 PoolsOf = Callable[[Target], tuple[list[PoolStatus], bool]]
 """A target's pools and whether the unit was found (`unit_pools` of its live objects)."""
+
+
+def _held(slim: Callable[[dict[str, Any]], dict[str, Any]]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """`slim`, with the short strings of its result shared: a listing holds its 12,000 slim pods as
+    dicts until the report is assembled (the agent's status cache keeps them compressed instead)."""
+    return lambda obj: share_strings(slim(obj))
 
 
 def assemble(targets: Sequence[Target], workloads_of: UnitObjects, pods_of: UnitObjects, *,
