@@ -17,9 +17,57 @@ from syncer.yamldoc import YamlDoc
 M = TypeVar("M", bound="StrictModel")
 
 
+def _refuse(self: object, *args: object, **kwargs: object) -> Any:
+    raise TypeError("a model's empty default is shared by every instance and cannot be changed")
+
+
+class FrozenEmptyList(list[Any]):
+    """The empty list every model shares as the default of a list field. pydantic copies a
+    default it cannot hash into every instance (84,000 empty lists in a 2,000-unit repository);
+    this one hashes, so it is shared, and refuses every change (the models are frozen, and nothing
+    changes a loaded model's values in place)."""
+
+    __slots__ = ()
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return 0
+
+    def __copy__(self) -> list[Any]:
+        return []  # a copy is the caller's to fill
+
+    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> list[Any]:
+        return []
+
+    append = extend = insert = remove = pop = clear = sort = reverse = _refuse
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+
+
+class FrozenEmptyDict(dict[Any, Any]):
+    """FrozenEmptyList's counterpart for dict fields (22,000 empty dicts at 2,000 units)."""
+
+    __slots__ = ()
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return 0
+
+    def __copy__(self) -> dict[Any, Any]:
+        return {}  # a copy is the caller's to fill
+
+    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> dict[Any, Any]:
+        return {}
+
+    update = setdefault = pop = popitem = clear = _refuse
+    __setitem__ = __delitem__ = __ior__ = _refuse
+
+
+EMPTY_LIST: list[Any] = FrozenEmptyList()
+EMPTY_DICT: dict[Any, Any] = FrozenEmptyDict()
+
+
 class StrictModel(BaseModel):
     """Unknown keys are errors, types are not coerced (a quoted "2" is not an integer), and the
-    model is immutable once validated."""
+    model is immutable once validated. A field whose default is `[]` or `{}` gets EMPTY_LIST or
+    EMPTY_DICT instead (`__pydantic_init_subclass__`), one for every instance."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=False, defer_build=True)
 
@@ -29,6 +77,15 @@ class StrictModel(BaseModel):
     def semantic_issues(self) -> list[Issue]:
         """Rules that span fields; override in document models. Paths use the YAML names."""
         return []
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        for info in cls.__pydantic_fields__.values():  # before the validator is built (defer_build)
+            if type(info.default) is list and not info.default:
+                info.default = EMPTY_LIST
+            elif type(info.default) is dict and not info.default:
+                info.default = EMPTY_DICT
 
     def __deepcopy__(self, memo: dict[int, Any] | None = None) -> Self:
         """The model itself: it is frozen, and nothing changes a loaded model's values in place.

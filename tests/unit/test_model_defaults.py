@@ -1,5 +1,5 @@
-"""Loaded models are frozen and share their model-typed defaults instead of a copy each
-(StrictModel.__deepcopy__)."""
+"""Loaded models are frozen and share their model-typed and empty defaults instead of a copy each
+(StrictModel.__deepcopy__, EMPTY_LIST, EMPTY_DICT)."""
 
 from __future__ import annotations
 
@@ -24,3 +24,25 @@ def test_a_model_default_is_one_instance_for_every_model_and_stays_frozen() -> N
     assert copy.deepcopy(a) is a
     with pytest.raises(ValidationError):
         a.spec.superlink.service.type = "NodePort"
+
+
+def test_an_empty_list_or_dict_default_is_shared_refuses_changes_and_copies_into_a_plain_one() -> None:
+    a, _ = load_federation(federation("a"))
+    b, _ = load_federation(federation("b"))
+    assert a is not None and b is not None
+    pa, pb = a.spec.supernodes.pools[0], b.spec.supernodes.pools[0]
+    assert pa.env == [] and pa.env is pb.env, "one empty list for every pool, not a copy each"
+    assert pa.nodeConfig == {} and pa.nodeConfig is pb.nodeConfig
+    with pytest.raises(TypeError):
+        pa.env.append({"name": "X", "value": "1"})
+    with pytest.raises(TypeError):
+        pa.nodeConfig["k"] = "v"
+    assert pb.env == [] and pb.nodeConfig == {}
+    # what a caller copies or dumps is a plain list or dict, its own to fill
+    for made_list in (copy.copy(pa.env), copy.deepcopy(pa.env), pa.env.copy(), pa.model_dump()["env"]):
+        assert type(made_list) is list and made_list == []
+    for made_dict in (copy.copy(pa.nodeConfig), copy.deepcopy(pa.nodeConfig), pa.nodeConfig.copy(),
+                      pa.model_dump()["nodeConfig"]):
+        assert type(made_dict) is dict and made_dict == {}
+    given, _ = load_federation(federation("c", "      - name: x\n        replicas: 1\n        extraArgs: [--a]\n"))
+    assert given is not None and type(given.spec.supernodes.pools[0].extraArgs) is list
