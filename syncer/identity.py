@@ -111,7 +111,7 @@ UnitKind = Literal["federation", "supernode"]
 UNIT_KINDS: tuple[UnitKind, ...] = get_args(UnitKind)
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, slots=True)
 class Unit:
     """What flower-syncer applies and prunes as one: a federation or a SuperNode release."""
 
@@ -180,7 +180,7 @@ def selected(unit: Unit, selectors: Iterable[str]) -> bool:
 # -- objects -------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, slots=True)
 class ObjectRef:
     """An object flower-syncer manages (namespace "" for a cluster-scoped one, e.g. a Namespace)."""
 
