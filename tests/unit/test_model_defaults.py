@@ -1,5 +1,6 @@
 """Loaded models are frozen and share their model-typed and empty defaults instead of a copy each
-(StrictModel.__deepcopy__, EMPTY_LIST, EMPTY_DICT)."""
+(StrictModel.__deepcopy__, EMPTY_LIST, EMPTY_DICT), and one set of the names of the fields given
+per combination (StrictModel.model_post_init)."""
 
 from __future__ import annotations
 
@@ -46,3 +47,18 @@ def test_an_empty_list_or_dict_default_is_shared_refuses_changes_and_copies_into
         assert type(made_dict) is dict and made_dict == {}
     given, _ = load_federation(federation("c", "      - name: x\n        replicas: 1\n        extraArgs: [--a]\n"))
     assert given is not None and type(given.spec.supernodes.pools[0].extraArgs) is list
+
+
+def test_models_given_the_same_fields_share_one_set_of_their_names_and_a_copy_gets_its_own() -> None:
+    pools = "      - name: x\n        replicas: 1\n      - name: y\n        replicas: 2\n        extraArgs: [--a]\n"
+    a, _ = load_federation(federation("a", pools))
+    b, _ = load_federation(federation("b", pools))
+    assert a is not None and b is not None
+    ax, ay = a.spec.supernodes.pools
+    bx, by = b.spec.supernodes.pools
+    assert ax.model_fields_set == {"name", "replicas"} and ay.model_fields_set == {"name", "replicas", "extraArgs"}
+    assert ax.model_fields_set is bx.model_fields_set, "one set for every pool given the same fields"
+    assert ay.model_fields_set is by.model_fields_set and ax.model_fields_set is not ay.model_fields_set
+    changed = ax.model_copy(update={"nodeConfig": {"k": "v"}})
+    assert changed.model_fields_set == {"name", "replicas", "nodeConfig"}
+    assert ax.model_fields_set == {"name", "replicas"} and bx.model_fields_set == {"name", "replicas"}
