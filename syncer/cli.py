@@ -295,10 +295,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    if argv is None and args.command == "run":  # the agent, started from the command line
-        from syncer.agent.allocator import restart_with_system_allocator
-
-        restart_with_system_allocator()  # returns in the process it started, or when it cannot
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)
