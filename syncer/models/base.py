@@ -63,6 +63,7 @@ class FrozenEmptyDict(dict[Any, Any]):
 EMPTY_LIST: list[Any] = FrozenEmptyList()
 EMPTY_DICT: dict[Any, Any] = FrozenEmptyDict()
 _GIVEN: dict[frozenset[str], set[str]] = {}  # StrictModel.model_post_init: one set per combination of fields given
+MAX_GIVEN = 4_096  # combinations kept for sharing; a repository is untrusted input, so this cache is bounded
 
 
 class StrictModel(BaseModel):
@@ -85,6 +86,8 @@ class StrictModel(BaseModel):
         10,000 pools of the 2,000-unit bench repository). Nothing changes it in place: the models
         are frozen, and `model_copy` copies it before it adds to it."""
         given = self.__pydantic_fields_set__
+        if len(_GIVEN) > MAX_GIVEN:  # combinations no model holds any more pile up: start afresh
+            _GIVEN.clear()
         object.__setattr__(self, "__pydantic_fields_set__", _GIVEN.setdefault(frozenset(given), given))
 
     @classmethod

@@ -62,3 +62,20 @@ def test_models_given_the_same_fields_share_one_set_of_their_names_and_a_copy_ge
     changed = ax.model_copy(update={"nodeConfig": {"k": "v"}})
     assert changed.model_fields_set == {"name", "replicas", "nodeConfig"}
     assert ax.model_fields_set == {"name", "replicas"} and bx.model_fields_set == {"name", "replicas"}
+
+
+def test_the_shared_sets_of_field_names_are_bounded_and_models_keep_theirs_when_they_are_dropped(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from syncer.models import base
+
+    monkeypatch.setattr(base, "MAX_GIVEN", 2)
+    monkeypatch.setattr(base, "_GIVEN", {})
+    extras = ("extraArgs: [--a]", "nodeConfig: {k: v}", "env: []", "volumes: []")
+    loaded = []
+    for i, extra in enumerate(extras):  # a combination of pool fields each
+        fed, _ = load_federation(federation(f"f{i}", f"      - name: x\n        replicas: 1\n        {extra}\n"))
+        assert fed is not None
+        loaded.append(fed)
+        assert len(base._GIVEN) <= base.MAX_GIVEN + 1
+    for fed, extra in zip(loaded, extras, strict=True):
+        assert fed.spec.supernodes.pools[0].model_fields_set == {"name", "replicas", extra.split(":")[0]}
