@@ -149,10 +149,11 @@ def main() -> int:
                     help="seconds to wait for the idle units' pods before the commits (default 1800)")
     ap.add_argument("--during-pods", action="store_true",
                     help="push the commits while the controllers create the idle units' pods, not after")
-    ap.add_argument("--allocations", action="store_true",
-                    help="run the agent with PYTHONTRACEMALLOC=1 and print where its memory was allocated at the "
-                         "end (SIGUSR2; the top 20 source lines); tracing inflates the agent's memory and time, so "
-                         "the run's figures are not comparable")
+    ap.add_argument("--allocations", type=int, nargs="?", const=1, default=0, metavar="FRAMES",
+                    help="run the agent with PYTHONTRACEMALLOC=FRAMES (default 1) and print where its memory was "
+                         "allocated at the end (SIGUSR2; the top 20 source lines, and with FRAMES > 1 the callers "
+                         "of each); tracing inflates the agent's memory and time, so the run's figures are not "
+                         "comparable")
     ap.add_argument("--agent-log", type=Path, default=None, metavar="FILE",
                     help="keep the agent's log (JSON, info level) in FILE and break commit-to-applied down "
                          "into the agent's load+render and sync times")
@@ -195,9 +196,11 @@ def print_allocations(agent: subprocess.Popen[bytes], log_path: Path) -> None:
     while time.monotonic() < deadline:
         rows = [r for r in read_records(log_path) if str(r.get("event", "")).startswith(event)]
         if rows:
-            print("allocations (PYTHONTRACEMALLOC=1; the source lines that hold the most):")
+            print("allocations (the source lines that hold the most, and what called them):")
             for row in rows[-1].get("allocations", []):
                 print(f"  {row['mib']:8.1f} MiB  {row['blocks']:9d} blocks  {row['where']}")
+                for caller in row.get("via", [])[:6]:
+                    print(f"  {'':36}< {caller}")
             return
         time.sleep(2)
     print("allocations: the agent did not answer SIGUSR2 within 300 s")
@@ -306,7 +309,8 @@ def run(args: argparse.Namespace, kubeconfig: str) -> int:
                                       "--log-format", "json",
                                       "--log-level", "info" if args.agent_log or args.allocations else "warning"],
                                      stderr=log,
-                                     env={**os.environ, "PYTHONTRACEMALLOC": "1"} if args.allocations else None)
+                                     env={**os.environ, "PYTHONTRACEMALLOC": str(args.allocations)}
+                                     if args.allocations else None)
             watcher = Watcher(kube, namespace, "bench-supernode-a")
             idle = args.idle_federations + args.idle_releases
             deadline = time.monotonic() + 60 + idle  # the bench unit may come last of all

@@ -16,6 +16,10 @@ import gc
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import tracemalloc
 
 
 @functools.cache
@@ -100,11 +104,29 @@ def allocation_report(limit: int = 20) -> list[dict[str, object]] | None:
 
     if not tracemalloc.is_tracing():
         return None
-    stats = tracemalloc.take_snapshot().filter_traces(
-        (tracemalloc.Filter(False, tracemalloc.__file__),)).statistics("lineno")
+    snapshot = tracemalloc.take_snapshot().filter_traces((tracemalloc.Filter(False, tracemalloc.__file__),))
+    stats = snapshot.statistics("lineno")
     rows: list[dict[str, object]] = [{"where": "total", "mib": round(sum(s.size for s in stats) / 2**20, 1),
                                       "blocks": sum(s.count for s in stats)}]
+    callers = _callers(snapshot) if tracemalloc.get_traceback_limit() > 1 else {}
     for s in stats[:limit]:
-        frame = s.traceback[0]
-        rows.append({"where": f"{frame.filename}:{frame.lineno}", "mib": round(s.size / 2**20, 1), "blocks": s.count})
+        where = _place(s.traceback[0])
+        rows.append({"where": where, "mib": round(s.size / 2**20, 1), "blocks": s.count,
+                     **({"via": callers[where]} if where in callers else {})})
     return rows
+
+
+def _place(frame: tracemalloc.Frame) -> str:
+    return f"{frame.filename}:{frame.lineno}"
+
+
+def _callers(snapshot: tracemalloc.Snapshot) -> dict[str, list[str]]:
+    """For each allocating line, the callers (most recent first) of the path that holds the most
+    there: which code asked for what a line of a library allocated. Needs more than one frame
+    traced (PYTHONTRACEMALLOC=N)."""
+    out: dict[str, list[str]] = {}
+    for s in snapshot.statistics("traceback"):  # largest first: the first path seen per line is kept
+        places = [_place(f) for f in reversed(s.traceback)]  # most recent first
+        # a comprehension is a frame of its own on the same line: named once
+        out.setdefault(places[0], [p for i, p in enumerate(places) if i and p != places[i - 1]])
+    return out

@@ -123,3 +123,27 @@ def held_line() -> int:
     does not break the test."""
     lines = Path(__file__).read_text().splitlines()
     return next(i for i, line in enumerate(lines, 1) if "held = [bytes(64 * 1024)" in line and "for _" in line)
+
+
+def allocate_for_caller() -> list[bytes]:
+    return [bytes(64 * 1024) for _ in range(160)]  # 10 MiB, allocated here for the caller
+
+
+def test_with_more_frames_traced_the_report_names_who_asked_for_the_memory() -> None:
+    """A library line (orjson.loads, say) holds the memory; the callers say whose it is."""
+    import tracemalloc
+
+    tracemalloc.start(4)
+    try:
+        held = allocate_for_caller()  # the caller the report must name
+        rows = allocation_report(limit=3)
+    finally:
+        tracemalloc.stop()
+    assert rows is not None
+    top = rows[1]
+    lines = Path(__file__).read_text().splitlines()
+    inner = next(i for i, line in enumerate(lines, 1) if "allocated here for the caller" in line)
+    outer = next(i for i, line in enumerate(lines, 1) if "the caller the report must name" in line)
+    assert str(top["where"]).endswith(f"{Path(__file__).name}:{inner}"), rows
+    assert isinstance(top["via"], list) and str(top["via"][0]).endswith(f"{Path(__file__).name}:{outer}"), top
+    assert len(held) == 160
