@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
@@ -200,8 +201,17 @@ class ObjectRef:
 
     @classmethod
     def of(cls, obj: Mapping[str, Any]) -> ObjectRef:
+        """The reference of `obj`, its strings interned: the live cache, the inventories and the
+        results each make refs from objects of their own, and hold one string per object so."""
         meta = obj["metadata"]
-        return cls(obj["kind"], meta.get("namespace", ""), meta["name"])
+        return cls.shared(obj["kind"], meta.get("namespace", ""), meta["name"])
+
+    @classmethod
+    def shared(cls, kind: str, namespace: str, name: str) -> ObjectRef:
+        """`ObjectRef(kind, namespace, name)` with its strings interned (where they are strings)."""
+        if type(kind) is str and type(namespace) is str and type(name) is str:
+            return cls(sys.intern(kind), sys.intern(namespace), sys.intern(name))
+        return cls(kind, namespace, name)
 
 
 class UnknownUnit(LookupError):

@@ -9,6 +9,7 @@ known unchanged without a request per object.
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,7 +102,7 @@ class Condition:
                    str(d.get("lastTransitionTime", "")), str(d.get("observedRevision", "")))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Entry:
     applied: str  # fingerprint of the desired object
     fields: str  # hash of the field set we own after applying it
@@ -202,7 +203,8 @@ def decode(cm: dict[str, Any]) -> Inventory | None:
         if ref is None:
             ignored.append(json.dumps(o, sort_keys=True)[:200])
             continue
-        entries[ref] = Entry(str(o.get("applied", "")), str(o.get("fields", "")))
+        # an agent holds every unit's entries: the hash of a field set is shared by the objects of a kind
+        entries[ref] = Entry(str(o.get("applied", "")), sys.intern(str(o.get("fields", ""))))
     source = payload.get("source", "") if isinstance(payload, dict) else ""
     return Inventory(unit, entries, str(payload.get("revision", "")), suspended, repository, tuple(ignored),
                      condition, history, source if isinstance(source, str) else "", node_keys)
@@ -218,4 +220,4 @@ def _entry_ref(o: Any) -> ObjectRef | None:
         return None
     if not isinstance(namespace, str) or not isinstance(name, str) or not namespace or not name:
         return None
-    return ObjectRef(kind, namespace, name)
+    return ObjectRef.shared(kind, namespace, name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import sys
 from typing import Any
 
 import orjson
@@ -59,7 +60,7 @@ def managed_fields_hash(obj: dict[str, Any], manager: str) -> str:
         blob = b""
     if not blob or not blob.isascii():
         blob = json.dumps(entries, separators=(",", ":")).encode()
-    return hashlib.sha256(blob).hexdigest()[:32]
+    return sys.intern(hashlib.sha256(blob).hexdigest()[:32])  # shared by the objects of a kind, held per entry
 
 
 def strip_server_fields(obj: dict[str, Any]) -> dict[str, Any]:
