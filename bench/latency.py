@@ -18,7 +18,9 @@ the run waits for their pods, then prints the agent's resident memory with its w
 With `--during-pods` the commits start as soon as the agent has applied every idle unit, while
 the controllers are still creating the pods (the moment a platform team pushes its next change);
 the resync, the edits and the memory come once the pods exist. With `--agent-log`, a GC pause of
-0.1 s or more inside a commit's window (push to seen) fails the run.
+0.1 s or more inside a commit's window (push to seen) fails the run. The FlowerUnit CRD is
+installed first, as the Helm chart installs it (`--no-flowerunits` leaves it out), so the agent
+keeps and writes one FlowerUnit per unit, as it does in production.
 
     python3 bench/latency.py                      # starts a dedicated devcluster, stops it after
     python3 bench/latency.py --kubeconfig FILE    # use a running (loopback) cluster
@@ -46,15 +48,18 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.agent_log import Commit, read_records, table, timelines  # noqa: E402
 from bench.benchcluster import bench_cluster, wait_for_pods  # noqa: E402
 from bench.repogen import expected_pods, federation, make_repo, nodes_for  # noqa: E402
-from syncer.cluster.client import Kube, path_for  # noqa: E402
+from syncer.cluster.client import ApiError, Kube, path_for  # noqa: E402
 from syncer.identity import INVENTORY_SELECTOR  # noqa: E402
 
+CRD = ROOT / "charts" / "flower-syncer" / "crds" / "flowerunits.yaml"
 # the benchmarked federation; each round changes its env, so that every commit changes the StatefulSet
 ROUND_POOL = """\
       - name: a
@@ -149,6 +154,9 @@ def main() -> int:
                     help="seconds to wait for the idle units' pods before the commits (default 1800)")
     ap.add_argument("--during-pods", action="store_true",
                     help="push the commits while the controllers create the idle units' pods, not after")
+    ap.add_argument("--no-flowerunits", action="store_true",
+                    help="leave the FlowerUnit CRD out (by default it is installed, as the Helm chart does, so the "
+                         "agent keeps one FlowerUnit per unit and writes their status)")
     ap.add_argument("--allocations", type=int, nargs="?", const=1, default=0, metavar="FRAMES",
                     help="run the agent with PYTHONTRACEMALLOC=FRAMES (default 1) and print where its memory was "
                          "allocated at the end (SIGUSR2; the top 20 source lines, and with FRAMES > 1 the callers "
@@ -278,8 +286,30 @@ def resync_all(port: int, token: str) -> tuple[float, int, int]:
     return seconds, len(units), writes
 
 
+def install_flowerunits(kube: Kube) -> None:
+    """The FlowerUnit CRD, as the chart installs it (already there: left as it is); waits until
+    the API server serves it."""
+    crd = yaml.safe_load(CRD.read_text())
+    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    try:
+        kube.request("POST", path, body=crd)
+    except ApiError as exc:
+        if not exc.conflict:
+            raise
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        got = kube.request("GET", f"{path}/{crd['metadata']['name']}")
+        if any(c.get("type") == "Established" and c.get("status") == "True"
+               for c in (got.get("status") or {}).get("conditions") or []):
+            return
+        time.sleep(0.5)
+    raise SystemExit(f"the CRD {crd['metadata']['name']} was not established within 60 s")
+
+
 def run(args: argparse.Namespace, kubeconfig: str) -> int:
     kube = Kube.from_kubeconfig(kubeconfig)
+    if not args.no_flowerunits:
+        install_flowerunits(kube)
     namespace = f"latency-{uuid.uuid4().hex[:6]}"
     kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     agent = None
