@@ -87,3 +87,17 @@ def test_the_check_sees_a_module_that_should_not_be_there() -> None:
     """The check itself can fail: a verb that pulled in the metrics would be caught."""
     _, modules = modules_after(["--help"], preload="import syncer.observe.metrics")
     assert loaded(modules, NOT_FOR_OFFLINE_VERBS) == ["prometheus_client", "structlog", "syncer.observe.metrics"]
+
+
+def test_the_agent_never_formats_with_rich_even_where_it_is_installed() -> None:
+    """flwr brings rich into a venv (the agent's image has none): structlog would format the
+    console and tracebacks with it, and the agent would carry its 80 modules."""
+    installed = subprocess.run([sys.executable, "-c", "import rich"], check=False, capture_output=True, timeout=60)
+    if installed.returncode != 0:  # flwr, a dev dependency, brings it: the check means something only there
+        pytest.skip("rich is not installed here")
+    run = ["run", "--repo", "/nonexistent", "--interval", "-1"]  # refused once the agent's modules are loaded
+    code, modules = modules_after(run)
+    assert code == 2 and "syncer.agent.runner" in modules and "structlog.dev" in modules
+    assert [m for m in modules if m.startswith(("rich.", "pygments"))] == []  # "rich" itself: None, blocked
+    _, modules = modules_after(run, preload="import rich.console")
+    assert "rich.console" in modules  # the check can fail: a process that imported rich keeps it
