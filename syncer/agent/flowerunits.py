@@ -9,7 +9,9 @@ and with `-o wide` the reasons of Synced and Healthy, as Argo CD's SYNC STATUS/H
 `flower-syncer.io/requestedAt` annotation is a reconcile request (see reconcile_request.py).
 
 Writes are the agent's own (not impersonated: a tenant's ServiceAccount need not know FlowerUnits)
-and go through the write fence, so only the leader makes them. Without the CRD the agent works as
+and go through the write fence, so only the leader makes them. They are paced (WRITE_RATE a
+second, a unit whose readiness changed first), so that thousands of units changing at once (the
+first start, pods starting) never crowd out the applies. Without the CRD the agent works as
 before and says once what to install.
 """
 
@@ -41,6 +43,9 @@ MISSING_CRD = (f"the CustomResourceDefinition {CRD_NAME} is not installed, so `k
                f"reconcile requests by annotation are off: install it with `kubectl apply -f "
                f"charts/flower-syncer/crds/` (the Helm chart installs it)")
 ROUND_INTERVAL = 5.0  # seconds between rounds when nothing asks for one (config errors, leadership)
+ROUND_GAP = 1.0  # seconds at least between two rounds: a busy agent asks for one after every unit it syncs
+WRITE_RATE = 10.0  # FlowerUnit writes a second at most, in bursts of up to WRITE_BURST (see `_budget`)
+WRITE_BURST = 20.0
 MESSAGE_LIMIT = 512
 MERGE_PATCH = "application/merge-patch+json"
 SLIM_METADATA = ("name", "namespace", "uid", "resourceVersion", "labels", "annotations")
@@ -132,6 +137,8 @@ class FlowerUnits:
         self._wanted = threading.Event()
         self._lock = threading.Lock()
         self._warned: set[str] = set()
+        self._tokens = WRITE_BURST  # the write budget (see `_budget`)
+        self._refilled = clock()
         agent.on_unit_synced.append(lambda _unit: self.kick())
 
     def start(self, stop: threading.Event) -> None:
@@ -196,6 +203,18 @@ class FlowerUnits:
             if stop.is_set():
                 return
             self.agent.supervisor.guard("writing FlowerUnits", self.write_round, quiet=(Fenced, ClusterUnreachable))
+            stop.wait(ROUND_GAP)  # what asked meanwhile is one round after the gap
+
+    def _budget(self) -> float:
+        """The writes this round may make. FlowerUnits are a view of the agent's state, written
+        beside the objects the agent applies: at most WRITE_RATE a second (a controller's default
+        client rate is 20) in bursts of WRITE_BURST, so that 2,000 units turning Healthy while
+        their pods start, or all of them created at the agent's first start, never crowd out
+        the applies of a commit. What waits is written in a later round, with the state of then."""
+        now = self.clock()
+        self._tokens = min(WRITE_BURST, self._tokens + max(0.0, now - self._refilled) * WRITE_RATE)
+        self._refilled = now
+        return self._tokens
 
     def write_round(self) -> int:
         """Bring every FlowerUnit in line with its unit's state; returns the writes made (0 when
@@ -215,7 +234,9 @@ class FlowerUnits:
                 if (self.namespaces is None or u.namespace in self.namespaces)
                 and (plan.in_git(u) or u in inventories)}  # in Git (loaded or not), or not pruned yet
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
-        for unit, row in sorted(rows.items(), key=lambda kv: kv[0].id):
+        budget = self._budget()
+        wanted: list[tuple[int, Unit, dict[str, Any] | None, dict[str, Any]]] = []
+        for unit, row in rows.items():
             observed = seen.get(unit)
             desired = unit_status(row)
             recorded = ((observed or {}).get("status") or {}).get("lastAppliedRevision")
@@ -229,6 +250,13 @@ class FlowerUnits:
                 desired["flower"] = flower
             elif "flower" in ((observed or {}).get("status") or {}):
                 desired["flower"] = None  # no longer known (e.g. --flower-health off): the merge patch removes it
+            before = (observed or {}).get("status") or {}
+            if observed is not None and _untimed(before) == _untimed(desired):
+                continue  # nothing to write
+            wanted.append((_urgency(observed, desired), unit, observed, desired))
+        for _, unit, observed, desired in sorted(wanted, key=lambda w: (w[0], w[1].id)):
+            if writes >= budget:
+                break
             try:
                 writes += self._write(unit, observed, desired, now)
             except ApiError as exc:  # one unit's FlowerUnit never holds up the others'
@@ -236,12 +264,15 @@ class FlowerUnits:
                     self._warn(unit, exc)
         for unit, obj in seen.items():
             repository = (obj.get("metadata", {}).get("labels") or {}).get(LABEL_REPOSITORY, "")
-            if unit not in rows and plan.owns(repository):
+            if unit not in rows and plan.owns(repository) and writes < budget:
                 try:
                     writes += self._delete(unit, obj)
                 except ApiError as exc:  # one unit's FlowerUnit never holds up the others'
                     if not exc.not_found:
                         self._warn(unit, exc)
+        self._tokens -= writes
+        if writes >= budget:
+            self.kick()  # the rest in the next round, after the gap
         return writes
 
     def _write(self, unit: Unit, observed: dict[str, Any] | None, desired: dict[str, Any], now: str) -> int:
@@ -296,6 +327,17 @@ class FlowerUnits:
             current = self.objects.get(unit)
             if current is None or _rv(obj) >= _rv(current):
                 self.objects[unit] = obj
+
+
+def _urgency(observed: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> int:
+    """Which FlowerUnits a round writes first when it cannot write them all: 0, a condition's
+    status or reason changed (a commit synced or failed, a unit turned Ready); 1, the FlowerUnit
+    is not there yet; 2, only messages or the Flower figures changed (pods starting one by one)."""
+    if observed is None:
+        return 1
+    def key(status: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        return [(c.get("type"), c.get("status"), c.get("reason")) for c in status.get("conditions") or []]
+    return 0 if key(observed.get("status") or {}) != key(desired) else 2
 
 
 def slim(obj: dict[str, Any]) -> dict[str, Any]:

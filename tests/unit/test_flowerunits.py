@@ -332,3 +332,59 @@ def test_the_flowerunits_held_are_slim_and_still_enough_for_the_writer(agent: Ag
     writes = kube.writes
     assert view.write_round() == 0  # the slim object is enough to see nothing changed
     assert kube.writes == writes
+
+
+def many(agent: Agent, kube: FakeKube, tmp_path: Path, count: int) -> list[Unit]:
+    """`count` federations, each synced, their namespace there."""
+    files = {f"federations/f{i:02d}.yaml": fed(f"f{i:02d}") for i in range(count)}
+    install(agent, repo_at(tmp_path / "many", files), "r1")
+    kube.server.add_namespace(NS)
+    units = [Unit("federation", NS, f"f{i:02d}") for i in range(count)]
+    for unit in units:
+        agent.health[unit] = UnitCondition("Healthy", False, "Progressing", "pool a: 0/1 ready")
+        sync(agent, unit)
+    return units
+
+
+def test_writes_are_paced_and_what_waits_is_written_in_later_rounds(agent: Agent, kube: FakeKube, view: FlowerUnits,
+                                                                    clock: Clock, tmp_path: Path) -> None:
+    """30 units turn up at once (the agent's first start): at most WRITE_BURST writes in a burst,
+    then WRITE_RATE a second, until every FlowerUnit is there; then nothing."""
+    from syncer.agent.flowerunits import WRITE_BURST, WRITE_RATE
+
+    units = many(agent, kube, tmp_path, 30)
+    wanted = 2 * len(units)  # each created, then its status written
+    assert view.write_round() == WRITE_BURST
+    assert view._wanted.is_set()  # the rest is asked for
+    assert view.write_round() == 0  # no time passed: no budget
+    clock.now += 1
+    assert view.write_round() == WRITE_RATE
+    done = int(WRITE_BURST + WRITE_RATE)
+    for _ in range(wanted):  # bounded: a round that writes nothing would loop for ever
+        if done >= wanted:
+            break
+        clock.now += 1
+        done += view.write_round()
+    assert done == wanted and all(stored(kube, u) is not None and "status" in (stored(kube, u) or {}) for u in units)
+    clock.now += 10
+    assert view.write_round() == 0
+
+
+def test_when_the_budget_is_short_a_unit_whose_readiness_changed_is_written_first(
+        agent: Agent, kube: FakeKube, view: FlowerUnits, clock: Clock, tmp_path: Path) -> None:
+    """Pods starting one by one change every unit's message; the unit that turned Ready (or a
+    commit that synced or failed) is not left behind them."""
+    units = many(agent, kube, tmp_path, 30)
+    for _ in range(10):
+        clock.now += 10
+        view.write_round()
+    assert all(ready(stored(kube, u) or {})["status"] == "Unknown" for u in units)
+    last = units[-1]  # written last if the order were by name alone
+    for unit in units[:-1]:
+        agent.health[unit] = UnitCondition("Healthy", False, "Progressing", "pool a: 1/2 ready")
+    agent.health[last] = HEALTHY
+    for unit in units:
+        sync(agent, unit)
+    clock.now += 1  # a budget of WRITE_RATE: fewer than the 30 units that changed
+    assert view.write_round() < len(units)
+    assert ready(stored(kube, last) or {})["status"] == "True"
