@@ -330,13 +330,17 @@ class FlowerUnits:
 
 
 def _urgency(observed: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> int:
-    """Which FlowerUnits a round writes first when it cannot write them all: 0, a condition's
-    status or reason changed (a commit synced or failed, a unit turned Ready); 1, the FlowerUnit
-    is not there yet; 2, only messages or the Flower figures changed (pods starting one by one)."""
+    """Which FlowerUnits a round writes first when it cannot write them all: 0, what somebody
+    waits for changed: a condition's status or reason (a commit synced or failed, a unit turned
+    Ready), the revision applied, a reconcile request handled; 1, the FlowerUnit is not there
+    yet; 2, only messages or the Flower figures changed (pods starting one by one)."""
     if observed is None:
         return 1
-    def key(status: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        return [(c.get("type"), c.get("status"), c.get("reason")) for c in status.get("conditions") or []]
+
+    def key(status: Mapping[str, Any]) -> tuple[Any, ...]:
+        return (status.get("lastAppliedRevision"), status.get("lastHandledReconcileAt"),
+                *((c.get("type"), c.get("status"), c.get("reason")) for c in status.get("conditions") or []))
+
     return 0 if key(observed.get("status") or {}) != key(desired) else 2
 
 

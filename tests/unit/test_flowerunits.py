@@ -388,3 +388,19 @@ def test_when_the_budget_is_short_a_unit_whose_readiness_changed_is_written_firs
     clock.now += 1  # a budget of WRITE_RATE: fewer than the 30 units that changed
     assert view.write_round() < len(units)
     assert ready(stored(kube, last) or {})["status"] == "True"
+
+
+def test_what_somebody_waits_for_is_written_before_progress_messages() -> None:
+    """A new revision applied or a reconcile request handled goes first, as a changed condition."""
+    from syncer.agent.flowerunits import _urgency
+
+    ready = {"type": "Ready", "status": "True", "reason": "Healthy", "message": "applied revision r1"}
+    was = {"status": {"conditions": [ready], "lastAppliedRevision": "r1"}}
+    assert _urgency(was, {"conditions": [{**ready, "message": "applied revision r1; 2/2"}],
+                          "lastAppliedRevision": "r1"}) == 2
+    assert _urgency(was, {"conditions": [{**ready, "message": "applied revision r2"}],
+                          "lastAppliedRevision": "r2"}) == 0
+    assert _urgency(was, {"conditions": [ready], "lastAppliedRevision": "r1", "lastHandledReconcileAt": "t"}) == 0
+    assert _urgency(was, {"conditions": [{**ready, "status": "False", "reason": "Degraded"}],
+                          "lastAppliedRevision": "r1"}) == 0
+    assert _urgency(None, {"conditions": [ready]}) == 1
