@@ -404,3 +404,11 @@ def test_what_somebody_waits_for_is_written_before_progress_messages() -> None:
     assert _urgency(was, {"conditions": [{**ready, "status": "False", "reason": "Degraded"}],
                           "lastAppliedRevision": "r1"}) == 0
     assert _urgency(None, {"conditions": [ready]}) == 1
+
+
+def test_rounds_take_a_tenth_of_the_time_at_most_and_never_wait_more_than_a_second() -> None:
+    from syncer.agent.flowerunits import ROUND_GAP, gap_after
+
+    assert gap_after(0.001) == pytest.approx(0.009)  # a few units: the next round almost at once
+    assert gap_after(0.03) == pytest.approx(0.27)  # 2,000 units: 30 ms of work, 270 ms of rest
+    assert gap_after(5.0) == ROUND_GAP
