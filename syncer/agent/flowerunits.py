@@ -293,10 +293,10 @@ class FlowerUnits:
                     return 0
             else:
                 writes += 1
-        before = observed.get("status") or {}
-        if _untimed(before) == _untimed(desired):
-            self._remember(unit, observed)
-            return writes
+            if _untimed(observed.get("status") or {}) == _untimed(desired):  # another leader's, up to date
+                self._remember(unit, observed)
+                return writes
+        before = observed.get("status") or {}  # differs from desired: write_round passes only those
         status = with_times(desired, before, now)
         body = dict(status)
         if isinstance(status.get("flower"), Mapping) and isinstance(before.get("flower"), Mapping):
@@ -322,8 +322,6 @@ class FlowerUnits:
         return 1
 
     def _remember(self, unit: Unit, obj: dict[str, Any]) -> None:
-        if self.objects.get(unit) is obj:  # unchanged, as held (a round over 2,000 units: 25 ms less)
-            return
         obj = slim(obj)
         with self._lock:
             current = self.objects.get(unit)
