@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -153,6 +154,24 @@ def test_run_with_the_port_in_use_exits_3(tmp_path: Path, nowhere: str, monkeypa
         port = busy.getsockname()[1]
         assert main(["run", "--repo", str(repo), "--kubeconfig", nowhere, "--listen", f"127.0.0.1:{port}",
                      "--no-leader-elect", "--cache-dir", str(tmp_path / "cache")]) == EXIT_RUNTIME
+
+
+def test_the_agent_hands_the_interpreter_over_sooner(tmp_path: Path, nowhere: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """`run` shortens CPython's switch interval (5 ms) before it starts anything: a commit's fetch
+    and applies wait on git and HTTP and then on the interpreter, held by a busy watch or round."""
+    from syncer.agent import runner
+
+    monkeypatch.setattr("syncer.agent.runner.configure", lambda *a, **k: None)
+    asked: list[float] = []
+    monkeypatch.setattr(sys, "setswitchinterval", asked.append)
+    repo = write(tmp_path / "repo")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        main(["run", "--repo", str(repo), "--kubeconfig", nowhere, "--listen", f"127.0.0.1:{busy.getsockname()[1]}",
+              "--no-leader-elect", "--cache-dir", str(tmp_path / "cache")])
+    assert asked == [runner.SWITCH_INTERVAL] and runner.SWITCH_INTERVAL <= 0.001
 
 
 def test_namespace_filter_selects_units(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
