@@ -401,11 +401,11 @@ def run(args: argparse.Namespace, kubeconfig: str) -> int:
             checks = [(f"commit-to-applied p50 < 0.5 s ({c50:.3f} s)", c50 < 0.5),
                       (f"commit-to-applied p95 < 1 s ({c95:.3f} s)", c95 < 1.0),
                       (f"drift-to-corrected p50 < 1 s ({d50:.3f} s)", d50 < 1.0)]
+            if args.allocations:
+                print_allocations(agent, log_path)
             if idle:
                 rss, peak = memory_mib(agent.pid)
                 print(f"agent memory         {rss:8.0f} MiB resident at the end (peak {peak:.0f} MiB)")
-            if args.allocations:
-                print_allocations(agent, log_path)
                 checks += [(f"commit-to-applied p95 < 0.5 s with {idle} idle units ({c95:.3f} s)", c95 < 0.5),
                            (f"no-op resync < 3 s with 0 writes ({resync_s:.2f} s, {resync_writes})",
                             resync_s < 3 and resync_writes == 0),
