@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import os
 import signal
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -48,13 +47,6 @@ from syncer.source.watch import LocalRepoWatcher
 log = structlog.get_logger("syncer.agent")
 
 STATUS_INTERVAL = 10.0
-# How long a thread may hold the interpreter while another waits for it (CPython's default is
-# 5 ms). A commit's path waits on git processes and HTTP answers, and takes the interpreter back
-# after each: while a watch stream or a status round keeps another thread busy, every one of those
-# returns waited up to the whole interval. With one busy thread beside it, a fetch of the 2,001-unit
-# bench repository took 391-427 ms at 5 ms, 95-102 ms at 1 ms, 48 ms alone; one local HTTP request
-# 22 ms, 5.4 ms, 0.7 ms. Two threads that both compute spend 1-2 % more CPU on the extra switches.
-SWITCH_INTERVAL = 0.001
 
 
 class _Api:
@@ -84,7 +76,6 @@ class _Api:
 
 def run(config: AgentConfig) -> int:
     configure(config.log_format, config.log_level)
-    sys.setswitchinterval(SWITCH_INTERVAL)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:
