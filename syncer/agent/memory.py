@@ -31,6 +31,32 @@ def _malloc_trim() -> Callable[[int], int] | None:
     return trim
 
 
+# glibc's mallopt parameter: how many malloc arenas the process may have (its default is eight
+# per core; each thread that allocates gets one of its own until then).
+M_ARENA_MAX = -8
+
+
+@functools.cache
+def _mallopt() -> Callable[[int, int], int] | None:
+    try:
+        opt: Callable[[int, int], int] = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return None
+    return opt
+
+
+def limit_malloc_arenas(arenas: int = 2) -> bool:
+    """Let glibc's malloc keep at most `arenas` arenas; call it before the threads start. Returns
+    whether the C library took it (False where it has no such setting: musl, macOS).
+
+    An arena keeps its free pieces for the threads that use it, so every extra arena holds memory
+    the others cannot reuse. The agent runs dozens of threads (watches, workers, the HTTP server),
+    but they allocate one at a time anyway, holding the interpreter: the arenas bought them
+    nothing. At 2,001 units its 15 thread arenas held 41-44 MiB resident."""
+    opt = _mallopt()
+    return bool(opt(M_ARENA_MAX, arenas)) if opt is not None else False
+
+
 def release_free_memory() -> bool:
     """Returns whether the C library released anything (False where it cannot)."""
     trim = _malloc_trim()

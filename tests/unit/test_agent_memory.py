@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gc
 import platform
+import subprocess
+import sys
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
@@ -147,3 +149,41 @@ def test_with_more_frames_traced_the_report_names_who_asked_for_the_memory() -> 
     assert str(top["where"]).endswith(f"{Path(__file__).name}:{inner}"), rows
     assert isinstance(top["via"], list) and str(top["via"][0]).endswith(f"{Path(__file__).name}:{outer}"), top
     assert len(held) == 160
+
+
+ARENAS_SCRIPT = """
+import re, sys, threading
+from syncer.agent.memory import limit_malloc_arenas
+if sys.argv[1] == "limited":
+    assert limit_malloc_arenas(2)
+ready, go = threading.Barrier(9), threading.Event()
+held = []
+def allocate():
+    ready.wait()
+    go.wait()
+    held.append([bytes(4096) for _ in range(256)])  # above pymalloc's 512 bytes: glibc's malloc
+threads = [threading.Thread(target=allocate) for _ in range(8)]
+for t in threads:
+    t.start()
+ready.wait()
+go.set()
+for t in threads:
+    t.join()
+maps = [re.match(r"([0-9a-f]+)-([0-9a-f]+) (\\S+) \\S+ \\S+ \\S+\\s*(\\S*)", line).groups()
+        for line in open("/proc/self/maps")]
+arenas = sum(1 for a, b in zip(maps, maps[1:]) if a[2] == "rw-p" and b[2] == "---p" and not a[3] and not b[3]
+             and int(b[1], 16) - int(a[0], 16) == 64 << 20)
+print(arenas)
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt(M_ARENA_MAX) is glibc's")
+@pytest.mark.parametrize("mode", ["limited", "default"])
+def test_threads_share_two_malloc_arenas(mode: str) -> None:
+    """With the limit, eight threads allocating at once make at most one arena beside the main
+    heap; without it (the control), glibc gives them several."""
+    done = subprocess.run([sys.executable, "-c", ARENAS_SCRIPT, mode], check=False, capture_output=True, text=True,
+                          timeout=60, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr
+    arenas = int(done.stdout)
+    assert arenas <= 1 if mode == "limited" else arenas >= 2
