@@ -23,26 +23,22 @@ if TYPE_CHECKING:
 
 
 @functools.cache
-def _malloc_trim() -> Callable[[int], int] | None:
+def _libc() -> ctypes.CDLL | None:
     try:
-        trim: Callable[[int], int] = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-    except (OSError, AttributeError):
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
         return None
-    return trim
+
+
+def _libc_function(name: str) -> Callable[..., int] | None:
+    """The C library's function `name`, or None where there is no such function (musl, macOS)."""
+    function: Callable[..., int] | None = getattr(_libc(), name, None)
+    return function
 
 
 # glibc's mallopt parameter: how many malloc arenas the process may have (its default is eight
 # per core; each thread that allocates gets one of its own until then).
 M_ARENA_MAX = -8
-
-
-@functools.cache
-def _mallopt() -> Callable[[int, int], int] | None:
-    try:
-        opt: Callable[[int, int], int] = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
-    except (OSError, AttributeError):
-        return None
-    return opt
 
 
 def limit_malloc_arenas(arenas: int = 2) -> bool:
@@ -53,13 +49,13 @@ def limit_malloc_arenas(arenas: int = 2) -> bool:
     the others cannot reuse. The agent runs dozens of threads (watches, workers, the HTTP server),
     but they allocate one at a time anyway, holding the interpreter: the arenas bought them
     nothing. At 2,001 units its 15 thread arenas held 41-44 MiB resident."""
-    opt = _mallopt()
+    opt = _libc_function("mallopt")
     return bool(opt(M_ARENA_MAX, arenas)) if opt is not None else False
 
 
 def release_free_memory() -> bool:
     """Returns whether the C library released anything (False where it cannot)."""
-    trim = _malloc_trim()
+    trim = _libc_function("malloc_trim")
     return bool(trim(0)) if trim is not None else False
 
 

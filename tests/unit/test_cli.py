@@ -156,8 +156,7 @@ def test_run_with_the_port_in_use_exits_3(tmp_path: Path, nowhere: str, monkeypa
                      "--no-leader-elect", "--cache-dir", str(tmp_path / "cache")]) == EXIT_RUNTIME
 
 
-def test_every_command_hands_the_interpreter_over_sooner(monkeypatch: pytest.MonkeyPatch,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_every_command_hands_the_interpreter_over_sooner(monkeypatch: pytest.MonkeyPatch) -> None:
     """CPython's switch interval (5 ms) is shortened before any command runs: the agent's commit
     path and sync's applies wait on git and HTTP, then on the interpreter held by a busy thread."""
     from syncer import cli
