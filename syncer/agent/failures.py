@@ -58,7 +58,8 @@ def event_failed(agent: AgentView, event: Event, _exc: BaseException, text: str)
         for waiter in list(agent.waiters):
             if waiter.units is not None and unit in waiter.units:
                 waiter.units.discard(unit)
-                waiter.results[unit.id] = {"ok": False, "errors": [text]}
+                failed = waiter.results[unit.id] = UnitResult(unit)
+                failed.fail(Cause.CRASHED, text)
                 if not waiter.units:
                     waiter.finish()
                     agent.waiters.remove(waiter)

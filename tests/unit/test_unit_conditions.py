@@ -395,3 +395,36 @@ def test_a_status_round_settles_the_heap_of_an_idle_agent_before_posting_its_dri
     _status_round(agent, cast(StatusCache, Cache()), agent.metrics, heap=heap)
     assert heap.asked == [True]
     assert not agent.idle()  # the drift check the round posted
+
+
+def test_an_equal_result_keeps_the_one_held(agent: Agent, tmp_path: Path) -> None:
+    root = repo_at(tmp_path / "r", {"federations/fed.yaml": fed()})
+    install(agent, root, "r1")
+    first = UnitResult(FED_UNIT, [Change(ObjectRef("Service", NS, "fed-superlink"), Action.UNCHANGED)])
+    agent.handle(UnitSynced(FED_UNIT, first, 0.0, "r1"))
+    agent.handle(UnitSynced(FED_UNIT, dataclasses.replace(first, changes=list(first.changes)), 0.0, "r2"))
+    assert agent.units[FED_UNIT].last_result is first and agent.units[FED_UNIT].last_revision == "r2"
+    failed = UnitResult(FED_UNIT, [Change(ObjectRef("Service", NS, "fed-superlink"), Action.FAILED, "forbidden",
+                                          cause=Cause.FORBIDDEN)])
+    agent.handle(UnitSynced(FED_UNIT, failed, 0.0, "r3"))
+    assert agent.units[FED_UNIT].last_result is failed and synced(agent)["reason"] == "SyncFailed"
+
+
+def test_a_waiting_resync_answers_every_unit_in_one_shape(agent: Agent, tmp_path: Path) -> None:
+    """A unit whose sync the dispatcher failed on is answered like a synced one: a failed result
+    with the error and its cause."""
+    from syncer.agent.failures import event_failed
+    from syncer.agent.messages import Waiter
+
+    root = repo_at(tmp_path / "r", {"federations/fed.yaml": fed(), "federations/b.yaml": fed("b")})
+    install(agent, root, "r1")
+    b = Unit("federation", NS, "b")
+    waiter = Waiter(units={FED_UNIT, b})
+    agent.waiters.append(waiter)
+    agent.handle(UnitSynced(FED_UNIT, UnitResult(FED_UNIT), 0.0, "r1"))
+    assert not waiter.done.is_set()
+    event_failed(agent, UnitSynced(b, UnitResult(b), 0.0, "r1"), KeyError("x"), "injected")
+    assert waiter.done.is_set() and waiter not in agent.waiters
+    assert waiter.answer() == {
+        FED_UNIT.id: {"unit": FED_UNIT.id, "ok": True, "changes": []},
+        b.id: {"unit": b.id, "ok": False, "changes": [], "errors": ["injected"], "cause": "Crashed"}}
