@@ -441,3 +441,27 @@ def test_per_unit_series_are_what_prometheus_clients_labelled_metrics_expose() -
     assert len(reference) == 78  # so the comparison covers something
     m.forget_unit(SN)
     assert not any(dict(labels)["unit"] == SN for _, labels in per_unit(m.exposition().decode()))
+
+
+def test_a_scrape_holds_one_family_at_a_time() -> None:
+    """At 2,001 units a scrape is 147,000 samples: made all at once, their objects peaked at 4.5
+    times the text's size (56 MiB for 12.5), and the agent stayed larger by much of that. Family by
+    family, the peak is the text (and its copy when joined) plus the largest family."""
+    import tracemalloc
+
+    m = Metrics()
+    units = [Unit("federation", "ns", f"fed-{i}") for i in range(150)]
+    for u in units:
+        m.init_unit(u.id, ["Service", "StatefulSet"])
+        m.observe_sync(UnitResult(u, [Change(ref(f"Service/ns/{u.name}"), Action.CREATED)]), 0.2)
+        m.set_unit_state(u.id, "Synced", "Healthy")
+    m.observe_status([UnitStatus(u.id, pools=[PoolStatus(f"p{p}", "StatefulSet", f"{u.name}-p{p}", 1, 1,
+                                                          healthy=True) for p in range(10)]) for u in units])
+    tracemalloc.start()
+    try:
+        text = m.exposition()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert text.count(b"\n") > 10_000
+    assert peak < 3 * len(text), (peak, len(text))
