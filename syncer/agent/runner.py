@@ -6,6 +6,7 @@ leader lease (so a standby takes over at once), stop the HTTP server, exit 0.
 
 from __future__ import annotations
 
+import faulthandler
 import functools
 import os
 import signal
@@ -86,6 +87,9 @@ def run(config: AgentConfig) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGUSR2, lambda _s, _f: threading.Thread(target=_log_allocations, daemon=True).start())
+    # `kill -QUIT`: every thread's stack on stderr, as Go and Java programs do; written by C code, so
+    # it works when the agent is stuck, even in a call that holds the interpreter's lock
+    faulthandler.register(signal.SIGQUIT, all_threads=True)
 
     try:
         # the replica's identity in the user agent: the API server's audit log tells replicas apart

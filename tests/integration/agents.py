@@ -93,9 +93,24 @@ class AgentProc:
             self.proc.send_signal(signal.SIGTERM)
         try:
             return self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            # stuck: its threads' stacks into its log (SIGQUIT), for the failure to show where
+            self.proc.send_signal(signal.SIGQUIT)
+            wait_for_stacks(self.log)
+            raise AssertionError("the agent did not stop within 30 s of SIGTERM; its log ends:\n"
+                                 + self.log.read_text(errors="replace")[-6000:]) from None
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()
+
+
+def wait_for_stacks(log: Path, timeout: float = 5.0) -> None:
+    """Until faulthandler's dump (after a SIGQUIT) is in `log`, at most `timeout` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while "most recent call first" not in log.read_text(errors="replace") and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def new_repos(root: Path, namespace: str, files: dict[str, str]) -> Repos:
