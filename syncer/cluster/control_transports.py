@@ -1,8 +1,8 @@
 """The two transports of the Control API (see syncer.cluster.flower_control), and `connect`, which
-picks one for a SuperLink's release: gRPC for Flower
-before 1.37, HTTPS POST with protobuf bodies from 1.37 (the standard library's http.client over
-an ssl context that trusts only the federation's CA; uvicorn speaks HTTP/1.1, which is what we
-offer in ALPN).
+picks one for a SuperLink's release: gRPC for Flower before 1.37 (unary calls over HTTP/2,
+syncer.cluster.grpc_unary), HTTPS POST with protobuf bodies from 1.37 (the standard library's
+http.client; uvicorn speaks HTTP/1.1, which is what we offer in ALPN). Both over an ssl context
+that trusts only the federation's CA.
 
 Neither ever returns a target's own words unless they are a parsed Control API error: an HTTP
 answer that is not one is reported by its status code only, a transport failure by its kind."""
@@ -14,7 +14,7 @@ import json
 import socket
 import ssl
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from syncer.cluster.flower_control import (
     CALLS,
@@ -30,9 +30,7 @@ from syncer.cluster.flower_control import (
     encode_register,
     encode_unregister,
 )
-
-if TYPE_CHECKING:
-    import grpc
+from syncer.cluster.grpc_unary import Broken, GrpcStatus, NotGrpc, UnaryChannel
 
 T = TypeVar("T")
 PROTOBUF = "application/protobuf"
@@ -191,54 +189,65 @@ class HttpControl(_Calls):
 
 
 class GrpcControl(_Calls):
-    """The Control API over gRPC (Flower before 1.37)."""
+    """The Control API over gRPC (Flower before 1.37): unary calls on one HTTP/2 connection
+    (syncer.cluster.grpc_unary; not grpcio, whose channel close can freeze the agent)."""
 
     transport: Transport = "grpc"
 
     def __init__(self, address: str, root_certificates: bytes | None, *, timeout: float = 10.0) -> None:
-        import grpc  # only agents that reach a SuperLink of Flower < 1.37 load it
-
         self.address = address
         self.timeout = timeout
-        self._grpc = grpc
-        self._channel = (grpc.secure_channel(address, grpc.ssl_channel_credentials(root_certificates))
-                         if root_certificates is not None else grpc.insecure_channel(address))
+        host, port = split_address(address)
+        context: ssl.SSLContext | None = None  # None: plain text (a federation with `insecure: true`)
+        if root_certificates is not None:
+            context = ssl.create_default_context(cadata=root_certificates.decode("ascii", "replace"))
+            context.set_alpn_protocols(["h2"])
+        self._channel = UnaryChannel(host, port, context, timeout=timeout, max_response=MAX_RESPONSE)
 
     def close(self) -> None:
         self._channel.close()
 
     def _call(self, name: str, request: bytes) -> bytes:
         method = CALLS[name][0]
-        call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = self._channel.unary_unary(
-            "/flwr.proto.Control/" + method, request_serializer=None, response_deserializer=None)
+        path = "/flwr.proto.Control/" + method
+        # the calls of one check share a connection; a read on it that the server closed meanwhile
+        # is sent once more on a new one (reads are safe to repeat, writes are never sent twice)
+        again = self._channel.connected and name in READS
         try:
-            response: bytes = call(request, timeout=self.timeout)
-        except self._grpc.RpcError as exc:
+            try:
+                return self._channel.call(path, request)
+            except Broken:
+                if not again:
+                    raise
+                return self._channel.call(path, request)
+        except GrpcStatus as exc:
             raise self._error(method, exc) from None
-        return response
+        except NotGrpc as exc:
+            raise ControlApiError(method, self.address, ControlErrorCode.NOT_CONTROL_API,
+                                  f"{exc.reason}: not a gRPC server (is the SuperLink Flower 1.37 or newer, which "
+                                  "serves the Control API over HTTP?)") from None
+        except Broken as exc:
+            raise ControlApiError(method, self.address, ControlErrorCode.UNAVAILABLE, exc.reason) from None
+        except OSError as exc:
+            raise _transport_error(method, self.address, exc) from None
 
-    def _error(self, method: str, exc: grpc.RpcError) -> ControlApiError:
-        status = exc.code() if isinstance(exc, self._grpc.Call) else None
-        details = str(exc.details() or "") if isinstance(exc, self._grpc.Call) else ""
-        name = status.name if status is not None else "UNKNOWN"
-        known = _GRPC_MESSAGES.get(details.rstrip("."))
+    def _error(self, method: str, exc: GrpcStatus) -> ControlApiError:
+        known = _GRPC_MESSAGES.get(exc.message.rstrip("."))
         if known is not None:
-            return ControlApiError(method, self.address, known, f"{details} ({name})")
-        if name in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
-            # the channel's own words about connecting (no peer text): kind only
+            return ControlApiError(method, self.address, known, f"{exc.message} ({exc.name})")
+        if exc.name in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
             return ControlApiError(method, self.address, ControlErrorCode.UNAVAILABLE,
-                                   f"{name}: nothing answers gRPC with the federation's CA here (is the "
-                                   "SuperLink Flower 1.37 or newer, which serves the Control API over HTTP?)")
-        if name in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
-            return ControlApiError(method, self.address, ControlErrorCode.DENIED, f"{name}: the SuperLink asks for "
-                                   "credentials (Control API authentication is not supported)")
-        if name == "UNIMPLEMENTED":
+                                   f"{exc.name}: the SuperLink did not answer in time or is shutting down")
+        if exc.name in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
+            return ControlApiError(method, self.address, ControlErrorCode.DENIED, f"{exc.name}: the SuperLink asks "
+                                   "for credentials (Control API authentication is not supported)")
+        if exc.name == "UNIMPLEMENTED":
             return ControlApiError(method, self.address, ControlErrorCode.NOT_CONTROL_API,
-                                   f"{name}: no Flower Control API at this address")
+                                   f"{exc.name}: no Flower Control API at this address")
         # a status text that is not one of Flower's known messages is not shown: a gRPC server that
         # is not Flower's could say anything there
-        return ControlApiError(method, self.address, ControlErrorCode.SERVER, f"{name} (the server's message is not "
-                               "shown: not one Flower's Control API is known to send)")
+        return ControlApiError(method, self.address, ControlErrorCode.SERVER, f"{exc.name} (the server's message is "
+                               "not shown: not one Flower's Control API is known to send)")
 
 
 def _decoded(rpc: str, address: str, decode: Callable[[bytes], T], data: bytes) -> T:

@@ -219,9 +219,9 @@ def test_nothing_listening_is_unavailable() -> None:
     assert exc.code is ControlErrorCode.UNAVAILABLE and exc.detail == "connection refused"
 
 
-def test_grpc_to_a_port_that_is_not_grpc_is_unavailable_with_the_likely_cause(server: Server) -> None:
+def test_grpc_to_a_server_that_is_not_grpc_says_the_likely_cause(server: Server) -> None:
     exc = error_of(lambda: connect(server.address, "grpc", server.ca, timeout=5).list_nodes())
-    assert exc.code is ControlErrorCode.UNAVAILABLE and "1.37 or newer" in exc.detail
+    assert exc.code is ControlErrorCode.NOT_CONTROL_API and "1.37 or newer" in exc.detail
 
 
 def test_one_line_escapes_and_bounds() -> None:
