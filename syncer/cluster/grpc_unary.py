@@ -53,20 +53,18 @@ class GrpcStatus(Exception):
         self.message = message
 
 
-class NotGrpc(Exception):
+class _Failed(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class NotGrpc(_Failed):
     """The peer is not a gRPC server over HTTP/2: `reason` says how it showed (never its bytes)."""
 
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
-
-class Broken(Exception):
+class Broken(_Failed):
     """The connection ended before the call's answer (closed, going away, the call reset)."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 @dataclass
