@@ -95,6 +95,26 @@ def test_broken_commit_keeps_the_last_good_state(repos: Repos, start_agent: Call
     assert kube.get("StatefulSet", namespace, "fed-superlink") is not None
 
 
+def test_sigquit_writes_every_threads_stack_and_the_agent_goes_on(repos: Repos,
+                                                                     start_agent: Callable[..., AgentProc]) -> None:
+    """`kill -QUIT` (README, "A stuck agent"): the stacks of the main thread and the workers in the
+    log, and the agent still healthy and stopping cleanly on SIGTERM afterwards (the fixture checks
+    its exit code)."""
+    import signal
+
+    agent = start_agent(str(repos.bare))
+    agent.proc.send_signal(signal.SIGQUIT)
+
+    def stacks() -> str | None:
+        text = agent.log.read_text(errors="replace")
+        return text if text.count("most recent call first") >= 2 else None
+
+    dump = wait_until("the stacks in the log", stacks, log=agent.log)
+    assert "Current thread" in dump or "Thread 0x" in dump
+    assert "runner.py" in dump  # the main thread, waiting in run()
+    assert agent.proc.poll() is None and agent.get("/healthz")[0] == 200
+
+
 @pytest.fixture
 def http_remote(repos: Repos, tmp_path: Path) -> Iterator[tuple[str, Path, GitHttpServer]]:
     """The config repo served over HTTP with a token: a remote the agent cannot watch locally."""
