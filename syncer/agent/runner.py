@@ -48,6 +48,7 @@ from syncer.source.watch import LocalRepoWatcher
 log = structlog.get_logger("syncer.agent")
 
 STATUS_INTERVAL = 10.0
+SIGNAL_CHECK_INTERVAL = 0.5  # seconds: how late a signal another thread took may be handled
 
 
 class _Api:
@@ -185,7 +186,11 @@ def run(config: AgentConfig) -> int:
     # under the agent's supervisor: a loop that raises is restarted, and /healthz says so meanwhile
     agent.supervisor.spawn("status", functools.partial(_status_loop, agent, status_cache, metrics, stop))
     agent.supervisor.spawn("gc-pauses", functools.partial(_log_gc_pauses, gc_pauses, stop))
-    stop.wait()
+    # A Python signal handler runs on the main thread, once that thread is back in the
+    # interpreter; the kernel may hand SIGTERM to any thread (cpython#85300). So the main thread
+    # never waits unwoken: a handler whose signal another thread took runs within the interval.
+    while not stop.wait(SIGNAL_CHECK_INTERVAL):
+        pass
 
     if watcher is not None:
         watcher.stop()

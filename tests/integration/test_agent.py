@@ -115,6 +115,24 @@ def test_sigquit_writes_every_threads_stack_and_the_agent_goes_on(repos: Repos,
     assert agent.proc.poll() is None and agent.get("/healthz")[0] == 200
 
 
+def test_sigterm_taken_by_another_thread_still_stops_the_agent(repos: Repos,
+                                                                 start_agent: Callable[..., AgentProc]) -> None:
+    """The kernel hands a process-directed SIGTERM to any thread; the agent stops either way (its
+    main thread must not sleep unwoken: cpython#85300). Sent with tgkill to a thread that is not
+    the main one; the fixture checks the exit code."""
+    import ctypes
+    import signal
+
+    agent = start_agent(str(repos.bare))
+    pid = agent.proc.pid
+    others = [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir() if int(t.name) != pid]
+    assert others
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.syscall(234, pid, others[-1], signal.SIGTERM) == 0  # SYS_tgkill on x86-64
+    assert agent.proc.wait(15) == 0
+    assert "signal received" in agent.log.read_text(errors="replace")
+
+
 @pytest.fixture
 def http_remote(repos: Repos, tmp_path: Path) -> Iterator[tuple[str, Path, GitHttpServer]]:
     """The config repo served over HTTP with a token: a remote the agent cannot watch locally."""
