@@ -9,8 +9,10 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -122,3 +124,10 @@ def auth_federation(name: str, address: str | None = None, *, keys: str = "     
         text = text.replace("    flower-syncer.io/supernode-auth:", f"    flower-syncer.io/control-api-address: "
                             f"{address}\n    flower-syncer.io/supernode-auth:")
     return text
+
+
+def error_of(call: Callable[[], object]) -> ControlApiError:
+    """The ControlApiError that `call` raises (the test fails if it raises none)."""
+    with pytest.raises(ControlApiError) as caught:
+        call()
+    return caught.value

@@ -20,7 +20,6 @@ import pytest
 from syncer.cluster import control_transports
 from syncer.cluster.control_transports import connect
 from syncer.cluster.flower_control import (
-    ControlApiError,
     ControlErrorCode,
     RegisteredNode,
     Transport,
@@ -31,7 +30,7 @@ from syncer.cluster.flower_control import (
 from syncer.engine.inventory import Inventory as Inv
 from syncer.engine.inventory import OwnedKeys, decode
 from syncer.identity import Unit
-from tests.nodeauth import certificates
+from tests.nodeauth import certificates, error_of
 
 BANNER = "SECRET-BANNER"
 
@@ -130,12 +129,6 @@ def raw_server(answer: bytes) -> tuple[int, Callable[[], None]]:
     return listener.getsockname()[1], stop
 
 
-def error_of(call: Callable[[], object]) -> ControlApiError:
-    with pytest.raises(ControlApiError) as caught:
-        call()
-    return caught.value
-
-
 def test_calls_go_as_flowers_own_client_sends_them(server: Server) -> None:
     """POST /v1/control/<rpc>, content-type and accept application/protobuf, the request message
     as the body (flwr.supercore.protobuf.client in the 1.37 - 1.43 wheels)."""
@@ -211,11 +204,12 @@ def test_a_port_that_speaks_something_else_is_described_by_kind(answer: bytes) -
     assert exc.code in (ControlErrorCode.TLS, ControlErrorCode.NOT_CONTROL_API) and BANNER not in str(exc)
 
 
-def test_nothing_listening_is_unavailable() -> None:
+@pytest.mark.parametrize("transport", ["grpc", "http"])
+def test_nothing_listening_is_unavailable(transport: Transport) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    exc = error_of(lambda: connect(f"127.0.0.1:{port}", "http", certificates()[0]).list_nodes())
+    exc = error_of(lambda: connect(f"127.0.0.1:{port}", transport, certificates()[0]).list_nodes())
     assert exc.code is ControlErrorCode.UNAVAILABLE and exc.detail == "connection refused"
 
 

@@ -20,21 +20,14 @@ import pytest
 from syncer.cluster import control_transports
 from syncer.cluster.control_transports import connect
 from syncer.cluster.flower_control import (
-    ControlApiError,
     ControlErrorCode,
     RegisteredNode,
     _bytes_field,
     _varint_field,
 )
-from tests.nodeauth import certificates
+from tests.nodeauth import certificates, error_of
 
 NODE = _bytes_field(1, _varint_field(1, 7) + _bytes_field(4, b"online") + _bytes_field(11, b"PEM"))
-
-
-def error_of(call: Callable[[], object]) -> ControlApiError:
-    with pytest.raises(ControlApiError) as caught:
-        call()
-    return caught.value
 
 
 @dataclass
@@ -248,14 +241,6 @@ def test_a_server_that_never_answers_fails_the_call_at_its_deadline(scripted: An
     server = scripted(lambda conn, call, method: [("silence",)])
     exc = error_of(lambda: connect(server.address, "grpc", None, timeout=0.5).list_nodes())
     assert exc.code is ControlErrorCode.UNAVAILABLE and exc.detail == "timed out"
-
-
-def test_nothing_listening_is_unavailable() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    exc = error_of(lambda: connect(f"127.0.0.1:{port}", "grpc", certificates()[0]).list_nodes())
-    assert exc.code is ControlErrorCode.UNAVAILABLE and exc.detail == "connection refused"
 
 
 def test_the_agent_does_not_load_grpcio() -> None:
