@@ -121,14 +121,25 @@ def test_sigterm_taken_by_another_thread_still_stops_the_agent(repos: Repos,
     main thread must not sleep unwoken: cpython#85300). Sent with tgkill to a thread that is not
     the main one; the fixture checks the exit code."""
     import ctypes
+    import errno
     import signal
 
     agent = start_agent(str(repos.bare))
     pid = agent.proc.pid
-    others = [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir() if int(t.name) != pid]
-    assert others
     libc = ctypes.CDLL(None, use_errno=True)
-    assert libc.syscall(234, pid, others[-1], signal.SIGTERM) == 0  # SYS_tgkill on x86-64
+
+    def tgkill_a_worker() -> int | None:
+        """The first worker thread that takes the signal (oldest first: the agent's long-lived
+        threads; a short-lived one may be gone by the time it is signalled, ESRCH)."""
+        for tid in sorted(int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()):
+            if tid == pid:
+                continue
+            if libc.syscall(234, pid, tid, signal.SIGTERM) == 0:  # SYS_tgkill on x86-64
+                return tid
+            assert ctypes.get_errno() == errno.ESRCH, os.strerror(ctypes.get_errno())
+        return None
+
+    wait_until("a worker thread took SIGTERM", tgkill_a_worker, log=agent.log)
     assert agent.proc.wait(15) == 0
     assert "signal received" in agent.log.read_text(errors="replace")
 
