@@ -15,9 +15,11 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from syncer.source import git as git_source
 from syncer.source.git import Checkout, GitSource, SourceSpec
 from syncer.source.refs import SourceError
 from syncer.source.watch import LocalRepoWatcher
+from tests.conftest import wait_until
 from tests.integration.gitservers import GitHttpServer, Repo, SshServer, free_port, git, keygen, require_sshd
 
 FED_A = "kind: Federation\nmetadata:\n  name: a\n"
@@ -104,6 +106,7 @@ def test_no_change_fetch_runs_only_ls_remote_and_leaves_the_checkout_alone(
         tmp_path: Path, work: Repo, monkeypatch: pytest.MonkeyPatch) -> None:
     """An unchanged remote costs one `git ls-remote` and nothing else: no fetch, no checkout, no
     clean (what made it cheap is counted, not timed: timings belong to bench/)."""
+    monkeypatch.setattr(git_source, "RACY_SECONDS", 3600.0)  # the index refresh has its own test
     src = source(work.path, tmp_path, path="config")
     first = src.fetch()
     marker = first.root / "federations" / "a.yaml"
@@ -120,6 +123,41 @@ def test_no_change_fetch_runs_only_ls_remote_and_leaves_the_checkout_alone(
         assert src.fetch() is first
     assert commands == ["ls-remote"] * 3
     assert marker.stat().st_mtime_ns == mtime
+
+
+def test_an_idle_poll_refreshes_the_index_the_first_checkout_left_racily_clean(
+        tmp_path: Path, work: Repo, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first checkout writes every file in the second git stamps its index with, so the next
+    checkout would read and hash every file again (on the first commit after a start); a poll that
+    finds nothing new, RACY_SECONDS later, refreshes the index once, with a later stamp."""
+    work.commit("more", {f"config/federations/f{i}.yaml": FED_A.replace("name: a", f"name: f{i}")
+                         for i in range(50)})
+    monkeypatch.setattr(git_source, "RACY_SECONDS", 1.0)
+    src = source(work.path, tmp_path)
+    first = src.fetch()
+    index = tmp_path / "cache" / "git" / "index"
+
+    def racily_clean() -> list[str]:
+        """Tracked files written in or after the index's second (git compares whole seconds)."""
+        stamp = int(index.stat().st_mtime)
+        return [p.name for p in first.root.rglob("*.yaml") if int(p.stat().st_mtime) >= stamp]
+
+    refreshes: list[list[str]] = []
+    run_git = GitSource._git
+
+    def counting(self: GitSource, s: Any, args: list[str], gitdir: Path | None) -> Any:
+        if args[0] == "update-index":
+            refreshes.append(args)
+        return run_git(self, s, args, gitdir)
+
+    monkeypatch.setattr(GitSource, "_git", counting)
+    wait_until("an idle poll to refresh the index", lambda: src.fetch() is first and not racily_clean(),
+               timeout=10, interval=0.1)
+    for _ in range(3):
+        assert src.fetch() is first
+    assert refreshes == [["update-index", "-q", "--refresh"]]  # once
+    work.commit("next", {"config/federations/a.yaml": FED_B})
+    assert files(src.fetch())["config/federations/a.yaml"] == FED_B  # the refreshed index checks out as before
 
 
 def test_local_edits_in_the_cache_are_undone_by_the_next_new_revision(tmp_path: Path, work: Repo) -> None:
