@@ -101,7 +101,8 @@ class Watcher:
     def _run(self) -> None:
         while not self.stop.is_set():
             try:
-                for event in self.kube.watch("StatefulSet", self.namespace, timeout_seconds=60):
+                for event in self.kube.watch("StatefulSet", self.namespace, fields=f"metadata.name={self.name}",
+                                             timeout_seconds=60):
                     obj = event.get("object", {})
                     if obj.get("metadata", {}).get("name") != self.name:
                         continue
