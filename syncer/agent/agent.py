@@ -29,7 +29,6 @@ from syncer.agent.cache import LiveCache
 from syncer.agent.failures import event_failed, sync_failed
 from syncer.agent.fetching import Fetcher
 from syncer.agent.flower_watch import FlowerWatch
-from syncer.agent.memory import AfterBursts
 from syncer.agent.messages import (
     DriftCheckDue,
     Event,
@@ -108,7 +107,6 @@ class Agent:
         self._secret_values: frozenset[str] = frozenset()  # plaintext of the encrypted files installed so far
         self.fetcher = Fetcher(source, options, self.events, self.stop, self.supervisor.report)
         self._busy_handling = False  # the dispatcher is handling an event (idle())
-        self._after_bursts = AfterBursts()  # what a resync freed goes back to the system when it ends
         self.progress = RevisionProgress(applied=self.metrics.observe_commit_applied, checked=self._record_checked,
                                          unit_applied=lambda u, s: self.metrics.observe_unit_commit_applied(u.id, s))
         self._recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checked")
@@ -484,7 +482,6 @@ class Agent:
                                       on_error=functools.partial(sync_failed, self, unit), about={"unit": unit.id})
         finally:
             self.work.done(unit)
-            self._after_bursts.synced(self.work.busy())
 
     def drain(self) -> int:
         """Work on every unit the queue hands out now (not those waiting for a backoff) on the

@@ -13,7 +13,6 @@ import ctypes
 import ctypes.util
 import functools
 import gc
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -58,34 +57,6 @@ def release_free_memory() -> bool:
     """Returns whether the C library released anything (False where it cannot)."""
     trim = _libc_function("malloc_trim")
     return bool(trim(0)) if trim is not None else False
-
-
-class AfterBursts:
-    """Hands memory back to the system as soon as a burst of syncs is over, instead of at the next
-    status round (up to `STATUS_INTERVAL` later): a resync of 2,001 units peaks some 50 MiB above
-    what the agent holds, and most of that was freed when its last unit was done.
-
-    `synced(busy)` is called after each sync with whether more work is ready or in flight; once a
-    burst of at least `after` syncs ends (not busy), `release` runs (malloc_trim: about 4 ms at
-    2,000 units). A single commit's sync is no burst: the status round trims after it as before."""
-
-    def __init__(self, after: int = 20, release: Callable[[], bool] | None = None) -> None:
-        self.after = after
-        self._release = release
-        self._count = 0
-        self._lock = threading.Lock()
-
-    def synced(self, busy: bool) -> bool:
-        """Returns whether memory was released now."""
-        with self._lock:
-            self._count += 1
-            if busy:
-                return False
-            burst, self._count = self._count, 0
-        if burst < self.after:
-            return False
-        (self._release or release_free_memory)()
-        return True
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from syncer.agent.memory import AfterBursts, Heap, allocation_report, release_free_memory
+from syncer.agent.memory import Heap, allocation_report, release_free_memory
 from tests.doubles import Clock
 
 
@@ -187,30 +187,3 @@ def test_threads_share_two_malloc_arenas(mode: str) -> None:
     assert done.returncode == 0, done.stderr
     arenas = int(done.stdout)
     assert arenas <= 1 if mode == "limited" else arenas >= 2
-
-
-def test_memory_goes_back_once_a_burst_of_syncs_is_over() -> None:
-    released: list[int] = []
-    bursts = AfterBursts(after=3, release=lambda: released.append(1) or True)
-    assert [bursts.synced(busy=b) for b in (True, True, True, True, False)] == [False] * 4 + [True]
-    assert len(released) == 1  # once, when the last of five is done
-    assert not bursts.synced(busy=False)  # a single sync (a commit's) is no burst
-    assert [bursts.synced(busy=b) for b in (True, False)] == [False, False]  # two: still none
-    assert len(released) == 1
-
-
-def test_the_agent_releases_memory_when_its_queue_of_syncs_runs_dry(monkeypatch: pytest.MonkeyPatch) -> None:
-    from syncer.agent import memory
-    from syncer.agent.agent import Agent, AgentOptions
-    from syncer.identity import Unit
-    from syncer.observe.metrics import Metrics
-    from tests.doubles import NoSource
-    from tests.fakekube import FakeKube
-
-    released: list[int] = []
-    monkeypatch.setattr(memory, "release_free_memory", lambda: released.append(1) or True)
-    agent = Agent(FakeKube(), NoSource(), Metrics(), AgentOptions())  # a standby: each sync is skipped
-    for i in range(30):
-        agent.work.add(Unit("federation", "ns", f"fed-{i}"))
-    assert agent.drain() == 30
-    assert released == [1]
