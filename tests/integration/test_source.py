@@ -52,6 +52,19 @@ def source(url: str | Path, tmp_path: Path, **kw: object) -> GitSource:
     return GitSource(SourceSpec(url=str(url), cache_dir=tmp_path / "cache", **kw))  # type: ignore[arg-type]
 
 
+def record_git(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The arguments of every git command a GitSource runs from now on (it runs git in one place)."""
+    commands: list[list[str]] = []
+    run_git = GitSource._git
+
+    def recording(self: GitSource, s: Any, args: list[str], gitdir: Path | None) -> Any:
+        commands.append(list(args))
+        return run_git(self, s, args, gitdir)
+
+    monkeypatch.setattr(GitSource, "_git", recording)
+    return commands
+
+
 def files(co: Checkout) -> dict[str, str]:
     """The checkout's files (relative path -> text)."""
     return {p.relative_to(co.root).as_posix(): p.read_text() for p in sorted(co.root.rglob("*")) if p.is_file()}
@@ -111,17 +124,10 @@ def test_no_change_fetch_runs_only_ls_remote_and_leaves_the_checkout_alone(
     first = src.fetch()
     marker = first.root / "federations" / "a.yaml"
     mtime = marker.stat().st_mtime_ns
-    commands: list[str] = []
-    run_git = GitSource._git
-
-    def counting(self: GitSource, s: Any, args: list[str], gitdir: Path | None) -> Any:
-        commands.append(args[0])
-        return run_git(self, s, args, gitdir)
-
-    monkeypatch.setattr(GitSource, "_git", counting)
+    commands = record_git(monkeypatch)
     for _ in range(3):
         assert src.fetch() is first
-    assert commands == ["ls-remote"] * 3
+    assert [args[0] for args in commands] == ["ls-remote"] * 3
     assert marker.stat().st_mtime_ns == mtime
 
 
@@ -142,20 +148,16 @@ def test_an_idle_poll_refreshes_the_index_the_first_checkout_left_racily_clean(
         stamp = int(index.stat().st_mtime)
         return [p.name for p in first.root.rglob("*.yaml") if int(p.stat().st_mtime) >= stamp]
 
-    refreshes: list[list[str]] = []
-    run_git = GitSource._git
+    commands = record_git(monkeypatch)
 
-    def counting(self: GitSource, s: Any, args: list[str], gitdir: Path | None) -> Any:
-        if args[0] == "update-index":
-            refreshes.append(args)
-        return run_git(self, s, args, gitdir)
+    def refreshes() -> list[list[str]]:
+        return [args for args in commands if args[0] == "update-index"]
 
-    monkeypatch.setattr(GitSource, "_git", counting)
     wait_until("an idle poll to refresh the index",
-               lambda: src.fetch() is first and bool(refreshes) and not racily_clean(), timeout=10, interval=0.1)
+               lambda: src.fetch() is first and bool(refreshes()) and not racily_clean(), timeout=10, interval=0.1)
     for _ in range(3):
         assert src.fetch() is first
-    assert refreshes == [["update-index", "-q", "--refresh"]]  # once
+    assert refreshes() == [["update-index", "-q", "--refresh"]]  # once
     work.commit("next", {"config/federations/a.yaml": FED_B})
     assert files(src.fetch())["config/federations/a.yaml"] == FED_B  # the refreshed index checks out as before
 
