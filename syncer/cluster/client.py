@@ -21,6 +21,7 @@ from urllib.parse import quote
 import orjson
 import structlog
 
+from syncer.cluster import official
 from syncer.cluster.fence import WRITE_METHODS, WriteFence
 
 log = structlog.get_logger("syncer.cluster")
@@ -483,14 +484,13 @@ def _stamp(path: Path | None) -> tuple[int, int] | None:
 
 
 def _api_client(kubeconfig: str | None, context: str | None, *, in_cluster: bool, user_agent: str | None = None) -> Any:
-    from kubernetes import client, config
-
-    configuration = client.Configuration()
+    configuration_class, api_client_class, config = official.load()
+    configuration = configuration_class()
     try:
         if in_cluster:
-            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            config.load_incluster_config(client_configuration=configuration)
         else:
-            config.load_kube_config(  # type: ignore[no-untyped-call]
+            config.load_kube_config(
                 config_file=kubeconfig, context=context, client_configuration=configuration)
     except Exception as exc:  # a missing, malformed or incomplete kubeconfig: never a traceback
         detail = " ".join(str(exc).split())
@@ -498,7 +498,7 @@ def _api_client(kubeconfig: str | None, context: str | None, *, in_cluster: bool
         raise ClusterUnreachable(f"cannot load Kubernetes credentials{source}: {detail}") from exc
     configuration.connection_pool_maxsize = 16
     configuration.retries = 0
-    api = client.ApiClient(configuration)
+    api = api_client_class(configuration)
     if user_agent:
         api.user_agent = user_agent
     return api
