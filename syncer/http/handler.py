@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
 import orjson
@@ -205,7 +205,7 @@ class Handler(BaseHTTPRequestHandler):
         return bool(self.headers.get("Content-Length", "0").strip() not in ("", "0")
                     or self.headers.get("Transfer-Encoding"))
 
-    def _send(self, status: int, body: bytes, content_type: str, *, close: bool = False,
+    def _send(self, status: int, body: bytes | bytearray, content_type: str, *, close: bool = False,
               headers: dict[str, str] | None = None) -> None:
         self._status = status
         if close:
@@ -222,7 +222,7 @@ class Handler(BaseHTTPRequestHandler):
                 self.send_header("Connection", "close")
             self.end_headers()
             if self.command != "HEAD":
-                self.wfile.write(body)
+                self.wfile.write(cast(bytes, body))  # any buffer will do; typeshed's writer says bytes
         except (BrokenPipeError, ConnectionResetError, TimeoutError):
             self.close_connection = True
 

@@ -89,6 +89,7 @@ from prometheus_client.registry import Collector
 from syncer import __version__
 from syncer.engine.changeset import Action, UnitResult
 from syncer.identity import ObjectRef
+from syncer.observe.textformat import TextCollector, header, label_value, sample
 from syncer.observe.unit_metrics import UnitSeries
 
 if TYPE_CHECKING:
@@ -177,6 +178,10 @@ _GPU_GAUGES = (("pool_gpus_requested", "GPUs the pool asks for (one pod's reques
 _NODE_GAUGES = (("node_gpus_allocatable", "GPUs the node offers to pods.", 0),
                 ("node_gpus_used", "GPUs requested by the pods bound to the node (any owner).", 1))
 
+_UNIT_READY_HELP = "1 when the unit exists and every pool of it is ready."
+_PROBLEM_HELP = ("Pods of the pool with its main problem, by reason (Unschedulable, ImagePullBackOff, "
+                 "CrashLoopBackOff, OOMKilled, ...); absent when the pool has none.")
+
 
 class _StatusCollector(Collector):
     def __init__(self) -> None:
@@ -194,8 +199,7 @@ class _StatusCollector(Collector):
             for (unit, pool), p in pools:
                 family.add_metric([unit, pool], value_of(p))
             yield family
-        family = GaugeMetricFamily(PREFIX + "unit_ready", "1 when the unit exists and every pool of it is "
-                                   "ready.", labels=["unit"])
+        family = GaugeMetricFamily(PREFIX + "unit_ready", _UNIT_READY_HELP, labels=["unit"])
         for unit, ok in sorted(snap.units.items()):
             family.add_metric([unit], 1.0 if ok else 0.0)
         yield family
@@ -205,9 +209,7 @@ class _StatusCollector(Collector):
                 for resource, req, alloc in p.gpus:
                     family.add_metric([unit, pool, resource], req if requested else alloc)
             yield family
-        family = GaugeMetricFamily(PREFIX + "pool_problem_pods", "Pods of the pool with its main problem, by "
-                                   "reason (Unschedulable, ImagePullBackOff, CrashLoopBackOff, OOMKilled, ...); "
-                                   "absent when the pool has none.", labels=[*up, "reason"])
+        family = GaugeMetricFamily(PREFIX + "pool_problem_pods", _PROBLEM_HELP, labels=[*up, "reason"])
         for (unit, pool), p in pools:
             if p.problem is not None:
                 family.add_metric([unit, pool, p.problem[0]], p.problem[1])
@@ -224,6 +226,38 @@ class _StatusCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         yield from self._families(self.snapshot)
+
+    def write_text(self, out: bytearray) -> None:
+        """What `collect` makes, in the text format, straight from the snapshot (see
+        syncer.observe.textformat): 11,000 pools at 2,001 units are 35,000 series."""
+        snap = self.snapshot
+        pools = [(f'pool="{label_value(pool)}",unit="{label_value(unit)}"', p)
+                 for (unit, pool), p in sorted(snap.pools.items())]
+        for name, help_text, value_of in _POOL_GAUGES:
+            out += header(PREFIX + name, help_text, "gauge").encode()
+            for labels, p in pools:
+                out += sample(PREFIX + name, labels, value_of(p)).encode()
+        out += header(PREFIX + "unit_ready", _UNIT_READY_HELP, "gauge").encode()
+        for unit, ok in sorted(snap.units.items()):
+            out += sample(PREFIX + "unit_ready", f'unit="{label_value(unit)}"', 1.0 if ok else 0.0).encode()
+        for name, help_text, requested in _GPU_GAUGES:
+            out += header(PREFIX + name, help_text, "gauge").encode()
+            for (unit, pool), p in sorted(snap.pools.items()):
+                for resource, req, alloc in p.gpus:
+                    out += sample(PREFIX + name, f'pool="{label_value(pool)}",resource="{label_value(resource)}",'
+                                  f'unit="{label_value(unit)}"', req if requested else alloc).encode()
+        out += header(PREFIX + "pool_problem_pods", _PROBLEM_HELP, "gauge").encode()
+        for (unit, pool), p in sorted(snap.pools.items()):
+            if p.problem is not None:
+                out += sample(PREFIX + "pool_problem_pods", f'pool="{label_value(pool)}",'
+                              f'reason="{label_value(p.problem[0])}",unit="{label_value(unit)}"',
+                              p.problem[1]).encode()
+        nodes = sorted(snap.nodes.items())
+        for name, help_text, which in _NODE_GAUGES:
+            out += header(PREFIX + name, help_text, "gauge").encode()
+            for (node, resource), figures in nodes:
+                out += sample(PREFIX + name, f'node="{label_value(node)}",resource="{label_value(resource)}"',
+                              figures[which]).encode()
 
 
 class _FlowerCollector(Collector):
@@ -273,12 +307,12 @@ class Metrics:
     """The agent's metrics. Thread-safe; see the module docstring for the list."""
 
     def __init__(self, version: str = __version__) -> None:
-        self.registry = CollectorRegistry()
+        self.registry = _Registry()
+        self._units = UnitSeries(PREFIX)  # every series with a unit label but the status figures
+        self.registry.add_writer(self._units)
         self._lock = threading.Lock()
         self._revision: str | None = None
         r = self.registry
-        self._units = UnitSeries(PREFIX)  # every series with a unit label but the status figures
-        r.register(self._units)
 
         self.commit_to_applied = Histogram(PREFIX + "commit_to_applied_seconds", "Seconds from a new revision "
                                            "reaching the agent to its objects applied.", buckets=COMMIT_BUCKETS,
@@ -305,7 +339,7 @@ class Metrics:
         self.up = Gauge(PREFIX + "up", "Always 1 while the agent runs.", registry=r)
         self.build_info = Gauge(PREFIX + "build_info", "Always 1; the agent's version.", ["version"], registry=r)
         self._status = _StatusCollector()
-        r.register(self._status)
+        self.registry.add_writer(self._status)
         self._flower = _FlowerCollector()
         # per federation: the health its series were made from, and the series (None: not checked)
         self._flower_made: dict[Unit, tuple[object, Series | None]] = {}
@@ -477,16 +511,39 @@ class Metrics:
                     {u: r for u, r in snap.units.items() if u != unit},
                     {k: p for k, p in snap.pools.items() if k[0] != unit}, snap.nodes)
 
-    def exposition(self) -> bytes:
-        """Everything, in the Prometheus text format (`CONTENT_TYPE`), written family by family:
-        a family's samples are freed before the next one is made (at 2,001 units a scrape is
-        147,000 samples in 12.5 MiB of text; written at once, they held 56 MiB of small objects
-        at the peak, and the agent stayed larger by much of that after every scrape)."""
-        chunks = []
-        for family in self.registry.collect():
-            chunks.append(generate_latest(_OneFamily(family)))
+    def exposition(self) -> bytearray:
+        """Everything, in the Prometheus text format (`CONTENT_TYPE`). The per-unit and status
+        series (at 2,001 units 145,000 of a scrape's 147,000 samples, 12.5 MiB of text) are
+        written straight from their figures (`TextCollector.write_text`); the other families one
+        at a time, each freed before the next is made."""
+        out = bytearray()
+        for family in self.registry.collect_registered():
+            out += generate_latest(_OneFamily(family))
             del family  # before the next is made
-        return b"".join(chunks)
+        for writer in self.registry.writers:
+            writer.write_text(out)
+        return out
+
+
+class _Registry(CollectorRegistry):
+    """The agent's metrics: those registered, then the collectors of thousands of series, which
+    `collect` makes into metric families (for `get_sample_value`, say) and `Metrics.exposition`
+    writes as text itself (`TextCollector`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writers: list[TextCollector] = []
+
+    def add_writer(self, collector: TextCollector) -> None:
+        self.writers.append(collector)
+
+    def collect(self) -> Iterator[Metric]:
+        yield from super().collect()
+        for writer in self.writers:
+            yield from writer.collect()
+
+    def collect_registered(self) -> Iterator[Metric]:
+        yield from super().collect()
 
 
 class _OneFamily(Collector):

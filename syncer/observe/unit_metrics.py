@@ -20,6 +20,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
+from syncer.observe.textformat import header, label_value, sample
+
 RESULTS = ("success", "failed", "skipped")
 SYNC_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0)
 _LE = (*(repr(b) for b in SYNC_BUCKETS), "+Inf")  # as prometheus_client writes them: 0.01 ... 60.0
@@ -130,6 +132,45 @@ class UnitSeries(Collector):
     def describe(self) -> Iterable[Metric]:
         return self._families(())
 
+    def write_text(self, out: bytearray) -> None:
+        """Every family `collect` makes, in the text format, appended to `out` as
+        prometheus_client's `generate_latest` writes them, but straight from the figures
+        (syncer.observe.textformat): no metric family, sample or labels dict is made."""
+        units = [(label_value(unit), u) for unit, u in sorted(self._units.items())]
+        p = self.prefix
+        counted = [(unit, u) for unit, u in units if u.created]
+        _counter(out, p + "sync", _SYNC_HELP, lambda: (
+            (f'result="{result}",unit="{unit}"', n, u.created)
+            for unit, u in counted for result, n in zip(RESULTS, list(u.syncs), strict=True)))
+        _histogram_text(out, p + "sync_duration_seconds", _DURATION_HELP, counted)
+        for name, help_text, value_of in _GAUGES:
+            out += header(p + name, help_text, "gauge").encode()
+            for unit, u in units:
+                value = value_of(u)
+                if value is not None:
+                    out += sample(p + name, f'unit="{unit}"', value).encode()
+        out += header(p + "supernode_keys", _KEYS_HELP, "gauge").encode()
+        for unit, u in units:
+            if u.keys is not None:
+                out += "".join(sample(p + "supernode_keys", f'state="{key_state}",unit="{unit}"', n)
+                               for key_state, n in zip(KEY_STATES, u.keys, strict=True)).encode()
+        out += header(p + "unit_state", _STATE_HELP, "gauge").encode()
+        for unit, u in units:
+            if u.state is not None:
+                synced, health = u.state
+                out += sample(p + "unit_state", f'health="{label_value(health)}",synced="{label_value(synced)}",'
+                              f'unit="{unit}"', 1.0).encode()
+        _counter(out, p + "objects_applied", _APPLIED_HELP, lambda: (
+            (f'action="{label_value(action)}",unit="{unit}"', c.value, c.created)
+            for unit, u in units for action, c in sorted(dict(u.applied).items())))
+        out += header(p + "drift_objects", _DRIFT_HELP, "gauge").encode()
+        for unit, u in units:
+            out += "".join(sample(p + "drift_objects", f'kind="{label_value(kind)}",unit="{unit}"', n)
+                           for kind, n in dict(u.drift).items()).encode()
+        _counter(out, p + "drift_corrections", _CORRECTIONS_HELP, lambda: (
+            (f'kind="{label_value(kind)}",unit="{unit}"', c.value, c.created)
+            for unit, u in units for kind, c in sorted(dict(u.corrections).items())))
+
     def collect(self) -> Iterator[Metric]:
         yield from self._families(sorted(self._units.items()))  # a copy: the dict is not iterated live
 
@@ -155,8 +196,46 @@ class UnitSeries(Collector):
         yield _corrections(p, units)
 
 
+_SYNC_HELP = "Syncs of the unit, by result."
+_DURATION_HELP = "How long a sync of the unit took."
+_KEYS_HELP = ("SuperNode keys a Federation lists in Git, by state on its SuperLink: admitted (registered) or "
+              "failing (cannot be registered).")
+_STATE_HELP = ("Always 1: the unit's Synced and Healthy conditions, by reason (synced: Synced, ConfigError, "
+               "SyncFailed, ...; health: Healthy, Progressing, Degraded, Unknown).")
+_APPLIED_HELP = "Objects handled by syncs of the unit, by action."
+_DRIFT_HELP = "Objects of the unit that currently differ from Git, by kind."
+_CORRECTIONS_HELP = "Objects changed outside Git that a sync put back, by kind."
+
+
+def _counter(out: bytearray, name: str, help_text: str, rows: Callable[[], Iterator[tuple[str, float, float]]]) -> None:
+    """A counter family in the text format: `rows()` gives (labels, value, created), one at a time,
+    and is called twice: the `_created` series follow as a gauge family of their own, as
+    `generate_latest` writes them."""
+    out += header(name + "_total", help_text, "counter").encode()
+    for labels, value, _ in rows():
+        out += sample(name + "_total", labels, value).encode()
+    out += header(name + "_created", help_text, "gauge").encode()
+    for labels, _, created in rows():
+        out += sample(name + "_created", labels, created).encode()
+
+
+def _histogram_text(out: bytearray, name: str, help_text: str, units: Sequence[tuple[str, _Unit]]) -> None:
+    out += header(name, help_text, "histogram").encode()
+    for unit, u in units:
+        lines, total = [], 0
+        for le, n in zip(_LE, list(u.buckets), strict=True):
+            total += n
+            lines.append(sample(name + "_bucket", f'le="{le}",unit="{unit}"', float(total)))
+        lines.append(sample(name + "_count", f'unit="{unit}"', float(total)))
+        lines.append(sample(name + "_sum", f'unit="{unit}"', u.duration_sum))
+        out += "".join(lines).encode()
+    out += header(name + "_created", help_text, "gauge").encode()
+    for unit, u in units:
+        out += sample(name + "_created", f'unit="{unit}"', u.created).encode()
+
+
 def _syncs(p: str, units: Sequence[tuple[str, _Unit]]) -> Metric:
-    family = CounterMetricFamily(p + "sync", "Syncs of the unit, by result.", labels=["unit", "result"])
+    family = CounterMetricFamily(p + "sync", _SYNC_HELP, labels=["unit", "result"])
     for unit, u in units:
         if u.created:
             for result, n in zip(RESULTS, list(u.syncs), strict=True):
@@ -165,8 +244,7 @@ def _syncs(p: str, units: Sequence[tuple[str, _Unit]]) -> Metric:
 
 
 def _durations(p: str, units: Sequence[tuple[str, _Unit]]) -> Metric:
-    family = HistogramMetricFamily(p + "sync_duration_seconds", "How long a sync of the unit took.",
-                                   labels=["unit"])
+    family = HistogramMetricFamily(p + "sync_duration_seconds", _DURATION_HELP, labels=["unit"])
     for unit, u in units:
         if u.created:
             counts, total = [], 0
@@ -193,9 +271,7 @@ _GAUGES: tuple[tuple[str, str, Callable[[_Unit], float | None]], ...] = (
 
 
 def _keys(p: str, units: Sequence[tuple[str, _Unit]]) -> Metric:
-    family = GaugeMetricFamily(p + "supernode_keys", "SuperNode keys a Federation lists in Git, by state on its "
-                               "SuperLink: admitted (registered) or failing (cannot be registered).",
-                               labels=["unit", "state"])
+    family = GaugeMetricFamily(p + "supernode_keys", _KEYS_HELP, labels=["unit", "state"])
     for unit, u in units:
         if u.keys is not None:
             for key_state, n in zip(KEY_STATES, u.keys, strict=True):
@@ -204,9 +280,7 @@ def _keys(p: str, units: Sequence[tuple[str, _Unit]]) -> Metric:
 
 
 def _states(p: str, units: Sequence[tuple[str, _Unit]]) -> Metric:
-    family = GaugeMetricFamily(p + "unit_state", "Always 1: the unit's Synced and Healthy conditions, by reason "
-                               "(synced: Synced, ConfigError, SyncFailed, ...; health: Healthy, Progressing, "
-                               "Degraded, Unknown).", labels=["unit", "synced", "health"])
+    family = GaugeMetricFamily(p + "unit_state", _STATE_HELP, labels=["unit", "synced", "health"])
     for unit, u in units:
         if u.state is not None:
             family.add_metric([unit, *u.state], 1.0)
@@ -214,8 +288,7 @@ def _states(p: str, units: Sequence[tuple[str, _Unit]]) -> Metric:
 
 
 def _applied(p: str, units: Sequence[tuple[str, _Unit]]) -> Metric:
-    family = CounterMetricFamily(p + "objects_applied", "Objects handled by syncs of the unit, by action.",
-                                 labels=["unit", "action"])
+    family = CounterMetricFamily(p + "objects_applied", _APPLIED_HELP, labels=["unit", "action"])
     for unit, u in units:
         for action, c in sorted(dict(u.applied).items()):
             family.add_metric([unit, action], c.value, created=c.created)
@@ -223,8 +296,7 @@ def _applied(p: str, units: Sequence[tuple[str, _Unit]]) -> Metric:
 
 
 def _drift(p: str, units: Sequence[tuple[str, _Unit]]) -> Metric:
-    family = GaugeMetricFamily(p + "drift_objects", "Objects of the unit that currently differ from Git, by "
-                               "kind.", labels=["unit", "kind"])
+    family = GaugeMetricFamily(p + "drift_objects", _DRIFT_HELP, labels=["unit", "kind"])
     for unit, u in units:
         for kind, n in dict(u.drift).items():
             family.add_metric([unit, kind], n)
@@ -232,8 +304,7 @@ def _drift(p: str, units: Sequence[tuple[str, _Unit]]) -> Metric:
 
 
 def _corrections(p: str, units: Sequence[tuple[str, _Unit]]) -> Metric:
-    family = CounterMetricFamily(p + "drift_corrections", "Objects changed outside Git that a sync put back, by "
-                                 "kind.", labels=["unit", "kind"])
+    family = CounterMetricFamily(p + "drift_corrections", _CORRECTIONS_HELP, labels=["unit", "kind"])
     for unit, u in units:
         for kind, c in sorted(dict(u.corrections).items()):
             family.add_metric([unit, kind], c.value, created=c.created)

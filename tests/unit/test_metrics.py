@@ -318,6 +318,46 @@ def test_forget_unit_drops_every_series_of_the_unit() -> None:
     assert value(m, "flower_syncer_sync_total", unit=SN, result="success") == 1
 
 
+def test_the_series_written_as_text_are_byte_for_byte_what_prometheus_client_writes() -> None:
+    """The per-unit and status families are written straight from their figures
+    (syncer.observe.textformat); prometheus_client, given the same families as metric objects,
+    is the reference: every family, every kind (counter with `_created`, histogram, gauges), label
+    values that need escaping, units that never synced."""
+    from prometheus_client import generate_latest
+
+    from syncer.observe.health import ProblemSummary
+
+    m = Metrics()
+    odd = 'supernode/edge/we"ird\\name\nx'  # quote, backslash, newline: escaped in label values
+    for unit in (FED, SN, odd):
+        m.init_unit(unit, {"Service", "StatefulSet"})
+    m.observe_sync(UnitResult(FED_UNIT, changes=[Change(ref("Service/flower/a"), Action.CREATED),
+                                                 Change(ref("StatefulSet/flower/b"), Action.CONFIGURED)]), 0.04)
+    m.observe_sync(UnitResult(FED_UNIT, errors=["boom"]), 75.0)
+    m.observe_sync(UnitResult(SN_UNIT, skipped=SkipReason.SUSPENDED_BY_CLI), 0.2)
+    m.observe_drift_corrections(SN, {"StatefulSet": 2})
+    m.set_drift(FED, {"Service": 1, "StatefulSet": 0})
+    m.set_supernode_keys(FED, 3, 1)
+    m.set_config_errors(odd, 2)
+    m.set_suspended(SN, True)
+    m.observe_unit_commit_applied(FED, 0.4)
+    m.set_unit_state(FED, "Synced", "Healthy")
+    m.set_unit_state(odd, "ConfigError", 'Un"known')
+    statuses = [*_statuses(), UnitStatus(odd, pools=[
+        PoolStatus('p"1', "StatefulSet", "x", 3, 1, healthy=False, gpus={"nvidia.com/gpu": GPUCount(3, 1)},
+                   problem=ProblemSummary("Unschedulable", "no GPU", 2, 3, "x-0"))])]
+    m.observe_status(statuses, [NodeGPU("gpu-nvidia-0", "nvidia.com/gpu", 4, 4), NodeGPU("n\\1", "amd.com/gpu", 2, 0)])
+    m.set_revision("abc")
+
+    text = bytes(m.exposition())
+    assert text == generate_latest(m.registry)  # its collect() makes every family as metric objects
+    assert 'unit="supernode/edge/we\\"ird\\\\name\\nx"' in text.decode()  # so escaping was covered
+    assert b"flower_syncer_pool_problem_pods{" in text and b"flower_syncer_sync_duration_seconds_created{" in text
+    # ... and the text parses back to the figures
+    assert value(m, "flower_syncer_config_errors", unit=odd) == 2
+    assert value(m, "flower_syncer_pool_gpus_allocated", unit=odd, pool='p"1', resource="nvidia.com/gpu") == 1
+
+
 def test_exposition_is_valid_text_format() -> None:
     m = Metrics()
     m.observe_sync(UnitResult(FED_UNIT, changes=[Change(ref("Service/flower/a"), Action.CREATED)]), 0.2)
