@@ -53,6 +53,27 @@ def limit_malloc_arenas(arenas: int = 2) -> bool:
     return bool(opt(M_ARENA_MAX, arenas)) if opt is not None else False
 
 
+# glibc's mallopt parameter: the size from which malloc maps a block of its own (freed, it goes
+# straight back to the system) instead of cutting it from a heap.
+M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD = 256 * 1024
+
+
+def fix_mmap_threshold(size: int = MMAP_THRESHOLD) -> bool:
+    """Map every block of `size` bytes or more on its own, always; call it before the threads
+    start. Returns whether the C library took it (False where it has no such setting).
+
+    glibc starts at 128 KiB but raises the threshold to the size of each mapped block freed (up to
+    32 MiB), and the point at which it trims a heap with it. After the agent's first scrape of
+    /metrics (12.5 MiB of text at 2,001 units) or a first big API answer, blocks of megabytes came
+    from the heaps, where the small allocations made meanwhile kept their pages: in the agent at
+    2,001 units, 20 MiB more resident after one scrape, which no trim gave back. A fixed threshold
+    keeps that from happening (0-1 MiB after a scrape); the price is a mapping and its page faults
+    for each such block, which the agent makes a few of a second at most."""
+    opt = _libc_function("mallopt")
+    return bool(opt(M_MMAP_THRESHOLD, size)) if opt is not None else False
+
+
 def release_free_memory() -> bool:
     """Returns whether the C library released anything (False where it cannot)."""
     trim = _libc_function("malloc_trim")

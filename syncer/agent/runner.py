@@ -23,7 +23,13 @@ from syncer.agent.config import AgentConfig, load_policy, read_secret
 from syncer.agent.flower_probe import FlowerProbe
 from syncer.agent.flower_watch import FlowerWatch
 from syncer.agent.flowerunits import FlowerUnits
-from syncer.agent.memory import Heap, allocation_report, limit_malloc_arenas, release_free_memory
+from syncer.agent.memory import (
+    Heap,
+    allocation_report,
+    fix_mmap_threshold,
+    limit_malloc_arenas,
+    release_free_memory,
+)
 from syncer.agent.state import AgentOptions
 from syncer.agent.unitstate import observe_health
 from syncer.cluster.client import ApiError, ClusterUnreachable, Kube, path_for
@@ -79,6 +85,7 @@ class _Api:
 def run(config: AgentConfig) -> int:
     configure(config.log_format, config.log_level)
     limit_malloc_arenas()  # before any thread starts
+    fix_mmap_threshold()
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:

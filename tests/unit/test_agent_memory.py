@@ -187,3 +187,34 @@ def test_threads_share_two_malloc_arenas(mode: str) -> None:
     assert done.returncode == 0, done.stderr
     arenas = int(done.stdout)
     assert arenas <= 1 if mode == "limited" else arenas >= 2
+
+
+MMAP_SCRIPT = """
+import sys
+from syncer.agent.memory import fix_mmap_threshold
+if sys.argv[1] == "fixed":
+    assert fix_mmap_threshold()
+def heap() -> int:  # the main heap's size: what malloc cut from it rather than mapping on its own
+    for line in open("/proc/self/maps"):
+        if line.rstrip().endswith("[heap]"):
+            start, end = line.split()[0].split("-")
+            return int(end, 16) - int(start, 16)
+    return 0
+big = bytearray(8 << 20)  # mapped on its own (above 128 KiB); freed, glibc would raise its threshold to 8 MiB
+del big
+before = heap()
+block = bytearray(4 << 20)
+print(heap() - before)
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt(M_MMAP_THRESHOLD) is glibc's")
+@pytest.mark.parametrize("mode", ["fixed", "default"])
+def test_big_blocks_are_mapped_on_their_own_even_after_a_bigger_one_was_freed(mode: str) -> None:
+    """With the threshold fixed, a 4 MiB block after an 8 MiB one was freed is still mapped on its
+    own (the heap does not grow); without it (the control), glibc cuts it from the heap."""
+    done = subprocess.run([sys.executable, "-c", MMAP_SCRIPT, mode], check=False, capture_output=True, text=True,
+                          timeout=60, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr
+    grown = int(done.stdout)
+    assert grown < 1 << 20 if mode == "fixed" else grown >= 4 << 20
