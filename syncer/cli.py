@@ -231,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Print the completion script for a shell. Load it with, e.g., "
                                    "`source <(flower-syncer completion bash)` or put it into your shell's "
                                    "completion folder.")
-    p.add_argument("shell", choices=["bash", "zsh", "fish"])
+    p.add_argument("shell", choices=["bash", "zsh", "fish"], help="the shell to print the completion script for")
     p.set_defaults(func=cmd_completion)
 
     p = sub.add_parser("version", help="print the versions of flower-syncer, the cluster and the agent",

@@ -119,8 +119,13 @@ class RepoSettings(StrictModel):
     that had none (its units were recorded under the derived name, or under `default` before
     flower-syncer derived names)."""
     defaultNamespace: str = "default"
+    """The namespace of a Federation or SuperNode release that names none."""
     policy: SyncPolicy = SyncPolicy()
+    """How every unit of the repository is synced; a release's `release.yaml` and a Federation's
+    annotations override it for that unit."""
     guardrails: Guardrails = Guardrails()
+    """What the repository's commits may ask of the cluster; within the admin's policy, which they
+    can only narrow."""
     requireEncryption: bool = False
     """Secret manifests and node-auth private keys must come from SOPS-encrypted files."""
 
@@ -150,7 +155,9 @@ class ReleaseSettings(StrictModel):
     apiVersion: Literal["flower-syncer.io/v1"] = "flower-syncer.io/v1"
     kind: Literal["Release"] = "Release"
     namespace: Annotated[str, Field(min_length=1)] | None = None
+    """The release's namespace. Unset: `defaultNamespace` of `flower-syncer.yaml`."""
     policy: SyncPolicy | None = None
+    """How this release is synced, instead of the repository's `policy`."""
 
     def semantic_issues(self) -> list[Issue]:
         if self.namespace is None:
