@@ -3,9 +3,16 @@ call to a tenant's server past its deadline (syncer.agent.liveness)."""
 
 from __future__ import annotations
 
+import pytest
+
+from syncer.agent.agent import Agent
 from syncer.agent.liveness import LATE_CALL, STUCK_SYNC, Liveness
+from syncer.agent.state import AgentOptions
 from syncer.cluster.tenant_calls import InFlight
 from syncer.identity import Unit
+from syncer.observe.metrics import Metrics
+from tests.doubles import NoSource
+from tests.fakekube import FakeKube
 
 UNIT = Unit("federation", "flower", "fed")
 
@@ -40,3 +47,21 @@ def test_a_tenant_call_past_its_deadline_makes_the_agent_unhealthy_until_it_ends
     assert "ListNodes at fed-superlink.flower.svc:9093" in live.why()
     calls.end(call)
     assert live.why() == ""
+
+
+def test_the_agents_health_reads_the_syncs_its_workers_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker's sync that runs past its bound turns `/healthz` (Agent.healthy) 503 while it runs."""
+    clock = Clock()
+    agent = Agent(FakeKube(), NoSource(), Metrics(), AgentOptions())
+    agent.liveness = Liveness(InFlight(clock), clock=clock)
+    agent.leading.set()
+    seen: list[bool] = []
+
+    def stuck(unit: Unit) -> None:
+        clock.now += STUCK_SYNC
+        seen.append(agent.healthy())
+
+    monkeypatch.setattr(agent, "sync", stuck)
+    assert agent.healthy()
+    agent._work_on(UNIT)
+    assert seen == [False] and agent.healthy()
