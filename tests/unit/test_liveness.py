@@ -50,18 +50,20 @@ def test_a_tenant_call_past_its_deadline_makes_the_agent_unhealthy_until_it_ends
 
 
 def test_the_agents_health_reads_the_syncs_its_workers_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A worker's sync that runs past its bound turns `/healthz` (Agent.healthy) 503 while it runs."""
+    """A worker's sync that runs past its bound turns `/healthz` (Agent.healthy) 503 while it runs,
+    and `/api/v1/status` says why (`stuck`)."""
     clock = Clock()
     agent = Agent(FakeKube(), NoSource(), Metrics(), AgentOptions())
     agent.liveness = Liveness(InFlight(clock), clock=clock)
     agent.leading.set()
-    seen: list[bool] = []
+    seen: list[tuple[bool, str]] = []
 
     def stuck(unit: Unit) -> None:
         clock.now += STUCK_SYNC
-        seen.append(agent.healthy())
+        seen.append((agent.healthy(), agent.status()["stuck"]))
 
     monkeypatch.setattr(agent, "sync", stuck)
     assert agent.healthy()
     agent._work_on(UNIT)
-    assert seen == [False] and agent.healthy()
+    assert seen == [(False, f"the sync of {UNIT.id} has run for 600s (more than 600s)")]
+    assert agent.healthy() and agent.status()["stuck"] == ""
