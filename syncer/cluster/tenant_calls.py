@@ -144,24 +144,28 @@ def _shut(sock: socket.socket) -> None:
 def open_socket(host: str, port: int, context: ssl.SSLContext | None, call: Call) -> socket.socket:
     """A TCP connection to (`host`, `port`), with TLS when `context` is given, made within the
     call's deadline (the handshake too: CPython bounds a whole handshake by the socket's timeout).
-    Known to `call` while it is made, so `InFlight.abort` cuts it."""
+    Known to `call` while it is made, so `InFlight.abort` cuts it, mid-handshake too."""
     raw = socket.create_connection((host, port), timeout=call.left())
+    sock = raw
     call.socks.append(raw)
     try:
         raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if context is None:
-            return raw
-        raw.settimeout(call.left())
-        if call.aborted:
-            raise Stopping("the agent is stopping")
-        tls = context.wrap_socket(raw, server_hostname=host)
-        call.socks.append(tls)
-        return tls
+        if context is not None:
+            raw.settimeout(call.left())
+            sock = context.wrap_socket(raw, server_hostname=host, do_handshake_on_connect=False)
+            call.socks.append(sock)  # it holds the connection now: what abort shuts down
+            if call.aborted:
+                raise Stopping("the agent is stopping")
+            sock.do_handshake()
+        return sock
     except BaseException:
+        sock.close()
         raw.close()
         raise
     finally:
-        call.socks.remove(raw)
+        for made in (raw, sock):
+            if made in call.socks:
+                call.socks.remove(made)
 
 
 class BoundedSocket:

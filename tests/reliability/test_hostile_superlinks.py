@@ -26,7 +26,7 @@ import pytest
 from syncer.agent.flower_probe import FlowerProbe
 from syncer.cluster import tenant_calls
 from syncer.cluster.control_transports import MAX_RESPONSE, connect
-from syncer.cluster.flower_control import MAX_NODES, ControlApiError, ControlErrorCode
+from syncer.cluster.flower_control import MAX_NODES, ControlApiError, ControlErrorCode, Transport
 from syncer.cluster.tenant_calls import InFlight
 from syncer.engine import nodekeys
 from syncer.engine.changeset import UnitResult
@@ -404,6 +404,17 @@ def test_shutdown_cuts_a_call_blocked_on_a_tenants_server_at_once(servers: Any, 
     assert isinstance(exc, ControlApiError) and "stopping" in exc.detail, exc
     assert seconds < 2.5
     assert error_of(api.list_runs).code is ControlErrorCode.UNAVAILABLE  # and no new call starts
+
+
+@pytest.mark.parametrize("transport", ["http", "grpc"])
+def test_shutdown_cuts_a_call_in_a_silent_tls_handshake_at_once(servers: Any, transport: Transport) -> None:
+    server = servers(lambda conn: time.sleep(30))  # accepts, never says a word of TLS
+    calls = InFlight()
+    api = connect(server.address, transport, certificates()[0], timeout=60, calls=calls)
+    threading.Timer(0.5, calls.abort).start()
+    exc, seconds = in_thread(api.list_nodes, 10)
+    assert isinstance(exc, ControlApiError) and "stopping" in exc.detail, exc
+    assert seconds < 2.5
 
 
 def test_a_call_past_its_deadline_is_named_by_the_registry() -> None:
