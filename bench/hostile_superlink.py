@@ -19,7 +19,15 @@ thread only after the server is up, but the RSS column includes both):
 The gRPC transport (Flower before 1.37) is measured with `normal`, `tiny-nodes`, `endless` and
 `trickle-tls` too. Each call has the health probe's timeout (3 s).
 
+`--probe`: the health probe itself (syncer.agent.flower_probe, 16 workers) for `--seconds` (60)
+with 20 normal SuperLinks in namespaces of their own and 17 hostile ones in one namespace (the
+issue's "17 slow servers held all 16 health workers"; trickling, endless, tiny-nodes, silent in
+turn), checks due every `--interval` seconds (5, instead of 30, to see many rounds): how many
+times each normal SuperLink was checked against how many intervals passed, the longest gap
+between two checks of one, and the probe process's peak RSS (the servers run in a child).
+
     python3 bench/hostile_superlink.py
+    python3 bench/hostile_superlink.py --probe
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import argparse
 import contextlib
 import datetime
 import ipaddress
+import itertools
 import json
 import resource
 import socket
@@ -103,13 +112,14 @@ def _serve(handle: Callable[[socket.socket], None], tls: ssl.SSLContext | None) 
     return f"127.0.0.1:{listener.getsockname()[1]}"
 
 
-def _request(conn: socket.socket) -> None:
+def _request(conn: socket.socket) -> bytes:
     data = b""
     while b"\r\n\r\n" not in data:
         chunk = conn.recv(65536)
         if not chunk:
             raise OSError("closed")
         data += chunk
+    return data
 
 
 def _http(kind: str, max_response: int) -> Callable[[socket.socket], None]:
@@ -188,7 +198,9 @@ def _grpc(kind: str, max_response: int) -> Callable[[socket.socket], None]:
 def one(transport: str, kind: str) -> dict[str, object]:
     """Run the client against one server kind in this process; its figures."""
     from syncer.cluster.control_transports import MAX_RESPONSE, connect
-    from syncer.cluster.flower_control import ControlApiError
+    from syncer.cluster.flower_control import ControlApiError, Transport
+
+    wire: Transport = "grpc" if transport == "grpc" else "http"
 
     with tempfile.TemporaryDirectory() as tmp:
         ca, http_tls, h2_tls = _pki(Path(tmp), chain_copies=3000 if kind == "huge-chain" else 0)
@@ -200,7 +212,7 @@ def one(transport: str, kind: str) -> dict[str, object]:
         started = time.monotonic()
         outcome = "ok"
         try:
-            nodes = connect(address, transport, ca if tls else None, timeout=TIMEOUT).list_nodes()
+            nodes = connect(address, wire, ca if tls else None, timeout=TIMEOUT).list_nodes()
             outcome = f"ok: {len(nodes)} nodes kept" + (" (truncated)" if nodes.truncated else "")
         except ControlApiError as exc:
             outcome = exc.code.value
@@ -213,10 +225,85 @@ def one(transport: str, kind: str) -> dict[str, object]:
             "rss_mib": round(rss_after / 1024, 1)}
 
 
+def serve_many() -> None:
+    """`--serve`: 20 normal and 17 hostile HTTP servers in this process (not the probe's): prints
+    their addresses as a JSON line, then, once a line comes on stdin, how many ListNodes each
+    normal one was asked and when."""
+    from syncer.cluster.control_transports import MAX_RESPONSE
+
+    checked: dict[str, list[float]] = {}
+
+    def counted(name: str) -> Callable[[socket.socket], None]:
+        def handle(conn: socket.socket) -> None:
+            if b"list-nodes" in _request(conn):
+                checked.setdefault(name, []).append(time.monotonic())
+            conn.sendall(HEAD + b"content-length: 0\r\nconnection: close\r\n\r\n")
+        return handle
+
+    kinds = ["trickle", "endless", "tiny-nodes", "silent"]
+    normal = {f"other-{i}": _serve(counted(f"other-{i}"), None) for i in range(20)}
+    hostile = {}
+    for i in range(17):
+        kind = kinds[i % len(kinds)]
+        handler = (_http("trickle-tls", MAX_RESPONSE) if kind == "trickle"
+                   else (lambda conn: time.sleep(60)) if kind == "silent" else _http(kind, MAX_RESPONSE))
+        hostile[f"fed-{i}-{kind}"] = _serve(handler, None)
+    print(json.dumps({"normal": normal, "hostile": hostile}), flush=True)
+    sys.stdin.readline()
+    print(json.dumps(checked), flush=True)
+
+
+def probe_run(seconds: float, interval: float) -> None:
+    """The health probe against the servers of a `--serve` child (see the module doc)."""
+    from syncer.agent.flower_probe import FlowerProbe
+    from syncer.identity import Unit
+    from syncer.plan import FlowerTarget
+
+    child = subprocess.Popen([sys.executable, __file__, "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
+    assert child.stdin is not None and child.stdout is not None
+    addresses = json.loads(child.stdout.readline())
+    targets = {Unit("federation", ns, "fed"): FlowerTarget(address, "http", "")
+               for ns, address in addresses["normal"].items()}
+    targets.update({Unit("federation", "hostile", name): FlowerTarget(address, "http", "")
+                    for name, address in addresses["hostile"].items()})
+    probe = FlowerProbe(None, interval=interval, cluster_dns=True)
+    started = time.monotonic()
+    try:
+        while time.monotonic() - started < seconds:
+            probe.round(targets)
+            time.sleep(1.0)
+    finally:
+        probe.close()
+        child.stdin.write("done\n")
+        child.stdin.flush()
+        checked: dict[str, list[float]] = json.loads(child.stdout.readline())
+        child.terminate()
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    counts = [len(checked.get(ns, [])) for ns in addresses["normal"]]
+    gaps = [b - a for times in checked.values() for a, b in itertools.pairwise(times)]
+    print(f"{seconds:.0f} s, checks due every {interval:g} s (at most {seconds / (interval * 0.9):.0f} per SuperLink)")
+    print(f"normal SuperLinks (20, a namespace each): checked {min(counts)} to {max(counts)} times each; "
+          f"longest gap between two checks of one: {max(gaps or [0]):.1f} s")
+    print(f"hostile SuperLinks (17, one namespace): {probe.checks - sum(counts)} checks in all")
+    print(f"peak RSS of the probe's process (the servers run in another): {rss:.0f} MiB")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--one", nargs=2, metavar=("TRANSPORT", "KIND"), help=argparse.SUPPRESS)
+    parser.add_argument("--probe", action="store_true", help="the health probe with 20 normal and 17 hostile "
+                        "SuperLinks")
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--interval", type=float, default=5.0)
     args = parser.parse_args()
+    if args.serve:
+        serve_many()
+        return
+    if args.probe:
+        probe_run(args.seconds, args.interval)
+        return
     if args.one:
         print(json.dumps(one(*args.one)))
         return
