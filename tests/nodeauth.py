@@ -18,7 +18,14 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from syncer.cluster.flower_control import ControlApiError, ControlErrorCode, RegisteredNode, RunInfo, Transport
+from syncer.cluster.flower_control import (
+    ControlApiError,
+    ControlErrorCode,
+    Listing,
+    RegisteredNode,
+    RunInfo,
+    Transport,
+)
 
 
 def keypair(tmp_path: Path, name: str, kind: str = "ecdsa") -> tuple[Path, str]:
@@ -63,8 +70,8 @@ class FakeSuperLink:
         self.nodes = nodes
         self.calls: list[str] = []
 
-    def list_nodes(self) -> list[RegisteredNode]:
-        return list(self.nodes)
+    def list_nodes(self) -> Listing[RegisteredNode]:
+        return Listing(self.nodes)
 
     def register(self, public_key: bytes) -> int:
         self.calls.append("register")
@@ -79,8 +86,8 @@ class FakeSuperLink:
         self.nodes = [RegisteredNode(n.node_id, "unregistered", n.public_key) if n.node_id == node_id else n
                       for n in self.nodes]
 
-    def list_runs(self) -> list[RunInfo]:
-        return []
+    def list_runs(self) -> Listing[RunInfo]:
+        return Listing()
 
     def close(self) -> None:
         pass

@@ -29,6 +29,7 @@ from syncer.agent.cache import LiveCache
 from syncer.agent.failures import event_failed, sync_failed
 from syncer.agent.fetching import Fetcher
 from syncer.agent.flower_watch import FlowerWatch
+from syncer.agent.liveness import Liveness
 from syncer.agent.messages import (
     DriftCheckDue,
     Event,
@@ -104,6 +105,7 @@ class Agent:
         self.loaded = threading.Event()
         self.stop = threading.Event()
         self.supervisor = Supervisor(self.stop)  # every thread: an exception is reported, never fatal
+        self.liveness = Liveness()  # syncs in flight and tenant calls past their deadline: /healthz
         self._secret_values: frozenset[str] = frozenset()  # plaintext of the encrypted files installed so far
         self.fetcher = Fetcher(source, options, self.events, self.stop, self.supervisor.report)
         self._busy_handling = False  # the dispatcher is handling an event (idle())
@@ -140,7 +142,7 @@ class Agent:
         self.engine.close()
 
     def healthy(self) -> bool:
-        return self.supervisor.healthy()[0] and not self.stop.is_set()
+        return self.supervisor.healthy()[0] and not self.stop.is_set() and not self.liveness.why()
 
     def ready(self) -> tuple[bool, str]:
         if not self.loaded.is_set():
@@ -477,9 +479,10 @@ class Agent:
     def _work_on(self, unit: Unit) -> None:
         try:
             if self.leading.is_set():  # the leader does the writing; we pick the unit up when we lead
-                self.supervisor.guard("sync", functools.partial(self.sync, unit),
-                                      quiet=(Fenced, ClusterUnreachable),
-                                      on_error=functools.partial(sync_failed, self, unit), about={"unit": unit.id})
+                with self.liveness.syncing(unit):
+                    self.supervisor.guard("sync", functools.partial(self.sync, unit),
+                                          quiet=(Fenced, ClusterUnreachable),
+                                          on_error=functools.partial(sync_failed, self, unit), about={"unit": unit.id})
         finally:
             self.work.done(unit)
 

@@ -15,7 +15,14 @@ A small bounded pool of worker threads (16) does the calls, off the agent's even
 the status loop: a round hands out the checks that are due and reports the last answer of each
 SuperLink (with the time it was got). A SuperLink that does not answer is asked again with
 backoff (10 s doubling to 5 min), so thousands of federations with no reachable SuperLink cost the
-round nothing but a dictionary lookup each. Where it dials: the address and TLS of key
+round nothing but a dictionary lookup each. SuperLinks are servers tenants run, so no one of them
+holds more than its share: a call is bounded whole (syncer.cluster.tenant_calls: one deadline for
+connecting, the handshake and every byte, a size limit while reading, a limit of nodes and runs
+kept); a SuperLink (its address) has at most ADDRESS_SHARE checks running and a namespace at most a
+quarter of the workers (`share`): the chosen checks wait in one queue per namespace, and a free
+worker takes the next check of the namespace with the fewest running, so slow SuperLinks of one
+tenant hold at most its share while the other namespaces' checks go on; a hostile answer's CPU
+counts at most 4 times the usual cost in the budget. Where it dials: the address and TLS of key
 registration (plan.FlowerTarget): the Service DNS name of the federation's SuperLink (or the
 `flower-syncer.io/control-api-address` the admin allows), verified against the CA flower-syncer
 copies into `<fed>-superlink-ca` (read from the cluster, kept 5 min); plaintext for `insecure`.
@@ -35,6 +42,7 @@ import math
 import os
 import threading
 import time
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -52,7 +60,8 @@ from syncer.plan import FlowerTarget
 log = structlog.get_logger("syncer.agent")
 
 WORKERS = 16  # Control API calls in flight at once (a silent SuperLink holds one for TIMEOUT, idle)
-TIMEOUT = 3.0  # seconds per call
+TIMEOUT = 3.0  # seconds per call, all of it (a check is two calls)
+ADDRESS_SHARE = 1  # checks in flight per SuperLink address (several federations may name one address)
 # seconds between checks of an answering SuperLink, at least: three status rounds. Flower itself
 # takes 30-60 s to call a SuperNode that went away offline (its heartbeat)
 INTERVAL = 30.0
@@ -101,7 +110,7 @@ class FlowerProbe:
 
     def __init__(self, kube: Kube | None, *, enabled: bool = True, workers: int = WORKERS, timeout: float = TIMEOUT,
                  interval: float = INTERVAL, clock: Callable[[], float] = time.monotonic,
-                 connector: Connect = connect, cluster_dns: bool | None = None) -> None:
+                 connector: Connect = connect, cluster_dns: bool | None = None, share: int | None = None) -> None:
         self.kube = kube
         self.enabled = enabled
         self.cluster_dns = in_cluster() if cluster_dns is None else cluster_dns  # Service names resolve here
@@ -109,7 +118,13 @@ class FlowerProbe:
         self.interval = interval
         self.clock = clock
         self.connector = connector
+        # checks in flight per namespace (queued for a worker included): no tenant holds all the workers
+        self.share = share if share is not None else max(1, workers // 4)
+        self.workers = workers
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="flower-health") if enabled else None
+        self._waiting: dict[str, deque[tuple[Key, Transport]]] = {}  # chosen checks by namespace, for a worker
+        self._flight: Counter[str] = Counter()  # checks running by namespace, and by ":" + address
+        self._closed = False
         self._lock = threading.Lock()
         self._links: dict[Key, _Link] = {}
         self._cas: dict[tuple[str, str], tuple[bytes | None, float]] = {}
@@ -125,6 +140,8 @@ class FlowerProbe:
         self._rows: list[tuple[Unit, Key, Transport, _Link]] = []  # their links (made when the plan changes)
 
     def close(self) -> None:
+        with self._lock:
+            self._closed = True
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
@@ -182,11 +199,49 @@ class FlowerProbe:
         once its own work is done: the checks then never compete with it for the interpreter)."""
         with self._lock:
             chosen, self._chosen = self._chosen, []
-        for link_key, transport in chosen:
-            if self._pool is not None:
-                self._pool.submit(self._check, link_key, transport)
+            for key, transport in chosen:
+                self._waiting.setdefault(key[0], deque()).append((key, transport))
+        if self._pool is not None:
+            for _ in range(min(len(chosen), self.workers)):
+                self._pool.submit(self._drain)
 
     # -- the worker's side -----------------------------------------------------------------------
+
+    def _drain(self) -> None:
+        """Run the checks a worker may take, until none is left that it may: a check whose
+        namespace or address has its share in flight waits for one of those to finish (its worker
+        then takes it), while the other namespaces' checks go ahead."""
+        while (item := self._pick()) is not None:
+            key, transport = item
+            try:
+                self._check(key, transport)
+            finally:
+                with self._lock:
+                    self._flight[key[0]] -= 1
+                    self._flight[":" + key[1]] -= 1
+
+    def _pick(self) -> tuple[Key, Transport] | None:
+        with self._lock:
+            if self._closed:
+                return None
+            best: tuple[int, str, int] | None = None  # (in flight, namespace, index in its queue)
+            for namespace, waiting in self._waiting.items():
+                if self._flight[namespace] >= self.share:
+                    continue
+                at = next((i for i, (key, _) in enumerate(waiting)
+                           if self._flight[":" + key[1]] < ADDRESS_SHARE), None)
+                if at is not None and (best is None or self._flight[namespace] < best[0]):
+                    best = (self._flight[namespace], namespace, at)
+            if best is None:
+                return None
+            waiting = self._waiting[best[1]]
+            item = waiting[best[2]]
+            del waiting[best[2]]
+            if not waiting:
+                del self._waiting[best[1]]
+            self._flight[item[0][0]] += 1
+            self._flight[":" + item[0][1]] += 1
+            return item
 
     def _check(self, key: Key, transport: Transport) -> None:
         namespace, address, ca_secret, _ = key
@@ -201,7 +256,9 @@ class FlowerProbe:
         with self._lock:
             self.checks += 1
             self.cpu += cpu
-            self.cost += (max(cpu, 1e-5) - self.cost) * 0.1
+            # a hostile answer's decoding counts at most 4 times the usual cost: it cannot slow
+            # every other federation's checks down by inflating the measured cost
+            self.cost += (min(max(cpu, 1e-5), self.cost * 4) - self.cost) * 0.1
             link = self._links.get(key) or _Link()
             link.busy = False
             link.answer = answer
@@ -249,8 +306,8 @@ class FlowerProbe:
             return ControlAnswer(address, utc_now(), error=f"the CA in Secret {namespace}/{ca_secret} is not "
                                  f"usable ({type(exc).__name__})", code=ControlErrorCode.TLS.value)
         try:
-            nodes = tuple(api.list_nodes())
-            runs = tuple(api.list_runs())
+            listed = api.list_nodes()
+            ran = api.list_runs()
         except ControlApiError as exc:
             detail = NOT_RESOLVED if exc.code is ControlErrorCode.NOT_RESOLVED else exc.detail
             if exc.code is ControlErrorCode.TLS:
@@ -261,7 +318,7 @@ class FlowerProbe:
             return ControlAnswer(address, utc_now(), error=detail, code=exc.code.value)
         finally:
             api.close()
-        return ControlAnswer(address, utc_now(), nodes, runs)
+        return ControlAnswer(address, utc_now(), tuple(listed), tuple(ran), truncated=listed.truncated or ran.truncated)
 
     def _ca(self, namespace: str, name: str) -> tuple[bytes | None, str]:
         now = self.clock()

@@ -1,7 +1,8 @@
 """`flower-syncer run`: wire the agent together and run it until SIGTERM/SIGINT.
 
-Order of shutdown on a signal: stop taking work, let the applies in flight finish, release the
-leader lease (so a standby takes over at once), stop the HTTP server, exit 0.
+Order of shutdown on a signal: cut the calls to tenants' servers (SuperLinks), stop taking work,
+let the applies in flight finish, release the leader lease (so a standby takes over at once), stop
+the HTTP server, exit 0.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from syncer.cluster.client import ApiError, ClusterUnreachable, Kube, path_for
 from syncer.cluster.events import EventRecorder
 from syncer.cluster.fence import WriteFence
 from syncer.cluster.lease import LeaderElector
+from syncer.cluster.tenant_calls import TENANT_CALLS
 from syncer.http import AgentServer
 from syncer.identity import UnknownUnit, derived_repository_name, source_key
 from syncer.logs import configure
@@ -201,6 +203,9 @@ def run(config: AgentConfig) -> int:
 
     if watcher is not None:
         watcher.stop()
+    # calls to tenants' servers are cut now (each is bounded anyway): a worker inside one returns
+    # at once, and a stopping agent never waits for a tenant
+    TENANT_CALLS.abort()
     agent.shutdown()
     _label_own_pod(kube, leader=False)
     if elector is not None:

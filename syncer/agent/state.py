@@ -17,6 +17,7 @@ from typing import Protocol
 
 from syncer.agent.cache import LiveCache
 from syncer.agent.flower_watch import FlowerWatch
+from syncer.agent.liveness import Liveness
 from syncer.agent.messages import Event, Waiter
 from syncer.agent.supervisor import Supervisor
 from syncer.agent.workqueue import WorkQueue
@@ -117,6 +118,8 @@ class AgentView(UnitTables, Protocol):
     def events(self) -> queue.Queue[Event]: ...
     @property
     def supervisor(self) -> Supervisor: ...
+    @property
+    def liveness(self) -> Liveness: ...
     @property
     def waiters(self) -> list[Waiter]: ...
 

@@ -143,4 +143,5 @@ def agent_status(agent: AgentView) -> dict[str, Any]:
         "tenancy": (agent.options.tenancy or Tenancy()).status(),
         "units": [unit_report(agent, unit, state) for unit, state in states.items()],
         "supervisor": agent.supervisor.summary(),
+        "stuck": agent.liveness.why(),  # "" while the agent makes progress; else why /healthz is 503
     }

@@ -28,11 +28,20 @@ import enum
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeVar
 
+T = TypeVar("T")
 UNREGISTERED = "unregistered"
 Transport = Literal["grpc", "http"]
 MAX_DETAIL = 160  # characters of a server's error detail that are shown
+# entries of one answer that are decoded and kept; the rest of the answer is not read (its size
+# is bounded by the transports, its entries are not: 8 MiB of empty NodeInfos are 4 million
+# objects). A Flower NodeInfo with its key is about 350 bytes: 10,000 fit the transports' limit.
+MAX_NODES = 10_000
+MAX_RUNS = 10_000
+# fields of one answer decoded, its embedded messages' included: 10,000 NodeInfos are 120,000.
+# Bounds the CPU an answer costs (4 MiB of 2-byte fields would be 2 million loop turns)
+MAX_SCANNED = 250_000
 
 
 class ControlErrorCode(enum.StrEnum):
@@ -47,11 +56,14 @@ class ControlErrorCode(enum.StrEnum):
     TLS = "tls"  # the TLS handshake failed: the server is not verified by the federation's CA
     NOT_CONTROL_API = "not-control-api"  # something answers, but not the Control API of this transport
     SERVER = "server"  # another error of the Control API
+    DEADLINE = "deadline-exceeded"  # no whole answer within the call's deadline (silent, slow or endless)
+    TOO_LARGE = "answer-too-large"  # the answer is over the size limit (cut while reading, never decoded)
     BAD_ADDRESS = "bad-address"  # not host:port (a scheme, a unix: socket, ...): never dialled
 
 
 class ControlApiError(Exception):
-    """A Control API call failed. `code` says what; `detail` is safe to show (see the module doc)."""
+    """A Control API call failed. `code` says what; `detail` is safe to show (see the module doc).
+    `__cause__` is the transport's own exception when there is one (never the server's bytes)."""
 
     def __init__(self, call: str, address: str, code: ControlErrorCode, detail: str) -> None:
         detail = one_line(detail)
@@ -65,6 +77,13 @@ def one_line(text: str, limit: int = MAX_DETAIL) -> str:
     escaped = text.encode("unicode_escape", "backslashreplace").decode("ascii")
     escaped = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in escaped)
     return escaped if len(escaped) <= limit else escaped[:limit - 3] + "..."
+
+
+class Listing(list[T]):
+    """The entries of a list answer that were kept; `truncated`: the answer had more than the
+    limit (MAX_NODES, MAX_RUNS), which were neither decoded nor kept."""
+
+    truncated: bool = False
 
 
 @dataclass(frozen=True)
@@ -104,10 +123,10 @@ class ControlApi(Protocol):
     address: str
     transport: Transport
 
-    def list_nodes(self) -> list[RegisteredNode]: ...
+    def list_nodes(self) -> Listing[RegisteredNode]: ...
     def register(self, public_key: bytes) -> int: ...
     def unregister(self, node_id: int) -> None: ...
-    def list_runs(self) -> list[RunInfo]: ...
+    def list_runs(self) -> Listing[RunInfo]: ...
     def close(self) -> None: ...
 
 
@@ -134,40 +153,81 @@ def encode_unregister(node_id: int) -> bytes:
 
 def decode_register(data: bytes) -> int:
     """RegisterNodeResponse: uint64 node_id = 1."""
-    node_id = dict(_fields(data)).get(1, 0)
+    try:
+        node_id = dict(_Scan(64).fields(data)).get(1, 0)
+    except _Spent:
+        node_id = 0
     return node_id if isinstance(node_id, int) else 0
 
 
-def decode_list_nodes(data: bytes) -> list[RegisteredNode]:
+def decode_list_nodes(data: bytes, limit: int = MAX_NODES) -> Listing[RegisteredNode]:
     """ListNodesResponse: repeated NodeInfo nodes_info = 1; NodeInfo: node_id = 1, owner_name = 3,
     status = 4, last_activated_at = 6, last_deactivated_at = 7, online_until = 9 (double),
-    heartbeat_interval = 10 (double), public_key = 11, location = 12, name = 13 (1.43+)."""
-    nodes = []
-    for number, value in _fields(data):
-        if number == 1 and isinstance(value, bytes):
-            info = dict(_fields(value))
-            nodes.append(RegisteredNode(_int(info.get(1)), _text(info.get(4)), _bytes(info.get(11)),
-                                        _text(info.get(3)), _text(info.get(6)), _text(info.get(7)),
-                                        _double(info.get(9)), _double(info.get(10)), _text(info.get(13)),
-                                        _text(info.get(12))))
+    heartbeat_interval = 10 (double), public_key = 11, location = 12, name = 13 (1.43+). At most
+    `limit` nodes: past them the answer is not read on (`truncated`)."""
+    nodes: Listing[RegisteredNode] = Listing()
+    scan = _Scan()
+    try:
+        for number, value in scan.fields(data):
+            if len(nodes) >= limit:
+                nodes.truncated = True
+                break
+            if number == 1 and isinstance(value, bytes):
+                info = dict(scan.fields(value))
+                nodes.append(RegisteredNode(_int(info.get(1)), _text(info.get(4)), _bytes(info.get(11)),
+                                            _text(info.get(3)), _text(info.get(6)), _text(info.get(7)),
+                                            _double(info.get(9)), _double(info.get(10)), _text(info.get(13)),
+                                            _text(info.get(12))))
+    except _Spent:
+        nodes.truncated = True
     return nodes
 
 
-def decode_list_runs(data: bytes) -> list[RunInfo]:
+def decode_list_runs(data: bytes, limit: int = MAX_RUNS) -> Listing[RunInfo]:
     """ListRunsResponse: map<uint64, Run> run_dict = 1 (entries: key = 1, value = 2); Run: run_id = 1,
     fab_id = 2, fab_version = 3, pending_at = 6, running_at = 8, finished_at = 9, status = 10
-    (RunStatus: status = 1, sub_status = 2, details = 3). Sorted by run id."""
-    runs = []
-    for number, value in _fields(data):
-        if number != 1 or not isinstance(value, bytes):
-            continue
-        entry = dict(_fields(value))
-        run = dict(_fields(_bytes(entry.get(2))))
-        status = dict(_fields(_bytes(run.get(10))))
-        runs.append(RunInfo(_int(run.get(1)) or _int(entry.get(1)), _text(run.get(2)), _text(run.get(3)),
-                            _text(status.get(1)), _text(status.get(2)), _text(run.get(6)), _text(run.get(8)),
-                            _text(run.get(9)), _text(status.get(3))))
-    return sorted(runs, key=lambda r: r.run_id)
+    (RunStatus: status = 1, sub_status = 2, details = 3). Sorted by run id. At most `limit` runs:
+    past them the answer is not read on (`truncated`)."""
+    runs: list[RunInfo] = []
+    truncated = False
+    scan = _Scan()
+    try:
+        for number, value in scan.fields(data):
+            if len(runs) >= limit:
+                truncated = True
+                break
+            if number != 1 or not isinstance(value, bytes):
+                continue
+            entry = dict(scan.fields(value))
+            run = dict(scan.fields(_bytes(entry.get(2))))
+            status = dict(scan.fields(_bytes(run.get(10))))
+            runs.append(RunInfo(_int(run.get(1)) or _int(entry.get(1)), _text(run.get(2)), _text(run.get(3)),
+                                _text(status.get(1)), _text(status.get(2)), _text(run.get(6)), _text(run.get(8)),
+                                _text(run.get(9)), _text(status.get(3))))
+    except _Spent:
+        truncated = True
+    out: Listing[RunInfo] = Listing(sorted(runs, key=lambda r: r.run_id))
+    out.truncated = truncated
+    return out
+
+
+class _Spent(Exception):
+    """An answer used up its MAX_SCANNED fields."""
+
+
+class _Scan:
+    """The fields of one answer, its embedded messages' included, at most MAX_SCANNED in all: what
+    decoding an answer may cost is bounded, whatever its shape (millions of tiny fields)."""
+
+    def __init__(self, most: int | None = None) -> None:
+        self.left = MAX_SCANNED if most is None else most
+
+    def fields(self, data: bytes) -> Iterator[tuple[int, int | bytes]]:
+        for item in _fields(data):
+            if self.left <= 0:
+                raise _Spent
+            self.left -= 1
+            yield item
 
 
 def _int(value: int | bytes | None) -> int:

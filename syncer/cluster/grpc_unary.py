@@ -11,14 +11,14 @@ trailers (or a trailers-only answer). No compression, no retries, no streams.
 
 What goes wrong comes back as `GrpcStatus` (the server answered with a status other than OK),
 `NotGrpc` (the peer does not speak gRPC over HTTP/2; its own bytes are never kept), `Broken` (the
-connection ended before the answer) or the socket's and ssl's own OSErrors (refused, timed out,
-certificate not accepted)."""
+connection ended before the answer), the bounds of syncer.cluster.tenant_calls (`DeadlineExceeded`:
+the whole call, connecting and the TLS handshake included, is bounded by one deadline;
+`AnswerTooLarge`: every byte read counts, HTTP/2 framing and headers too; `Stopping`) or the
+socket's and ssl's own OSErrors (refused, certificate not accepted)."""
 
 from __future__ import annotations
 
-import socket
 import ssl
-import time
 import urllib.parse
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -28,6 +28,16 @@ import h2.connection
 import h2.events
 import h2.exceptions
 
+from syncer.cluster.tenant_calls import (
+    TENANT_CALLS,
+    AnswerTooLarge,
+    BoundedSocket,
+    Call,
+    InFlight,
+    Stopping,
+    open_socket,
+)
+
 __all__ = ["Broken", "GrpcStatus", "NotGrpc", "UnaryChannel", "status_name"]
 
 # grpc/status.h
@@ -36,6 +46,7 @@ _STATUS_NAMES = {0: "OK", 1: "CANCELLED", 2: "UNKNOWN", 3: "INVALID_ARGUMENT", 4
                  9: "FAILED_PRECONDITION", 10: "ABORTED", 11: "OUT_OF_RANGE", 12: "UNIMPLEMENTED",
                  13: "INTERNAL", 14: "UNAVAILABLE", 15: "DATA_LOSS", 16: "UNAUTHENTICATED"}
 _READ = 65536
+OVERHEAD = 256 << 10  # bytes a call may read besides its message: HTTP/2 frames, headers, trailers
 
 
 def status_name(code: int) -> str:
@@ -80,16 +91,18 @@ class _Answer:
 class UnaryChannel:
     """Unary calls to one server (`host`, `port`), over TLS with `context` (None: HTTP/2 in plain
     text, prior knowledge). Connects on the first call and keeps the connection for the next ones;
-    not for use by two threads at once. `max_response` bounds one answer's message."""
+    not for use by two threads at once. `max_response` bounds one answer's message (and
+    `max_response + OVERHEAD` every byte a call reads); each call is one of `calls`."""
 
     def __init__(self, host: str, port: int, context: ssl.SSLContext | None, *, timeout: float,
-                 max_response: int, user_agent: str = "flower-syncer") -> None:
+                 max_response: int, user_agent: str = "flower-syncer", calls: InFlight = TENANT_CALLS) -> None:
         self.host, self.port = host, port
         self.context = context
         self.timeout = timeout
         self.max_response = max_response
         self.user_agent = user_agent
-        self._sock: socket.socket | None = None
+        self.calls = calls
+        self._sock: BoundedSocket | None = None
         self._conn: h2.connection.H2Connection | None = None
 
     @property
@@ -104,17 +117,29 @@ class UnaryChannel:
         try:
             if conn is not None:
                 conn.close_connection()
-                sock.settimeout(1.0)
-                sock.sendall(conn.data_to_send())
+                sock.sock.settimeout(0.5)  # a goodbye, never waited on for long
+                sock.sock.sendall(conn.data_to_send())
         except (OSError, h2.exceptions.ProtocolError):
             pass  # going away anyway
         finally:
             sock.close()
 
-    def call(self, path: str, request: bytes) -> bytes:
+    def call(self, path: str, request: bytes, *, deadline: float | None = None) -> bytes:
         """Send `request` (one serialized message) to `path` (/package.Service/Method) and return
-        the one message of the answer. The whole call, connecting included, within `timeout`."""
-        deadline = time.monotonic() + self.timeout
+        the one message of the answer. The whole call, connecting included, within `timeout` (and
+        before `deadline`, monotonic, when given)."""
+        call = self.calls.begin(path, _authority(self.host, self.port), timeout=self.timeout,
+                                limit=self.max_response + OVERHEAD, deadline=deadline)
+        try:
+            return self._call(call, path, request)
+        except Exception as exc:
+            if call.aborted and not isinstance(exc, Stopping):  # what the cut socket made of it
+                raise Stopping("the agent is stopping") from exc
+            raise
+        finally:
+            self.calls.end(call)
+
+    def _call(self, deadline: Call, path: str, request: bytes) -> bytes:
         try:
             sock, conn = self._connected(deadline)
             stream = conn.get_next_available_stream_id()
@@ -122,7 +147,7 @@ class UnaryChannel:
                 (":method", "POST"), (":scheme", "https" if self.context is not None else "http"),
                 (":path", path), (":authority", _authority(self.host, self.port)),
                 ("content-type", "application/grpc"), ("te", "trailers"),
-                ("grpc-timeout", f"{max(1, int(_left(deadline) * 1000))}m"),
+                ("grpc-timeout", f"{max(1, int(deadline.left() * 1000))}m"),
                 ("grpc-accept-encoding", "identity"), ("user-agent", self.user_agent)])
             answer = _Answer()
             self._send(sock, conn, stream, b"\x00" + len(request).to_bytes(4, "big") + request, answer, deadline)
@@ -143,30 +168,25 @@ class UnaryChannel:
             self.close()
             raise
 
-    def _connected(self, deadline: float) -> tuple[socket.socket, h2.connection.H2Connection]:
+    def _connected(self, deadline: Call) -> tuple[BoundedSocket, h2.connection.H2Connection]:
         if self._sock is not None and self._conn is not None:
+            self._sock.use(deadline)
             return self._sock, self._conn
-        raw = socket.create_connection((self.host, self.port), timeout=_left(deadline))
+        sock = BoundedSocket(open_socket(self.host, self.port, self.context, deadline), deadline)
         try:
-            raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock: socket.socket = raw
-            if self.context is not None:
-                tls = self.context.wrap_socket(raw, server_hostname=self.host)
-                sock = tls
-                if tls.selected_alpn_protocol() != "h2":
-                    raise NotGrpc("the TLS server does not offer HTTP/2")
+            if isinstance(sock.sock, ssl.SSLSocket) and sock.sock.selected_alpn_protocol() != "h2":
+                raise NotGrpc("the TLS server does not offer HTTP/2")
             conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
             conn.initiate_connection()
-            sock.settimeout(_left(deadline))
             sock.sendall(conn.data_to_send())
         except BaseException:
-            raw.close()
+            sock.close()
             raise
         self._sock, self._conn = sock, conn
         return sock, conn
 
-    def _send(self, sock: socket.socket, conn: h2.connection.H2Connection, stream: int, body: bytes,
-              answer: _Answer, deadline: float) -> None:
+    def _send(self, sock: BoundedSocket, conn: h2.connection.H2Connection, stream: int, body: bytes,
+              answer: _Answer, deadline: Call) -> None:
         """`body` on `stream` as the server's flow-control windows allow; an answer that comes
         before all of it was sent (a server refusing early) ends the sending."""
         view = memoryview(body)
@@ -175,15 +195,14 @@ class UnaryChannel:
             if size:
                 conn.send_data(stream, view[:size], end_stream=size == len(view))
                 view = view[size:]
-                sock.settimeout(_left(deadline))
                 sock.sendall(conn.data_to_send())
             else:
                 self._receive(sock, conn, stream, answer, deadline)  # until the server opens its window
 
-    def _receive(self, sock: socket.socket, conn: h2.connection.H2Connection, stream: int, answer: _Answer,
-                 deadline: float) -> None:
-        """Read once from the socket and fold what it brought for `stream` into `answer`."""
-        sock.settimeout(_left(deadline))
+    def _receive(self, sock: BoundedSocket, conn: h2.connection.H2Connection, stream: int, answer: _Answer,
+                 deadline: Call) -> None:
+        """Read once from the socket (within the call's deadline and limit: `sock` sees to both)
+        and fold what it brought for `stream` into `answer`."""
         chunk = sock.recv(_READ)
         if not chunk:
             raise Broken("the server closed the connection before answering")
@@ -203,7 +222,7 @@ class UnaryChannel:
             elif isinstance(event, h2.events.DataReceived):
                 answer.data += event.data or b""
                 if len(answer.data) > self.max_response + 5:
-                    raise NotGrpc(f"the answer is larger than {self.max_response} bytes")
+                    raise AnswerTooLarge(self.max_response)
                 conn.acknowledge_received_data(event.flow_controlled_length or 0, stream)
             elif isinstance(event, h2.events.TrailersReceived):
                 answer.trailers = _headers(event.headers)
@@ -242,10 +261,3 @@ def _text(value: str | bytes) -> str:
 
 def _authority(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def _left(deadline: float) -> float:
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise TimeoutError("the call's deadline passed")
-    return left

@@ -8,16 +8,24 @@ operator registered by hand with `flwr supernode register`, is left alone (and c
 
 Flower never admits a key again once it was unregistered from a SuperLink ("Public key already in
 use"): such a key is reported, with the fix (a new key pair), not retried forever in silence.
+
+The SuperLink is a server the tenant runs, and this runs on a sync worker: each call has
+KEY_CALL_TIMEOUT seconds, all of one federation's calls KEY_DEADLINE (syncer.cluster.tenant_calls
+bounds every byte), so a silent or trickling SuperLink holds a worker that long at most. A list of
+SuperNodes cut at its limit (flower_control.MAX_NODES) changes nothing: keys are neither registered
+nor unregistered on a partial list.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import time
 from collections.abc import Sequence
 
 from syncer.cluster.control_transports import connect
 from syncer.cluster.flower_control import (
+    MAX_NODES,
     UNREGISTERED,
     ControlApi,
     ControlApiError,
@@ -30,6 +38,9 @@ from syncer.identity import Manifest, Unit
 from syncer.plan import NodeAuth, UnitPlan
 
 __all__ = ["ControlApi", "key_digest", "reconcile", "sync_node_keys", "sync_planned_keys"]
+
+KEY_CALL_TIMEOUT = 5.0  # seconds per Control API call of key registration, all of it
+KEY_DEADLINE = 20.0  # seconds all of one federation's key registration may hold its sync worker
 
 
 def key_digest(pem: bytes) -> str:
@@ -52,6 +63,11 @@ def reconcile(api: ControlApi, keys: Sequence[tuple[str, bytes]], owned: OwnedKe
         nodes = api.list_nodes()
     except ControlApiError as exc:
         fail(f"cannot list the SuperLink's SuperNodes: {exc}", exc.code)
+        return NodeKeyResult(KeyOutcome.FAILED, api.address, api.transport, errors=tuple(errors),
+                             error_codes=tuple(codes))
+    if nodes.truncated:
+        fail(f"the SuperLink lists more than {MAX_NODES} SuperNodes (or an answer too large to decode whole): "
+             "no key is registered or unregistered on a partial list", ControlErrorCode.TOO_LARGE)
         return NodeKeyResult(KeyOutcome.FAILED, api.address, api.transport, errors=tuple(errors),
                              error_codes=tuple(codes))
     active = {n.public_key.strip(): n for n in nodes if n.status != UNREGISTERED}
@@ -113,7 +129,8 @@ def sync_node_keys(auth: NodeAuth, unit: Unit, desired: list[Manifest], res: Uni
                           "has no ca.crt")
         return
     try:
-        client = connect(auth.address, auth.transport, base64.b64decode(ca))
+        client = connect(auth.address, auth.transport, base64.b64decode(ca), timeout=KEY_CALL_TIMEOUT,
+                         deadline=time.monotonic() + KEY_DEADLINE)
     except ControlApiError as exc:
         res.errors.append(f"cannot register SuperNode keys: {exc}")
         return

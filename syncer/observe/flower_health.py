@@ -48,6 +48,7 @@ class ControlAnswer:
     runs: tuple[RunInfo, ...] | None = None
     error: str = ""
     code: str = ""  # ControlErrorCode value, or one of UNCHECKED
+    truncated: bool = False  # nodes or runs were cut at their limit (flower_control.MAX_NODES, MAX_RUNS)
 
     @property
     def reachable(self) -> bool:
@@ -90,6 +91,7 @@ class FlowerHealth:
     runs: dict[str, int] = field(default_factory=dict)
     last_failure: RunInfo | None = None
     failed: tuple[RunInfo, ...] = ()  # every failed run the SuperLink lists (for news: see new_failures)
+    truncated: bool = False  # the answer listed more nodes or runs than are read: counts are of the first ones
 
     @property
     def expected(self) -> int:
@@ -115,6 +117,7 @@ class FlowerHealth:
                            "offline": self.offline, "unmatched": self.unmatched,
                            "pools": [p.to_dict() for p in self.pools]},
             "runs": {**{s: self.runs.get(s, 0) for s in RUN_STATES}, "lastFailure": failure},
+            **({"truncated": True} if self.truncated else {}),
         }
 
 
@@ -180,7 +183,7 @@ def compute(target: FlowerTarget, answer: ControlAnswer, desired: dict[tuple[str
     last = max(failed, key=lambda r: (r.finished_at, r.run_id)) if failed else None
     return FlowerHealth(True, answer.address, answer.checked_at, pools=tuple(out), online=status["online"],
                         offline=status["offline"], registered=status["registered"], unmatched=max(unmatched, 0),
-                        runs=dict(runs), last_failure=last, failed=tuple(failed))
+                        runs=dict(runs), last_failure=last, failed=tuple(failed), truncated=answer.truncated)
 
 
 def health_condition(health: FlowerHealth | None, *, short_for: float = 0.0, grace: float = GRACE

@@ -184,7 +184,7 @@ def test_a_huge_answer_is_not_read_whole(server: Server, monkeypatch: pytest.Mon
     monkeypatch.setattr(control_transports, "MAX_RESPONSE", 1000)
     server.reply = Reply(body=b"\x0a\x00" * 1000)
     assert error_of(lambda: connect(server.address, "http", server.ca).list_nodes()).code is \
-        ControlErrorCode.NOT_CONTROL_API
+        ControlErrorCode.TOO_LARGE
 
 
 def test_a_server_the_federations_ca_does_not_vouch_for_is_refused(server: Server) -> None:

@@ -12,7 +12,14 @@ from typing import Any
 from syncer.agent.flower_probe import DISABLED, INTERVAL, FlowerProbe
 from syncer.agent.flower_watch import FlowerWatch
 from syncer.cluster.events import Event
-from syncer.cluster.flower_control import ControlApiError, ControlErrorCode, RegisteredNode, RunInfo, Transport
+from syncer.cluster.flower_control import (
+    ControlApiError,
+    ControlErrorCode,
+    Listing,
+    RegisteredNode,
+    RunInfo,
+    Transport,
+)
 from syncer.identity import Unit
 from syncer.observe.conditions import HealthReason
 from syncer.observe.status import PoolStatus, UnitStatus
@@ -34,13 +41,13 @@ class FakeApi:
     def __init__(self, nodes: list[RegisteredNode], runs: list[RunInfo], error: ControlApiError | None = None) -> None:
         self.nodes, self.runs, self.error = nodes, runs, error
 
-    def list_nodes(self) -> list[RegisteredNode]:
+    def list_nodes(self) -> Listing[RegisteredNode]:
         if self.error is not None:
             raise self.error
-        return self.nodes
+        return Listing(self.nodes)
 
-    def list_runs(self) -> list[RunInfo]:
-        return self.runs
+    def list_runs(self) -> Listing[RunInfo]:
+        return Listing(self.runs)
 
     def register(self, public_key: bytes) -> int:
         raise AssertionError("health never registers")
