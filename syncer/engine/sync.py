@@ -43,6 +43,7 @@ from syncer.identity import (
     Unit,
     apply_level,
 )
+from syncer.ours import own_secrets
 from syncer.plan import Claims, Plan, UnitPlan
 
 
@@ -101,7 +102,7 @@ class _UnitRun:
 
     @cached_property
     def own_secrets(self) -> set[str]:
-        return {m["metadata"]["name"] for m in self.desired if m["kind"] == "Secret"}
+        return own_secrets(self.desired)
 
     @cached_property
     def by_level(self) -> dict[int, list[Manifest]]:
@@ -212,7 +213,7 @@ class Engine:
 
     def _prune_vanished(self, plan: Plan, live: LiveState, opts: SyncOptions) -> list[UnitResult]:
         # only units this repository applied: another repository's units are none of our business
-        vanished = [u for u in vanished_units(live, plan.repository, plan.former_names, plan.in_git,
+        vanished = [u for u in vanished_units(live, plan.repository, plan.ours.former, plan.in_git,
                                               foreign=plan.foreign_source)
                     if plan.selected(u)]
         results = []
@@ -235,7 +236,7 @@ class Engine:
         repository = plan.repository
         inv = live.inventories.get(unit)
         if inv is None:
-            inv = recover_inventory(unit, live.objects.owned_by(unit), repository, FIELD_MANAGER, plan.former_names)
+            inv = recover_inventory(unit, live.objects.owned_by(unit), repository, FIELD_MANAGER, plan.ours.names)
             if inv is None:
                 return res
             res.changes.append(Change(inventory_ref(unit), Action.SKIPPED,
@@ -259,7 +260,7 @@ class Engine:
         refs, handed = _hand_over(unit, list(inv.entries), plan.claims)
         res.changes.extend(handed)
         changes, keep = prune(self.kube, unit, refs, live.objects, dry_run=opts.dry_run,
-                              ours={repository, *plan.former_names})
+                              ours=plan.ours.names)
         res.changes.extend(changes)
         if opts.dry_run:
             return res
@@ -318,7 +319,7 @@ class Engine:
         recovered = False
         if inv is None:  # a new unit, or its inventory was deleted: its objects still carry its labels
             inv = recover_inventory(unit, live.objects.owned_by(unit), repository, FIELD_MANAGER,
-                                    plan.former_names | plan.legacy_names)
+                                    plan.ours.names_in_git)
             recovered = inv is not None
             inv = inv or Inventory(unit, repository=repository)
         source = recorded_source(live, unit, inv)
@@ -400,7 +401,7 @@ class Engine:
         if leftovers:
             if policy.prune and opts.prune:
                 changes, keep = prune(self.kube, unit, leftovers, live.objects, dry_run=opts.dry_run,
-                                      ours={repository, *plan.former_names, *plan.legacy_names})
+                                      ours=plan.ours.names_in_git)
                 res.changes.extend(changes)
                 for ref in keep:
                     entries[ref] = inv.entries[ref]
@@ -477,10 +478,10 @@ class Engine:
             ref = ObjectRef.of(m)
             if ref.kind in OPTIONAL_KINDS:  # not watched: read fresh each time
                 self._read_optional(ref, live)
-            conflict = write_conflict(unit, {plan.repository, *plan.former_names}, live.objects.get(ref), plan.claims,
+            conflict = write_conflict(unit, plan.ours.names, live.objects.get(ref), plan.claims,
                                       live.inventories, foreign=lambda repo, owner: plan.foreign_source(
                                           repo, recorded_source(live, owner, live.inventories.get(owner))),
-                                      legacy=plan.legacy_names)
+                                      legacy=plan.ours.legacy)
             if conflict is not None:
                 outcomes.append(Outcome(Change(ref, Action.FAILED, f"not applied: {conflict.reason}",
                                                cause=conflict.cause), None))
