@@ -8,8 +8,10 @@ interpreter's lock and kept alive while we read them), formats them and writes t
 `os.write`, so no buffered stream another thread is writing is entered again. The price: a Python
 handler runs on the main thread, which `runner.run` wakes every half second; a dump waits for that.
 
-The C-level dump stays for fatal errors (a crash), for the crashing thread only: that thread is
-stopped inside the handler, so its own frames cannot change under the dump.
+The C-level dump stays only for the thread the signal interrupted (usually the main one; for a
+crash, the crashing one): that thread is stopped inside the handler, so its own frames cannot
+change under the dump. On SIGQUIT it comes first and shows where the main thread is should it
+never come back to the interpreter (then no Python handler runs); the full dump follows.
 """
 
 from __future__ import annotations
@@ -62,6 +64,10 @@ class StackDump:
         """From the main thread (Python only lets it set a signal handler)."""
         self._thread.start()
         signal.signal(signal.SIGQUIT, self._on_signal)
+        # from C, only the stack of the thread the signal interrupted (usually the main one), which
+        # is stopped meanwhile: it shows where the main thread is stuck should it never come back
+        # to the interpreter (then the Python handler never runs); then Python's handler (chain)
+        faulthandler.register(signal.SIGQUIT, file=self.fd, all_threads=False, chain=True)
         # a crash: the crashing thread's stack, from C (the only thread that is stopped meanwhile)
         faulthandler.enable(file=self.fd, all_threads=False)
 
