@@ -21,6 +21,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 
@@ -40,12 +41,12 @@ class Ours:
     movable: frozenset[str] = frozenset()
     """Names the admin's policy lets it take over from another source."""
 
-    @property
+    @cached_property
     def names(self) -> frozenset[str]:
         """Names whose records are ours for every unit (in Git or gone from it)."""
         return frozenset({self.repository, *self.former})
 
-    @property
+    @cached_property
     def names_in_git(self) -> frozenset[str]:
         """Names whose records are ours for a unit still in Git (the legacy ones too)."""
         return self.names | self.legacy
