@@ -112,6 +112,7 @@ class Diagnostic:
 
 
 DECRYPTION = "decryption"  # Diagnostic.code of a file that cannot be decrypted
+CROSS_CLUSTER = "cross-cluster-unit"  # ... of a unit id defined in two clusters' folders: every cluster's error
 UNKNOWN_FIELD = "unknown-field"  # ... of a field the schema does not know (often a typo)
 
 

@@ -12,9 +12,11 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal
 
 from syncer.identity import DEFAULT_REPOSITORY, Manifest, ObjectRef, Unit, selected
+from syncer.ours import Ours
 
 
 @dataclass(frozen=True)
@@ -160,19 +162,19 @@ class Plan:
             return namespace not in self.protected_namespaces
         return any(fnmatch.fnmatchcase(namespace, p) for p in self.allowed_namespaces)
 
+    @cached_property
+    def ours(self) -> Ours:
+        """Who the repository is, for what is ours in the cluster (the one definition: syncer.ours)."""
+        return Ours(self.repository, self.former_names, self.legacy_names, self.source, self.layout_source,
+                    self.movable)
+
     def owns_record(self, repository: str, source: str, *, in_git: bool = False) -> bool:
-        """Whether what `repository` recorded from `source` (an inventory) is ours: our name or a
-        former one (or a legacy derived name, for a unit still in Git), and our source, or a
-        source unknown on either side, or a name the admin lets us take over."""
-        if not (self.owns(repository) or (in_git and repository in self.legacy_names)):
-            return False
-        return (not source or not self.source or source in (self.source, self.layout_source)
-                or repository in self.movable)
+        """Whether what `repository` recorded from `source` (an inventory) is ours (Ours.owns_record)."""
+        return self.ours.owns_record(repository, source, in_git=in_git)
 
     def foreign_source(self, repository: str, source: str) -> bool:
         """Recorded under one of our names by another source that we may not take over."""
-        return bool(source and self.source and source not in (self.source, self.layout_source)
-                    and repository not in self.movable)
+        return self.ours.foreign_source(repository, source)
 
     @property
     def renders_anything(self) -> bool:
@@ -180,7 +182,7 @@ class Plan:
 
     def owns(self, repository: str) -> bool:
         """Whether what `repository` recorded (on an inventory or an object label) is ours."""
-        return repository == self.repository or repository in self.former_names
+        return self.ours.owns(repository)
 
     def in_git(self, unit: Unit) -> bool:
         """A unit the repository defines, loaded or not (whether or not it was selected)."""

@@ -314,7 +314,7 @@ class Agent:
             # rebuilt from the objects' labels by the next sync, so nothing becomes an orphan
             plan = self.installed.plan
             if event.unit in self.desired or event.unit in vanished_units(
-                    self.cache.state, plan.repository, plan.former_names, plan.in_git, foreign=plan.foreign_source):
+                    self.cache.state, plan.repository, plan.ours.former, plan.in_git, foreign=plan.foreign_source):
                 log.warning("inventory deleted out of band; rebuilding it from the labelled objects",
                             unit=event.unit.id)
                 self.work.add(event.unit)
@@ -410,7 +410,7 @@ class Agent:
                 digests.pop(unit, None)
                 changed.append(unit)
             # also units that left Git while no agent was running (or whose inventory was deleted)
-            changed += [u for u in vanished_units(self.cache.state, fresh.repository, fresh.former_names,
+            changed += [u for u in vanished_units(self.cache.state, fresh.repository, fresh.ours.former,
                                                   fresh.in_git, foreign=fresh.foreign_source) if u not in changed]
         # what each unit claims, from the desired state kept (a failed unit keeps its last claims);
         # when that is the fresh plan's units, the fresh plan's claims

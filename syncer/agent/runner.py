@@ -7,7 +7,6 @@ the HTTP server, exit 0.
 
 from __future__ import annotations
 
-import faulthandler
 import functools
 import os
 import signal
@@ -31,6 +30,7 @@ from syncer.agent.memory import (
     limit_malloc_arenas,
     release_free_memory,
 )
+from syncer.agent.stacks import StackDump
 from syncer.agent.state import AgentOptions
 from syncer.agent.unitstate import observe_health
 from syncer.cluster.client import ApiError, ClusterUnreachable, Kube, path_for
@@ -97,9 +97,9 @@ def run(config: AgentConfig) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGUSR2, lambda _s, _f: threading.Thread(target=_log_allocations, daemon=True).start())
-    # `kill -QUIT`: every thread's stack on stderr, as Go and Java programs do; written by C code, so
-    # it works when the agent is stuck, even in a call that holds the interpreter's lock
-    faulthandler.register(signal.SIGQUIT, all_threads=True)
+    # `kill -QUIT`: every thread's stack on stderr, as Go and Java programs do, written by a thread
+    # of ours (agent.stacks: a C-level dump of running threads could crash the agent)
+    StackDump().install()
 
     try:
         # the replica's identity in the user agent: the API server's audit log tells replicas apart

@@ -62,6 +62,7 @@ class Cause(StrEnum):
     OTHER_UNIT = "OwnedByOtherUnit"  # another unit of this repository renders (or may want) the object
     OTHER_MANAGER = "OwnedByOtherManager"  # Helm's, the agent's own or another's Secret: never adopted by force
     MISSING_SECRET_KEY = "MissingSecretKey"  # a Secret to mount or copy from lacks the key (or is absent)
+    SECRET_NOT_APPLIED = "SecretNotApplied"  # a workload reads a Secret of its unit that failed to apply
     DIGEST_KEY = "DigestKeyUnavailable"  # the namespace's key for fingerprinting Secrets from Git (engine.digestkey)
     FORBIDDEN = "Forbidden"  # the API server said 403
     INVALID = "Invalid"  # the API server said 422

@@ -5,6 +5,10 @@ workload, so the mistake is a sync error naming the Secret and the key instead.
 
 The usual case: a SuperNode release's CA `existingSecret` made with `kubectl create secret tls`
 (type kubernetes.io/tls: `tls.crt` and `tls.key`, no `ca.crt`).
+
+And the Secrets a workload's pods read at all (`secrets_read`): a workload whose own Secret (e.g.
+its `<workload>-sealed` one, render.sealed) failed to apply is not applied either, or its pods would
+read whatever the Secret of that name holds, someone else's value included.
 """
 
 from __future__ import annotations
@@ -29,6 +33,25 @@ def mounted_secret_keys(manifest: Mapping[str, Any]) -> dict[str, set[str]]:
         if keys:
             wanted.setdefault(name, set()).update(keys)
     return wanted
+
+
+def secrets_read(manifest: Mapping[str, Any]) -> set[str]:
+    """The names of the Secrets the pod template reads: volumes (`secret`, `projected`) and every
+    container's `env[].valueFrom.secretKeyRef` and `envFrom[].secretRef`, optional or not."""
+    if manifest.get("kind") not in WORKLOAD_KINDS:
+        return set()
+    pod = ((manifest.get("spec") or {}).get("template") or {}).get("spec") or {}
+    names = {name for name, _ in _secret_sources(pod.get("volumes") or [])}
+    for key in ("initContainers", "containers", "ephemeralContainers"):
+        for c in pod.get(key) or []:
+            if not isinstance(c, dict):
+                continue
+            for item in c.get("env") or []:
+                ref = ((item.get("valueFrom") or {}).get("secretKeyRef") or {}) if isinstance(item, dict) else {}
+                names.add(str(ref.get("name") or ""))
+            for item in c.get("envFrom") or []:
+                names.add(str(((item.get("secretRef") or {}) if isinstance(item, dict) else {}).get("name") or ""))
+    return names - {""}
 
 
 def _secret_sources(volumes: list[Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:

@@ -27,7 +27,7 @@ from syncer.engine.copies import fill_copies
 from syncer.engine.digestkey import DigestKeyError, DigestKeys
 from syncer.engine.inventory import HISTORY_LIMIT, Applied, Entry, Inventory, inventory_name, inventory_ref
 from syncer.engine.live import LiveState
-from syncer.engine.mounts import missing_keys, mounted_secret_keys
+from syncer.engine.mounts import missing_keys, mounted_secret_keys, secrets_read
 from syncer.engine.nodekeys import sync_planned_keys
 from syncer.engine.normalize import with_fingerprint
 from syncer.engine.outcome import config_error_condition, outcome_condition, utc_now
@@ -43,7 +43,8 @@ from syncer.identity import (
     Unit,
     apply_level,
 )
-from syncer.plan import Claims, Plan, Policy, UnitPlan
+from syncer.ours import own_secrets
+from syncer.plan import Claims, Plan, UnitPlan
 
 
 @dataclass
@@ -97,10 +98,11 @@ class _UnitRun:
     applier: Applier
     entries: dict[ObjectRef, Entry] = field(default_factory=dict)
     failed: str | None = None  # why the rest of this unit's sync was given up
+    unapplied: dict[str, str] = field(default_factory=dict)  # its Secrets that failed to apply: name -> why
 
     @cached_property
     def own_secrets(self) -> set[str]:
-        return {m["metadata"]["name"] for m in self.desired if m["kind"] == "Secret"}
+        return own_secrets(self.desired)
 
     @cached_property
     def by_level(self) -> dict[int, list[Manifest]]:
@@ -211,7 +213,7 @@ class Engine:
 
     def _prune_vanished(self, plan: Plan, live: LiveState, opts: SyncOptions) -> list[UnitResult]:
         # only units this repository applied: another repository's units are none of our business
-        vanished = [u for u in vanished_units(live, plan.repository, plan.former_names, plan.in_git,
+        vanished = [u for u in vanished_units(live, plan.repository, plan.ours.former, plan.in_git,
                                               foreign=plan.foreign_source)
                     if plan.selected(u)]
         results = []
@@ -234,7 +236,7 @@ class Engine:
         repository = plan.repository
         inv = live.inventories.get(unit)
         if inv is None:
-            inv = recover_inventory(unit, live.objects.owned_by(unit), repository, FIELD_MANAGER, plan.former_names)
+            inv = recover_inventory(unit, live.objects.owned_by(unit), repository, FIELD_MANAGER, plan.ours.names)
             if inv is None:
                 return res
             res.changes.append(Change(inventory_ref(unit), Action.SKIPPED,
@@ -258,7 +260,7 @@ class Engine:
         refs, handed = _hand_over(unit, list(inv.entries), plan.claims)
         res.changes.extend(handed)
         changes, keep = prune(self.kube, unit, refs, live.objects, dry_run=opts.dry_run,
-                              ours={repository, *plan.former_names})
+                              ours=plan.ours.names)
         res.changes.extend(changes)
         if opts.dry_run:
             return res
@@ -317,7 +319,7 @@ class Engine:
         recovered = False
         if inv is None:  # a new unit, or its inventory was deleted: its objects still carry its labels
             inv = recover_inventory(unit, live.objects.owned_by(unit), repository, FIELD_MANAGER,
-                                    plan.former_names | plan.legacy_names)
+                                    plan.ours.names_in_git)
             recovered = inv is not None
             inv = inv or Inventory(unit, repository=repository)
         source = recorded_source(live, unit, inv)
@@ -369,14 +371,15 @@ class Engine:
         if not stage:
             return
         unit = run.planned.unit
-        outcomes = self._apply_stage(run.applier, stage, live, run.inv, run.planned.policy, opts, unit, plan,
-                                     run.own_secrets)
+        outcomes = self._apply_stage(run, stage, live, opts, plan)
         if any(o.namespace_missing for o in outcomes):
             # deleted since we last made sure of it: create it again on the next try
             self._namespaces_seen.discard(unit.namespace)
         for m, out in zip(stage, outcomes, strict=True):
             ref = ObjectRef.of(m)
             run.res.changes.append(out.change)
+            if ref.kind == "Secret" and out.change.action is Action.FAILED:  # its readers wait (engine.mounts)
+                run.unapplied[ref.name] = out.change.message.removeprefix("not applied: ")
             entry = out.entry or run.inv.entries.get(ref)
             if entry is not None:
                 run.entries[ref] = entry
@@ -398,7 +401,7 @@ class Engine:
         if leftovers:
             if policy.prune and opts.prune:
                 changes, keep = prune(self.kube, unit, leftovers, live.objects, dry_run=opts.dry_run,
-                                      ours={repository, *plan.former_names, *plan.legacy_names})
+                                      ours=plan.ours.names_in_git)
                 res.changes.extend(changes)
                 for ref in keep:
                     entries[ref] = inv.entries[ref]
@@ -462,28 +465,36 @@ class Engine:
             return True
         return False
 
-    def _apply_stage(self, applier: Applier, stage: list[Manifest], live: LiveState, inv: Inventory,
-                     policy: Policy, opts: SyncOptions, unit: Unit, plan: Plan,
-                     own_secrets: set[str]) -> list[Outcome]:
-        """Objects of one apply stage. Ownership and the no-request check run inline; only the
-        objects that need the server are sent, in parallel."""
+    def _apply_stage(self, run: _UnitRun, stage: list[Manifest], live: LiveState, opts: SyncOptions,
+                     plan: Plan) -> list[Outcome]:
+        """Objects of one apply stage of `run`'s unit. Ownership and the no-request check run
+        inline; only the objects that need the server are sent, in parallel. A workload that reads
+        a Secret of its unit that failed to apply is not applied: its pods would read whatever a
+        Secret of that name holds (another's value, for a squatted `<workload>-sealed`)."""
+        applier, inv, policy, unit = run.applier, run.inv, run.planned.policy, run.planned.unit
         outcomes: list[Outcome | None] = []
         pending = []
         for i, m in enumerate(stage):
             ref = ObjectRef.of(m)
             if ref.kind in OPTIONAL_KINDS:  # not watched: read fresh each time
                 self._read_optional(ref, live)
-            conflict = write_conflict(unit, {plan.repository, *plan.former_names}, live.objects.get(ref), plan.claims,
+            conflict = write_conflict(unit, plan.ours.names, live.objects.get(ref), plan.claims,
                                       live.inventories, foreign=lambda repo, owner: plan.foreign_source(
                                           repo, recorded_source(live, owner, live.inventories.get(owner))),
-                                      legacy=plan.legacy_names)
+                                      legacy=plan.ours.legacy)
             if conflict is not None:
                 outcomes.append(Outcome(Change(ref, Action.FAILED, f"not applied: {conflict.reason}",
                                                cause=conflict.cause), None))
                 continue
+            unread = sorted(secrets_read(m) & run.unapplied.keys())
+            if unread:
+                outcomes.append(Outcome(Change(ref, Action.FAILED, f"not applied: its pods read the Secret "
+                                               f"{unread[0]}, which was not applied ({run.unapplied[unread[0]]}); "
+                                               "fix that Secret first", cause=Cause.SECRET_NOT_APPLIED), None))
+                continue
             quick = applier.known_unchanged(m, live.objects.get(ref), inv.entries.get(ref))
             if quick is None:
-                problems = self._unmountable(m, own_secrets)
+                problems = self._unmountable(m, run.own_secrets)
                 if problems:  # its pods would wait in ContainerCreating: say why instead
                     quick = Outcome(Change(ref, Action.FAILED, f"not applied: {'; '.join(problems)}",
                                            cause=Cause.MISSING_SECRET_KEY), None)

@@ -14,6 +14,7 @@ from syncer.engine.inventory import Inventory
 from syncer.engine.live import LiveState
 from syncer.engine.ownership import owner_of
 from syncer.identity import Unit
+from syncer.ours import Ours
 
 
 def vanished_units(live: LiveState, repository: str, former: Collection[str] = (),
@@ -24,7 +25,7 @@ def vanished_units(live: LiveState, repository: str, former: Collection[str] = (
     without those `in_git` says are still in Git (left out before sorting: at 2,000 units the
     sort of all of them was most of the time), and without those `foreign(repository, source)`
     says another source recorded under one of our names."""
-    ours = {repository, *former}
+    ours = Ours(repository, frozenset(former)).names  # the one rule (syncer.ours)
     units = {u for u, inv in live.inventories.items() if inv.repository in ours and not (in_git and in_git(u))
              and not (foreign and foreign(inv.repository, recorded_source(live, u, inv)))}
     for unit in live.objects.labelled_units():

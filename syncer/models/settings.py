@@ -92,7 +92,8 @@ class Guardrails(StrictModel):
     allowedTokenAudiences: list[str] = []
     """Audiences (shell patterns) a projected ServiceAccount token may be made for."""
     allowedSecrets: list[str] = []
-    """Secrets (shell patterns) pods may read besides those their unit renders."""
+    """Secrets (shell patterns) pods may read besides those their unit renders (syncer.ours), the
+    one a federation's `flower-syncer.io/superlink-tls-secret` names included."""
     allowedControlApiTargets: list[str] | None = None
     """Control API addresses (`host:port`, shell patterns) a federation may register SuperNode keys
     with. Unset: no list (the federation's own SuperLink Service only)."""

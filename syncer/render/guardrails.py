@@ -13,7 +13,8 @@ from typing import Any
 from syncer.diagnostics import Diagnostic
 from syncer.identity import Manifest, ObjectRef, Unit
 from syncer.models.settings import PROTECTED_NAMESPACES, Guardrails
-from syncer.render.podrules import AgentAccount, Allowances, check_object, check_pod_spec, own_secrets
+from syncer.ours import own_secrets
+from syncer.render.podrules import AgentAccount, Allowances, check_object, check_pod_spec
 from syncer.render.podsecurity import check_pod
 
 WORKLOAD_KINDS = frozenset({"Deployment", "StatefulSet", "DaemonSet", "Job", "Pod"})

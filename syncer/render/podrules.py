@@ -14,8 +14,8 @@ the ways a commit reaches credentials or nodes that are not its unit's own.
 - projected ServiceAccount tokens only for the audiences in `guardrails.allowedTokenAudiences`
   (no audience: the API server's, the same token the pod's ServiceAccount gets anyway).
 - Secret volumes, projected Secrets, `env[].valueFrom.secretKeyRef` and `envFrom[].secretRef`
-  only of the unit's own Secrets: those it renders (or a Certificate it renders writes), the
-  federation's declared TLS Secret, or names in `guardrails.allowedSecrets`. A Secret volume that
+  only of the unit's own Secrets (syncer.ours: those it renders, or a Certificate it renders
+  writes; never widened by an annotation), or names in `guardrails.allowedSecrets`. A Secret volume that
   projects only the key `ca.crt` reads a CA certificate, which is public, and is allowed.
 - `hostAliases` and `dnsConfig` (or `dnsPolicy: None`) need `allowPodFeatures`: they change what
   the pod's names resolve to without changing the addresses a reviewer reads in the diff (the
@@ -100,19 +100,6 @@ def _l(value: Any) -> list[Any]:
 
 def _matches(name: str, patterns: Sequence[str]) -> bool:
     return any(fnmatch.fnmatchcase(name, p) for p in patterns)
-
-
-def own_secrets(manifests: Sequence[Manifest]) -> set[str]:
-    """Secrets the unit renders, and those written for a Certificate it renders."""
-    names = set()
-    for m in manifests:
-        if m.get("kind") == "Secret":
-            names.add(str(m["metadata"]["name"]))
-        elif m.get("kind") == "Certificate":
-            name = _d(m.get("spec")).get("secretName")
-            if name:
-                names.add(str(name))
-    return names
 
 
 def check_object(m: Manifest) -> Iterator[Rule]:

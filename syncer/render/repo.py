@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from syncer.diagnostics import DECRYPTION, Diagnostic, primary
 from syncer.identity import DEFAULT_REPOSITORY, Manifest, ObjectRef, Unit, cluster_source, unit_matches
 from syncer.models.federation import Federation
+from syncer.models.federation_spec import ANN_TLS_SECRET
 from syncer.models.settings import PROTECTED_NAMESPACES, Guardrails, SyncPolicy
+from syncer.ours import secret_is_own_or_listed
 from syncer.plan import Claims, NodeAuth, Plan, Policy, UnitPlan, refs_of
 from syncer.render.common import RenderContext, sort_manifests
 from syncer.render.control_targets import control_target_diagnostics
@@ -206,11 +208,24 @@ def render_repo(state: RepoState, selectors: list[str] | None = None, cache: Ren
         return _render_repo(state, selectors, cache, agent, control_targets)
 
 
-def _declared_secrets(loaded: LoadedUnit) -> tuple[str, ...]:
-    """Secrets a unit's pods read that its document declares as its own: a federation's TLS Secret."""
-    if isinstance(loaded.model, Federation) and not loaded.model.spec.insecure and loaded.model.tls_secret():
-        return (loaded.model.tls_secret(),)
-    return ()
+def _foreign_tls_secret(loaded: LoadedUnit, manifests: Sequence[Manifest],
+                        rails: Guardrails) -> tuple[str, Diagnostic] | None:
+    """A federation's TLS Secret named by annotation that is neither the unit's own nor listed by
+    the admin (syncer.ours): an annotation never makes another application's Secret the unit's."""
+    fed = loaded.model
+    if not isinstance(fed, Federation) or fed.spec.insecure or ANN_TLS_SECRET not in fed.metadata.annotations:
+        return None
+    name = fed.tls_secret()
+    if secret_is_own_or_listed(name, manifests, rails.allowedSecrets):
+        return None
+    message = (f"the SuperLink's TLS Secret {name!r} is not this federation's own (it renders no such Secret and no "
+               "Certificate it renders writes it) and guardrails.allowedSecrets does not list it: its pods would "
+               "read another application's Secret, so nothing of this federation is applied")
+    hint = (f"keep the Secret in the repository next to the federation (e.g. a SOPS-encrypted secrets.yaml), let "
+            f"cert-manager write it (an issuer annotation, without {ANN_TLS_SECRET}), or list {name!r} in "
+            "guardrails.allowedSecrets in flower-syncer.yaml (under an admin policy, the admin's list must allow it)")
+    return name, Diagnostic(loaded.source, loaded.line, 1, f"metadata.annotations.{ANN_TLS_SECRET}", message, hint,
+                            unit=loaded.unit.id)
 
 
 def _render(loaded: LoadedUnit, rails: Guardrails, cache: RenderCache | None, used: dict[int, _Done],
@@ -218,8 +233,11 @@ def _render(loaded: LoadedUnit, rails: Guardrails, cache: RenderCache | None, us
     done = cache._get(loaded, rails) if cache is not None else None
     if done is None:
         manifests = render_unit(loaded)
+        foreign = _foreign_tls_secret(loaded, manifests, rails)
         crossed = check_guardrails(loaded.unit, manifests, rails, loaded.source, loaded.line, agent=agent,
-                                   extra_secrets=_declared_secrets(loaded))
+                                   extra_secrets=(foreign[0],) if foreign else ())  # said once, below
+        if foreign is not None:
+            crossed.insert(0, foreign[1])
         # kept across revisions by the cache (the agent): compact (see syncer.render.packed)
         done = _Done(loaded, rails, pack(manifests) if cache is not None else manifests, crossed,
                      refs_of(manifests))

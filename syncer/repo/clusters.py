@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from syncer.diagnostics import Diagnostic
+from syncer.diagnostics import CROSS_CLUSTER, Diagnostic
 from syncer.identity import Unit
 from syncer.models.names import name_problem
 from syncer.repo.state import RepoState
@@ -66,5 +66,6 @@ def split(state: RepoState, homes: dict[Unit, str]) -> None:
     mine: list[Diagnostic] = []
     for d in state.diagnostics:
         where = cluster_of_path(d.file)
-        (mine if where is None or where == own else state.elsewhere_diagnostics).append(d)
+        every = d.code == CROSS_CLUSTER  # a unit id in two clusters' folders: every agent's error
+        (mine if where is None or where == own or every else state.elsewhere_diagnostics).append(d)
     state.diagnostics = mine

@@ -33,6 +33,7 @@ from syncer.models.secret import SecretManifest
 from syncer.models.settings import ReleaseSettings, RepoSettings
 from syncer.models.supernode import SuperNodeValues, validate_values
 from syncer.repo import clusters as layouts
+from syncer.repo.duplicates import check_duplicates
 from syncer.repo.encrypted import opaque_only, scrub
 from syncer.repo.reader import YAML_SUFFIXES, Reader, Signature
 from syncer.repo.sites import check_sites
@@ -136,7 +137,7 @@ def load_repo(root: Path, decryption: Decryption | None = None, cache: LoadCache
             cache._end()
             cache._files = reader.seen
     homes.update((u.unit, u.cluster) for u in state.units)  # the checks below may fail loaded units
-    _check_duplicates(state)
+    homes.update(dict.fromkeys(check_duplicates(state), ""))  # in two clusters: every cluster's failure
     check_version_skew(state)
     check_sites(state)
     layouts.split(state, homes)
@@ -571,20 +572,3 @@ def _load_single(reader: Reader, path: Path, cls: type[Any], state: RepoState, u
     model, problems = validate(docs[0]) if validate else validate_document(cls, docs[0], unit=unit)
     state.diagnostics.extend(problems)
     return model
-
-
-def _check_duplicates(state: RepoState) -> None:
-    seen: dict[Unit, LoadedUnit] = {}
-    kept: list[LoadedUnit] = []
-    for loaded in state.units:
-        first = seen.get(loaded.unit)
-        if first is None:
-            seen[loaded.unit] = loaded
-            kept.append(loaded)
-            continue
-        state.diagnostics.append(Diagnostic(
-            loaded.source, loaded.line, 1, "metadata.name",
-            f"{loaded.unit.kind} {loaded.unit.name!r} in namespace {loaded.unit.namespace!r} is also defined in "
-            f"{first.source}:{first.line}", "rename one of them or remove the duplicate", unit=loaded.unit.id))
-        state.failed.add(loaded.unit)
-    state.units = [u for u in kept if u.unit not in state.failed]

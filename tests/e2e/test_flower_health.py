@@ -132,7 +132,8 @@ def test_pods_ready_but_supernodes_not_connected_and_a_failing_run(
     control = free_port()
     config_repo.commit({
         "flower-syncer.yaml": f"name: e2e\ndefaultNamespace: {ns}\n"
-                              "guardrails:\n  allowedControlApiTargets: ['127.0.0.1:*']\n",
+                              "guardrails:\n  allowedControlApiTargets: ['127.0.0.1:*']\n"
+                              "  allowedSecrets: [superlink-tls]\n",
         "federations/health.yaml": FEDERATION.format(control=control),
         "supernodes/lost/values.yaml": LOST_RELEASE,
     }, "a TLS federation, and a release that dials it without TLS")

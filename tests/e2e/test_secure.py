@@ -138,7 +138,7 @@ def test_tls_and_node_auth_admit_only_the_listed_keys(real_cluster: RealCluster,
     config_repo.commit({
         # keys are registered at the port-forward below: a target the guardrails must allow
         "flower-syncer.yaml": f"name: e2e\ndefaultNamespace: {ns}\n"
-                              "guardrails:\n  allowedSecrets: [hub-supernode-key]\n"  # the hand-made key
+                              "guardrails:\n  allowedSecrets: [hub-supernode-key, superlink-tls]\n"  # the hand-made key
                               "  allowedControlApiTargets: ['127.0.0.1:*']\n",
         "federations/secure.yaml": federation(f"127.0.0.1:{control_port}", listed),
         "supernodes/edge-a/values.yaml": release("edge-a", 0, keys["edge-a"], "superlink-tls"),

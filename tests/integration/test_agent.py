@@ -97,19 +97,37 @@ def test_broken_commit_keeps_the_last_good_state(repos: Repos, start_agent: Call
 
 def test_sigquit_writes_every_threads_stack_and_the_agent_goes_on(repos: Repos,
                                                                      start_agent: Callable[..., AgentProc]) -> None:
-    """`kill -QUIT` (README, "A stuck agent"): the stacks of the main thread and the workers in the
-    log, and the agent still healthy and stopping cleanly on SIGTERM afterwards (the fixture checks
-    its exit code)."""
+    """`kill -QUIT` (README, "A stuck agent"), 50 times while the agent is busy (resyncs, scrapes):
+    each time the stacks of the main thread and the workers in the log, and the agent still healthy
+    and stopping cleanly on SIGTERM afterwards (the fixture checks its exit code; the C-level dump
+    of every thread this replaced killed it with SIGSEGV, issue 39)."""
     import signal
+    import threading
 
     agent = start_agent(str(repos.bare))
-    agent.proc.send_signal(signal.SIGQUIT)
+    done = threading.Event()
 
-    def stacks() -> str | None:
-        text = agent.log.read_text(errors="replace")
-        return text if text.count("most recent call first") >= 2 else None
+    def busy() -> None:  # syncs and requests in flight while the signals come
+        while not done.is_set():
+            agent.post("/api/v1/resync", b"{}", {"Authorization": f"Bearer {agent.token}"})
+            agent.get("/metrics")
 
-    dump = wait_until("the stacks in the log", stacks, log=agent.log)
+    load = threading.Thread(target=busy, daemon=True)
+    load.start()
+    marker = "most recent call first"
+    try:
+        for _ in range(50):
+            before = agent.log.read_text(errors="replace").count(marker)
+            agent.proc.send_signal(signal.SIGQUIT)
+            wait_until("the next stacks in the log",
+                       lambda before=before: (agent.log.read_text(errors="replace").count(marker) > before  # type: ignore[misc]
+                                              or agent.proc.poll() is not None), log=agent.log)
+            assert agent.proc.poll() is None, f"agent exited with {agent.proc.returncode}"
+    finally:
+        done.set()
+        load.join(70)
+    dump = agent.log.read_text(errors="replace")
+    assert dump.count(marker) >= 100  # every thread, every time
     assert "Current thread" in dump or "Thread 0x" in dump
     assert "runner.py" in dump  # the main thread, waiting in run()
     assert agent.proc.poll() is None and agent.get("/healthz")[0] == 200

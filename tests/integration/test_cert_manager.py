@@ -98,7 +98,8 @@ def test_a_certificate_cert_manager_issues_serves_a_tls_superlink(cert_manager: 
     # the Federation names that Secret: flower-syncer copies its CA for the SuperNodes
     repo = tmp_path / "repo"
     (repo / "federations").mkdir(parents=True)
-    (repo / "flower-syncer.yaml").write_text(f"name: {namespace}\ndefaultNamespace: {namespace}\n")
+    (repo / "flower-syncer.yaml").write_text(f"name: {namespace}\ndefaultNamespace: {namespace}\n"
+                                             "guardrails: {allowedSecrets: [superlink-tls]}\n")  # made by hand
     (repo / "federations" / "fed.yaml").write_text(
         tls_federation('{"flower-syncer.io/superlink-tls-secret": superlink-tls}'))
     state = load_repo(repo)

@@ -28,7 +28,8 @@ def test_a_tls_federation_syncs_on_a_real_api_server(kube: Kube, namespace: str,
                 "metadata": {"name": "superlink-tls", "namespace": namespace},
                 "data": {"tls.crt": cert, "tls.key": base64.b64encode(b"key").decode()}}, manager="kubectl")
     (tmp_path / "federations").mkdir()
-    (tmp_path / "flower-syncer.yaml").write_text(f"name: {namespace}\ndefaultNamespace: {namespace}\n")
+    (tmp_path / "flower-syncer.yaml").write_text(f"name: {namespace}\ndefaultNamespace: {namespace}\n"
+                                                 "guardrails: {allowedSecrets: [superlink-tls]}\n")
     (tmp_path / "federations" / "fed.yaml").write_text(
         tls_federation('{"flower-syncer.io/superlink-tls-secret": superlink-tls}'))
     state = load_repo(tmp_path)

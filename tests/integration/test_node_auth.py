@@ -62,7 +62,8 @@ def test_keys_listed_in_git_are_the_keys_the_superlink_admits(superlink: SuperLi
     keys = {name: keypair(tmp_path, name) for name in ("site-a", "site-b", "stranger")}
     repo = tmp_path / "repo"
     (repo / "federations").mkdir(parents=True)
-    (repo / "flower-syncer.yaml").write_text(f"name: {namespace}\ndefaultNamespace: {namespace}\n")
+    (repo / "flower-syncer.yaml").write_text(f"name: {namespace}\ndefaultNamespace: {namespace}\n"
+                                             "guardrails: {allowedSecrets: [superlink-tls]}\n")
 
     def sync(listed: list[str]) -> SyncReport:
         text = FED.format(mode="enabled", keys="\n".join(f"      {keys[n][1]}" for n in listed), insecure="false",
@@ -163,7 +164,8 @@ def test_the_agent_applies_an_encrypted_tls_secret_and_registers_the_keys(
     assert "PRIVATE KEY" not in encrypted
     repos.commit({"federations/fed.yaml": encrypted,
                   "flower-syncer.yaml": f"name: {namespace}\ndefaultNamespace: {namespace}\n"
-                                        f"guardrails: {{allowedControlApiTargets: {ALLOWED}}}\n"},
+                                        f"guardrails: {{allowedControlApiTargets: {ALLOWED}, "
+                                        "allowedSecrets: [superlink-tls]}\n"},
                  "a federation with node auth")
     agent = start_agent(str(repos.bare), "--decryption-key-file", str(keys_dir))
     kube = Kube.from_kubeconfig(kube_cluster.kubeconfig)

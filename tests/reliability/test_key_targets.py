@@ -31,7 +31,8 @@ A_KEY = ("ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAA
 def repo(tmp_path: Path, files: dict[str, str]) -> Path:
     root = tmp_path / "repo"
     (root / "federations").mkdir(parents=True)
-    (root / "flower-syncer.yaml").write_text(f"name: keys\ndefaultNamespace: {NS}\n")
+    (root / "flower-syncer.yaml").write_text(f"name: keys\ndefaultNamespace: {NS}\n"
+                                             "guardrails: {allowedSecrets: [superlink-tls]}\n")
     for name, text in files.items():
         (root / "federations" / f"{name}.yaml").write_text(text)
     return root

@@ -21,7 +21,8 @@ AT = "metadata.annotations['flower-syncer.io/control-api-address']"
 def repo(tmp_path: Path, feds: dict[str, str]) -> Path:
     root = tmp_path / "repo"
     (root / "federations").mkdir(parents=True)
-    (root / "flower-syncer.yaml").write_text(f"name: targets\ndefaultNamespace: {NS}\n")
+    (root / "flower-syncer.yaml").write_text(f"name: targets\ndefaultNamespace: {NS}\n"
+                                             "guardrails: {allowedSecrets: [superlink-tls]}\n")
     for name, text in feds.items():
         (root / "federations" / f"{name}.yaml").write_text(text)
     return root
@@ -98,6 +99,7 @@ def test_the_targets_are_the_effective_guardrails(tmp_path: Path) -> None:
     errors, plan = errors_of(root)
     assert len(errors) == 1 and plan.units == {}
     (root / "flower-syncer.yaml").write_text(f"name: targets\ndefaultNamespace: {NS}\n"
-                                             "guardrails: {allowedControlApiTargets: ['127.0.0.1:*']}\n")
+                                             "guardrails: {allowedControlApiTargets: ['127.0.0.1:*'],"
+                                             " allowedSecrets: [superlink-tls]}\n")
     errors, plan = errors_of(root)
     assert errors == [] and len(plan.units) == 1

@@ -21,7 +21,8 @@ from tests.fakekube import FakeApiServer, FakeKube
 
 def repo(tmp_path: Path, annotations: str) -> Path:
     (tmp_path / "federations").mkdir(parents=True, exist_ok=True)
-    (tmp_path / "flower-syncer.yaml").write_text(f"name: tls\ndefaultNamespace: {NS}\n")
+    (tmp_path / "flower-syncer.yaml").write_text(f"name: tls\ndefaultNamespace: {NS}\n"
+                                                 "guardrails: {allowedSecrets: [superlink-tls]}\n")
     (tmp_path / "federations" / "fed.yaml").write_text(federation(annotations=annotations[1:-1], insecure=False))
     return tmp_path
 

@@ -28,7 +28,7 @@ BARE_NAME_TREES = ("tools",)
 # Lowest first. Modules of one floor may import each other.
 FLOORS: list[set[str]] = [
     {"syncer", "syncer.identity", "syncer.diagnostics", "syncer.logs", "syncer.compact"},
-    {"syncer.yamldoc", "syncer.plan", "syncer.secrets"},
+    {"syncer.yamldoc", "syncer.plan", "syncer.ours", "syncer.secrets"},
     {"syncer.models"},
     {"syncer.repo"},
     {"syncer.render"},

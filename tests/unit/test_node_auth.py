@@ -35,7 +35,8 @@ def load(tmp_path: Path, keys: list[str], *, mode: str = "enabled", insecure: st
          supernode_image: str = "flwr/supernode:1.26.0") -> Any:
     repo = tmp_path / "repo"
     (repo / "federations").mkdir(parents=True, exist_ok=True)
-    (repo / "flower-syncer.yaml").write_text(f"name: auth\ndefaultNamespace: {NS}\n")
+    (repo / "flower-syncer.yaml").write_text(f"name: auth\ndefaultNamespace: {NS}\n"
+                                             "guardrails: {allowedSecrets: [superlink-tls]}\n")
     (repo / "federations" / "fed.yaml").write_text(FED.format(
         mode=mode, keys="\n".join(f"      {k}" for k in keys) or "      # none", insecure=insecure,
         replicas=replicas, image=image, args=args).replace("flwr/supernode:1.26.0", supernode_image))
