@@ -6,6 +6,7 @@ leader lease (so a standby takes over at once), stop the HTTP server, exit 0.
 
 from __future__ import annotations
 
+import dataclasses
 import faulthandler
 import functools
 import os
@@ -49,6 +50,7 @@ from syncer.render.tenancy import Tenancy
 from syncer.source.git import GitSource, SourceSpec, default_cache_dir
 from syncer.source.location import source_location
 from syncer.source.refs import SourceError
+from syncer.source.signatures import Verification
 from syncer.source.watch import LocalRepoWatcher
 
 log = structlog.get_logger("syncer.agent")
@@ -110,7 +112,6 @@ def run(config: AgentConfig) -> int:
                       cache_dir=config.cache_dir or default_cache_dir(config.repo, config.ref),
                       token_file=config.git_token_file, username=config.git_username,
                       ssh_key_file=config.ssh_key_file, known_hosts_file=config.known_hosts_file)
-    source = GitSource(spec)
     metrics = Metrics()
     metrics.set_poll_interval(config.interval)
     gc_pauses = GCPauses()
@@ -124,6 +125,7 @@ def run(config: AgentConfig) -> int:
         log.error("invalid admin policy", error=str(exc), hint="fix the file given with --policy")
         return 2
     repository = tenancy.name
+    source = GitSource(dataclasses.replace(spec, verify=tenancy.verify))  # the admin's required signatures
     # every write of the agent checks the fence: with leader election nothing is written until we
     # lead, and nothing after the lease's renew deadline (lease duration - safety margin)
     fence = WriteFence() if config.leader_elect else WriteFence.open()
@@ -222,6 +224,7 @@ class RepositoryTenancy:
     name: str  # the derived name (when flower-syncer.yaml sets none)
     tenancy: Tenancy
     impersonate: str | None
+    verify: Verification | None = None  # the signatures the admin's policy requires (source.signatures)
 
 
 def repository_tenancy(config: AgentConfig) -> RepositoryTenancy:
@@ -244,8 +247,13 @@ def repository_tenancy(config: AgentConfig) -> RepositoryTenancy:
         log.info("admin policy applies", source=source, ref=ref, path=sub, namespaces=namespaces,
                  pod_features=list(rails.allowPodFeatures), names=policy.names,
                  service_account=policy.serviceAccount or "none (writes use the agent's own rights)")
+    verify = None
+    if policy is not None and policy.verify is not None:
+        verify = Verification(policy.verify.mode, tuple(policy.verify.publicKeys))
+        log.info("signed revisions only: a commit not signed as the admin's policy requires is not applied",
+                 mode=verify.mode, keys=len(verify.keys))
     return RepositoryTenancy(name, Tenancy(source_key(source, sub, ref), policy, legacy),
-                             policy.impersonate if policy is not None else None)
+                             policy.impersonate if policy is not None else None, verify)
 
 
 def _leading(agent: Agent, kube: Kube, leading: bool) -> None:

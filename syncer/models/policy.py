@@ -11,7 +11,8 @@ matches applies, else `default`. An entry says:
 - `names`: the repository names it may claim (`name`) and take over (`renamedFrom`) even when
   another source recorded them; unset: any name no other source uses;
 - `serviceAccount`: `namespace/name` of the ServiceAccount the agent impersonates for every write
-  of this repository (Flux's `serviceAccountName`), so the API server's RBAC is the boundary.
+  of this repository (Flux's `serviceAccountName`), so the API server's RBAC is the boundary;
+- `verify`: the signatures its revisions must carry (models/verify.py): nothing else is applied.
 
 Pure data and pure functions: no I/O.
 """
@@ -27,6 +28,7 @@ from syncer.models.base import StrictModel
 from syncer.models.k8s import Issue
 from syncer.models.names import name_problem
 from syncer.models.settings import PROTECTED_NAMESPACES, Guardrails
+from syncer.models.verify import CommitVerification
 
 _WILDCARDS = frozenset("*?[")
 
@@ -47,6 +49,8 @@ class RepositoryPolicy(StrictModel):
     take over from another source. Unset: any name that no other source uses."""
     serviceAccount: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9.-]*/[a-z0-9][a-z0-9.-]*$")] | None = None
     """`namespace/name` of the ServiceAccount every write of this repository is made as."""
+    verify: CommitVerification | None = None
+    """Apply only revisions signed by one of these keys (OpenPGP or SSH); unset: any revision."""
 
     def matches(self, source: str, ref: str, path: str) -> bool:
         return (fnmatch.fnmatchcase(source, self.source) and fnmatch.fnmatchcase(ref, self.ref)
@@ -90,6 +94,8 @@ class AdminPolicy(StrictModel):
                 if not _WILDCARDS & set(name) and name_problem(name, "repository name"):
                     issues.append(Issue((*where, "names", j), str(name_problem(name, "repository name")),
                                         "use a DNS-style name or a shell pattern"))
+            if entry.verify is not None:
+                issues += entry.verify.key_issues((*where, "verify"))
         return issues
 
 
