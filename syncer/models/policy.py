@@ -3,8 +3,8 @@
 The agent reads it from a file (`--policy FILE`; the chart renders it from its values into a
 ConfigMap of the agent's namespace, which tenants cannot edit). Each entry of `repositories`
 matches repositories by where they come from (shell patterns on the source URL without
-credentials, the ref and the sub-path, as Argo CD's AppProject `sourceRepos` do); the first that
-matches applies, else `default`. An entry says:
+credentials, the ref and the sub-path, as Argo CD's AppProject `sourceRepos` do, both sides in
+one spelling first: models/policymatch.py); the first that matches applies, else `default`. An entry says:
 
 - `guardrails`: the limits (allowed namespaces, pod features, ...), in the very schema of the
   repository's own `guardrails`; the repository's `flower-syncer.yaml` can only narrow them;
@@ -27,6 +27,7 @@ from pydantic import Field
 from syncer.models.base import StrictModel
 from syncer.models.k8s import Issue
 from syncer.models.names import name_problem
+from syncer.models.policymatch import canonical_path, canonical_ref, canonical_source
 from syncer.models.settings import PROTECTED_NAMESPACES, Guardrails
 from syncer.models.verify import CommitVerification
 
@@ -53,8 +54,11 @@ class RepositoryPolicy(StrictModel):
     """Apply only revisions signed by one of these keys (OpenPGP or SSH); unset: any revision."""
 
     def matches(self, source: str, ref: str, path: str) -> bool:
-        return (fnmatch.fnmatchcase(source, self.source) and fnmatch.fnmatchcase(ref, self.ref)
-                and fnmatch.fnmatchcase(path.strip("/"), self.path))
+        """Whether the entry's patterns match, both sides in one spelling (models/policymatch.py):
+        another spelling of the same repository, ref or folder never falls through to a later entry."""
+        return (fnmatch.fnmatchcase(canonical_source(source), canonical_source(self.source))
+                and fnmatch.fnmatchcase(canonical_ref(ref), canonical_ref(self.ref))
+                and fnmatch.fnmatchcase(canonical_path(path), canonical_path(self.path)))
 
     def may_use_name(self, name: str) -> bool:
         return self.names is None or any(fnmatch.fnmatchcase(name, p) for p in self.names)
@@ -85,6 +89,10 @@ class AdminPolicy(StrictModel):
 
     def for_source(self, source: str, ref: str = "", path: str = "") -> RepositoryPolicy:
         return next((p for p in self.repositories if p.matches(source, ref or "", path or "")), self.default)
+
+    def entry_name(self, entry: RepositoryPolicy) -> str:
+        """`repositories[i]` or `default`: where `entry` is in the file."""
+        return next((f"repositories[{i}]" for i, e in enumerate(self.repositories) if e is entry), "default")
 
     def semantic_issues(self) -> list[Issue]:
         issues = []

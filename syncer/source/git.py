@@ -29,7 +29,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -91,6 +91,9 @@ class SourceSpec:
     timeout: float = 60.0
     verify: Verification | None = None
     """Signatures the admin requires (syncer.source.signatures); None: none."""
+    admit: Callable[[str], str] | None = None
+    """Called with the remote ref the wanted one resolved to (e.g. the default branch's name):
+    why it may not be synced (the admin's policy gives it another entry), or ""."""
 
     def __post_init__(self) -> None:
         if self.cache_dir is _AUTO_CACHE_DIR:
@@ -244,6 +247,8 @@ class GitSource:
                 raise SourceError("ref-not-found", f"{self._display} has no commits on its default branch (HEAD)")
             raise SourceError("ref-not-found", f"{self._display} has no branch, tag or commit {self._ref!r}")
         name, sha = hit
+        if self.spec.admit is not None and (refusal := self.spec.admit(name)):
+            raise SourceError("invalid", refusal)
         if self._is_current(sha, name):
             assert self._last is not None
             self._refresh_index(s)
