@@ -12,7 +12,8 @@ one spelling first: models/policymatch.py); the first that matches applies, else
   another source recorded them; unset: any name no other source uses;
 - `serviceAccount`: `namespace/name` of the ServiceAccount the agent impersonates for every write
   of this repository (Flux's `serviceAccountName`), so the API server's RBAC is the boundary;
-- `verify`: the signatures its revisions must carry (models/verify.py): nothing else is applied.
+- `verify`: the signatures its revisions must carry (models/verify.py): nothing else is applied;
+- `requireEncryption`: Secrets in Git must be SOPS-encrypted (the repository cannot turn it off).
 
 Pure data and pure functions: no I/O.
 """
@@ -52,6 +53,9 @@ class RepositoryPolicy(StrictModel):
     """`namespace/name` of the ServiceAccount every write of this repository is made as."""
     verify: CommitVerification | None = None
     """Apply only revisions signed by one of these keys (OpenPGP or SSH); unset: any revision."""
+    requireEncryption: bool = False
+    """Secrets and node-auth private keys must come from SOPS-encrypted files, whatever the
+    repository's flower-syncer.yaml says."""
 
     def matches(self, source: str, ref: str, path: str) -> bool:
         """Whether the entry's patterns match, both sides in one spelling (models/policymatch.py):
@@ -148,7 +152,11 @@ def narrow(admin: Guardrails, repo: Guardrails) -> tuple[Guardrails, list[tuple[
     return Guardrails.model_validate(values), problems
 
 
-_LEVELS = {"podSecurity": ("privileged", "baseline", "restricted")}  # stricter later
+_LEVELS: dict[str, tuple[Any, ...]] = {  # stricter later
+    "podSecurity": ("privileged", "baseline", "restricted"),
+    "networkPolicies": ("optional", "required"),
+    "allowInsecureExposure": (True, False),
+}
 
 
 def _narrower(name: str, ours: Any, theirs: Any) -> bool:

@@ -19,6 +19,41 @@ from syncer.render.podsecurity import check_pod
 WORKLOAD_KINDS = frozenset({"Deployment", "StatefulSet", "DaemonSet", "Job", "Pod"})
 
 
+def exposure_problems(manifests: list[Manifest], rails: Guardrails) -> Iterator[tuple[str, str]]:
+    """(problem, hint) for each way the unit is reachable beyond what the guardrails allow: a
+    Service type they leave out, pods without NetworkPolicies when they are required, a SuperLink
+    in plain text (`--insecure`) on a NodePort or LoadBalancer Service."""
+    outside: list[str] = []
+    pods = policies = 0
+    insecure = False
+    for m in manifests:
+        kind = m.get("kind")
+        if kind == "Service":
+            kind_of = str((m.get("spec") or {}).get("type") or "ClusterIP")
+            if kind_of not in rails.allowedServiceTypes:
+                yield (f"{ObjectRef.of(m)} is a {kind_of} Service, which the guardrails do not allow (allowed: "
+                       f"{', '.join(rails.allowedServiceTypes) or 'none'})",
+                       "use a ClusterIP Service, or ask the cluster's admins to allow the type")
+            if kind_of in ("NodePort", "LoadBalancer"):
+                outside.append(f"{ObjectRef.of(m)} ({kind_of})")
+        elif kind == "NetworkPolicy":
+            policies += 1
+        pod = _pod(m)
+        if pod is not None:
+            pods += 1
+            insecure = insecure or any(c.get("name") == "superlink" and "--insecure" in (c.get("args") or [])
+                                       for c in pod[2].get("containers") or [] if isinstance(c, dict))
+    if rails.networkPolicies == "required" and pods and not policies:
+        yield ("the unit runs pods but renders no NetworkPolicy, and the guardrails require them "
+               "(networkPolicies: required)", "turn them on: remove flower-syncer.io/network-policies: disabled "
+               "from the Federation, or set networkPolicy.enabled: true in the release's values")
+    if not rails.allowInsecureExposure and insecure and outside:
+        yield (f"the SuperLink runs in plain text (insecure: true) and {', '.join(outside)} makes its Fleet API and "
+               "Control API reachable from outside the cluster, which the guardrails do not allow "
+               "(allowInsecureExposure: false)", "set insecure: false with a certificate, or keep the Service "
+               "ClusterIP")
+
+
 def pod_features(pod_spec: dict[str, Any]) -> Iterator[tuple[str, str]]:
     """(feature, field path in the pod spec) for each baseline control the pod breaks."""
     for f in check_pod({}, pod_spec, "baseline"):
@@ -47,6 +82,8 @@ def check_guardrails(unit: Unit, manifests: list[Manifest], rails: Guardrails, s
                                 f"{unit.namespace!r}, which this repository may not use (allowed: {namespaces})",
                                 "choose another namespace, or list it in guardrails.allowedNamespaces in "
                                 "flower-syncer.yaml", unit=unit.id))
+    diags += [Diagnostic(source, line, 1, "", problem, hint, unit=unit.id)
+              for problem, hint in exposure_problems(manifests, rails)]
     allowed = frozenset(rails.allowPodFeatures)
     allow = Allowances(rails.allowedServiceAccounts, rails.allowedTokenAudiences, rails.allowedSecrets, allowed)
     accounts = {str(m["metadata"]["name"]) for m in manifests if m.get("kind") == "ServiceAccount"}

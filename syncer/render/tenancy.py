@@ -44,6 +44,7 @@ class Tenancy:
         return {"policy": {"source": policy.source, "ref": policy.ref, "path": policy.path},
                 "serviceAccount": policy.serviceAccount, "names": policy.names,
                 "allowedNamespaces": policy.guardrails.allowedNamespaces,
+                "requireEncryption": policy.requireEncryption,
                 "verify": ({"mode": policy.verify.mode, "keys": len(policy.verify.publicKeys)}
                            if policy.verify is not None else None)}
 
