@@ -94,7 +94,12 @@ class Guardrails(StrictModel):
     allowedTokenAudiences: list[str] = []
     """Audiences (shell patterns) a projected ServiceAccount token may be made for."""
     allowedSecrets: list[str] = []
-    """Secrets (shell patterns) pods may read besides those their unit renders."""
+    """Secrets (shell patterns) pods may read (volumes, env, imagePullSecrets) besides those their unit renders."""
+    allowedClaims: list[str] = []
+    """PersistentVolumeClaims (shell patterns) pods may mount besides those their unit renders."""
+    allowedRuntimeClasses: list[str] = ["nvidia"]
+    """RuntimeClasses (shell patterns) pods may name; by default the NVIDIA runtime a GPU pool with
+    `gpu.mountAll` gets."""
     allowedControlApiTargets: list[str] | None = None
     """Control API addresses (`host:port`, shell patterns) a federation may register SuperNode keys
     with. Unset: no list (the federation's own SuperLink Service only)."""

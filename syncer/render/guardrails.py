@@ -13,7 +13,7 @@ from typing import Any
 from syncer.diagnostics import Diagnostic
 from syncer.identity import Manifest, ObjectRef, Unit
 from syncer.models.settings import PROTECTED_NAMESPACES, Guardrails
-from syncer.render.podrules import AgentAccount, Allowances, check_object, check_pod_spec, own_secrets
+from syncer.render.podrules import AgentAccount, Allowances, check_object, check_pod_spec, own_claims, own_secrets
 from syncer.render.podsecurity import check_pod
 
 WORKLOAD_KINDS = frozenset({"Deployment", "StatefulSet", "DaemonSet", "Job", "Pod"})
@@ -85,7 +85,9 @@ def check_guardrails(unit: Unit, manifests: list[Manifest], rails: Guardrails, s
     diags += [Diagnostic(source, line, 1, "", problem, hint, unit=unit.id)
               for problem, hint in exposure_problems(manifests, rails)]
     allowed = frozenset(rails.allowPodFeatures)
-    allow = Allowances(rails.allowedServiceAccounts, rails.allowedTokenAudiences, rails.allowedSecrets, allowed)
+    allow = Allowances(rails.allowedServiceAccounts, rails.allowedTokenAudiences, rails.allowedSecrets, allowed,
+                       rails.allowedClaims, rails.allowedRuntimeClasses)
+    claims = own_claims(manifests)
     accounts = {str(m["metadata"]["name"]) for m in manifests if m.get("kind") == "ServiceAccount"}
     secrets = own_secrets(manifests) | set(extra_secrets)
     agent = agent or AgentAccount()
@@ -106,7 +108,7 @@ def check_guardrails(unit: Unit, manifests: list[Manifest], rails: Guardrails, s
                                     f"remove it, or add {f.feature} to guardrails.allowPodFeatures in "
                                     "flower-syncer.yaml", unit=unit.id))
         for rule in check_pod_spec(spec, unit.namespace, own_accounts=accounts, secrets=secrets, agent=agent,
-                                   allow=allow):
+                                   allow=allow, claims=claims):
             diags.append(Diagnostic(source, line, 1, "", f"{ref} {prefix}{rule.path} {rule.detail}: refused, "
                                     f"because {rule.reason}", _HINTS[rule.rule], unit=unit.id))
     return diags
@@ -124,6 +126,9 @@ _HINTS = {
     "tokenAudience": "list the audience in guardrails.allowedTokenAudiences, or drop the token",
     "foreignSecret": "keep the Secret in the unit (e.g. a SOPS-encrypted secrets.yaml), or list its name in "
                      "guardrails.allowedSecrets",
+    "foreignClaim": "use a volumeClaimTemplate or an ephemeral volume, or list the claim in guardrails.allowedClaims",
+    "runtimeClass": "remove runtimeClassName, or ask the cluster's admins to list it in "
+                    "guardrails.allowedRuntimeClasses",
     "hostAliases": "use real DNS names (or add hostAliases to guardrails.allowPodFeatures)",
     "dnsConfig": "use the cluster's DNS (or add dnsConfig to guardrails.allowPodFeatures)",
 }

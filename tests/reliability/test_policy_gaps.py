@@ -13,7 +13,7 @@ from syncer.cli import main
 from syncer.models.policy import AdminPolicy, RepositoryPolicy, narrow
 from syncer.models.settings import Guardrails
 from syncer.render.tenancy import Tenancy
-from tests.builders import NS, federation, secret_manifest
+from tests.builders import NS, federation, pool, secret_manifest
 
 PLAIN = "Secret 'edge-credentials' is in plain text, and the admin's policy sets requireEncryption"
 
@@ -134,3 +134,51 @@ def test_the_repository_can_narrow_exposure_but_not_widen_it(tmp_path: Path) -> 
                                                 "guardrails.allowInsecureExposure"}
     stricter, problems = narrow(Guardrails(), Guardrails(networkPolicies="required", allowInsecureExposure=False))
     assert problems == [] and stricter.networkPolicies == "required" and not stricter.allowInsecureExposure
+
+
+# -- volumes, pull Secrets and runtime classes only the unit's own or listed ------------------------
+
+POD_TEMPLATE = """\
+        podTemplate:
+          spec:
+            {field}
+"""
+
+
+def pool_repo(tmp_path: Path, field: str) -> Path:
+    repo = tmp_path / "poolrepo"
+    (repo / "federations").mkdir(parents=True)
+    (repo / "flower-syncer.yaml").write_text(f"name: team\ndefaultNamespace: {NS}\n")
+    (repo / "federations" / "fed.yaml").write_text(federation("fed", pool("a", 1, POD_TEMPLATE.format(field=field))))
+    return repo
+
+
+CLAIM = "volumes: [{name: data, persistentVolumeClaim: {claimName: billing-db-data}}]"
+PULL = "imagePullSecrets: [{name: billing-registry}]"
+RUNTIME = "runtimeClassName: unconfined-runc"
+
+
+def test_another_applications_volume_is_refused_unless_listed(tmp_path: Path) -> None:
+    repo = pool_repo(tmp_path, CLAIM)
+    (problem,) = messages(load(repo).diagnostics)
+    assert "mounts the PersistentVolumeClaim 'billing-db-data', which the unit does not render" in problem
+    listed = Guardrails(allowedClaims=["billing-db-*"])
+    assert messages(load(repo, policy=RepositoryPolicy(guardrails=listed)).diagnostics) == []
+
+
+def test_another_applications_pull_secret_is_refused_unless_listed(tmp_path: Path) -> None:
+    repo = pool_repo(tmp_path, PULL)
+    (problem,) = messages(load(repo).diagnostics)
+    assert "pulls with the Secret 'billing-registry', which is not the unit's own" in problem
+    listed = Guardrails(allowedSecrets=["billing-registry"])
+    assert messages(load(repo, policy=RepositoryPolicy(guardrails=listed)).diagnostics) == []
+
+
+def test_a_runtime_class_is_refused_unless_listed(tmp_path: Path) -> None:
+    repo = pool_repo(tmp_path, RUNTIME)
+    (problem,) = messages(load(repo).diagnostics)
+    assert "names the RuntimeClass 'unconfined-runc', which the guardrails do not list (allowed: nvidia)" in problem
+    listed = Guardrails(allowedRuntimeClasses=["nvidia", "unconfined-*"])
+    assert messages(load(repo, policy=RepositoryPolicy(guardrails=listed)).diagnostics) == []
+    gpu = pool_repo(tmp_path / "gpu", "runtimeClassName: nvidia")
+    assert messages(load(gpu).diagnostics) == []  # the runtime of a GPU pool with mountAll stays allowed
