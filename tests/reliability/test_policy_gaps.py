@@ -182,3 +182,47 @@ def test_a_runtime_class_is_refused_unless_listed(tmp_path: Path) -> None:
     assert messages(load(repo, policy=RepositoryPolicy(guardrails=listed)).diagnostics) == []
     gpu = pool_repo(tmp_path / "gpu", "runtimeClassName: nvidia")
     assert messages(load(gpu).diagnostics) == []  # the runtime of a GPU pool with mountAll stays allowed
+
+
+# -- Flower versions outside the known releases -------------------------------------------------------
+
+
+def version_repo(tmp_path: Path, version: str) -> Path:
+    repo = tmp_path / "versions"
+    (repo / "federations").mkdir(parents=True)
+    (repo / "flower-syncer.yaml").write_text(f"name: team\ndefaultNamespace: {NS}\n")
+    (repo / "federations" / "fed.yaml").write_text(federation("fed", version=version))
+    return repo
+
+
+@pytest.mark.parametrize("version", ["1.999.0", "0.9.0", "2.0.0", "1.4.0"])
+def test_a_version_outside_the_known_releases_is_a_warning_and_an_error_under_strict(
+        tmp_path: Path, version: str, capsys: pytest.CaptureFixture[str]) -> None:
+    repo = version_repo(tmp_path, version)
+    warnings = [m for m in messages(load(repo).diagnostics, "warning") if "not a release flower-syncer knows" in m]
+    assert warnings and version.rsplit(".", 1)[0] in warnings[0]
+    assert main(["validate", str(repo)]) == 0
+    assert main(["validate", str(repo), "--strict"]) == 1
+    capsys.readouterr()
+
+
+def test_non_ascii_digits_are_not_a_version(tmp_path: Path) -> None:
+    """`1.٤٢.0` (Arabic-Indic digits) was read as Flower 1.42: it names no version."""
+    repo = version_repo(tmp_path, "1.\u0664\u0662.0")
+    warnings = messages(load(repo).diagnostics, "warning")
+    assert any("names no Flower version" in m for m in warnings), warnings
+
+
+def test_a_known_release_gets_no_version_warning(tmp_path: Path) -> None:
+    for version in ("1.20.0", "1.42.0", "1.43.0"):
+        warnings = messages(load(version_repo(tmp_path / version, version)).diagnostics, "warning")
+        assert not [m for m in warnings if "flower-syncer knows" in m or "names no Flower version" in m], warnings
+
+
+def test_a_supernode_release_outside_the_known_releases_is_a_warning(tmp_path: Path) -> None:
+    repo = release_repo(tmp_path)
+    (repo / "supernodes" / "edge" / "secrets.yaml").unlink()
+    (repo / "supernodes" / "edge" / "values.yaml").write_text(
+        "tls:\n  enabled: false\nsupernode:\n  image:\n    tag: 1.999.0\n")
+    warnings = [m for m in messages(load(repo).diagnostics, "warning") if "flower-syncer knows" in m]
+    assert warnings and "1.999" in warnings[0]
