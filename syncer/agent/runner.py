@@ -270,9 +270,13 @@ def _same_entry(admin: AdminPolicy, entry: RepositoryPolicy | None, source: str,
     entries = admin.repositories
     stop = next((i for i, e in enumerate(entries) if e is entry), len(entries))
     got = next((e for e in entries[:stop] if e.matches(source, remote_ref, sub)), None)
+    wanted = f"--ref {ref}" if ref else "no --ref (the remote's default branch)"
+    if got is None and entry is not None and ref and not entry.matches(source, remote_ref, sub):
+        return (f"the agent was started with {wanted}, which the admin's policy gives {admin.entry_name(entry)}; "
+                f"the remote resolves it to {remote_ref}, which that entry does not match (a tag, not a branch, "
+                f"or the other way round): start the agent with --ref {remote_ref}")
     if got is None:  # the first entry for either spelling is the agent's
         return ""
-    wanted = f"--ref {ref}" if ref else "no --ref (the remote's default branch)"
     return (f"the agent was started with {wanted}, which the admin's policy gives "
             f"{admin.entry_name(entry) if entry is not None else 'no entry'}; the remote resolves it to "
             f"{remote_ref}, which the policy gives {admin.entry_name(got)}: start the agent with --ref "

@@ -28,7 +28,7 @@ from pydantic import Field
 from syncer.models.base import StrictModel
 from syncer.models.k8s import Issue
 from syncer.models.names import name_problem
-from syncer.models.policymatch import canonical_path, canonical_ref, canonical_source
+from syncer.models.policymatch import canonical_path, canonical_source, refs_match
 from syncer.models.settings import PROTECTED_NAMESPACES, Guardrails
 from syncer.models.verify import CommitVerification
 
@@ -61,7 +61,7 @@ class RepositoryPolicy(StrictModel):
         """Whether the entry's patterns match, both sides in one spelling (models/policymatch.py):
         another spelling of the same repository, ref or folder never falls through to a later entry."""
         return (fnmatch.fnmatchcase(canonical_source(source), canonical_source(self.source))
-                and fnmatch.fnmatchcase(canonical_ref(ref), canonical_ref(self.ref))
+                and refs_match(ref, self.ref)
                 and fnmatch.fnmatchcase(canonical_path(path), canonical_path(self.path)))
 
     def may_use_name(self, name: str) -> bool:

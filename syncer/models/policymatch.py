@@ -10,14 +10,17 @@ never matches this one's entry). Pure.
   resolved (`team-a/../team-b` is `team-b`), no trailing `/` or `.git`. The path keeps its case
   (most Git servers tell `Team-A` from `team-a`).
 - **ref**: `refs/heads/main`, `heads/main` and `main` are `main`; `refs/tags/v1` and `tags/v1`
-  are `v1`; `HEAD` is "" (the remote's default branch); a commit sha is in lower case. The
-  default branch is known only once the remote answers: the agent checks then that the branch it
-  got is given the same entry (see `syncer.agent.runner`), else it refuses the revision.
+  are `v1`; `HEAD` is "" (the remote's default branch); a commit sha is in lower case. A pattern
+  that names the kind (`refs/heads/*`, `refs/tags/v*`) matches only refs of that kind, or a short
+  name whose kind is not known yet. What a ref is (and which branch the default one is) is known
+  only once the remote answers: the agent checks then that the ref it got still has its entry,
+  and that no earlier entry matches it (see `syncer.agent.runner`), else it refuses the revision.
 - **path**: no leading, trailing or doubled `/`, no `.` segment.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import re
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://([^/]*)(.*)$", re.S)
@@ -89,6 +92,24 @@ def canonical_ref(ref: str) -> str:
         if ref.startswith(prefix):
             return ref.removeprefix(prefix)
     return ref.lower() if len(ref) in (40, 64) and _SHA.match(ref) else ref
+
+
+def ref_kind(ref: str) -> str | None:
+    """"branch" or "tag" when the spelling says so, else None (a short name, a sha, a pattern)."""
+    ref = ref.strip()
+    if ref.startswith(("refs/heads/", "heads/")):
+        return "branch"
+    if ref.startswith(("refs/tags/", "tags/")):
+        return "tag"
+    return None
+
+
+def refs_match(ref: str, pattern: str) -> bool:
+    """Whether the shell pattern `pattern` on refs matches `ref`, both in one spelling, kinds agreeing."""
+    kinds = ref_kind(ref), ref_kind(pattern)
+    if None not in kinds and kinds[0] != kinds[1]:
+        return False
+    return fnmatch.fnmatchcase(canonical_ref(ref), canonical_ref(pattern))
 
 
 def canonical_path(path: str) -> str:

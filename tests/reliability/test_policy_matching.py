@@ -151,3 +151,31 @@ def test_the_default_branch_is_taken_when_no_earlier_entry_names_it(tmp_path: Pa
     tenancy = repository_tenancy(AgentConfig(repo=str(origin.path), policy=policy))
     src = GitSource(SourceSpec(url=str(origin.path), cache_dir=tmp_path / "cache", admit=tenancy.admit))
     assert src.fetch().revision == origin.head()
+
+
+def test_a_pattern_that_names_the_kind_of_ref_matches_only_that_kind() -> None:
+    policy = admin(RepositoryPolicy(source="https://git.example.com/team-a/*", ref="refs/heads/*",
+                                    serviceAccount="team-a/branches"),
+                   RepositoryPolicy(source="https://git.example.com/team-a/*", ref="refs/tags/*",
+                                    serviceAccount=NARROW))
+    url = "https://git.example.com/team-a/cfg"
+    assert policy.for_source(url, "refs/tags/v1").serviceAccount == NARROW
+    assert policy.for_source(url, "tags/v1").serviceAccount == NARROW
+    assert policy.for_source(url, "refs/heads/dev").serviceAccount == "team-a/branches"
+
+
+def test_a_short_ref_that_turns_out_to_be_a_tag_is_refused_by_a_branch_entry(tmp_path: Path) -> None:
+    """`--ref v1` matched `ref: refs/heads/*` while its kind was unknown; the remote says v1 is a
+    tag, which that entry does not match: nothing is fetched."""
+    origin = _origin(tmp_path)
+    origin.git("tag", "v1")
+    policy = _policy_file(tmp_path, origin.path, f"  - source: '{origin.path}'\n    ref: refs/heads/*\n"
+                                                 f"    serviceAccount: {NARROW}\n")
+    tenancy = repository_tenancy(AgentConfig(repo=str(origin.path), ref="v1", policy=policy))
+    src = GitSource(SourceSpec(url=str(origin.path), ref="v1", cache_dir=tmp_path / "cache", admit=tenancy.admit))
+    with pytest.raises(SourceError) as err:
+        src.fetch()
+    assert "refs/tags/v1" in err.value.message and "does not match" in err.value.message
+    branch = repository_tenancy(AgentConfig(repo=str(origin.path), ref="main", policy=policy))
+    assert GitSource(SourceSpec(url=str(origin.path), ref="main", cache_dir=tmp_path / "cache2",
+                                admit=branch.admit)).fetch().revision == origin.head()
