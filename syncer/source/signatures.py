@@ -88,9 +88,6 @@ class Verifier:
         self._pgp_fingerprints: frozenset[str] | None = None  # read from the keyring at the first check
         self._verdicts: dict[tuple[str, str], str] = {}  # (commit, tag object) -> "" or the refusal
 
-    def describe(self) -> str:
-        return f"mode {self.verification.mode}, {len(self.pgp)} OpenPGP and {len(self.ssh)} SSH key(s)"
-
     def check(self, git: Git, target: str, remote_ref: str | None, display: str) -> str:
         """Raises SourceError("unverified") unless `target` (a local ref or a commit of the cache
         clone, fetched as `remote_ref`) is signed as the admin requires. Returns the commit."""

@@ -13,7 +13,9 @@ from syncer.cli import main
 from syncer.models.policy import AdminPolicy, RepositoryPolicy, narrow
 from syncer.models.settings import Guardrails
 from syncer.render.tenancy import Tenancy
+from syncer.secrets.keys import Decryption, load_identities
 from tests.builders import NS, federation, pool, secret_manifest
+from tests.sops_cli import new_key, sops_encrypt
 
 PLAIN = "Secret 'edge-credentials' is in plain text, and the admin's policy sets requireEncryption"
 
@@ -52,6 +54,17 @@ def test_the_admin_policy_file_requires_it_for_matching_repositories_only(tmp_pa
     admin = AdminPolicy(repositories=[RepositoryPolicy(source=f"{tmp_path.resolve()}*", requireEncryption=True)])
     assert errors(load(repo, admin=admin).diagnostics) == [PLAIN]
     assert errors(load(repo, admin=AdminPolicy()).diagnostics) == []
+
+
+def test_an_encrypted_secret_loads_under_the_admins_requirement(tmp_path: Path) -> None:
+    key = tmp_path / "age.key"
+    recipient = new_key(key)
+    repo = release_repo(tmp_path)
+    (repo / "supernodes" / "edge" / "secrets.yaml").write_text(
+        sops_encrypt(secret_manifest("hunter2-very-secret"), tmp_path, recipient))
+    loaded = load(repo, decryption=Decryption(load_identities([key])),
+                  policy=RepositoryPolicy(requireEncryption=True))
+    assert errors(loaded.diagnostics) == [] and loaded.rendered.units
 
 
 def test_the_agent_loads_every_revision_under_the_requirement(tmp_path: Path) -> None:
