@@ -17,14 +17,14 @@ COPY pyproject.toml README.md ./
 COPY syncer ./syncer
 RUN pip wheel --wheel-dir /wheels .
 
-# --- final: the runtime only (git and ssh for fetching; no compilers, no wheels left behind) ----
+# --- final: the runtime only (git and ssh for fetching, gpg and ssh-keygen for signed commits; no compilers, no wheels left behind) ----
 FROM ${PYTHON_IMAGE}
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN apt-get update \
- && apt-get install -y --no-install-recommends git openssh-client ca-certificates \
+ && apt-get install -y --no-install-recommends git openssh-client gpg ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --gid 65532 flower-syncer \
  && useradd --uid 65532 --gid 65532 --create-home --home-dir /home/flower-syncer \

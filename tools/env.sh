@@ -20,6 +20,7 @@ fi
 export PATH="$venv/bin:$PATH"
 missing=()
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)          # the local control plane's certificates
+command -v gpg >/dev/null 2>&1 || missing+=(gnupg)                # OpenPGP signatures of commits (the admin's verify)
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)                  # the SSH Git server of the source tests
 command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)     # dashboard and alert tests
 if [ ${#missing[@]} -gt 0 ]; then

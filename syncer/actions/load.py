@@ -127,7 +127,9 @@ def load(root: Path, selectors: Sequence[str] = (), namespace: str | None = None
         except SourceError:
             origin = None
         policy = admin.for_source(origin[0], "", origin[1]) if origin is not None else admin.default
-    state = apply_policy(load_repo(root, decryption, cluster=cluster), Tenancy(policy=policy))
+    state = apply_policy(load_repo(root, decryption, cluster=cluster,
+                                   require_encryption=policy is not None and policy.requireEncryption),
+                         Tenancy(policy=policy))
     _, unmatched = select_units(state.units, list(selectors))
     known = {u.unit for u in state.units} | state.failed
     for sel in unmatched:

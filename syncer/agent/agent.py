@@ -49,7 +49,7 @@ from syncer.agent.reporting import config_error_event, suspension_event, sync_ev
 from syncer.agent.revision import RevisionLoader
 from syncer.agent.state import AgentOptions, Installed, Source, UnitState
 from syncer.agent.supervisor import Supervisor
-from syncer.agent.unitstate import agent_status, forget, publish, unit_states
+from syncer.agent.unitstate import agent_status, forget, publish, set_refusal, unit_states
 from syncer.agent.workqueue import WorkQueue
 from syncer.cluster.client import FIELD_MANAGER, ClusterUnreachable, Kube
 from syncer.cluster.events import Event as ReportedEvent
@@ -101,6 +101,7 @@ class Agent:
         self._errors_counted: set[Unit] = set()  # units whose config_errors metric is set
         self.checkout: Checkout | None = None
         self.fetch_error: str = ""
+        self.refusal: str = ""  # why the source refused its newest revision (source.signatures); "" if it did not
         self.leading = threading.Event()
         self.loaded = threading.Event()
         self.stop = threading.Event()
@@ -285,6 +286,8 @@ class Agent:
         elif isinstance(event, FetchFailed):
             self.fetch_error = str(event.error)
             self.metrics.fetch_error(event.error.kind)
+            if event.error.kind == "unverified":  # not signed as the admin requires: every unit says so
+                set_refusal(self, str(event.error))
             log.warning("source fetch failed; keeping the last good revision", source=self.source.describe(),
                         error=str(event.error))
             for waiter in [w for w in self.waiters if w.units is None]:
@@ -327,6 +330,7 @@ class Agent:
 
     def _on_revision(self, checkout: Checkout, seen_at: float) -> None:
         self.fetch_error = ""
+        set_refusal(self, "")  # signed as required (again): each unit's state says its own
         self.metrics.fetch_ok()
         same = self.checkout is not None and self.checkout.revision == checkout.revision
         if not same or not self.loaded.is_set():

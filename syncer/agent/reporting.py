@@ -51,6 +51,12 @@ def config_error_event(unit: Unit, first_error: str) -> Event:
                  f"not applied, the last good state stays: {first_error}")
 
 
+def unverified_event(unit: Unit, refusal: str) -> Event:
+    """The newest revision is not signed as the admin's policy requires: nothing of it is applied."""
+    return Event(inventory_ref(unit), "Warning", "Unverified", "Verify",
+                 f"not applied, the last good state stays: {refusal}")
+
+
 def recovered_event(unit: Unit, was: str, revision: str) -> Event:
     """The unit is Synced again after `was` (a reason of syncer.observe.conditions): the Event that
     follows the unit's last Warning, so that `kubectl events` never ends on a reason already gone."""

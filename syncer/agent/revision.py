@@ -64,7 +64,10 @@ class RevisionLoader:
         if not (since and self._loaded == (root, since)):
             changed = None
         self._loaded = (root, revision) if revision else None
-        state = apply_policy(load_repo(root, self.decryption(), self._files, changed, self.cluster), self.tenancy)
+        policy = self.tenancy.policy if self.tenancy is not None else None
+        state = apply_policy(load_repo(root, self.decryption(), self._files, changed, self.cluster,
+                                       require_encryption=policy is not None and policy.requireEncryption),
+                             self.tenancy)
         rendered = render_repo(state, cache=self._renders, agent=self._agent)
         return LoadedRevision(state, rendered, self._files.misses, self._files.hits,
                               round((time.monotonic() - started) * 1000))

@@ -7,11 +7,13 @@ the HTTP server, exit 0.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +43,8 @@ from syncer.cluster.tenant_calls import TENANT_CALLS
 from syncer.http import AgentServer
 from syncer.identity import UnknownUnit, derived_repository_name, source_key
 from syncer.logs import configure
+from syncer.models.policy import AdminPolicy, RepositoryPolicy
+from syncer.models.policymatch import canonical_ref
 from syncer.observe.conditions import HealthCheck
 from syncer.observe.gc_pauses import GCPauses
 from syncer.observe.metrics import Metrics
@@ -51,6 +55,7 @@ from syncer.render.tenancy import Tenancy
 from syncer.source.git import GitSource, SourceSpec, default_cache_dir
 from syncer.source.location import source_location
 from syncer.source.refs import SourceError
+from syncer.source.signatures import Verification
 from syncer.source.watch import LocalRepoWatcher
 
 log = structlog.get_logger("syncer.agent")
@@ -112,7 +117,6 @@ def run(config: AgentConfig) -> int:
                       cache_dir=config.cache_dir or default_cache_dir(config.repo, config.ref),
                       token_file=config.git_token_file, username=config.git_username,
                       ssh_key_file=config.ssh_key_file, known_hosts_file=config.known_hosts_file)
-    source = GitSource(spec)
     metrics = Metrics()
     metrics.set_poll_interval(config.interval)
     gc_pauses = GCPauses()
@@ -126,6 +130,8 @@ def run(config: AgentConfig) -> int:
         log.error("invalid admin policy", error=str(exc), hint="fix the file given with --policy")
         return 2
     repository = tenancy.name
+    # the admin's required signatures, and the ref fetched checked against the policy entry
+    source = GitSource(dataclasses.replace(spec, verify=tenancy.verify, admit=tenancy.admit))
     # every write of the agent checks the fence: with leader election nothing is written until we
     # lead, and nothing after the lease's renew deadline (lease duration - safety margin)
     fence = WriteFence() if config.leader_elect else WriteFence.open()
@@ -227,6 +233,8 @@ class RepositoryTenancy:
     name: str  # the derived name (when flower-syncer.yaml sets none)
     tenancy: Tenancy
     impersonate: str | None
+    verify: Verification | None = None  # the signatures the admin's policy requires (source.signatures)
+    admit: Callable[[str], str] | None = None  # the remote ref fetched gets the same policy entry (SourceSpec)
 
 
 def repository_tenancy(config: AgentConfig) -> RepositoryTenancy:
@@ -249,8 +257,35 @@ def repository_tenancy(config: AgentConfig) -> RepositoryTenancy:
         log.info("admin policy applies", source=source, ref=ref, path=sub, namespaces=namespaces,
                  pod_features=list(rails.allowPodFeatures), names=policy.names,
                  service_account=policy.serviceAccount or "none (writes use the agent's own rights)")
+    verify = None
+    if policy is not None and policy.verify is not None:
+        verify = Verification(policy.verify.mode, tuple(policy.verify.publicKeys))
+        log.info("signed revisions only: a commit not signed as the admin's policy requires is not applied",
+                 mode=verify.mode, keys=len(verify.keys))
+    admit = functools.partial(_same_entry, admin, policy, source, sub, ref) if admin is not None else None
     return RepositoryTenancy(name, Tenancy(source_key(source, sub, ref), policy, legacy),
-                             policy.impersonate if policy is not None else None)
+                             policy.impersonate if policy is not None else None, verify, admit)
+
+
+def _same_entry(admin: AdminPolicy, entry: RepositoryPolicy | None, source: str, sub: str, ref: str,
+                remote_ref: str) -> str:
+    """Why the remote ref the agent's ref resolved to may not be synced: an entry of the admin's
+    policy before the agent's own matches it (the remote's default branch is `main`, an entry
+    says `ref: main`, and the agent was started without a ref, so it got a later entry), or ""."""
+    entries = admin.repositories
+    stop = next((i for i, e in enumerate(entries) if e is entry), len(entries))
+    got = next((e for e in entries[:stop] if e.matches(source, remote_ref, sub)), None)
+    wanted = f"--ref {ref}" if ref else "no --ref (the remote's default branch)"
+    if got is None and entry is not None and ref and not entry.matches(source, remote_ref, sub):
+        return (f"the agent was started with {wanted}, which the admin's policy gives {admin.entry_name(entry)}; "
+                f"the remote resolves it to {remote_ref}, which that entry does not match (a tag, not a branch, "
+                f"or the other way round): start the agent with --ref {remote_ref}")
+    if got is None:  # the first entry for either spelling is the agent's
+        return ""
+    return (f"the agent was started with {wanted}, which the admin's policy gives "
+            f"{admin.entry_name(entry) if entry is not None else 'no entry'}; the remote resolves it to "
+            f"{remote_ref}, which the policy gives {admin.entry_name(got)}: start the agent with --ref "
+            f"{canonical_ref(remote_ref) or remote_ref}")
 
 
 def _leading(agent: Agent, kube: Kube, leading: bool) -> None:

@@ -81,6 +81,7 @@ class UnitTables(Protocol):
     """What a unit's conditions are computed from and published with (unitstate.py)."""
 
     health: dict[Unit, UnitCondition]  # replaced whole by each status round
+    refusal: str  # why the source refused its newest revision (not signed as required); "" when it did not
     flower: FlowerWatch | None  # Flower-level health of the federations, when the runner set it up
 
     @property

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from syncer.agent.reporting import recovered_event
+from syncer.agent.reporting import recovered_event, unverified_event
 from syncer.agent.state import AgentView, UnitTables
 from syncer.identity import Unit
 from syncer.observe.conditions import (
@@ -54,7 +54,7 @@ def unit_state(agent: UnitTables, unit: Unit) -> UnitConditions:
     errors = st.config_errors if st is not None and unit in plan.failed else []
     synced = synced_condition(config_errors=errors, result=st.last_result if st else None,
                               suspended=suspended(agent, unit), internal_error=st.internal_error if st else "",
-                              in_git=plan.in_git(unit))
+                              in_git=plan.in_git(unit), refused=agent.refusal)
     desired = plan.units.get(unit)
     return UnitConditions(synced, agent.health.get(unit, UNKNOWN_HEALTH),
                           desired.revision if desired is not None else (st.last_revision if st else ""))
@@ -94,6 +94,23 @@ def publish(agent: UnitTables, unit: Unit) -> None:
     log.info("unit state", unit=unit.id, synced=key[0], health=key[1], ready=state.ready,
                  revision=state.revision[:12], why=state.synced.message if not state.synced.status else "",
                  health_message=state.healthy.message if not state.healthy.status else "")
+
+
+def set_refusal(agent: UnitTables, refusal: str) -> None:
+    """The source refused its newest revision (`refusal`: why; not signed as the admin's policy
+    requires), or took one again (""). While refused, nothing of it is applied, the last good
+    revision stays, and every unit of the repository says so: Synced False, reason Unverified, and
+    one Warning Event per refused revision (then the Synced Event when a revision is applied)."""
+    if refusal == agent.refusal:
+        return
+    agent.refusal = refusal
+    if refusal:
+        log.error("revision refused: not signed as the admin's policy requires; the last good revision stays",
+                  error=refusal)
+    for unit in known_units(agent):
+        if refusal:
+            agent.report(unit, unverified_event(unit, refusal))
+        publish(agent, unit)
 
 
 def forget(agent: UnitTables, unit: Unit) -> None:

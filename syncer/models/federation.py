@@ -317,6 +317,14 @@ class Federation(StrictModel):
         if mode not in ("enabled", "disabled"):
             issues.append(Issue(("metadata", "annotations", ANN_NETWORK_POLICIES), f"{mode!r} is not a setting",
                                 "write enabled (the default) or disabled"))
+        service = self.spec.superlink.service.type
+        if mode == "disabled" and self.spec.insecure and service != "ClusterIP":
+            issues.append(Issue(("spec", "superlink", "service", "type"), f"the SuperLink's Fleet API and Control "
+                                f"API are on a {service} Service, in plain text (insecure: true), with no "
+                                "NetworkPolicy: anyone who reaches the Service can connect SuperNodes and start or "
+                                "stop runs", "set insecure: false with a certificate, or turn the NetworkPolicies "
+                                f"on ({ANN_NETWORK_POLICIES}: enabled), or keep the Service ClusterIP",
+                                severity="warning"))
         for key in (ANN_FLEET_API_FROM, ANN_CONTROL_API_FROM):
             issues += [Issue(("metadata", "annotations", key), problem,
                              "list CIDRs, namespaces or NAMESPACE/KEY=VALUE pod labels, or * for anyone")

@@ -16,6 +16,7 @@ from syncer.models.flower import (
     explicit_version,
     fleet_skew,
     runtime_skew,
+    unknown_release,
 )
 from syncer.models.k8s import Issue
 from syncer.models.supernode.versions import flag_issues
@@ -32,6 +33,9 @@ def federation_version_issues(spec: FederationSpec, annotations: Mapping[str, st
         return [Issue(("metadata", "annotations", ANN_FLOWER_VERSION), f"{explicit!r} is not a Flower version",
                       'write it as "1.42.0"')]
     for path, image in images:
+        if unknown_release(flower(image)):
+            issues.append(Issue(path, f"image {image!r}: {unknown_release(flower(image))}",
+                                "use a Flower release such as 1.42.0 (a typo in the tag?)", severity="warning"))
         if flower(image).assumed:
             what = f"Flower {NEWEST[0]}.{NEWEST[1]}, the newest known release"
             if path != ("spec", "superlink", "image"):

@@ -46,6 +46,7 @@ FlagSeverity = Literal["error", "warning"]
 
 OLDEST: Version = (1, 20)  # the oldest release flower-syncer renders for (the charts' examples)
 NEWEST: Version = (1, 42)  # the newest release the package registry serves as a final release
+LATEST_KNOWN: Version = (1, 43)  # the newest (nightly) release whose wheels flower-syncer was read against
 
 ANN_FLOWER_VERSION = "flower-syncer.io/flower-version"  # on a Federation: the version of images whose tag says none
 
@@ -69,8 +70,9 @@ CLIENTAPPIO_PORT = 9094  # gRPC before 1.35, HTTP (the SuperNode's --port defaul
 SUPERLINK_HTTP_PORT = 8000  # the SuperLink's --port default (1.35+)
 HEALTH_PATH = "/health"
 
-_VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.\d+)?")
-_EXPLICIT = re.compile(r"^v?(\d+)\.(\d+)(?:\.\d+)?(?:[.+-][0-9A-Za-z.+-]*)?\Z")
+# ASCII digits only: `\d` would read `1.٤٢` (Arabic-Indic digits) as 1.42
+_VERSION = re.compile(r"^v?([0-9]+)\.([0-9]+)(?:\.[0-9]+)?")
+_EXPLICIT = re.compile(r"^v?([0-9]+)\.([0-9]+)(?:\.[0-9]+)?(?:[.+-][0-9A-Za-z.+-]*)?\Z")
 
 
 @dataclass(frozen=True)
@@ -313,6 +315,16 @@ def interface_of_tag(tag: str, explicit: str = "") -> FlowerInterface:
 @functools.lru_cache(maxsize=1024)
 def interface_of_image(image: str, explicit: str = "") -> FlowerInterface:
     return interface_of_tag(image_tag(image), explicit)
+
+
+def unknown_release(iface: FlowerInterface) -> str:
+    """Why the release of an image (read from its tag or written in Git) is not one flower-syncer
+    knows: '' for OLDEST to LATEST_KNOWN (and for an assumed one, warned about on its own)."""
+    if iface.assumed or OLDEST <= iface.version <= LATEST_KNOWN:
+        return ""
+    return (f"Flower {iface.label} is not a release flower-syncer knows ({OLDEST[0]}.{OLDEST[1]} to "
+            f"{LATEST_KNOWN[0]}.{LATEST_KNOWN[1]}): its flags, ports and probes are guessed as those of the "
+            f"nearest known release, and may be wrong")
 
 
 def assumed_message(image: str, where: str) -> tuple[str, str]:

@@ -3,15 +3,17 @@
 The agent reads it from a file (`--policy FILE`; the chart renders it from its values into a
 ConfigMap of the agent's namespace, which tenants cannot edit). Each entry of `repositories`
 matches repositories by where they come from (shell patterns on the source URL without
-credentials, the ref and the sub-path, as Argo CD's AppProject `sourceRepos` do); the first that
-matches applies, else `default`. An entry says:
+credentials, the ref and the sub-path, as Argo CD's AppProject `sourceRepos` do, both sides in
+one spelling first: models/policymatch.py); the first that matches applies, else `default`. An entry says:
 
 - `guardrails`: the limits (allowed namespaces, pod features, ...), in the very schema of the
   repository's own `guardrails`; the repository's `flower-syncer.yaml` can only narrow them;
 - `names`: the repository names it may claim (`name`) and take over (`renamedFrom`) even when
   another source recorded them; unset: any name no other source uses;
 - `serviceAccount`: `namespace/name` of the ServiceAccount the agent impersonates for every write
-  of this repository (Flux's `serviceAccountName`), so the API server's RBAC is the boundary.
+  of this repository (Flux's `serviceAccountName`), so the API server's RBAC is the boundary;
+- `verify`: the signatures its revisions must carry (models/verify.py): nothing else is applied;
+- `requireEncryption`: Secrets in Git must be SOPS-encrypted (the repository cannot turn it off).
 
 Pure data and pure functions: no I/O.
 """
@@ -26,7 +28,9 @@ from pydantic import Field
 from syncer.models.base import StrictModel
 from syncer.models.k8s import Issue
 from syncer.models.names import name_problem
+from syncer.models.policymatch import canonical_path, canonical_source, refs_match
 from syncer.models.settings import PROTECTED_NAMESPACES, Guardrails
+from syncer.models.verify import CommitVerification
 
 _WILDCARDS = frozenset("*?[")
 
@@ -47,10 +51,18 @@ class RepositoryPolicy(StrictModel):
     take over from another source. Unset: any name that no other source uses."""
     serviceAccount: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9.-]*/[a-z0-9][a-z0-9.-]*$")] | None = None
     """`namespace/name` of the ServiceAccount every write of this repository is made as."""
+    verify: CommitVerification | None = None
+    """Apply only revisions signed by one of these keys (OpenPGP or SSH); unset: any revision."""
+    requireEncryption: bool = False
+    """Secrets and node-auth private keys must come from SOPS-encrypted files, whatever the
+    repository's flower-syncer.yaml says."""
 
     def matches(self, source: str, ref: str, path: str) -> bool:
-        return (fnmatch.fnmatchcase(source, self.source) and fnmatch.fnmatchcase(ref, self.ref)
-                and fnmatch.fnmatchcase(path.strip("/"), self.path))
+        """Whether the entry's patterns match, both sides in one spelling (models/policymatch.py):
+        another spelling of the same repository, ref or folder never falls through to a later entry."""
+        return (fnmatch.fnmatchcase(canonical_source(source), canonical_source(self.source))
+                and refs_match(ref, self.ref)
+                and fnmatch.fnmatchcase(canonical_path(path), canonical_path(self.path)))
 
     def may_use_name(self, name: str) -> bool:
         return self.names is None or any(fnmatch.fnmatchcase(name, p) for p in self.names)
@@ -82,6 +94,10 @@ class AdminPolicy(StrictModel):
     def for_source(self, source: str, ref: str = "", path: str = "") -> RepositoryPolicy:
         return next((p for p in self.repositories if p.matches(source, ref or "", path or "")), self.default)
 
+    def entry_name(self, entry: RepositoryPolicy) -> str:
+        """`repositories[i]` or `default`: where `entry` is in the file."""
+        return next((f"repositories[{i}]" for i, e in enumerate(self.repositories) if e is entry), "default")
+
     def semantic_issues(self) -> list[Issue]:
         issues = []
         for where, entry in [(("default",), self.default),
@@ -90,6 +106,8 @@ class AdminPolicy(StrictModel):
                 if not _WILDCARDS & set(name) and name_problem(name, "repository name"):
                     issues.append(Issue((*where, "names", j), str(name_problem(name, "repository name")),
                                         "use a DNS-style name or a shell pattern"))
+            if entry.verify is not None:
+                issues += entry.verify.key_issues((*where, "verify"))
         return issues
 
 
@@ -134,7 +152,11 @@ def narrow(admin: Guardrails, repo: Guardrails) -> tuple[Guardrails, list[tuple[
     return Guardrails.model_validate(values), problems
 
 
-_LEVELS = {"podSecurity": ("privileged", "baseline", "restricted")}  # stricter later
+_LEVELS: dict[str, tuple[Any, ...]] = {  # stricter later
+    "podSecurity": ("privileged", "baseline", "restricted"),
+    "networkPolicies": ("optional", "required"),
+    "allowInsecureExposure": (True, False),
+}
 
 
 def _narrower(name: str, ours: Any, theirs: Any) -> bool:

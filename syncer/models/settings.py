@@ -65,6 +65,8 @@ PodFeature = Literal["privileged", "hostPath", "hostNetwork", "hostPID", "hostIP
                      # what PSS allows and a GitOps tool refuses (syncer.render.podrules)
                      "nodeName", "controlPlaneTolerations", "systemPriorityClass", "hostAliases", "dnsConfig"]
 PodSecurityLevel = Literal["privileged", "baseline", "restricted"]
+ServiceType = Literal["ClusterIP", "NodePort", "LoadBalancer"]
+SERVICE_TYPES: list[ServiceType] = ["ClusterIP", "NodePort", "LoadBalancer"]
 PROTECTED_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
 
 
@@ -92,11 +94,25 @@ class Guardrails(StrictModel):
     allowedTokenAudiences: list[str] = []
     """Audiences (shell patterns) a projected ServiceAccount token may be made for."""
     allowedSecrets: list[str] = []
-    """Secrets (shell patterns) pods may read besides those their unit renders (syncer.ours), the
-    one a federation's `flower-syncer.io/superlink-tls-secret` names included."""
+    """Secrets (shell patterns) pods may read (volumes, env, imagePullSecrets) besides those their unit
+    renders (syncer.ours), the one a federation's `flower-syncer.io/superlink-tls-secret` names included."""
+    allowedClaims: list[str] = []
+    """PersistentVolumeClaims (shell patterns) pods may mount besides those their unit renders."""
+    allowedRuntimeClasses: list[str] = ["nvidia"]
+    """RuntimeClasses (shell patterns) pods may name; by default the NVIDIA runtime a GPU pool with
+    `gpu.mountAll` gets."""
     allowedControlApiTargets: list[str] | None = None
     """Control API addresses (`host:port`, shell patterns) a federation may register SuperNode keys
     with. Unset: no list (the federation's own SuperLink Service only)."""
+    allowedServiceTypes: list[ServiceType] = SERVICE_TYPES
+    """Service types the units may render; leave out NodePort and LoadBalancer and nothing of the
+    repository is reachable from outside the cluster through a Service."""
+    networkPolicies: Literal["optional", "required"] = "optional"
+    """required: every unit that runs pods renders its NetworkPolicies (a federation's
+    `flower-syncer.io/network-policies: disabled`, a release's `networkPolicy.enabled: false` are refused)."""
+    allowInsecureExposure: bool = True
+    """false: a SuperLink with `insecure: true` may not be on a NodePort or LoadBalancer Service
+    (its Fleet API and Control API would be reachable from outside the cluster in plain text)."""
 
     def namespace_allowed(self, namespace: str) -> bool:
         if self.allowedNamespaces is None:

@@ -38,6 +38,7 @@ class SyncedReason(StrEnum):
     UNREACHABLE = "Unreachable"  # the API server could not be reached
     SUSPENDED = "Suspended"  # not applied nor healed until resumed
     INTERNAL_ERROR = "InternalError"  # the agent failed on the unit (a bug); it syncs again
+    UNVERIFIED = "Unverified"  # the newest revision is not signed as the admin's policy requires; not applied
 
 
 class HealthReason(StrEnum):
@@ -95,10 +96,15 @@ _BY_CAUSE = {Cause.CONFLICT: SyncedReason.CONFLICT, Cause.UNREACHABLE: SyncedRea
 
 
 def synced_condition(*, config_errors: Sequence[Diagnostic] = (), result: UnitResult | None = None,
-                     suspended: bool = False, internal_error: str = "", in_git: bool = True) -> UnitCondition:
-    """Synced from what is known of the unit now: its configuration errors of the installed
-    revision first (its last good state stays applied, but not this revision), then suspension,
-    then its last sync's result. Every input is the current one: nothing is carried over."""
+                     suspended: bool = False, internal_error: str = "", in_git: bool = True,
+                     refused: str = "") -> UnitCondition:
+    """Synced from what is known of the unit now: a newer revision the source refused (`refused`:
+    why; not signed as the admin requires) first, then its configuration errors of the installed
+    revision (its last good state stays applied, but not this revision), then suspension, then its
+    last sync's result. Every input is the current one: nothing is carried over."""
+    if refused:
+        return UnitCondition("Synced", False, SyncedReason.UNVERIFIED,
+                             f"the newest revision was not applied, the last good one stays: {refused}")
     first = primary(config_errors)
     if first is not None:
         reason = SyncedReason.DECRYPTION if is_decryption(first) else SyncedReason.CONFIG_ERROR

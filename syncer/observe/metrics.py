@@ -106,7 +106,8 @@ PREFIX = "flower_syncer_"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # Why a fetch of the Git source failed: the kinds of syncer.source.refs.SourceError. Anything else
 # is counted as "other".
-FETCH_ERROR_REASONS = ("unreachable", "auth", "ref-not-found", "path-not-found", "corrupt", "invalid", "other")
+FETCH_ERROR_REASONS = ("unreachable", "auth", "ref-not-found", "path-not-found", "corrupt", "invalid", "unverified",
+                       "other")
 COMMIT_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 180.0, 300.0)
 # Actions that put back an object someone changed outside Git (when the change says `drift`).
 CORRECTING = (Action.CONFIGURED, Action.RECREATED)

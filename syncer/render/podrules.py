@@ -17,6 +17,12 @@ the ways a commit reaches credentials or nodes that are not its unit's own.
   only of the unit's own Secrets (syncer.ours: those it renders, or a Certificate it renders
   writes; never widened by an annotation), or names in `guardrails.allowedSecrets`. A Secret volume that
   projects only the key `ca.crt` reads a CA certificate, which is public, and is allowed.
+- `imagePullSecrets` only of the unit's own Secrets or `guardrails.allowedSecrets`, as above (another
+  application's pull Secret holds its registry credentials).
+- `persistentVolumeClaim` volumes only of claims the unit renders or `guardrails.allowedClaims`
+  names: another application's volume holds its data.
+- `runtimeClassName` only of `guardrails.allowedRuntimeClasses` (default: `nvidia`, what a GPU
+  pool with `mountAll` gets): a RuntimeClass picks the sandbox (or its absence) and the nodes.
 - `hostAliases` and `dnsConfig` (or `dnsPolicy: None`) need `allowPodFeatures`: they change what
   the pod's names resolve to without changing the addresses a reviewer reads in the diff (the
   SuperLink, registry or Control API address could silently point elsewhere).
@@ -29,7 +35,7 @@ name in `guardrails.allowPodFeatures` (`nodeName`, `controlPlaneTolerations`,
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +58,8 @@ REASONS: dict[str, str] = {
     "systemPriorityClass": "system priority classes are reserved for the cluster's own pods and preempt them",
     "tokenAudience": "a projected token for another audience lets the pod log in elsewhere as its ServiceAccount",
     "foreignSecret": "a pod may read only its unit's own Secrets, not those of other applications",
+    "foreignClaim": "a pod may mount only its unit's own volumes, not another application's data",
+    "runtimeClass": "a RuntimeClass decides the pod's sandbox and nodes; only the ones the guardrails list",
     "hostAliases": "hostAliases redirect names the pod resolves without changing the addresses in the diff",
     "dnsConfig": "a custom DNS configuration redirects names the pod resolves without changing the "
                  "addresses in the diff",
@@ -88,6 +96,8 @@ class Allowances:
     token_audiences: Sequence[str] = ()
     secrets: Sequence[str] = ()
     features: frozenset[str] = frozenset()
+    claims: Sequence[str] = ()  # PersistentVolumeClaims (shell patterns) besides the unit's own
+    runtime_classes: Sequence[str] = ("nvidia",)  # shell patterns
 
 
 def _d(value: Any) -> dict[str, Any]:
@@ -102,6 +112,11 @@ def _matches(name: str, patterns: Sequence[str]) -> bool:
     return any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
+def own_claims(manifests: Sequence[Manifest]) -> set[str]:
+    """PersistentVolumeClaims the unit renders."""
+    return {str(m["metadata"]["name"]) for m in manifests if m.get("kind") == "PersistentVolumeClaim"}
+
+
 def check_object(m: Manifest) -> Iterator[Rule]:
     """Rules on objects that are not pods (a Secret that asks for a ServiceAccount token)."""
     if m.get("kind") == "Secret" and m.get("type") == SA_TOKEN_TYPE:
@@ -110,7 +125,7 @@ def check_object(m: Manifest) -> Iterator[Rule]:
 
 
 def check_pod_spec(spec: Mapping[str, Any], namespace: str, *, own_accounts: set[str], secrets: set[str],
-                   agent: AgentAccount, allow: Allowances) -> Iterator[Rule]:
+                   agent: AgentAccount, allow: Allowances, claims: Collection[str] = ()) -> Iterator[Rule]:
     """Every rule the pod spec breaks (paths relative to the pod: `spec.nodeName`)."""
     for key in ("serviceAccountName", "serviceAccount"):
         account = spec.get(key)
@@ -142,6 +157,19 @@ def check_pod_spec(spec: Mapping[str, Any], namespace: str, *, own_accounts: set
         yield Rule("hostAliases", "spec.hostAliases", "is set")
     if (spec.get("dnsConfig") or spec.get("dnsPolicy") == "None") and "dnsConfig" not in features:
         yield Rule("dnsConfig", "spec.dnsConfig", "sets a custom DNS configuration")
+    runtime = spec.get("runtimeClassName")
+    if runtime and not _matches(str(runtime), allow.runtime_classes):
+        yield Rule("runtimeClass", "spec.runtimeClassName", f"names the RuntimeClass {runtime!r}, which the guardrails "
+                   f"do not list (allowed: {', '.join(allow.runtime_classes) or 'none'})")
+    for i, ref in enumerate(_l(spec.get("imagePullSecrets"))):
+        if isinstance(ref, dict) and not _secret_ok(ref.get("name"), secrets, allow):
+            yield Rule("foreignSecret", f"spec.imagePullSecrets[{i}]",
+                       f"pulls with the Secret {ref.get('name')!r}, which is not the unit's own")
+    for i, vol in enumerate(_l(spec.get("volumes"))):
+        claim = _d(_d(vol).get("persistentVolumeClaim")).get("claimName")
+        if claim is not None and not (str(claim) in claims or _matches(str(claim), allow.claims)):
+            yield Rule("foreignClaim", f"spec.volumes[{i}].persistentVolumeClaim",
+                       f"mounts the PersistentVolumeClaim {claim!r}, which the unit does not render")
     yield from _volumes(spec, secrets, allow)
     yield from _env(spec, secrets, allow)
 

@@ -43,7 +43,10 @@ class Tenancy:
             return {"policy": None, "note": "no admin policy: single-tenant, the repository's own guardrails apply"}
         return {"policy": {"source": policy.source, "ref": policy.ref, "path": policy.path},
                 "serviceAccount": policy.serviceAccount, "names": policy.names,
-                "allowedNamespaces": policy.guardrails.allowedNamespaces}
+                "allowedNamespaces": policy.guardrails.allowedNamespaces,
+                "requireEncryption": policy.requireEncryption,
+                "verify": ({"mode": policy.verify.mode, "keys": len(policy.verify.publicKeys)}
+                           if policy.verify is not None else None)}
 
 
 def apply_policy(state: RepoState, tenancy: Tenancy | None) -> RepoState:

@@ -109,7 +109,8 @@ class LoadCache:
 
 
 def load_repo(root: Path, decryption: Decryption | None = None, cache: LoadCache | None = None,
-              changed: Collection[str] | None = None, cluster: str | None = None) -> RepoState:
+              changed: Collection[str] | None = None, cluster: str | None = None, *,
+              require_encryption: bool = False) -> RepoState:
     """Load every unit of the repository at `root`. SOPS-encrypted files are decrypted with
     `decryption`'s keys (none given: checked with their encrypted values left opaque). With a
     `cache`, what did not change since the cache's previous load is not parsed again; given also
@@ -117,13 +118,18 @@ def load_repo(root: Path, decryption: Decryption | None = None, cache: LoadCache
     revisions), a federation file or release folder none of whose paths changed, and which was read
     without a symlink on the way, is not even looked at: a one-file commit to a repository of 2,000
     units opens one file. `cluster`: the cluster this load is for (syncer.repo.clusters: its
-    units in `units`, the other clusters' in `elsewhere`); None loads every cluster's into `units`."""
+    units in `units`, the other clusters' in `elsewhere`); None loads every cluster's into `units`.
+    `require_encryption`: the admin's policy requires SOPS encryption, whatever flower-syncer.yaml says."""
     if cache is not None:
         cache._begin()
     diags: list[Diagnostic] = []
     reader = Reader(root, diags, decryption, cache._files if cache is not None else None)
     settings = _load_settings(reader)
-    state = RepoState(root=reader.root, settings=settings, diagnostics=diags, cluster=cluster)
+    by_admin = require_encryption and not settings.requireEncryption
+    if by_admin:  # in the settings, so the read cache's key says so too
+        settings = settings.model_copy(update={"requireEncryption": True})
+    state = RepoState(root=reader.root, settings=settings, diagnostics=diags, cluster=cluster,
+                      encryption_by="the admin's policy" if by_admin else SETTINGS_FILE)
     if not reader.root.is_dir():
         diags.append(Diagnostic(str(root), 0, 0, "", "config repository directory does not exist",
                                 "pass the path of a directory holding federations/ and supernodes/"))
@@ -165,7 +171,8 @@ class _Pieces:
         """Load the next pieces with `decryption` (another cluster's: syncer.repo.clusters)."""
         self.reader.decryption = decryption
         keys = hashlib.sha256("\0".join(str(i) for i in decryption.identities).encode()).digest()
-        self.context = (self.state.settings.model_dump_json(), decryption.required, keys, self.state.cluster)
+        self.context = (self.state.settings.model_dump_json(), decryption.required, keys, self.state.cluster,
+                        self.state.encryption_by)
 
     def replay(self, what: str) -> bool:
         """Add the piece `what` as the previous load did, without looking at its files, when the
@@ -209,7 +216,8 @@ class _Pieces:
         piece = self.cache._get(key)
         hit = piece is not None
         if piece is None:
-            scratch = RepoState(root=self.state.root, settings=self.state.settings)
+            scratch = RepoState(root=self.state.root, settings=self.state.settings,
+                                encryption_by=self.state.encryption_by)
             load(scratch)
             r = self.reader
             piece = _Piece(tuple(scratch.units), tuple(scratch.diagnostics), frozenset(scratch.failed), scratch.files,
@@ -451,7 +459,7 @@ def _validate_secrets(reader: Reader, rel: str, docs: list[YamlDoc], state: Repo
             continue
         if state.settings.requireEncryption and rel not in reader.encrypted:
             state.diagnostics.append(Diagnostic(rel, doc.start_line, 1, "", f"Secret {model.metadata.name!r} is in "
-                                                "plain text, and flower-syncer.yaml sets requireEncryption",
+                                                f"plain text, and {state.encryption_by} sets requireEncryption",
                                                 "encrypt the file with sops", unit=unit))
             ok = False
             continue
@@ -462,7 +470,7 @@ def _validate_secrets(reader: Reader, rel: str, docs: list[YamlDoc], state: Repo
             state.diagnostics.append(Diagnostic(
                 rel, line, col, format_path(plain[0]), f"Secret {model.metadata.name!r}: "
                 f"{', '.join(format_path(p) for p in plain)} {'is' if len(plain) == 1 else 'are'} not encrypted "
-                "(the file's sops rules, e.g. encrypted_regex, leave them in plain text), and flower-syncer.yaml "
+                f"(the file's sops rules, e.g. encrypted_regex, leave them in plain text), and {state.encryption_by} "
                 "sets requireEncryption", "encrypt every value of the Secret: sops encrypt with an encrypted_regex "
                 "that matches ^(data|stringData)$, or none", unit=unit))
             ok = False
@@ -539,7 +547,8 @@ def _load_release(reader: Reader, folder: Path, state: RepoState, cluster: str =
                               [(private_key, values.global_.nodeAuth.authSupernodePrivateKey)]):
         state.diagnostics.append(Diagnostic(
             reader.rel(values_path), 1, 1, "global.nodeAuth.authSupernodePrivateKey",
-            "a private key in plain text, and flower-syncer.yaml sets requireEncryption", "encrypt the file with sops",
+            f"a private key in plain text, and {state.encryption_by} sets requireEncryption",
+            "encrypt the file with sops",
             unit=unit.id))
         state.failed.add(unit)
         return

@@ -54,6 +54,8 @@ class RepoState:
     pruned or reported here."""
     elsewhere_diagnostics: list[Diagnostic] = field(default_factory=list)
     """Diagnostics of the files of other clusters (their own agents report them)."""
+    encryption_by: str = "flower-syncer.yaml"
+    """Who set `requireEncryption` (the repository, or the admin's policy), for the messages."""
 
     def cluster_of(self, unit: Unit) -> str | None:
         """The cluster that applies `unit` ("" = this load's own), None for a unit not loaded."""

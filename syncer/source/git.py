@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import re
 import shutil
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,6 +46,7 @@ from syncer.source.refs import (
     summarize,
     validate_ref,
 )
+from syncer.source.signatures import Verification, Verifier
 
 log = structlog.get_logger("syncer.source")
 
@@ -87,6 +89,11 @@ class SourceSpec:
     ssh_key_file: Path | None = None
     known_hosts_file: Path | None = None
     timeout: float = 60.0
+    verify: Verification | None = None
+    """Signatures the admin requires (syncer.source.signatures); None: none."""
+    admit: Callable[[str], str] | None = None
+    """Called with the remote ref the wanted one resolved to (e.g. the default branch's name):
+    why it may not be synced (the admin's policy gives it another entry), or ""."""
 
     def __post_init__(self) -> None:
         if self.cache_dir is _AUTO_CACHE_DIR:
@@ -173,6 +180,7 @@ class GitSource:
         self._gitdir = self._cache / "git"
         self._tree = self._cache / "tree"
         self._lock = threading.Lock()
+        self._verifier = Verifier(spec.verify) if spec.verify is not None else None
         self._last: Checkout | None = None
         self._verified: tuple[int, ...] | None = None  # the clone's config file when it last named our URL
         self._whole_tree_at: float | None = None  # when a checkout last wrote every file (_refresh_index)
@@ -239,6 +247,8 @@ class GitSource:
                 raise SourceError("ref-not-found", f"{self._display} has no commits on its default branch (HEAD)")
             raise SourceError("ref-not-found", f"{self._display} has no branch, tag or commit {self._ref!r}")
         name, sha = hit
+        if self.spec.admit is not None and (refusal := self.spec.admit(name)):
+            raise SourceError("invalid", refusal)
         if self._is_current(sha, name):
             assert self._last is not None
             self._refresh_index(s)
@@ -296,6 +306,9 @@ class GitSource:
                 continue
             if fresh:
                 self._swap_in(gitdir)
+            if self._verifier is not None:  # refused: raises, and the last checkout stays in place
+                target = self._verifier.check(functools.partial(self._git_with, s), target, remote_ref,
+                                              self._display)
             whole_tree = fresh or self._last is None
             try:
                 checkout = self._checkout(s, target, remote_ref)
@@ -505,6 +518,11 @@ class GitSource:
         if "did not complete in" in err and status != 0:
             err = f"timed out after {self.spec.timeout:g} s"
         return _Result(status, out, self._scrub(err, s))
+
+    def _git_with(self, s: _Session, args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
+        """git in the cache clone with more environment (a verification's keyring)."""
+        res = self._git(_Session({**s.env, **env}, s.secrets), args, self._gitdir)
+        return res.status, res.out, res.err
 
     def _remote(self, s: _Session, args: list[str], gitdir: Path | None) -> _Result:
         """Run a git command that talks to the remote; failures become SourceError with their kind."""

@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from typing import Literal
 
-ErrorKind = Literal["unreachable", "auth", "ref-not-found", "path-not-found", "corrupt", "invalid"]
+ErrorKind = Literal["unreachable", "auth", "ref-not-found", "path-not-found", "corrupt", "invalid", "unverified"]
 
 
 class SourceError(Exception):

@@ -170,7 +170,7 @@ def test_source_fetch_errors_and_last_fetch() -> None:
     assert value(m, "flower_syncer_source_fetch_errors_total", reason="auth") == 1
     assert value(m, "flower_syncer_source_fetch_errors_total", reason="other") == 1
     assert {s["reason"] for s in series(m, "flower_syncer_source_fetch_errors_total")} == {
-        "unreachable", "auth", "ref-not-found", "path-not-found", "corrupt", "invalid", "other"}
+        "unreachable", "auth", "ref-not-found", "path-not-found", "corrupt", "invalid", "unverified", "other"}
     before = time.time()
     m.fetch_ok()
     assert (value(m, "flower_syncer_source_last_fetch_timestamp_seconds") or 0) >= before

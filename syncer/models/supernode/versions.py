@@ -13,7 +13,9 @@ from syncer.models.flower import (
     Component,
     FlowerInterface,
     explicit_version,
+    parse_version,
     runtime_skew,
+    unknown_release,
 )
 from syncer.models.k8s import Issue
 from syncer.models.supernode.naming import interface
@@ -90,6 +92,11 @@ def _image_issues(comp: ChartComponent, key: str) -> list[Issue]:
     at: FieldPath = (key, "image", FLOWER_VERSION_KEY)
     if image.flowerVersion and explicit_version(image.flowerVersion) is None:
         return [Issue(at, f"{image.flowerVersion!r} is not a Flower version", 'write it as "1.42.0"')]
+    unknown = unknown_release(interface(image))
+    if unknown:
+        field = "tag" if parse_version(image.tag) is not None else FLOWER_VERSION_KEY
+        return [Issue((key, "image", field), f"image tag {image.tag or '(none)'!r}: {unknown}",
+                      "use a Flower release such as 1.42.0 (a typo in the tag?)", severity="warning")]
     if interface(image).assumed:
         return [Issue((key, "image", "tag"),
                       f"image tag {image.tag or '(none)'!r} names no Flower version; the {key} is rendered for "
