@@ -266,9 +266,18 @@ def namespace(kube_cluster: KubeCluster, request: pytest.FixtureRequest) -> Iter
 
 
 
+FAST_DIRS = (REPO / "tests" / "unit", REPO / "tests" / "reliability")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests that use the cluster fixtures must carry the ``cluster`` marker (so `-m` works)."""
+    """Tests that use the cluster fixtures must carry the ``cluster`` marker (so `-m` works). The
+    tests of tests/unit and tests/reliability without ``cluster`` or ``e2e`` get ``fast``: they
+    need no cluster and are independent of each other, so `tools/test` runs them in parallel
+    processes (pytest-xdist) and `tools/test --fast` runs only them."""
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
         if ("kube_cluster" in fixtures or "namespace" in fixtures) and item.get_closest_marker("cluster") is None:
             item.add_marker(pytest.mark.cluster)
+        if (item.path.is_relative_to(FAST_DIRS[0]) or item.path.is_relative_to(FAST_DIRS[1])) and not (
+                item.get_closest_marker("cluster") or item.get_closest_marker("e2e")):
+            item.add_marker(pytest.mark.fast)

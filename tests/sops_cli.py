@@ -18,7 +18,8 @@ SECRET = secret_manifest("hunter2-very-secret")
 
 
 def sops_binary() -> str:
-    path = Path(os.environ.get("FLOWER_SYNCER_SOPS") or Path.home() / ".cache/flower-syncer/sops/v3.10.2/sops")
+    cache = Path(os.environ.get("FLOWER_SYNCER_CACHE") or Path.home() / ".cache" / "flower-syncer")
+    path = Path(os.environ.get("FLOWER_SYNCER_SOPS") or cache / "sops" / "v3.10.2" / "sops")
     if not path.exists():
         if os.environ.get("CI") == "true":
             pytest.fail(f"the sops CLI is missing ({path}): tools/test builds it with tools/build_sops.py")

@@ -10,6 +10,10 @@ ONE dependency set, a virtualenv with the newest release (`flwr==NEWEST`), and e
 that interpreter with PYTHONPATH set to the unpacked wheel (tools/flower_parse_commands.py). Every
 release from 1.20.0 imports its parsers that way (checked for 1.20.0 ... 1.42.0 and the nightly).
 
+The dependency set is a whole install of flwr==NEWEST: the tests that run that release's SuperLink,
+SuperNode or `flwr` CLI (tests/integration/superlinks.py's flower_bin) use it too, rather than a second
+install of the same release.
+
 Layout under ~/.cache/flower-syncer/flower/ (FLOWER_SYNCER_CACHE overrides the root):
     deps-<NEWEST>/            virtualenv with flwr==<NEWEST> and its dependencies
     releases/<version>/       an unpacked flwr wheel (flwr/, *.dist-info), `.complete` when done
@@ -75,7 +79,14 @@ def _fetch_release(version: str) -> None:
     (target / ".complete").write_text(wheel.name + "\n")
 
 
-def _fetch_deps() -> None:
+def deps_bin() -> Path:
+    """The bin directory of the dependency set's venv: flwr==NEWEST's own CLIs (flwr,
+    flower-superlink, flower-supernode), which the Control API and e2e tests run for that release."""
+    return deps_python().parent
+
+
+def fetch_deps() -> None:
+    """Make the dependency set's venv (flwr==NEWEST), unless it is complete."""
     venv = deps_python().parent.parent
     if (venv / ".complete").exists():
         return
@@ -93,7 +104,7 @@ def fetch() -> None:
         print(f"Flower releases: all {len(ALL)} cached in {cache_root()}")
         return
     with ThreadPoolExecutor(max_workers=6) as pool:
-        deps = pool.submit(_fetch_deps) if "deps" in todo else None
+        deps = pool.submit(fetch_deps) if "deps" in todo else None
         list(pool.map(_fetch_release, [v for v in todo if v != "deps"]))
         if deps is not None:
             deps.result()

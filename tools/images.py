@@ -432,6 +432,35 @@ def build_all(flwr_versions: Sequence[str] | None = None, force: bool = False) -
     return archives
 
 
+def all_cached(flwr_versions: Sequence[str] | None = None) -> bool:
+    """Whether `build` would find every archive in the cache (nothing built, no root needed)."""
+    layer = images_dir() / f"debian-{DEBIAN_SUITE}.layer.tar"
+    stamp = layer.with_suffix(".stamp")
+    base_key = _key("base", DEBIAN_SUITE, *DEBIAN_PACKAGES)
+    if not (layer.exists() and stamp.exists() and stamp.read_text() == base_key):
+        return False
+    if not _cached("pause", _key("pause", (TOOLS_DIR / "pause.c").read_text())):
+        return False
+    for version in flwr_versions or default_versions():
+        env = flwr_env(version)
+        if not _cached(f"flwr-{version}", _key(f"flwr-{version}", base_key, *env[len(FLWR_ENV):])):
+            return False
+    return True
+
+
+def agent_cached() -> bool:
+    """Whether `agent` would find the agent's archive for this source tree in the cache."""
+    base = _cached("python-base", _key("python-base", _key("base", DEBIAN_SUITE, *DEBIAN_PACKAGES)))
+    archive = images_dir() / "agent.docker.tar"
+    if base is None or not archive.exists():
+        return False
+    try:
+        stamp = json.loads((images_dir() / "agent.stamp.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(stamp.get("key") == _key("agent", _file_digest(base), _source_digest()))
+
+
 def image_names(archive: Path) -> list[str]:
     stamp = json.loads(archive.with_name(archive.name.replace(".oci.tar", ".stamp.json")).read_text())
     return list(stamp["images"])

@@ -207,7 +207,8 @@ def flwr_run(app: Path, address: str, home: Path, timeout: float = 300, run_conf
     work = home / "app"
     shutil.copytree(app, work, dirs_exist_ok=True)
     # The CLI of the SuperLink's release (a CLI speaks its own release's Control API: gRPC up to
-    # 1.36, HTTP from 1.37): the dev venv's 1.26.0, or a venv made once by the set-up under
+    # 1.36, HTTP from 1.37): the dev venv's 1.26.0, the newest release's from the compatibility test's
+    # dependency set (tools/flower_releases.py), or a venv made once by the set-up under
     # ~/.cache/flower-syncer/flwr/<version> (shared with the Control API tests and tools/demo --real).
     # That costs ~1-3 min once (the wheels mostly come from pip's cache after tools/images.py) and
     # nothing after; running the CLI in a container image instead would need the app and its config

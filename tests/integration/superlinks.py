@@ -1,10 +1,12 @@
 """Real Flower SuperLinks and SuperNodes as processes on 127.0.0.1, with TLS and
 --enable-supernode-auth, for the Control API tests.
 
-Flower 1.26.0 comes with the dev extras (beside the test's interpreter). Other releases are
-installed once, by the set-up of the test that asks for them, into a virtualenv of their own under
-~/.cache/flower-syncer/flwr/<version> (`pip install flwr==<version>`: the only registry access);
-later runs reuse it. A missing prerequisite skips, and with CI=true fails."""
+Flower 1.26.0 comes with the dev extras (beside the test's interpreter). The newest release
+(tools/flower_releases.py's NEWEST, 1.42.0) is the compatibility test's dependency set, which
+`tools/flower_releases.py fetch` installs (tools/test runs it first): one install of it, not two.
+Other releases are installed once, by the set-up of the test that asks for them, into a virtualenv of
+their own under ~/.cache/flower-syncer/flwr/<version> (`pip install flwr==<version>`: the only registry
+access); later runs reuse it. A missing prerequisite skips, and with CI=true fails."""
 
 from __future__ import annotations
 
@@ -22,6 +24,10 @@ import pytest
 from tests.conftest import IN_CI, wait_until
 from tests.integration.gitservers import free_port
 from tests.nodeauth import certificates
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tools"))
+import flower_releases  # noqa: E402
 
 DEV = "1.26.0"  # the dev extras' flwr
 CACHE = Path(os.environ.get("FLOWER_SYNCER_CACHE", Path.home() / ".cache" / "flower-syncer")) / "flwr"
@@ -41,7 +47,8 @@ def flower_bin(version: str) -> Path:
         if not (here / "flower-superlink").exists():
             missing(f"flower-superlink is not installed beside {sys.executable} (pip install -e '.[dev]')")
         return here
-    venv = CACHE / version
+    newest = version == flower_releases.NEWEST
+    venv = flower_releases.deps_bin().parent if newest else CACHE / version
     done = venv / ".complete"  # written last: a venv without it is an interrupted install
     if done.exists():
         return venv / "bin"
@@ -51,6 +58,13 @@ def flower_bin(version: str) -> Path:
         if done.exists():
             return venv / "bin"
         started = time.monotonic()
+        if newest:
+            try:
+                flower_releases.fetch_deps()
+            except subprocess.CalledProcessError as exc:
+                missing(f"cannot install flwr=={version} with tools/flower_releases.py: {exc}")
+            INSTALL_SECONDS[version] = time.monotonic() - started
+            return venv / "bin"
         shutil.rmtree(venv, ignore_errors=True)
         try:
             subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=300)

@@ -16,19 +16,19 @@ HERE = Path(__file__).resolve().parent
 _results: dict[str, dict[str, int]] = defaultdict(lambda: {"cases": 0, "passed": 0})
 
 
-def _category(nodeid: str, path: Path) -> str | None:
+def _category(nodeid: str, rootdir: Path) -> str | None:
+    path = (rootdir / nodeid.split("::", 1)[0]).resolve()
     try:
-        path.resolve().relative_to(HERE)
+        path.relative_to(HERE)
     except ValueError:
         return None
     return path.stem.removeprefix("test_").replace("_", " ")
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
-    outcome = yield
-    report = outcome.get_result()
-    category = _category(item.nodeid, Path(str(item.fspath)))
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # logreport, not makereport: under pytest-xdist (tools/test runs these tests in 2 processes) the
+    # reports reach this hook in the process that prints the summary; makereport runs in the workers
+    category = _category(report.nodeid, _ROOT[0]) if _ROOT else None
     if category is None:
         return
     # one count per case: the call phase, or the setup phase when setup failed or skipped
@@ -36,6 +36,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
         _results[category]["cases"] += 1
         if report.passed:
             _results[category]["passed"] += 1
+
+
+_ROOT: list[Path] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _ROOT[:] = [config.rootpath]
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

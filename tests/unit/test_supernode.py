@@ -1016,7 +1016,9 @@ def test_thousand_releases_render_fast(keys: Keys) -> None:
     model, _ = load(keys.node_auth_values())
     assert model is not None
     ctx = RenderContext(Unit("supernode", "flower", "test"), "supernodes/test/values.yaml")
-    start = time.perf_counter()
+    # This process's CPU time, not the wall clock: on a busy machine (2 cores, CI beside other work)
+    # the wall clock also counts the time spent waiting for a core, which says nothing of the renderer.
+    start = time.process_time()
     for i in range(1000):
         render_supernode(model, f"release-{i}", ctx)
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 1.0
