@@ -159,11 +159,14 @@ def _type_name(annotation: Any) -> str:
     args = typing.get_args(annotation)
     if origin is typing.Annotated:
         base, *meta = args
-        return _k8s_type(meta) or _type_name(base)
+        return _k8s_type(meta) or _type_name(base) + _bounds(meta, base)
     if origin is typing.Literal:
-        return "one of " + ", ".join(f"`{a}`" for a in args)
+        if len(args) == 1 and isinstance(args[0], str):
+            return "string"
+        return "one of " + ", ".join(f"`{_yaml_scalar(a)}`" for a in args)
     if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
-        names = [_type_name(a) for a in args if a is not type(None)]
+        names = [f"`{_yaml_scalar(a.__args__[0])}`" if typing.get_origin(a) is typing.Literal and len(a.__args__) == 1
+                 else _type_name(a) for a in args if a is not type(None)]
         return " or ".join(names) + (" (optional)" if type(None) in args else "")
     if origin in (list, tuple, set, frozenset):
         return f"list of {_type_name(args[0])}" if args else "list"
@@ -177,6 +180,55 @@ def _type_name(annotation: Any) -> str:
         return {"str": "string", "int": "integer", "float": "number", "bool": "boolean", "dict": "map",
                 "list": "list", "Path": "path", "Any": "any"}.get(annotation.__name__, annotation.__name__)
     return "any" if annotation is Any else str(annotation).replace("typing.", "")
+
+
+_MACHINE_LIMITS = (2**31 - 1, 2**63 - 1)  # int32/int64 bounds: the API's, not worth a reader's attention
+
+
+def _bounds(metadata: list[Any], base: Any) -> str:
+    """`, 1 to 65535`, `, at most 16 items`: the limits of Field(ge=, le=, min_length=, max_length=)."""
+    marks: list[Any] = []
+    for mark in metadata:
+        marks.extend(getattr(mark, "metadata", None) or [mark])  # a FieldInfo carries its marks in .metadata
+    found = {name: getattr(mark, name) for mark in marks
+             for name in ("ge", "gt", "le", "lt", "min_length", "max_length") if hasattr(mark, name)}
+    low = found.get("ge", found["gt"] + 1 if "gt" in found else None)
+    high = found.get("le", found["lt"] - 1 if "lt" in found else None)
+    if high in _MACHINE_LIMITS:
+        high = None
+    unit = ""
+    if low is None and high is None:
+        low, high = found.get("min_length"), found.get("max_length")
+        unit = " characters" if base is str else " items"
+        if low == 1 and high is None:
+            return ", not empty"
+    if low is not None and high is not None:
+        return f", {low} to {high}{unit}"
+    if low is not None:
+        return f", at least {low}{unit}"
+    return f", at most {high}{unit}" if high is not None else ""
+
+
+def _yaml_scalar(value: Any) -> str:
+    """How a default or an allowed value is written in YAML: quoted only where YAML would read something
+    else (`""`, `"on"`, `"1.0"`); lists and maps in flow style."""
+    import json
+
+    import yaml
+
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str):
+        try:
+            plain = yaml.safe_load(value) == value and value.strip() == value and "#" not in value
+        except yaml.YAMLError:
+            plain = False
+        return value if plain and value else json.dumps(value)
+    if isinstance(value, (list, tuple, dict)):
+        return json.dumps(value)
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))  # seconds: `60`, as one writes it
+    return str(value)
 
 
 def _k8s_type(metadata: list[Any]) -> str:
@@ -208,8 +260,7 @@ def _default(info: Any) -> str:
         value = value.value
     if isinstance(value, (list, dict, tuple)) and not value:
         return "empty"
-    text = repr(value) if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else str(value)
-    return f"`{text}`"
+    return f"`{_yaml_scalar(value)}`"
 
 
 def _models_in(annotation: Any) -> Iterator[type]:
@@ -231,7 +282,12 @@ def model_rows(root: type, prefix: str = "", seen: frozenset[type] = frozenset()
         meaning = info.description or docs.get(name, "")
         if not meaning and key in ("apiVersion", "kind") and typing.get_origin(info.annotation) is typing.Literal:
             meaning = "always " + " or ".join(f"`{v}`" for v in typing.get_args(info.annotation))
-        rows.append(Row(path, _k8s_type(info.metadata) or _type_name(info.annotation), _default(info), meaning))
+        kind = _k8s_type(info.metadata) or _type_name(info.annotation)
+        bounds = _bounds(info.metadata, info.annotation)
+        if bounds:
+            base, optional, _ = kind.partition(" (optional)")
+            kind = base + bounds + optional
+        rows.append(Row(path, kind, _default(info), meaning))
         for sub in _models_in(info.annotation):
             if sub in seen or sub is root:
                 continue
@@ -342,8 +398,8 @@ def cli_page() -> tuple[str, list[str]]:
                 continue
             flags = ", ".join(f"`{o}`" for o in action.option_strings) or f"`{action.metavar or action.dest}`"
             default = action.default
-            shown = ("" if default in (None, False, argparse.SUPPRESS) or isinstance(action, argparse._StoreTrueAction)
-                     else f"`{default}`")
+            unset = default in (None, False, [], argparse.SUPPRESS)  # [] is a repeatable option given no value
+            shown = "" if unset or isinstance(action, argparse._StoreTrueAction) else f"`{default}`"
             if action.choices and not isinstance(action, argparse._SubParsersAction):
                 shown = (shown + " " if shown else "") + "(" + ", ".join(str(c) for c in action.choices) + ")"
             meaning = (action.help or "") if action.help != argparse.SUPPRESS else ""
@@ -382,7 +438,8 @@ def metric_families() -> list[tuple[str, str, list[str], str]]:
         describe = getattr(writer, "describe", None)
         for family in describe() if describe else []:
             labels = list(getattr(family, "_labelnames", ()))
-            out[family.name] = (family.name, family.type, labels, family.documentation)
+            full = family.name + ("_total" if family.type == "counter" and not family.name.endswith("_total") else "")
+            out[full] = (full, family.type, labels, family.documentation)  # as served: counters end in _total
     return sorted(out.values())
 
 

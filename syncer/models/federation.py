@@ -77,7 +77,9 @@ class Federation(StrictModel):
     apiVersion: Literal["flwr.exalsius.ai/v1"]
     kind: Literal["Federation"]
     metadata: ObjectMeta
+    """Name, namespace, labels and annotations of the federation."""
     spec: FederationSpec
+    """The federation: its SuperLink, its SuperNode pools and how they run."""
 
     @property
     def name(self) -> str:

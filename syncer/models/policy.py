@@ -88,6 +88,7 @@ class AdminPolicy(StrictModel):
     default: RepositoryPolicy = RepositoryPolicy()
     """For repositories no entry of `repositories` matches."""
     repositories: list[RepositoryPolicy] = []
+    """Entries tried in order against each repository's source, ref and path: the first match applies."""
 
     field_hints: ClassVar[dict[str, str]] = {"serviceAccount": "namespace/name of a ServiceAccount"}
 

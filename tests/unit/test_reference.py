@@ -65,3 +65,22 @@ def test_an_annotation_the_tables_do_not_describe_is_reported(monkeypatch: Any) 
     monkeypatch.delitem(gen.ANNOTATIONS, first)
     _, missing = gen.annotations_page()
     assert f"annotation {first}" in missing
+
+
+def test_every_metric_the_reference_names_is_served_under_that_name() -> None:
+    import re
+
+    from syncer.observe.metrics import Metrics
+
+    served = set(re.findall(r"^# TYPE (\S+) ", bytes(Metrics().exposition()).decode(), re.M))
+    listed = [name for name, *_ in _generator().metric_families()]
+    assert listed and not [name for name in listed if name not in served]
+
+
+def test_defaults_and_allowed_values_are_written_as_yaml() -> None:
+    gen = _generator()
+    assert [gen._yaml_scalar(v) for v in ("", "on", "*", "ClusterIP", ["ALL"], 60.0, 0.5, True)] == [
+        '""', '"on"', '"*"', "ClusterIP", '["ALL"]', "60", "0.5", "true"]
+    config = _generated()[0]["config.md"]
+    assert "| `spec.superlink.service.ports.grpc` | integer, 1 to 65535 | `9092` |" in config
+    assert "'" not in "".join(line.split("|")[3] for line in config.splitlines() if line.startswith("| `"))

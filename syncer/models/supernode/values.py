@@ -84,11 +84,19 @@ class SuperNodeValues(StrictModel):
     """`supernodes/<release>/values.yaml`: the SuperNode chart's values."""
 
     nameOverride: str = CHART_NAME
+    """Replaces the chart's name in object names (`<release>-<nameOverride>-<component name>`) and in the
+    `app.kubernetes.io/name` label."""
     fullnameOverride: str = ""
+    """Replaces `<release>-<nameOverride>` in object names."""
     global_: GlobalValues = Field(default=GlobalValues(), alias="global")
+    """Defaults for both components."""
     tls: TLSValues = TLSValues()
+    """TLS between the SuperNode and its SuperLink."""
     supernode: SuperNodeComponent = SuperNodeComponent()
+    """The SuperNode: a Deployment, its ClientAppIo Service, ServiceAccount and NetworkPolicy."""
     superexec: SuperExecComponent = SuperExecComponent()
+    """A SuperExec that runs ClientApps for a SuperNode in `process` isolation: a Deployment, ServiceAccount and
+    egress NetworkPolicy."""
 
     def semantic_issues(self) -> list[Issue]:
         issues: list[Issue] = self._name_issues()
