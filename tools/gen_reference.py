@@ -120,6 +120,7 @@ EVENT_REASONS: dict[str, str] = {
     "SuperNodesConnected": "every expected SuperNode is connected again",
     "SuperNodesNotConnected": "SuperNodes run but their SuperLink does not list them online",
     "InternalError": "the agent failed on the unit (a bug); it syncs the unit again",
+    "Unverified": "the newest revision is not signed by a key the admin's policy lists; nothing of it is applied",
 }
 
 
