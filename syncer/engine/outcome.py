@@ -8,12 +8,16 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from syncer.engine.changeset import Cause, UnitResult
+from syncer.engine.holds import HELD, held_condition
 from syncer.engine.inventory import Condition
 
 
 def outcome_condition(res: UnitResult, revision: str) -> Condition:
-    """The Ready condition a sync result stands for: Synced, Conflict (another applier owns fields
-    of some objects; it wins over other failures) or SyncFailed."""
+    """The Ready condition a sync result stands for: Synced, Held (applied but for changes that
+    would restart pods during Flower runs), Conflict (another applier owns fields of some objects;
+    it wins over other failures) or SyncFailed."""
+    if res.ok and res.held:  # the rest is applied; the restarts wait for the federation's runs
+        return Condition(False, HELD, short(held_condition(res.held)), utc_now(), revision)
     if res.ok:
         return Condition(True, "Synced", "in sync with Git", utc_now(), revision)
     failed = res.failures()

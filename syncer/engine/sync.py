@@ -25,6 +25,8 @@ from syncer.engine.changeset import Action, Cause, Change, SkipReason, UnitResul
 from syncer.engine.checked import Checked
 from syncer.engine.copies import fill_copies
 from syncer.engine.digestkey import DigestKeyError, DigestKeys
+from syncer.engine.disruption import config_changes, removal
+from syncer.engine.holds import Gate
 from syncer.engine.inventory import HISTORY_LIMIT, Applied, Entry, Inventory, inventory_name, inventory_ref
 from syncer.engine.live import LiveState
 from syncer.engine.mounts import missing_keys, mounted_secret_keys
@@ -57,6 +59,7 @@ class SyncOptions:
     allow_empty: bool = False
     namespaces: list[str] | None = None  # limit cluster reads to these namespaces (namespaced RBAC)
     include_suspended: bool = False  # a dry-run measures suspended units too (diff, status)
+    gate: Gate | None = None  # asked before a change that stops running pods (engine.holds; the agent's, per unit)
 
 
 @dataclass
@@ -361,7 +364,7 @@ class Engine:
             res.changes.extend(Change(ObjectRef.of(m), Action.CREATED, "would create") for m in desired)
             return res
         return _UnitRun(planned, res, inv, recovered, desired,
-                        Applier(self.kube, dry_run=opts.dry_run, with_diff=opts.with_diff))
+                        Applier(self.kube, dry_run=opts.dry_run, with_diff=opts.with_diff, gate=opts.gate))
 
     def _apply_level(self, run: _UnitRun, level: int, live: LiveState, opts: SyncOptions, plan: Plan) -> None:
         """Apply the unit's objects of one APPLY_ORDER level (e.g. its Services)."""
@@ -377,6 +380,10 @@ class Engine:
         for m, out in zip(stage, outcomes, strict=True):
             ref = ObjectRef.of(m)
             run.res.changes.append(out.change)
+            if out.disruption is not None:
+                run.res.disruptions.append(out.disruption)
+                if out.held:
+                    run.res.held.append(out.disruption)
             entry = out.entry or run.inv.entries.get(ref)
             if entry is not None:
                 run.entries[ref] = entry
@@ -397,9 +404,12 @@ class Engine:
         res.changes.extend(handed)
         if leftovers:
             if policy.prune and opts.prune:
+                removals = {r: removal(r, live.objects.get(r)) for r in leftovers}
                 changes, keep = prune(self.kube, unit, leftovers, live.objects, dry_run=opts.dry_run,
                                       ours={repository, *plan.former_names, *plan.legacy_names})
                 res.changes.extend(changes)
+                res.disruptions.extend(d for c in changes if c.action is Action.DELETED
+                                       and (d := removals.get(c.ref)) is not None)
                 for ref in keep:
                     entries[ref] = inv.entries[ref]
                 if opts.dry_run:
@@ -407,6 +417,8 @@ class Engine:
             else:
                 res.changes.extend(Change(r, Action.SKIPPED, "not pruned: pruning is disabled") for r in leftovers)
                 entries.update({r: inv.entries[r] for r in leftovers})
+        res.disruptions.extend(config_changes((c.ref for c in res.changes if c.action is Action.CONFIGURED),
+                                              run.desired))
         # SuperNode keys, before the Ready condition is written: what to record of them
         errors = len(res.errors)
         owned = sync_planned_keys(planned, run.desired, res, inv.node_keys, opts.dry_run)

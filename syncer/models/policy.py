@@ -21,14 +21,39 @@ from __future__ import annotations
 import fnmatch
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from syncer.models.base import StrictModel
+from syncer.models.durations import OFF, duration_problem, parse_duration
 from syncer.models.k8s import Issue
 from syncer.models.names import name_problem
 from syncer.models.settings import PROTECTED_NAMESPACES, Guardrails
 
 _WILDCARDS = frozenset("*?[")
+
+
+class HoldLimits(StrictModel):
+    """The admin's bounds on rollouts that wait for training (engine.holds): the wait when Git
+    names none, and the longest Git may ask for (a longer one is cut to it)."""
+
+    default: str = "1h"
+    maximum: str = "24h"
+
+    @field_validator("default", "maximum")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        problem = duration_problem(value, allow_off=True)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    def seconds(self) -> tuple[float, float]:
+        """(default, maximum) in seconds; "off" is 0."""
+        return _seconds(self.default), _seconds(self.maximum)
+
+
+def _seconds(text: str) -> float:
+    return 0.0 if text.strip().lower() in OFF else parse_duration(text) or 0.0
 
 
 class RepositoryPolicy(StrictModel):
@@ -47,6 +72,8 @@ class RepositoryPolicy(StrictModel):
     take over from another source. Unset: any name that no other source uses."""
     serviceAccount: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9.-]*/[a-z0-9][a-z0-9.-]*$")] | None = None
     """`namespace/name` of the ServiceAccount every write of this repository is made as."""
+    holds: HoldLimits = Field(default_factory=HoldLimits)
+    """How long a change that restarts pods may wait for Flower runs to end (docs/rollouts.md)."""
 
     def matches(self, source: str, ref: str, path: str) -> bool:
         return (fnmatch.fnmatchcase(source, self.source) and fnmatch.fnmatchcase(ref, self.ref)

@@ -261,3 +261,20 @@ def recorded_flower_check(subject: Any) -> UnitCondition | None:
 
 
 _FLOWER_REASONS = {r.value for r in HealthReason} - {HealthReason.HEALTHY.value}
+
+
+def runs_in_progress(flower: Mapping[str, Any] | None) -> str:
+    """`2 runs running`, `1 run running, 1 starting`, `no run in progress`, or why it is unknown:
+    what a restart would interrupt, from a Flower-level health dict (as the agent recorded it)."""
+    if not flower:
+        return "runs unknown: no Flower-level health recorded by the agent"
+    if not flower.get("reachable"):
+        return "runs unknown: the SuperLink's Control API did not answer the agent"
+    runs = flower.get("runs") or {}
+    running, starting = int(runs.get("running") or 0), int(runs.get("starting") or 0)
+    if not running and not starting:
+        return "no run in progress"
+    parts = [f"{running} run{'s' if running != 1 else ''} running"] if running else []
+    if starting:
+        parts.append(f"{starting} starting" if running else f"{starting} run{'s' if starting != 1 else ''} starting")
+    return ", ".join(parts)
