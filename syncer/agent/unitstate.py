@@ -120,6 +120,7 @@ def unit_report(agent: UnitTables, unit: Unit, state: UnitConditions) -> dict[st
         "nodeKeys": result.node_keys.to_dict() if result and result.node_keys else None,
         **state.to_dict(),
         **({"flower": agent.flower.to_dict(unit)} if agent.flower is not None and unit.kind == "federation" else {}),
+        **({"hold": hold} if (hold := agent.holds.status(unit)) is not None else {}),
     }
 
 

@@ -139,7 +139,7 @@ def run_list(active: Sequence[ActiveRun]) -> str:
     for r in ids:
         by_state.setdefault(r.state, []).append(r.run_id)
     parts = []
-    for state in ACTIVE_STATES:
+    for state in ("running", "starting"):
         got = by_state.get(state, [])
         if got:
             shown = ", ".join(str(i) for i in got[:MAX_RUN_IDS]) + (f" (+{len(got) - MAX_RUN_IDS})"

@@ -90,6 +90,7 @@ class FlowerHealth:
     runs: dict[str, int] = field(default_factory=dict)
     last_failure: RunInfo | None = None
     failed: tuple[RunInfo, ...] = ()  # every failed run the SuperLink lists (for news: see new_failures)
+    active: tuple[RunInfo, ...] = ()  # the runs starting or running: what a restart would interrupt (engine.holds)
 
     @property
     def expected(self) -> int:
@@ -180,7 +181,8 @@ def compute(target: FlowerTarget, answer: ControlAnswer, desired: dict[tuple[str
     last = max(failed, key=lambda r: (r.finished_at, r.run_id)) if failed else None
     return FlowerHealth(True, answer.address, answer.checked_at, pools=tuple(out), online=status["online"],
                         offline=status["offline"], registered=status["registered"], unmatched=max(unmatched, 0),
-                        runs=dict(runs), last_failure=last, failed=tuple(failed))
+                        runs=dict(runs), last_failure=last, failed=tuple(failed),
+                        active=tuple(r for r in answer.runs or () if run_state(r) in ("starting", "running")))
 
 
 def health_condition(health: FlowerHealth | None, *, short_for: float = 0.0, grace: float = GRACE
