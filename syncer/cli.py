@@ -196,6 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wait", action="store_true", help="wait for the sync to finish and print the outcome")
     p.add_argument("--timeout", type=_duration, default=120.0, metavar="DURATION", help="how long --wait waits")
     p.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text", help="output format")
+    p.add_argument("--release-hold", action="store_true", help="let the unit's restarts held for Flower runs go "
+                   "ahead now: annotates its FlowerUnit with your cluster credentials (docs/rollouts.md)")
+    _add_cluster_args(p)
     p.set_defaults(func=cmd_resync)
 
     for verb, doc in (("suspend", "stop applying and healing a unit (its objects stay as they are)"),

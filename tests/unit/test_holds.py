@@ -22,6 +22,8 @@ from syncer.identity import ObjectRef, Unit
 from syncer.observe.conditions import synced_condition
 from syncer.observe.flower_health import FlowerHealth
 from syncer.observe.metrics import Metrics
+from syncer.observe.status import StatusReport, status
+from syncer.observe.status_tables import format_report
 from syncer.plan import Policy
 from syncer.render.repo import plan_repo, render_repo
 from syncer.repo.loader import load_repo
@@ -136,6 +138,9 @@ def test_a_held_restart_keeps_the_live_spec_and_the_rest_applies(kube: FakeKube,
     cond = synced_condition(result=res)
     assert (cond.reason, cond.message) == ("Held", "the SuperLink held while run 7 running in progress")
     assert res.to_dict()["held"] == cond.message
+    # `flower-syncer status` (no agent: the inventory's record) shows it in its SYNCED column and in JSON
+    [st] = status(kube, nodes=False).units
+    assert st.to_dict()["synced"] == "Held" and "Held" in format_report(StatusReport([st])).splitlines()[1]
     # held again: no write (the record stays, its `since` is when the hold began)
     again = engine.sync(plan, SyncOptions(gate=gate))
     assert again.units[0].is_held() and again.writes == 0
@@ -247,3 +252,20 @@ def test_a_superlink_the_agent_cannot_ask_holds_nothing_and_says_so(kube: FakeKu
     [said] = [e for e in events if e.action == "Hold"]
     assert (said.type, said.reason) == ("Warning", "RestartNotHeld") and "connection refused" in said.note
     assert agent.holds.held == {}
+
+
+def test_resync_release_hold_annotates_the_units_flowerunit(kube: FakeKube, tmp_path: Path) -> None:
+    from syncer.actions.holds import release_hold
+    from syncer.identity import UnknownUnit
+
+    assert Engine(kube).sync(_plan(write(tmp_path)), SyncOptions()).ok
+    kube.apply({"apiVersion": "flower-syncer.io/v1alpha1", "kind": "FlowerUnit",
+                "metadata": {"name": "federation.fed", "namespace": NS}}, force=True)
+    unit, at = release_hold(kube, "fed", now=NOW)
+    assert (unit, at) == (FED_UNIT, "2027-01-15T08:00:00Z")
+    flowerunit = kube.get("FlowerUnit", NS, "federation.fed")
+    assert flowerunit is not None
+    assert flowerunit["metadata"]["annotations"] == {"flower-syncer.io/release-hold": at,
+                                                     "flower-syncer.io/requestedAt": at}
+    with pytest.raises(UnknownUnit):
+        release_hold(kube, "nope")
