@@ -115,21 +115,24 @@ class Holds:
         unit = planned.unit
         settings = HoldSettings.of(planned.policy, *self.limits)
         since = self._since(unit, inventory)
-        decided: list[Decision] = []
+        asked: list[Disruption] = []
+        known: list[tuple[Runs, float, float | None]] = []  # one reading per sync: the same runs and clock
 
         def ask(disruption: Disruption) -> str | None:
-            if not decided:  # one decision per sync: the same runs and clock for every workload
+            if not known:
                 with self._lock:
                     released = self._released.get(unit)
-                decided.append(decide([disruption], self.runs(unit, plan), settings, now=self.clock(),
-                                      held_since=since, released_at=released))
-            decision = decided[0]
+                known.append((self.runs(unit, plan), self.clock(), released))
+            runs, now, released = known[0]
+            asked.append(disruption)
+            # the unit's decision names every workload asked so far; the change's, its own
+            decision = decide(asked, runs, settings, now=now, held_since=since, released_at=released)
             if decision.hold:
                 with self._lock:
                     self.held[unit] = decision
-            else:
-                self._going(unit, decision)
-            return decision.message if decision.hold else None
+                return decide([disruption], runs, settings, now=now, held_since=since, released_at=released).message
+            self._going(unit, decision)
+            return None
 
         return ask
 

@@ -136,10 +136,12 @@ class UnitResult:
         return bool(self.held)
 
     def hold_message(self) -> str:
-        """Why the first held change waits, as the gate said it."""
+        """Why the first held change waits, as the gate said it, and what else is held."""
         refs = {d.ref for d in self.held}
-        return next((c.message.removeprefix("held: ") for c in self.changes
-                     if c.ref in refs and c.action is Action.SKIPPED), "")
+        first = next((c.message.removeprefix("held: ") for c in self.changes
+                      if c.ref in refs and c.action is Action.SKIPPED), "")
+        more = list(dict.fromkeys(d.subject() for d in self.held[1:]))
+        return first + (f"; also held: {', '.join(more)}" if more and first else "")
 
     @property
     def ok(self) -> bool:

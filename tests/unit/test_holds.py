@@ -269,3 +269,22 @@ def test_resync_release_hold_annotates_the_units_flowerunit(kube: FakeKube, tmp_
                                                      "flower-syncer.io/requestedAt": at}
     with pytest.raises(UnknownUnit):
         release_hold(kube, "nope")
+
+
+def test_every_restart_of_a_unit_is_held_and_named(kube: FakeKube, tmp_path: Path) -> None:
+    clock = [NOW]
+    agent, events = _agent(kube, tmp_path, {FED_UNIT: _health(RUN7)}, clock)
+    (tmp_path / "r" / "federations" / "fed.yaml").write_text(federation(
+        "fed", pools=pool("a", 3, extra="        env: [{name: X, value: '1'}]\n"),
+        superlink="    extraArgs: [--fab-state-dir=/tmp]\n"))
+    install(agent, tmp_path / "r", "r3")
+    _sync(agent)
+    result = agent.units[FED_UNIT].last_result
+    assert result is not None and sorted(d.subject() for d in result.held) == ["pool a (3 SuperNodes)", "the SuperLink"]
+    held = [c for c in result.changes if c.message.startswith("held: ")]
+    assert sorted(c.message.split(" held while")[0] for c in held) == ["held: pool a (3 SuperNodes)",
+                                                                       "held: the SuperLink"]
+    [note] = [e.note for e in events if e.reason == "RolloutHeld"]
+    assert note.startswith("pool a (3 SuperNodes), the SuperLink held while run 7 running") or note.startswith(
+        "the SuperLink, pool a (3 SuperNodes) held while run 7 running"), note
+    assert "also held: " in agent.unit_conditions()[FED_UNIT]["conditions"][0]["message"]
