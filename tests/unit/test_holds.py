@@ -167,7 +167,7 @@ def _agent(kube: FakeKube, tmp_path: Path, health: dict[Unit, FlowerHealth],
     agent = Agent(kube, NoSource(), Metrics(), AgentOptions())
     agent.cache.state = LiveState.load(kube, None)
     agent.flower = cast(FlowerWatch, SimpleNamespace(probe=SimpleNamespace(enabled=True), health=health,
-                                                      to_dict=lambda u: None))
+                                                      to_dict=lambda u: None, recorded=lambda u: None))
     agent.holds.clock = lambda: clock[0]
     events: list[Event] = []
     agent.report = agent.holds.report = lambda unit, ev: events.append(ev)  # type: ignore[method-assign]
@@ -288,3 +288,28 @@ def test_every_restart_of_a_unit_is_held_and_named(kube: FakeKube, tmp_path: Pat
     assert note.startswith("pool a (3 SuperNodes), the SuperLink held while run 7 running") or note.startswith(
         "the SuperLink, pool a (3 SuperNodes) held while run 7 running"), note
     assert "also held: " in agent.unit_conditions()[FED_UNIT]["conditions"][0]["message"]
+
+
+def test_the_flowerunit_says_held_and_its_annotation_releases_the_hold(kube: FakeKube, tmp_path: Path) -> None:
+    from syncer.agent.flowerunits import KIND, FlowerUnits, object_name
+    from tests.doubles import Clock
+
+    clock = [NOW]
+    agent, events = _agent(kube, tmp_path, {FED_UNIT: _health(RUN7)}, clock)
+    _sync(agent)
+    view = FlowerUnits(agent, kube, clock=Clock(NOW))
+    view.replace(None, [])
+    view._listed()
+    assert view.write_round() == 2  # created, then its status
+    obj = kube.server.get(KIND, NS, object_name(FED_UNIT))
+    assert obj is not None
+    synced = next(c for c in obj["status"]["conditions"] if c["type"] == "Synced")
+    assert (synced["status"], synced["reason"]) == ("False", "Held") and "run 7 running" in synced["message"]
+    obj["metadata"].setdefault("annotations", {})["flower-syncer.io/release-hold"] = "2027-01-15T08:01:00Z"
+    assert not agent.work.busy()
+    view.event("MODIFIED", obj)  # `kubectl annotate`, as the watch delivers it
+    assert agent.work.busy()  # queued at once
+    assert agent.drain() == 1
+    agent.dispatch_pending()
+    assert agent.unit_conditions()[FED_UNIT]["synced"] == "Synced"
+    assert [e.reason for e in events if e.action == "Hold"] == ["RolloutHeld", "RolloutResumed"]
