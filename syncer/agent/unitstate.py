@@ -99,6 +99,7 @@ def publish(agent: UnitTables, unit: Unit) -> None:
 def forget(agent: UnitTables, unit: Unit) -> None:
     agent.published.pop(unit, None)
     agent.health.pop(unit, None)
+    agent.holds.forget(unit)
 
 
 def unit_report(agent: UnitTables, unit: Unit, state: UnitConditions) -> dict[str, Any]:
