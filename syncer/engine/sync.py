@@ -32,7 +32,7 @@ from syncer.engine.live import LiveState
 from syncer.engine.mounts import missing_keys, mounted_secret_keys
 from syncer.engine.nodekeys import sync_planned_keys
 from syncer.engine.normalize import with_fingerprint
-from syncer.engine.outcome import config_error_condition, outcome_condition, utc_now
+from syncer.engine.outcome import config_error_condition, held_since, outcome_condition, utc_now
 from syncer.engine.ownership import recover_inventory, stamp_repository, write_conflict
 from syncer.engine.prune import prune
 from syncer.engine.vanished import recorded_source, vanished_units
@@ -432,6 +432,7 @@ class Engine:
                                   f"cluster and dropped from the inventory: {entry}") for entry in inv.ignored)
         condition = (config_error_condition(plan.errors[unit], plan.revision, decryption=unit in plan.undecryptable)
                      if unit in plan.errors else outcome_condition(res, plan.revision or planned.revision))
+        condition = held_since(condition, inv.condition)  # a hold goes on from when it began (engine.holds)
         recorded = inv.condition if condition.same(inv.condition) else condition
         source = plan.source or inv.source
         if not opts.dry_run and (entries != inv.entries or run.recovered or inv.ignored or recorded is condition

@@ -112,17 +112,20 @@ def _restart_and_scale(repo: Path) -> None:
         federation("fed", pools=pool("a", 3), superlink="    extraArgs: [--fab-state-dir=/tmp]\n"))
 
 
-def test_a_held_restart_keeps_the_live_spec_and_the_rest_applies(kube: FakeKube, tmp_path: Path) -> None:
+def test_a_held_restart_keeps_the_live_spec_and_the_rest_applies(kube: FakeKube, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     repo = write(tmp_path)
     engine = Engine(kube)
     assert engine.sync(_plan(repo), SyncOptions()).ok
     _restart_and_scale(repo)
     asked: list[Disruption] = []
+    runs = ["run 7 running"]
 
     def gate(d: Disruption) -> str:
         asked.append(d)
-        return "the SuperLink held while run 7 running in progress"
+        return f"the SuperLink held while {runs[0]} in progress"
 
+    monkeypatch.setattr("syncer.engine.outcome.utc_now", lambda: "2026-11-28T18:00:00Z")
     plan = _plan(repo, "r2")
     report = engine.sync(plan, SyncOptions(gate=gate))
     [res] = report.units
@@ -134,22 +137,31 @@ def test_a_held_restart_keeps_the_live_spec_and_the_rest_applies(kube: FakeKube,
     assert scaled is not None and scaled["spec"]["replicas"] == 3  # applied at once
     inv = LiveState.load(kube, None).inventories[FED_UNIT]
     assert inv.condition is not None and inv.condition.reason == "Held"
-    assert "restart of the SuperLink held" in inv.condition.message
+    assert inv.condition.message == "the SuperLink held while run 7 running in progress"
     cond = synced_condition(result=res)
     assert (cond.reason, cond.message) == ("Held", "the SuperLink held while run 7 running in progress")
     assert res.to_dict()["held"] == cond.message
     # `flower-syncer status` (no agent: the inventory's record) shows it in its SYNCED column and in JSON
     [st] = status(kube, nodes=False).units
     assert st.to_dict()["synced"] == "Held" and "Held" in format_report(StatusReport([st])).splitlines()[1]
-    # held again: no write (the record stays, its `since` is when the hold began)
+    # held again: no write (the record stays)
     again = engine.sync(plan, SyncOptions(gate=gate))
     assert again.units[0].is_held() and again.writes == 0
+    # other runs now: the record says so, and keeps the time the hold began
+    runs[0], writes = "run 8 running", kube.writes
+    monkeypatch.setattr("syncer.engine.outcome.utc_now", lambda: "2026-11-28T18:30:00Z")
+    assert engine.sync(plan, SyncOptions(gate=gate)).units[0].is_held() and kube.writes == writes + 1
+    inv = LiveState.load(kube, None).inventories[FED_UNIT]
+    assert inv.condition is not None and "run 8 running" in inv.condition.message
+    assert inv.condition.since == "2026-11-28T18:00:00Z"
     # the runs ended: the restart goes ahead
     done = engine.sync(plan, SyncOptions(gate=lambda d: None))
     assert done.ok and not done.units[0].is_held()
     superlink = kube.get("StatefulSet", NS, "fed-superlink")
     assert superlink is not None and "--fab-state-dir=/tmp" in str(superlink["spec"]["template"])
-    assert LiveState.load(kube, None).inventories[FED_UNIT].condition.reason == "Synced"  # type: ignore[union-attr]
+    inv = LiveState.load(kube, None).inventories[FED_UNIT]
+    assert inv.condition is not None and (inv.condition.reason, inv.condition.since) == ("Synced",
+                                                                                          "2026-11-28T18:30:00Z")
 
 
 # -- the agent -----------------------------------------------------------------------------------
