@@ -132,6 +132,13 @@ class UnitResult:
     """The changes that would stop pods and wait for the federation's runs (engine/holds.py): their
     workloads keep their live spec."""
 
+    def note_disruption(self, disruption: Disruption | None, *, held: bool = False) -> None:
+        """What one change does to running pods (None: nothing), and whether the gate held it."""
+        if disruption is not None:
+            self.disruptions.append(disruption)
+            if held:
+                self.held.append(disruption)
+
     def is_held(self) -> bool:
         return bool(self.held)
 

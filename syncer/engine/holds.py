@@ -76,9 +76,10 @@ class HoldSettings:
 
     @classmethod
     def of(cls, policy: Policy, default: float, maximum: float) -> HoldSettings:
-        """The unit's settings from Git (`policy`) within the admin's default and maximum."""
+        """The unit's settings from Git (`policy`) within the admin's default and maximum (a
+        maximum of 0, "off", lets nothing be held)."""
         wanted = default if policy.hold_for_runs is None else policy.hold_for_runs
-        return cls(min(wanted, maximum) if maximum > 0 else wanted, policy.hold_strict)
+        return cls(min(wanted, maximum), policy.hold_strict)
 
 
 @dataclass(frozen=True)

@@ -380,10 +380,7 @@ class Engine:
         for m, out in zip(stage, outcomes, strict=True):
             ref = ObjectRef.of(m)
             run.res.changes.append(out.change)
-            if out.disruption is not None:
-                run.res.disruptions.append(out.disruption)
-                if out.held:
-                    run.res.held.append(out.disruption)
+            run.res.note_disruption(out.disruption, held=out.held)
             entry = out.entry or run.inv.entries.get(ref)
             if entry is not None:
                 run.entries[ref] = entry

@@ -78,6 +78,7 @@ def test_git_asks_within_the_admins_bounds() -> None:
     assert HoldSettings.of(Policy(), 3600.0, 86400.0).timeout == 3600.0
     assert HoldSettings.of(Policy(hold_for_runs=7 * 86400.0), 3600.0, 86400.0).timeout == 86400.0
     assert HoldSettings.of(Policy(hold_for_runs=0.0, hold_strict=True), 3600.0, 86400.0) == HoldSettings(0.0, True)
+    assert HoldSettings.of(Policy(hold_for_runs=600.0), 3600.0, 0.0).timeout == 0.0  # the admin turned holds off
 
 
 def test_a_deadline_that_does_not_parse_names_file_line_and_field(tmp_path: Path) -> None:
