@@ -90,9 +90,10 @@ class Holds:
         if watch is None or not watch.probe.enabled:
             return Runs(False, why="Flower-level health is off")
         health = watch.health.get(fed)
-        if health is None or health.code in UNCHECKED:
-            return Runs(False, why=f"the SuperLink of {fed.id} was not asked yet" if health is None
-                        else f"the SuperLink of {fed.id} is not asked: {health.code}")
+        if health is None or health.code == "pending":  # its first check is due: soon known
+            return Runs(False, why=f"the SuperLink of {fed.id} was not asked yet", pending=True)
+        if health.code in UNCHECKED:
+            return Runs(False, why=f"the SuperLink of {fed.id} is not asked: {health.code}")
         if not health.reachable:
             return Runs(False, why=f"the SuperLink of {fed.id} does not answer: {health.error}")
         return Runs(True, tuple(ActiveRun(r.run_id, run_state(r), r.running_at or r.pending_at)
@@ -185,7 +186,8 @@ class Holds:
         for unit, decision in held.items():
             runs = self.runs(unit, plan)
             ended = runs.known and not runs.active
-            if ended or (decision.deadline is not None and now >= decision.deadline):
+            unknown = decision.why is Why.RUNS_PENDING and not runs.pending  # read at last (or cannot be)
+            if ended or unknown or (decision.deadline is not None and now >= decision.deadline):
                 out.append(unit)
         return out
 

@@ -8,8 +8,10 @@ The rules, in order:
 2. Holding is off for the unit (`hold-for-runs: off`, or the admin's default is off): go.
 3. A person released this hold (the FlowerUnit's `flower-syncer.io/release-hold` annotation, set
    by `flower-syncer resync --release-hold`, at or after the time the hold began): go.
-4. The runs are unknown (the SuperLink does not answer, or Flower-level health is off): go and
-   say so; with `hold-strict: "true"` in Git, hold (until the deadline) instead.
+4. The runs are not read yet (the agent just started: its first Flower-level health round is
+   due): hold until they are. The runs are unknown (the SuperLink does not answer, or
+   Flower-level health is off): go and say so; with `hold-strict: "true"` in Git, hold (until the
+   deadline) instead.
 5. No run is `starting` or `running`: go.
 6. The deadline (`since` + the unit's hold duration, which the admin's maximum bounds) passed: go,
    and say which runs were still going.
@@ -50,6 +52,7 @@ class Why(StrEnum):
     DEADLINE = "DeadlinePassed"
     RUNS_ACTIVE = "RunsActive"  # held
     UNKNOWN_STRICT = "RunsUnknownStrict"  # held
+    RUNS_PENDING = "RunsNotReadYet"  # held until the first answer (a restarted agent must not lose a hold)
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,7 @@ class Runs:
     known: bool
     active: tuple[ActiveRun, ...] = ()
     why: str = ""
+    pending: bool = False  # not known yet, but soon: the SuperLink was not asked yet (the agent just started)
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,9 @@ def decide(disruptions: Sequence[Disruption], runs: Runs | None, settings: HoldS
     if released_at is not None and released_at >= since:
         return Decision(False, Why.RELEASED, f"{what}: the hold was released by a person at {stamp(released_at)}")
     deadline = since + settings.timeout
+    if runs is not None and runs.pending and now < deadline:
+        return Decision(True, Why.RUNS_PENDING, f"{what} held until the agent has read the federation's runs "
+                        f"({runs.why}); goes ahead at {stamp(deadline)} at the latest", since=since, deadline=deadline)
     if runs is None or not runs.known:
         why = runs.why if runs is not None and runs.why else "Flower-level health did not read them"
         if not settings.strict:

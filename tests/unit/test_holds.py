@@ -326,3 +326,20 @@ def test_the_flowerunit_says_held_and_its_annotation_releases_the_hold(kube: Fak
     agent.dispatch_pending()
     assert agent.unit_conditions()[FED_UNIT]["synced"] == "Synced"
     assert [e.reason for e in events if e.action == "Hold"] == ["RolloutHeld", "RolloutResumed"]
+
+
+def test_a_restarted_agent_holds_until_it_has_read_the_runs(kube: FakeKube, tmp_path: Path) -> None:
+    """Before the first Flower-level health round the runs are not known yet: a held change must
+    not go ahead just because the agent restarted."""
+    assert decide([SUPERLINK], Runs(False, why="not asked yet", pending=True), HOUR, now=NOW).why is Why.RUNS_PENDING
+    health: dict[Unit, FlowerHealth] = {}  # no round yet
+    agent, _ = _agent(kube, tmp_path, health, [NOW])
+    _sync(agent)
+    assert agent.unit_conditions()[FED_UNIT]["synced"] == "Held"
+    assert agent.holds.due(agent.installed.plan) == []
+    health[FED_UNIT] = _health(RUN7)  # the first round: training
+    assert agent.holds.due(agent.installed.plan) == [FED_UNIT]
+    _sync(agent)
+    assert agent.unit_conditions()[FED_UNIT]["synced"] == "Held"
+    assert agent.holds.status(FED_UNIT)["runs"] == [7]  # type: ignore[index]
+    assert agent.holds.due(agent.installed.plan) == []  # now it waits for run 7
