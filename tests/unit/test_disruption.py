@@ -168,3 +168,13 @@ def test_the_runs_at_stake_are_those_the_agent_recorded_on_the_federations_flowe
     assert at_stake == {"federation": "federation/flower/fed", "runs": "2 runs running, 1 starting",
                         "running": 2, "starting": 1}
     assert with_runs(report.to_dict(), {"federation/flower/fed": at_stake})["units"][0]["runsAtStake"] == at_stake
+
+
+def test_a_pool_that_leaves_git_stops_its_supernodes(kube: FakeKube, tmp_path: Path) -> None:
+    repo = write(tmp_path, pools=pool("a", 2) + pool("gpu", 4))
+    assert sync(kube, repo).ok
+    write(tmp_path, pools=pool("a", 2))
+    report = sync(kube, repo, dry_run=True)
+    assert [(d.effect, d.subject()) for u in report.units for d in u.disruptions] == [
+        (Effect.REMOVES, "pool gpu")]
+    assert report.units[0].disruptions[0].describe() == "removes pool gpu"
