@@ -178,3 +178,29 @@ def test_a_pool_that_leaves_git_stops_its_supernodes(kube: FakeKube, tmp_path: P
     assert [(d.effect, d.subject()) for u in report.units for d in u.disruptions] == [
         (Effect.REMOVES, "pool gpu")]
     assert report.units[0].disruptions[0].describe() == "removes pool gpu"
+
+
+def test_the_cli_says_it_in_text_and_json(kube: FakeKube, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from syncer.cli import main
+
+    repo = write(tmp_path)
+    assert sync(kube, repo).ok
+    (repo / "federations" / "fed.yaml").write_text(federation("fed", superlink="    extraArgs: [--x=1]\n"))
+    monkeypatch.setattr("syncer.cli._connect", lambda args: kube)
+    capsys.readouterr()
+    assert main(["diff", str(repo), "-o", "json"]) == 1  # drift
+    [unit] = json.loads(capsys.readouterr().out)["units"]
+    assert unit["disruptions"][0]["summary"].startswith("restarts the SuperLink")
+    assert unit["runsAtStake"]["runs"].startswith("runs unknown")
+    assert main(["sync", str(repo), "--dry-run"]) == 0
+    assert "  ! restarts the SuperLink (pod template: spec.containers[superlink].args): runs unknown" in (
+        capsys.readouterr().out)
+    monkeypatch.setattr("syncer.cluster.client.Kube.from_kubeconfig", lambda *a, **k: kube)
+    kube.apply({"apiVersion": "flower-syncer.io/v1alpha1", "kind": "FlowerUnit",
+                "metadata": {"name": "federation.fed", "namespace": NS}}, force=True)
+    assert main(["resync", "--unit", "fed", "--release-hold"]) == 0
+    assert "federation/flower/fed: holds begun by" in capsys.readouterr().out
+    assert main(["resync", "--release-hold"]) == 2  # which unit?
