@@ -196,6 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wait", action="store_true", help="wait for the sync to finish and print the outcome")
     p.add_argument("--timeout", type=_duration, default=120.0, metavar="DURATION", help="how long --wait waits")
     p.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text", help="output format")
+    p.add_argument("--release-hold", action="store_true", help="let the unit's restarts held for Flower runs go "
+                   "ahead now: annotates its FlowerUnit with your cluster credentials (docs/rollouts.md)")
+    _add_cluster_args(p)
     p.set_defaults(func=cmd_resync)
 
     for verb, doc in (("suspend", "stop applying and healing a unit (its objects stay as they are)"),
@@ -352,6 +355,7 @@ def _cluster_error(exc: Exception) -> int:
 
 def cmd_diff(args: argparse.Namespace) -> int:
     from syncer.actions import sync as sync_action
+    from syncer.actions.disruption import runs_at_stake, with_runs
     from syncer.cluster.client import ApiError, ClusterUnreachable
 
     loaded = load_selected(args)
@@ -359,18 +363,22 @@ def cmd_diff(args: argparse.Namespace) -> int:
         return loaded
     printers.print_diagnostics(loaded.errors, sys.stderr)
     try:
-        report = sync_action.diff(_connect(args), loaded, _namespaces(args))
+        kube = _connect(args)
+        report = sync_action.diff(kube, loaded, _namespaces(args))
+        runs = runs_at_stake(kube, report, loaded.plan())
     except (ClusterUnreachable, ApiError) as exc:
         return _cluster_error(exc)
     if args.output != "text":
-        printers.emit({"drift": report.changed, **report.to_dict()}, args.output, loaded.state.secrets)
+        printers.emit({"drift": report.changed, **with_runs(report.to_dict(), runs)}, args.output,
+                      loaded.state.secrets)
     else:
-        printers.print_diff(report, loaded.state.secrets)
+        printers.print_diff(report, loaded.state.secrets, runs)
     return EXIT_FAILED if loaded.errors or not report.ok or report.changed else EXIT_OK
 
 
 def cmd_sync(args: argparse.Namespace) -> int:
     from syncer.actions import sync as sync_action
+    from syncer.actions.disruption import runs_at_stake, with_runs
     from syncer.cluster.client import ApiError, ClusterUnreachable
     from syncer.engine.sync import SyncOptions
     from syncer.source.git import head_revision
@@ -387,6 +395,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     try:
         kube = _connect(args)
         report = sync_action.sync(kube, loaded, opts, revision=revision, progress=progress)
+        runs = runs_at_stake(kube, report, loaded.plan(revision)) if args.dry_run else {}
         progress("")
         waited = None
         if args.wait and not args.dry_run:
@@ -395,14 +404,14 @@ def cmd_sync(args: argparse.Namespace) -> int:
         return _cluster_error(exc)
     progress("")
     if args.output != "text":
-        payload = report.to_dict()
+        payload = with_runs(report.to_dict(), runs)
         payload["diagnostics"] = [d.to_dict() for d in diags]
         if waited is not None:
             payload["healthy"] = waited.healthy
             payload["status"] = [s.to_dict() for s in waited.statuses]
         printers.emit(payload, args.output, loaded.state.secrets)
     else:
-        printers.print_report(report, verbose=args.verbose)
+        printers.print_report(report, verbose=args.verbose, runs=runs)
         if waited is not None and not waited.healthy:
             printers.print_not_ready(waited)
     healthy = waited is None or waited.healthy

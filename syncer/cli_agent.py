@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from syncer import printers
-from syncer.agent.envnames import env_name
+from syncer.agent.envnames import env_name, namespace_list
 from syncer.cli_repo import EXIT_FAILED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
 
 
@@ -37,6 +37,8 @@ def cmd_resync(args: argparse.Namespace) -> int:
     if len(args.unit) > 1:
         print("error: resync takes at most one --unit", file=sys.stderr)
         return EXIT_USAGE
+    if args.release_hold:
+        return _release_hold(args)
     try:
         result = resync(agent_url(args), api_token(args), args.unit[0] if args.unit else None,
                         wait=args.wait, timeout=args.timeout)
@@ -59,3 +61,30 @@ def cmd_resync(args: argparse.Namespace) -> int:
     else:
         printers.print_resync(result)
     return EXIT_OK if result.done and result.ok else EXIT_FAILED
+
+
+def _release_hold(args: argparse.Namespace) -> int:
+    """`resync --unit UNIT --release-hold`: through the Kubernetes API, not the agent's HTTP API
+    (the FlowerUnit's annotations reach whichever agent leads, and record who released it)."""
+    from syncer.actions.holds import release_hold
+    from syncer.cluster.client import ApiError, ClusterUnreachable, Kube
+    from syncer.identity import UnknownUnit
+
+    if len(args.unit) != 1:
+        print("error: --release-hold needs the one --unit whose hold to release", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        kube = Kube.from_kubeconfig(args.kubeconfig, args.context)
+        unit, at = release_hold(kube, args.unit[0], namespace_list(args.namespaces or
+                                                                   os.environ.get(env_name("namespaces"), "")))
+    except UnknownUnit as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (ApiError, ClusterUnreachable) as exc:
+        hint = (" (no FlowerUnit for it: is the agent running, with the chart's CRDs installed?)"
+                if isinstance(exc, ApiError) and exc.not_found else "")
+        print(f"error: cannot annotate the unit's FlowerUnit: {exc}{hint}", file=sys.stderr)
+        return EXIT_RUNTIME
+    print(f"{unit.id}: holds begun by {at} released; the agent syncs it now "
+          f"(kubectl get flowerunit -n {unit.namespace} {unit.kind}.{unit.name})")
+    return EXIT_OK

@@ -34,6 +34,8 @@ ANN_PRUNE = "flower-syncer.io/prune"  # "disabled": never pruned
 ANN_COPY_FROM = "flower-syncer.io/copy-from"  # a Secret filled from another Secret at sync time
 ANN_COPY_KEYS = "flower-syncer.io/copy-keys"
 ANN_SUSPENDED = "flower-syncer.io/suspended"  # set by `flower-syncer suspend`, kept across syncs
+ANN_REQUESTED_AT = "flower-syncer.io/requestedAt"  # on a FlowerUnit: a reconcile request (agent.reconcile_request)
+ANN_RELEASE_HOLD = "flower-syncer.io/release-hold"  # on a FlowerUnit: RFC 3339 time; holds begun by then go ahead
 ANN_APPLIED_HASH = "flower-syncer.io/applied-hash"  # fingerprint of the desired object last applied
 
 DEFAULT_REPOSITORY = "default"  # only for callers that name no source (tests, benchmarks)

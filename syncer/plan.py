@@ -27,6 +27,8 @@ class Policy:
     prune: bool = True  # delete its objects that left Git
     force_conflicts: bool = False  # take fields another applier owns
     allow_recreate: bool = False  # delete and recreate an object whose immutable field changed
+    hold_for_runs: float | None = None  # seconds a restart waits for runs; None: the admin's default; 0: off
+    hold_strict: bool = False  # hold also while the SuperLink's runs cannot be read (engine.holds)
 
 
 @dataclass(frozen=True)

@@ -133,7 +133,20 @@ def fit(text: str, width: int) -> str:
 LISTED_CHANGES = 20  # per unit, unless -v: a first sync of a big unit would bury the summary
 
 
-def print_report(report: SyncReport, *, verbose: bool = False) -> None:
+def disruption_lines(unit: Any, runs: dict[str, dict[str, Any]] | None = None) -> list[str]:
+    """What a unit's changes do to running pods, one line each: `restarts the SuperLink (pod
+    template: ...): 2 runs running`, `held: ...`, `Secret x changed; mounted by ...`."""
+    at_stake = (runs or {}).get(unit.unit.id, {}).get("runs", "")
+    lines = []
+    for d in unit.disruptions:
+        text = d.describe()
+        if d.stops_pods() and at_stake:
+            text += f": {at_stake}"
+        lines.append(("held, " if d in unit.held else "") + text)
+    return lines
+
+
+def print_report(report: SyncReport, *, verbose: bool = False, runs: dict[str, dict[str, Any]] | None = None) -> None:
     totals: dict[str, int] = {}
     for unit in report.units:
         changed = [c for c in unit.changes if c.action.is_change]
@@ -157,6 +170,8 @@ def print_report(report: SyncReport, *, verbose: bool = False) -> None:
             print(line)
         if len(shown) < len(changed):
             print(f"  ... and {len(changed) - len(shown)} more (-v lists them all)")
+        for line in disruption_lines(unit, runs):
+            print(f"  ! {escape(line)}")
         for err in unit.errors:
             print(f"  error: {escape(err)}")
         for c in unit.changes:
@@ -204,9 +219,23 @@ def print_history(result: HistoryResult, *, headers: bool = True) -> None:
         print("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
 
 
-def print_diff(report: SyncReport, secrets: frozenset[str]) -> None:
+def print_diff(report: SyncReport, secrets: frozenset[str], runs: dict[str, dict[str, Any]] | None = None) -> None:
     """`diff`'s text: a unified diff per changed object (plaintext of encrypted files scrubbed),
-    errors on stderr, and a word on suspended units, whose drift is shown but not healed."""
+    errors on stderr, a word on suspended units, whose drift is shown but not healed, and at the
+    end, as `#` lines, what applying it does to running pods (engine.disruption)."""
+    print_diff_objects(report, secrets)
+    disrupted = [(u, disruption_lines(u, runs)) for u in report.units if u.disruptions]
+    if any(u.changed for u in report.units):
+        if not disrupted:
+            print("# disruption: no change restarts pods")
+        else:
+            print("# disruption: what applying this does to running pods")
+            for unit, lines in disrupted:
+                for line in lines:
+                    print(f"#   {escape(unit.unit.id)}: {escape(line)}")
+
+
+def print_diff_objects(report: SyncReport, secrets: frozenset[str]) -> None:
     for unit in report.units:
         if unit.suspended is not None and unit.changed:
             print(f"# {unit.unit.id} is {unit.suspended}: this drift is not healed until it is resumed",

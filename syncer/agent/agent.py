@@ -29,6 +29,7 @@ from syncer.agent.cache import LiveCache
 from syncer.agent.failures import event_failed, sync_failed
 from syncer.agent.fetching import Fetcher
 from syncer.agent.flower_watch import FlowerWatch
+from syncer.agent.holding import Holds, hold_limits
 from syncer.agent.liveness import Liveness
 from syncer.agent.messages import (
     DriftCheckDue,
@@ -97,6 +98,8 @@ class Agent:
         self.units: dict[Unit, UnitState] = {}
         self.health: dict[Unit, UnitCondition] = {}  # each unit's Healthy condition, from the last status round
         self.flower: FlowerWatch | None = None  # Flower-level health of the federations (agent.flower_watch)
+        self.holds = Holds(self.report, self.work.add_after, lambda: self.flower,
+                           limits=hold_limits(options.tenancy))  # restarts that wait for runs (agent.holding)
         self.published: dict[Unit, tuple[str, ...]] = {}  # each unit's state as last logged (unitstate.publish)
         self._errors_counted: set[Unit] = set()  # units whose config_errors metric is set
         self.checkout: Checkout | None = None
@@ -512,8 +515,10 @@ class Agent:
         plan = self.installed.plan  # one snapshot for the whole sync
         desired = plan.units.get(unit)
         revision = desired.revision if desired is not None else plan.revision
-        opts = SyncOptions(prune=self.options.prune)
         before = self.cache.state.inventories.get(unit)
+        held = self.holds.held.get(unit)
+        opts = SyncOptions(prune=self.options.prune,
+                           gate=self.holds.gate(desired, plan, before) if desired is not None else None)
         known = set(before.entries) if before else set()
         start = time.monotonic()
         if desired is None:
@@ -521,6 +526,7 @@ class Agent:
         else:
             result = self.engine.sync_unit(desired, self.cache.state, opts, plan)
         seconds = time.monotonic() - start
+        self.holds.after(unit, result, held)
         self.metrics.observe_sync(result, seconds)
         self.metrics.set_suspended(unit.id, result.skipped is not None and result.skipped.suspended)
         if result.node_keys is not None:

@@ -182,6 +182,7 @@ class FlowerUnits:
             self.objects.update(fresh)
         for unit, obj in fresh.items():
             self.requests.seen(unit, obj)
+            self.agent.holds.release_seen(unit, obj)
 
     def event(self, kind_of_event: str, obj: dict[str, Any]) -> None:
         unit = _unit_of(obj)
@@ -192,6 +193,7 @@ class FlowerUnits:
                 self.objects.pop(unit, None)
                 return
             self.objects[unit] = obj = slim(obj)
+        self.agent.holds.release_seen(unit, obj)  # flower-syncer.io/release-hold (agent.holding)
         if self.requests.seen(unit, obj):
             self.kick()
 

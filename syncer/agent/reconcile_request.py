@@ -17,11 +17,11 @@ from typing import Any
 import structlog
 
 from syncer.agent.messages import ResyncRequested, Waiter
-from syncer.identity import Unit
+from syncer.identity import ANN_REQUESTED_AT, Unit
 
 log = structlog.get_logger("syncer.agent")
 
-ANN_REQUESTED_AT = "flower-syncer.io/requestedAt"
+__all__ = ["ANN_REQUESTED_AT", "ReconcileRequests", "handled_at", "requested_at"]
 
 
 def requested_at(obj: Mapping[str, Any]) -> str:

@@ -336,6 +336,8 @@ def _status_round(agent: Agent, cache: StatusCache, metrics: Metrics, *, heap: H
                                waiting=agent.flower.probe.waiting)
         flower = time.thread_time() - started
         checks.append(agent.flower.check)
+        for unit in agent.holds.due(agent.installed.plan):  # held restarts whose runs ended (agent.holding)
+            agent.work.add(unit)
     observe_health(agent, report.units, checks)  # each unit's Healthy condition
     own = time.thread_time() - cpu - flower
     metrics.status_round_cpu.labels("round").inc(own)

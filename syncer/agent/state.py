@@ -17,6 +17,7 @@ from typing import Protocol
 
 from syncer.agent.cache import LiveCache
 from syncer.agent.flower_watch import FlowerWatch
+from syncer.agent.holding import Holds
 from syncer.agent.liveness import Liveness
 from syncer.agent.messages import Event, Waiter
 from syncer.agent.supervisor import Supervisor
@@ -94,6 +95,8 @@ class UnitTables(Protocol):
     def cache(self) -> LiveCache: ...
     @property
     def metrics(self) -> Metrics: ...
+    @property
+    def holds(self) -> Holds: ...
 
     def report(self, unit: Unit, event: ReportedEvent) -> None:
         """A Kubernetes Event and a notification (the leader only)."""

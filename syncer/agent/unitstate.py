@@ -87,7 +87,7 @@ def publish(agent: UnitTables, unit: Unit) -> None:
             return
         agent.published[unit] = seen
     if before is not None and state.synced.status and before[0] not in (SyncedReason.SYNCED, SyncedReason.PENDING,
-                                                                         SyncedReason.SUSPENDED):
+                                                                         SyncedReason.SUSPENDED, SyncedReason.HELD):
         agent.report(unit, recovered_event(unit, before[0], state.revision))
     if before is None and key[0] in (SyncedReason.PENDING, SyncedReason.SYNCED):
         return  # a unit first seen (the agent starting): only its troubles are news
@@ -116,6 +116,7 @@ def set_refusal(agent: UnitTables, refusal: str) -> None:
 def forget(agent: UnitTables, unit: Unit) -> None:
     agent.published.pop(unit, None)
     agent.health.pop(unit, None)
+    agent.holds.forget(unit)
 
 
 def unit_report(agent: UnitTables, unit: Unit, state: UnitConditions) -> dict[str, Any]:
@@ -137,6 +138,7 @@ def unit_report(agent: UnitTables, unit: Unit, state: UnitConditions) -> dict[st
         "nodeKeys": result.node_keys.to_dict() if result and result.node_keys else None,
         **state.to_dict(),
         **({"flower": agent.flower.to_dict(unit)} if agent.flower is not None and unit.kind == "federation" else {}),
+        **({"hold": hold} if (hold := agent.holds.status(unit)) is not None else {}),
     }
 
 

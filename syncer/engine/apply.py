@@ -20,6 +20,8 @@ from typing import Any
 
 from syncer.cluster.client import FIELD_MANAGER, RESOURCES, ApiError, Kube
 from syncer.engine.changeset import Action, Cause, Change
+from syncer.engine.disruption import Disruption, workload_change
+from syncer.engine.holds import Gate
 from syncer.engine.inventory import Entry
 from syncer.engine.normalize import (
     managed_fields_hash,
@@ -112,6 +114,8 @@ class Outcome:
     change: Change
     entry: Entry | None  # what the inventory should record (None: keep the old entry)
     error: ApiError | None = None  # the API's answer when the request failed
+    disruption: Disruption | None = None  # what the change does (or would do) to running pods
+    held: bool = False  # it would stop pods and the unit's gate held it: the live object stays as it is
 
     @property
     def namespace_missing(self) -> bool:
@@ -149,10 +153,23 @@ def unified_diff(ref: ObjectRef, live: dict[str, Any] | None, desired: dict[str,
 
 
 class Applier:
-    def __init__(self, kube: Kube, *, dry_run: bool, with_diff: bool) -> None:
+    def __init__(self, kube: Kube, *, dry_run: bool, with_diff: bool, gate: Gate | None = None) -> None:
         self.kube = kube
         self.dry_run = dry_run
         self.with_diff = with_diff
+        self.gate = gate  # asked before a change that stops running pods (engine.holds); None: never held
+
+    def _held(self, ref: ObjectRef, disruption: Disruption | None, diff: str = "", drift: bool = False
+              ) -> Outcome | None:
+        """The outcome of a change the gate holds (its live object stays, its inventory entry too);
+        None when it goes ahead."""
+        if disruption is None or self.gate is None or not disruption.stops_pods():
+            return None
+        why = self.gate(disruption)
+        if why is None:
+            return None
+        return Outcome(Change(ref, Action.SKIPPED, f"held: {why}", diff, drift), None, disruption=disruption,
+                       held=True)
 
     @staticmethod
     def known_unchanged(desired: Manifest, live: dict[str, Any] | None, recorded: Entry | None) -> Outcome | None:
@@ -219,20 +236,31 @@ class Applier:
         except ImmutableFieldError:
             if not policy.allow_recreate:
                 raise
-            return self._recreate(ref, desired, live, digest)
+            disruption = workload_change(ref, live, desired, recreate=True)
+            held = self._held(ref, disruption)
+            if held is not None:
+                return held
+            outcome = self._recreate(ref, desired, live, digest)
+            outcome.disruption = disruption
+            return outcome
         same = strip_server_fields(preview) == strip_server_fields(live)
         if same:
             return Outcome(Change(ref, Action.UNCHANGED), Entry(digest, managed_fields_hash(live, FIELD_MANAGER)))
         drift = live["metadata"].get("annotations", {}).get(ANN_APPLIED_HASH) == digest
         diff = unified_diff(ref, live, preview) if self.with_diff else ""
+        disruption = workload_change(ref, live, preview)
+        held = self._held(ref, disruption, diff, drift)
+        if held is not None:
+            return held
         message = ""
         if took_over:
             message = "reverted changes by " + ", ".join(sorted(took_over))
         if self.dry_run:
-            return Outcome(Change(ref, Action.CONFIGURED, message or "would configure", diff, drift), None)
+            return Outcome(Change(ref, Action.CONFIGURED, message or "would configure", diff, drift), None,
+                           disruption=disruption)
         result, _ = self._server_apply(ref, desired, force=force or bool(took_over), dry_run=False)
         return Outcome(Change(ref, Action.CONFIGURED, message, diff, drift),
-                       Entry(digest, managed_fields_hash(result, FIELD_MANAGER)))
+                       Entry(digest, managed_fields_hash(result, FIELD_MANAGER)), disruption=disruption)
 
     def _preview(self, ref: ObjectRef, desired: Manifest, live: dict[str, Any],
                  force: bool) -> tuple[dict[str, Any], set[str]]:

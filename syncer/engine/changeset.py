@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from syncer.identity import ObjectRef, Unit
 
 if TYPE_CHECKING:
+    from syncer.engine.disruption import Disruption
     from syncer.engine.keyresult import NodeKeyResult
 
 
@@ -126,6 +127,29 @@ class UnitResult:
     """Set on a dry-run that measured a suspended unit's drift anyway (`diff`, `status`)."""
     node_keys: NodeKeyResult | None = None
     """For a Federation with SuperNode authentication: its keys on the SuperLink (engine/nodekeys.py)."""
+    disruptions: list[Disruption] = field(default_factory=list)
+    """What its changes do (or would do) to running pods, applied or held (engine/disruption.py)."""
+    held: list[Disruption] = field(default_factory=list)
+    """The changes that would stop pods and wait for the federation's runs (engine/holds.py): their
+    workloads keep their live spec."""
+
+    def note_disruption(self, disruption: Disruption | None, *, held: bool = False) -> None:
+        """What one change does to running pods (None: nothing), and whether the gate held it."""
+        if disruption is not None:
+            self.disruptions.append(disruption)
+            if held:
+                self.held.append(disruption)
+
+    def is_held(self) -> bool:
+        return bool(self.held)
+
+    def hold_message(self) -> str:
+        """Why the first held change waits, as the gate said it, and what else is held."""
+        refs = {d.ref for d in self.held}
+        first = next((c.message.removeprefix("held: ") for c in self.changes
+                      if c.ref in refs and c.action is Action.SKIPPED), "")
+        more = list(dict.fromkeys(d.subject() for d in self.held[1:]))
+        return first + (f"; also held: {', '.join(more)}" if more and first else "")
 
     @property
     def ok(self) -> bool:
@@ -186,4 +210,8 @@ class UnitResult:
             out["suspended"] = str(self.suspended)
         if self.node_keys is not None:
             out["nodeKeys"] = self.node_keys.to_dict()
+        if self.disruptions:
+            out["disruptions"] = [d.to_dict() | {"held": d in self.held} for d in self.disruptions]
+        if self.held:
+            out["held"] = self.hold_message()
         return out

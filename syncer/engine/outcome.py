@@ -8,12 +8,16 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from syncer.engine.changeset import Cause, UnitResult
+from syncer.engine.holds import HELD, held_condition
 from syncer.engine.inventory import Condition
 
 
 def outcome_condition(res: UnitResult, revision: str) -> Condition:
-    """The Ready condition a sync result stands for: Synced, Conflict (another applier owns fields
-    of some objects; it wins over other failures) or SyncFailed."""
+    """The Ready condition a sync result stands for: Synced, Held (applied but for changes that
+    would restart pods during Flower runs), Conflict (another applier owns fields of some objects;
+    it wins over other failures) or SyncFailed."""
+    if res.ok and res.held:  # the rest is applied; the restarts wait for the federation's runs (their ids)
+        return Condition(False, HELD, short(res.hold_message() or held_condition(res.held)), utc_now(), revision)
     if res.ok:
         return Condition(True, "Synced", "in sync with Git", utc_now(), revision)
     failed = res.failures()
@@ -31,6 +35,14 @@ def outcome_condition(res: UnitResult, revision: str) -> Condition:
                          revision)
     return Condition(False, "SyncFailed", short(res.errors[0] if res.errors else "the sync failed"), utc_now(),
                      revision)
+
+
+def held_since(condition: Condition, before: Condition | None) -> Condition:
+    """`condition`, with the time of `before` when both are Held: the record's `since` is when the
+    hold began (the agent's deadline counts from it), even as the runs it waits for change."""
+    if before is not None and condition.reason == HELD == before.reason and before.since:
+        return Condition(condition.ready, condition.reason, condition.message, before.since, condition.revision)
+    return condition
 
 
 def config_error_condition(message: str, revision: str, *, decryption: bool = False) -> Condition:

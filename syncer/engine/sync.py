@@ -25,12 +25,14 @@ from syncer.engine.changeset import Action, Cause, Change, SkipReason, UnitResul
 from syncer.engine.checked import Checked
 from syncer.engine.copies import fill_copies
 from syncer.engine.digestkey import DigestKeyError, DigestKeys
+from syncer.engine.disruption import config_changes, removal
+from syncer.engine.holds import Gate
 from syncer.engine.inventory import HISTORY_LIMIT, Applied, Entry, Inventory, inventory_name, inventory_ref
 from syncer.engine.live import LiveState
 from syncer.engine.mounts import missing_keys, mounted_secret_keys, secrets_read
 from syncer.engine.nodekeys import sync_planned_keys
 from syncer.engine.normalize import with_fingerprint
-from syncer.engine.outcome import config_error_condition, outcome_condition, utc_now
+from syncer.engine.outcome import config_error_condition, held_since, outcome_condition, utc_now
 from syncer.engine.ownership import recover_inventory, stamp_repository, write_conflict
 from syncer.engine.prune import prune
 from syncer.engine.vanished import recorded_source, vanished_units
@@ -58,6 +60,7 @@ class SyncOptions:
     allow_empty: bool = False
     namespaces: list[str] | None = None  # limit cluster reads to these namespaces (namespaced RBAC)
     include_suspended: bool = False  # a dry-run measures suspended units too (diff, status)
+    gate: Gate | None = None  # asked before a change that stops running pods (engine.holds; the agent's, per unit)
 
 
 @dataclass
@@ -363,7 +366,7 @@ class Engine:
             res.changes.extend(Change(ObjectRef.of(m), Action.CREATED, "would create") for m in desired)
             return res
         return _UnitRun(planned, res, inv, recovered, desired,
-                        Applier(self.kube, dry_run=opts.dry_run, with_diff=opts.with_diff))
+                        Applier(self.kube, dry_run=opts.dry_run, with_diff=opts.with_diff, gate=opts.gate))
 
     def _apply_level(self, run: _UnitRun, level: int, live: LiveState, opts: SyncOptions, plan: Plan) -> None:
         """Apply the unit's objects of one APPLY_ORDER level (e.g. its Services)."""
@@ -380,6 +383,7 @@ class Engine:
             run.res.changes.append(out.change)
             if ref.kind == "Secret" and out.change.action is Action.FAILED:  # its readers wait (engine.mounts)
                 run.unapplied[ref.name] = out.change.message.removeprefix("not applied: ")
+            run.res.note_disruption(out.disruption, held=out.held)
             entry = out.entry or run.inv.entries.get(ref)
             if entry is not None:
                 run.entries[ref] = entry
@@ -400,9 +404,12 @@ class Engine:
         res.changes.extend(handed)
         if leftovers:
             if policy.prune and opts.prune:
+                removals = {r: removal(r, live.objects.get(r)) for r in leftovers}
                 changes, keep = prune(self.kube, unit, leftovers, live.objects, dry_run=opts.dry_run,
                                       ours=plan.ours.names_in_git)
                 res.changes.extend(changes)
+                res.disruptions.extend(d for c in changes if c.action is Action.DELETED
+                                       and (d := removals.get(c.ref)) is not None)
                 for ref in keep:
                     entries[ref] = inv.entries[ref]
                 if opts.dry_run:
@@ -410,6 +417,8 @@ class Engine:
             else:
                 res.changes.extend(Change(r, Action.SKIPPED, "not pruned: pruning is disabled") for r in leftovers)
                 entries.update({r: inv.entries[r] for r in leftovers})
+        res.disruptions.extend(config_changes((c.ref for c in res.changes if c.action is Action.CONFIGURED),
+                                              run.desired))
         # SuperNode keys, before the Ready condition is written: what to record of them
         errors = len(res.errors)
         owned = sync_planned_keys(planned, run.desired, res, inv.node_keys, opts.dry_run)
@@ -423,6 +432,7 @@ class Engine:
                                   f"cluster and dropped from the inventory: {entry}") for entry in inv.ignored)
         condition = (config_error_condition(plan.errors[unit], plan.revision, decryption=unit in plan.undecryptable)
                      if unit in plan.errors else outcome_condition(res, plan.revision or planned.revision))
+        condition = held_since(condition, inv.condition)  # a hold goes on from when it began (engine.holds)
         recorded = inv.condition if condition.same(inv.condition) else condition
         source = plan.source or inv.source
         if not opts.dry_run and (entries != inv.entries or run.recovered or inv.ignored or recorded is condition

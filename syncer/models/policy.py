@@ -23,9 +23,10 @@ from __future__ import annotations
 import fnmatch
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from syncer.models.base import StrictModel
+from syncer.models.durations import OFF, duration_problem, parse_duration
 from syncer.models.k8s import Issue
 from syncer.models.names import name_problem
 from syncer.models.policymatch import canonical_path, canonical_source, refs_match
@@ -33,6 +34,30 @@ from syncer.models.settings import PROTECTED_NAMESPACES, Guardrails
 from syncer.models.verify import CommitVerification
 
 _WILDCARDS = frozenset("*?[")
+
+
+class HoldLimits(StrictModel):
+    """The admin's bounds on rollouts that wait for training (engine.holds): the wait when Git
+    names none, and the longest Git may ask for (a longer one is cut to it)."""
+
+    default: str = "1h"
+    maximum: str = "24h"
+
+    @field_validator("default", "maximum")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        problem = duration_problem(value, allow_off=True)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    def seconds(self) -> tuple[float, float]:
+        """(default, maximum) in seconds; "off" is 0."""
+        return _seconds(self.default), _seconds(self.maximum)
+
+
+def _seconds(text: str) -> float:
+    return 0.0 if text.strip().lower() in OFF else parse_duration(text) or 0.0
 
 
 class RepositoryPolicy(StrictModel):
@@ -56,6 +81,8 @@ class RepositoryPolicy(StrictModel):
     requireEncryption: bool = False
     """Secrets and node-auth private keys must come from SOPS-encrypted files, whatever the
     repository's flower-syncer.yaml says."""
+    holds: HoldLimits = Field(default_factory=HoldLimits)
+    """How long a change that restarts pods may wait for Flower runs to end (docs/rollouts.md)."""
 
     def matches(self, source: str, ref: str, path: str) -> bool:
         """Whether the entry's patterns match, both sides in one spelling (models/policymatch.py):

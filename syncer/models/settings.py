@@ -11,10 +11,11 @@ from __future__ import annotations
 import fnmatch
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from syncer.diagnostics import FieldPath
 from syncer.models.base import StrictModel
+from syncer.models.durations import duration_problem
 from syncer.models.k8s import Issue
 from syncer.models.names import name_problem
 
@@ -22,6 +23,8 @@ ANN_SUSPEND = "flower-syncer.io/suspend"
 ANN_PRUNE_POLICY = "flower-syncer.io/prune-policy"
 ANN_FORCE_CONFLICTS = "flower-syncer.io/force-conflicts"
 ANN_RECREATE = "flower-syncer.io/allow-recreate"
+ANN_HOLD_FOR_RUNS = "flower-syncer.io/hold-for-runs"  # how long a restart waits for runs to end (docs/rollouts.md)
+ANN_HOLD_STRICT = "flower-syncer.io/hold-strict"  # "true": hold also when the SuperLink cannot be asked
 
 
 class SyncPolicy(StrictModel):
@@ -35,14 +38,33 @@ class SyncPolicy(StrictModel):
     """Take ownership of fields another field manager owns."""
     allowRecreate: bool = False
     """Delete and recreate a workload when an immutable field changes (e.g. a StatefulSet selector)."""
+    holdForRuns: str | None = None
+    """How long a change that restarts the SuperLink or SuperNodes waits for the federation's runs
+    to end (a duration such as 2h, or "off"); unset: the admin's default (docs/rollouts.md)."""
+    holdStrict: bool = False
+    """Hold such a change also while the SuperLink's runs cannot be read (else it goes ahead)."""
+
+    @field_validator("holdForRuns")
+    @classmethod
+    def _hold_duration(cls, value: str | None) -> str | None:
+        problem = "" if value is None else duration_problem(value, allow_off=True)
+        if problem:
+            raise ValueError(problem)
+        return value
 
     def with_annotations(self, annotations: dict[str, str]) -> tuple[SyncPolicy, list[tuple[str, str]]]:
         """This policy overridden by the `flower-syncer.io/*` annotations that are set; also returns
         (annotation key, problem) pairs for values that are not understood."""
-        values: dict[str, bool] = {}
+        values: dict[str, bool | str] = {}
         problems: list[tuple[str, str]] = []
+        if ANN_HOLD_FOR_RUNS in annotations:
+            problem = duration_problem(annotations[ANN_HOLD_FOR_RUNS], allow_off=True)
+            if problem:
+                problems.append((ANN_HOLD_FOR_RUNS, f"{ANN_HOLD_FOR_RUNS}: {problem}"))
+            else:
+                values["holdForRuns"] = annotations[ANN_HOLD_FOR_RUNS].strip()
         for key, field in ((ANN_SUSPEND, "suspend"), (ANN_FORCE_CONFLICTS, "forceConflicts"),
-                           (ANN_RECREATE, "allowRecreate")):
+                           (ANN_RECREATE, "allowRecreate"), (ANN_HOLD_STRICT, "holdStrict")):
             if key in annotations:
                 text = annotations[key].strip().lower()
                 if text not in ("true", "false"):

@@ -37,6 +37,7 @@ class SyncedReason(StrEnum):
     SYNC_FAILED = "SyncFailed"  # objects could not be applied (API errors, ownership, keys, ...)
     UNREACHABLE = "Unreachable"  # the API server could not be reached
     SUSPENDED = "Suspended"  # not applied nor healed until resumed
+    HELD = "Held"  # applied, but for changes that would restart pods while Flower runs are in progress
     INTERNAL_ERROR = "InternalError"  # the agent failed on the unit (a bug); it syncs again
     UNVERIFIED = "Unverified"  # the newest revision is not signed as the admin's policy requires; not applied
 
@@ -120,6 +121,8 @@ def synced_condition(*, config_errors: Sequence[Diagnostic] = (), result: UnitRe
         return UnitCondition("Synced", False, SyncedReason.PENDING, "not synced yet")
     if result.skipped is not None and result.skipped.suspended:  # resumed since: its next sync is due
         return UnitCondition("Synced", False, SyncedReason.PENDING, "resumed; not synced yet")
+    if result.ok and result.is_held():  # the restarts wait for the runs (engine.holds)
+        return UnitCondition("Synced", False, SyncedReason.HELD, result.hold_message())
     if result.ok:
         return UnitCondition("Synced", True, SyncedReason.SYNCED, "the revision was applied")
     conflicts = result.conflicts()

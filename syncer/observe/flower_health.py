@@ -92,6 +92,7 @@ class FlowerHealth:
     last_failure: RunInfo | None = None
     failed: tuple[RunInfo, ...] = ()  # every failed run the SuperLink lists (for news: see new_failures)
     truncated: bool = False  # the answer listed more nodes or runs than are read: counts are of the first ones
+    active: tuple[RunInfo, ...] = ()  # the runs starting or running: what a restart would interrupt (engine.holds)
 
     @property
     def expected(self) -> int:
@@ -183,7 +184,8 @@ def compute(target: FlowerTarget, answer: ControlAnswer, desired: dict[tuple[str
     last = max(failed, key=lambda r: (r.finished_at, r.run_id)) if failed else None
     return FlowerHealth(True, answer.address, answer.checked_at, pools=tuple(out), online=status["online"],
                         offline=status["offline"], registered=status["registered"], unmatched=max(unmatched, 0),
-                        runs=dict(runs), last_failure=last, failed=tuple(failed), truncated=answer.truncated)
+                        runs=dict(runs), last_failure=last, failed=tuple(failed), truncated=answer.truncated,
+                        active=tuple(r for r in answer.runs or () if run_state(r) in ("starting", "running")))
 
 
 def health_condition(health: FlowerHealth | None, *, short_for: float = 0.0, grace: float = GRACE
@@ -264,3 +266,20 @@ def recorded_flower_check(subject: Any) -> UnitCondition | None:
 
 
 _FLOWER_REASONS = {r.value for r in HealthReason} - {HealthReason.HEALTHY.value}
+
+
+def runs_in_progress(flower: Mapping[str, Any] | None) -> str:
+    """`2 runs running`, `1 run running, 1 starting`, `no run in progress`, or why it is unknown:
+    what a restart would interrupt, from a Flower-level health dict (as the agent recorded it)."""
+    if not flower:
+        return "runs unknown: no Flower-level health recorded by the agent"
+    if not flower.get("reachable"):
+        return "runs unknown: the SuperLink's Control API did not answer the agent"
+    runs = flower.get("runs") or {}
+    running, starting = int(runs.get("running") or 0), int(runs.get("starting") or 0)
+    if not running and not starting:
+        return "no run in progress"
+    parts = [f"{running} run{'s' if running != 1 else ''} running"] if running else []
+    if starting:
+        parts.append(f"{starting} starting" if running else f"{starting} run{'s' if starting != 1 else ''} starting")
+    return ", ".join(parts)

@@ -348,20 +348,26 @@ def attach_flower(kube: Kube, report: StatusReport) -> None:
     """Each federation's Flower-level health as the agent recorded it on its FlowerUnit
     (`status.flower`): one LIST per namespace with federations. Without the CRD, or without the
     right to read FlowerUnits, the federations' CONNECTED stays `-`."""
-    namespaces = sorted({u.unit.split("/")[1] for u in report.units if u.unit.startswith("federation/")})
+    recorded = recorded_flower(kube, {u.unit.split("/")[1] for u in report.units if u.unit.startswith("federation/")})
+    for u in report.units:
+        u.flower = recorded.get(u.unit, u.flower)
+
+
+def recorded_flower(kube: Kube, namespaces: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """Federation unit id -> its Flower-level health as the agent recorded it on its FlowerUnit
+    (one LIST per namespace); {} without the CRD or the right to read FlowerUnits."""
     recorded: dict[str, dict[str, Any]] = {}
-    for ns in namespaces:
+    for ns in sorted(set(namespaces)):
         try:
             items, _ = kube.list("FlowerUnit", ns)
         except ApiError:
-            return  # not installed (404), or not ours to read (403): nothing to show
+            return {}  # not installed (404), or not ours to read (403): nothing to show
         for obj in items:
             name = str((obj.get("metadata") or {}).get("name") or "")
             flower = (obj.get("status") or {}).get("flower")
             if name.startswith("federation.") and isinstance(flower, dict):
                 recorded[f"federation/{ns}/{name.removeprefix('federation.')}"] = flower
-    for u in report.units:
-        u.flower = recorded.get(u.unit, u.flower)
+    return recorded
 
 
 def collect_status(kube: Kube, targets: Sequence[Target], *, nodes: bool = True) -> StatusReport:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from syncer.diagnostics import DECRYPTION, Diagnostic, primary
 from syncer.identity import DEFAULT_REPOSITORY, Manifest, ObjectRef, Unit, cluster_source, unit_matches
+from syncer.models.durations import OFF, parse_duration
 from syncer.models.federation import Federation
 from syncer.models.federation_spec import ANN_TLS_SECRET
 from syncer.models.settings import PROTECTED_NAMESPACES, Guardrails, SyncPolicy
@@ -315,8 +316,11 @@ def _render_repo(state: RepoState, selectors: list[str] | None, cache: RenderCac
 
 
 def policy_of(policy: SyncPolicy) -> Policy:
+    hold = policy.holdForRuns
     return Policy(suspend=policy.suspend, prune=policy.prune, force_conflicts=policy.forceConflicts,
-                  allow_recreate=policy.allowRecreate)
+                  allow_recreate=policy.allowRecreate,
+                  hold_for_runs=None if hold is None else 0.0 if hold.strip().lower() in OFF else parse_duration(hold),
+                  hold_strict=policy.holdStrict)
 
 
 def node_auth_of(loaded: LoadedUnit) -> NodeAuth | None:

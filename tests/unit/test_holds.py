@@ -1,0 +1,345 @@
+"""Rollouts that wait for training: the pure hold/go decision (engine.holds), the engine applying
+it (a held workload keeps its live spec, the rest applies), and the agent around it (the gate from
+Flower-level health, Events, status, re-queueing when the runs end). On FakeKube, no threads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+
+from syncer.agent.agent import Agent, AgentOptions
+from syncer.agent.flower_watch import FlowerWatch
+from syncer.cluster.events import Event
+from syncer.cluster.flower_control import RunInfo
+from syncer.engine.disruption import Disruption, Effect
+from syncer.engine.holds import ActiveRun, HoldSettings, Runs, Why, decide
+from syncer.engine.live import LiveState
+from syncer.engine.sync import Engine, SyncOptions
+from syncer.identity import ObjectRef, Unit
+from syncer.observe.conditions import synced_condition
+from syncer.observe.flower_health import FlowerHealth
+from syncer.observe.metrics import Metrics
+from syncer.observe.status import StatusReport, status
+from syncer.observe.status_tables import format_report
+from syncer.plan import Policy
+from syncer.render.repo import plan_repo, render_repo
+from syncer.repo.loader import load_repo
+from tests.builders import NS, federation, install, pool, repo_at, write
+from tests.doubles import NoSource
+from tests.fakekube import FakeApiServer, FakeKube
+
+FED_UNIT = Unit("federation", NS, "fed")
+SUPERLINK = Disruption(ObjectRef("StatefulSet", NS, "fed-superlink"), Effect.RESTARTS, "superlink", "superlink", 1)
+SERVICE_ONLY = Disruption(ObjectRef("Secret", NS, "x"), Effect.NEXT_RESTART, "x", "config", mounted_by=("a",))
+RUNNING = Runs(True, (ActiveRun(7, "running", "2026-11-28T18:00:00Z"), ActiveRun(9, "starting")))
+HOUR = HoldSettings(3600.0)
+NOW = 1_800_000_000.0
+
+
+# -- the decision --------------------------------------------------------------------------------
+
+def test_a_restart_during_runs_is_held_with_the_run_ids_since_and_until() -> None:
+    d = decide([SUPERLINK], RUNNING, HOUR, now=NOW)
+    assert d.hold and d.why is Why.RUNS_ACTIVE and d.runs == (7, 9)
+    assert (d.since, d.deadline) == (NOW, NOW + 3600)
+    assert "the SuperLink held while runs 7 running and 9 starting in progress" in d.message
+    # the hold goes on from when it began, not from each sync
+    later = decide([SUPERLINK], RUNNING, HOUR, now=NOW + 600, held_since=NOW)
+    assert later.hold and later.deadline == NOW + 3600
+
+
+@pytest.mark.parametrize(("disruptions", "runs", "settings", "kw", "why"), [
+    ([SERVICE_ONLY], RUNNING, HOUR, {}, Why.NO_RESTART),
+    ([SUPERLINK], Runs(True, ()), HOUR, {}, Why.NO_RUNS),
+    ([SUPERLINK], RUNNING, HoldSettings(0.0), {}, Why.HOLDS_OFF),
+    ([SUPERLINK], RUNNING, HOUR, {"held_since": NOW - 3600}, Why.DEADLINE),
+    ([SUPERLINK], RUNNING, HOUR, {"held_since": NOW - 60, "released_at": NOW - 30}, Why.RELEASED),
+    ([SUPERLINK], Runs(False, why="the SuperLink does not answer"), HOUR, {}, Why.RUNS_UNKNOWN),
+    ([SUPERLINK], None, HOUR, {}, Why.RUNS_UNKNOWN),
+])
+def test_when_a_restart_goes_ahead(disruptions: list[Disruption], runs: Runs | None, settings: HoldSettings,
+                                   kw: dict[str, Any], why: Why) -> None:
+    d = decide(disruptions, runs, settings, now=NOW, **kw)
+    assert not d.hold and d.why is why, d
+
+
+def test_a_release_from_before_the_hold_does_not_release_it_and_strict_holds_unknown_runs() -> None:
+    assert decide([SUPERLINK], RUNNING, HOUR, now=NOW, held_since=NOW - 60, released_at=NOW - 120).hold
+    unknown = Runs(False, why="the SuperLink does not answer")
+    strict = decide([SUPERLINK], unknown, HoldSettings(3600.0, strict=True), now=NOW)
+    assert strict.hold and strict.why is Why.UNKNOWN_STRICT and "does not answer" in strict.message
+    assert "not held" in decide([SUPERLINK], unknown, HOUR, now=NOW).message  # says so
+
+
+def test_git_asks_within_the_admins_bounds() -> None:
+    assert HoldSettings.of(Policy(), 3600.0, 86400.0).timeout == 3600.0
+    assert HoldSettings.of(Policy(hold_for_runs=7 * 86400.0), 3600.0, 86400.0).timeout == 86400.0
+    assert HoldSettings.of(Policy(hold_for_runs=0.0, hold_strict=True), 3600.0, 86400.0) == HoldSettings(0.0, True)
+    assert HoldSettings.of(Policy(hold_for_runs=600.0), 3600.0, 0.0).timeout == 0.0  # the admin turned holds off
+
+
+def test_a_deadline_that_does_not_parse_names_file_line_and_field(tmp_path: Path) -> None:
+    repo = write(tmp_path, annotations='"flower-syncer.io/hold-for-runs": "soon"')
+    state = load_repo(repo)
+    [d] = [d for d in state.diagnostics if "hold-for-runs" in d.path]
+    assert (d.file, d.line) == ("federations/fed.yaml", 5)
+    assert d.path == "metadata.annotations['flower-syncer.io/hold-for-runs']"
+    assert "'soon' is not a duration" in d.message and FED_UNIT in state.failed
+    good = load_repo(write(tmp_path, annotations='"flower-syncer.io/hold-for-runs": "2h30m"'))
+    plan = plan_repo(good, render_repo(good))
+    assert plan.units[FED_UNIT].policy.hold_for_runs == 9000.0
+
+
+# -- the engine applies a decision ---------------------------------------------------------------
+
+@pytest.fixture
+def kube() -> FakeKube:
+    api = FakeApiServer()
+    api.add_namespace(NS)
+    return FakeKube(api)
+
+
+def _plan(repo: Path, revision: str = "r1") -> Any:
+    state = load_repo(repo)
+    return plan_repo(state, render_repo(state), revision=revision)
+
+
+def _restart_and_scale(repo: Path) -> None:
+    """The SuperLink gets a new flag (a restart); pool a goes from 1 to 3 SuperNodes (no restart)."""
+    (repo / "federations" / "fed.yaml").write_text(
+        federation("fed", pools=pool("a", 3), superlink="    extraArgs: [--fab-state-dir=/tmp]\n"))
+
+
+def test_a_held_restart_keeps_the_live_spec_and_the_rest_applies(kube: FakeKube, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = write(tmp_path)
+    engine = Engine(kube)
+    assert engine.sync(_plan(repo), SyncOptions()).ok
+    _restart_and_scale(repo)
+    asked: list[Disruption] = []
+    runs = ["run 7 running"]
+
+    def gate(d: Disruption) -> str:
+        asked.append(d)
+        return f"the SuperLink held while {runs[0]} in progress"
+
+    monkeypatch.setattr("syncer.engine.outcome.utc_now", lambda: "2026-11-28T18:00:00Z")
+    plan = _plan(repo, "r2")
+    report = engine.sync(plan, SyncOptions(gate=gate))
+    [res] = report.units
+    assert res.ok and res.is_held() and [d.target for d in res.held] == ["superlink"]
+    assert [d.target for d in asked] == ["superlink"]  # the gate is asked only for what stops pods
+    superlink = kube.get("StatefulSet", NS, "fed-superlink")
+    assert superlink is not None and "--fab-state-dir=/tmp" not in str(superlink["spec"]["template"])
+    scaled = kube.get("StatefulSet", NS, "fed-supernode-a")
+    assert scaled is not None and scaled["spec"]["replicas"] == 3  # applied at once
+    inv = LiveState.load(kube, None).inventories[FED_UNIT]
+    assert inv.condition is not None and inv.condition.reason == "Held"
+    assert inv.condition.message == "the SuperLink held while run 7 running in progress"
+    cond = synced_condition(result=res)
+    assert (cond.reason, cond.message) == ("Held", "the SuperLink held while run 7 running in progress")
+    assert res.to_dict()["held"] == cond.message
+    # `flower-syncer status` (no agent: the inventory's record) shows it in its SYNCED column and in JSON
+    [st] = status(kube, nodes=False).units
+    assert st.to_dict()["synced"] == "Held" and "Held" in format_report(StatusReport([st])).splitlines()[1]
+    # held again: no write (the record stays)
+    again = engine.sync(plan, SyncOptions(gate=gate))
+    assert again.units[0].is_held() and again.writes == 0
+    # other runs now: the record says so, and keeps the time the hold began
+    runs[0], writes = "run 8 running", kube.writes
+    monkeypatch.setattr("syncer.engine.outcome.utc_now", lambda: "2026-11-28T18:30:00Z")
+    assert engine.sync(plan, SyncOptions(gate=gate)).units[0].is_held() and kube.writes == writes + 1
+    inv = LiveState.load(kube, None).inventories[FED_UNIT]
+    assert inv.condition is not None and "run 8 running" in inv.condition.message
+    assert inv.condition.since == "2026-11-28T18:00:00Z"
+    # the runs ended: the restart goes ahead
+    done = engine.sync(plan, SyncOptions(gate=lambda d: None))
+    assert done.ok and not done.units[0].is_held()
+    superlink = kube.get("StatefulSet", NS, "fed-superlink")
+    assert superlink is not None and "--fab-state-dir=/tmp" in str(superlink["spec"]["template"])
+    inv = LiveState.load(kube, None).inventories[FED_UNIT]
+    assert inv.condition is not None and (inv.condition.reason, inv.condition.since) == ("Synced",
+                                                                                          "2026-11-28T18:30:00Z")
+
+
+# -- the agent -----------------------------------------------------------------------------------
+
+def _health(*runs: RunInfo, reachable: bool = True) -> FlowerHealth:
+    return FlowerHealth(reachable, "fed-superlink.flower.svc:9093", "2026-11-28T18:00:00Z",
+                        error="" if reachable else "connection refused", active=runs)
+
+
+def _agent(kube: FakeKube, tmp_path: Path, health: dict[Unit, FlowerHealth],
+           clock: list[float]) -> tuple[Agent, list[Event]]:
+    root = repo_at(tmp_path / "r", {"federations/fed.yaml": federation()})
+    state = load_repo(root)
+    assert Engine(kube).sync(plan_repo(state, render_repo(state)), SyncOptions()).ok
+    agent = Agent(kube, NoSource(), Metrics(), AgentOptions())
+    agent.cache.state = LiveState.load(kube, None)
+    agent.flower = cast(FlowerWatch, SimpleNamespace(probe=SimpleNamespace(enabled=True), health=health,
+                                                      to_dict=lambda u: None, recorded=lambda u: None))
+    agent.holds.clock = lambda: clock[0]
+    events: list[Event] = []
+    agent.report = agent.holds.report = lambda unit, ev: events.append(ev)  # type: ignore[method-assign]
+    (root / "federations" / "fed.yaml").write_text(
+        federation("fed", pools=pool("a", 3), superlink="    extraArgs: [--fab-state-dir=/tmp]\n"))
+    install(agent, root, "r2")
+    agent.cache.synced.set()
+    agent.leading.set()
+    return agent, events
+
+
+def _sync(agent: Agent) -> None:
+    """As a worker and then the dispatcher do: sync the unit, handle its UnitSynced."""
+    agent.sync(FED_UNIT)
+    agent.dispatch_pending()
+
+
+RUN7 = RunInfo(7, "app", "1.0", "running", "", running_at="2026-11-28T18:00:00Z")
+
+
+def test_the_agent_holds_while_its_federation_trains_and_goes_ahead_when_the_run_ends(
+        kube: FakeKube, tmp_path: Path) -> None:
+    health = {FED_UNIT: _health(RUN7)}
+    clock = [NOW]
+    agent, events = _agent(kube, tmp_path, health, clock)
+    _sync(agent)
+    state = agent.unit_conditions()[FED_UNIT]
+    assert state["synced"] == "Held" and "run 7 running" in state["conditions"][0]["message"]
+    report = next(u for u in agent.status()["units"] if u["unit"] == FED_UNIT.id)
+    assert report["hold"]["runs"] == [7] and report["hold"]["since"] == "2027-01-15T08:00:00Z"
+    assert report["hold"]["deadline"] == "2027-01-15T09:00:00Z"
+    assert [e.reason for e in events if e.action == "Hold"] == ["RolloutHeld"]
+    assert agent.metrics.registry.get_sample_value("flower_syncer_unit_state", {
+        "unit": FED_UNIT.id, "synced": "Held", "health": "Unknown"}) == 1
+    superlink = kube.get("StatefulSet", NS, "fed-superlink")
+    assert superlink is not None and "--fab-state-dir" not in str(superlink["spec"]["template"])
+    assert agent.holds.due(agent.installed.plan) == []  # still running
+    health[FED_UNIT] = _health()  # the run completed (the next Flower-level health round says so)
+    assert agent.holds.due(agent.installed.plan) == [FED_UNIT]
+    _sync(agent)
+    assert agent.unit_conditions()[FED_UNIT]["synced"] == "Synced"
+    superlink = kube.get("StatefulSet", NS, "fed-superlink")
+    assert superlink is not None and "--fab-state-dir=/tmp" in str(superlink["spec"]["template"])
+    resumed = [e for e in events if e.reason == "RolloutResumed"]
+    assert len(resumed) == 1 and resumed[0].note.startswith("the runs ended")
+
+
+def test_a_hold_goes_ahead_at_its_deadline_or_when_a_person_releases_it(kube: FakeKube, tmp_path: Path) -> None:
+    clock = [NOW]
+    agent, events = _agent(kube, tmp_path, {FED_UNIT: _health(RUN7)}, clock)
+    _sync(agent)
+    assert agent.holds.status(FED_UNIT) is not None
+    flowerunit = {"metadata": {"annotations": {"flower-syncer.io/release-hold": "2027-01-15T07:59:00Z"}}}
+    assert not agent.holds.release_seen(FED_UNIT, flowerunit)  # before the hold began: not this one
+    clock[0] = NOW + 3600
+    assert agent.holds.due(agent.installed.plan) == [FED_UNIT]
+    _sync(agent)
+    assert agent.unit_conditions()[FED_UNIT]["synced"] == "Synced"
+    assert [e.reason for e in events if e.action == "Hold"] == ["RolloutHeld", "RolloutResumed"]
+    resumed = [e for e in events if e.action == "Hold"][-1]
+    assert resumed.note.startswith("the deadline passed") and "run 7 running still in progress" in resumed.note
+
+
+def test_a_person_releases_a_hold_by_annotating_the_flowerunit(kube: FakeKube, tmp_path: Path) -> None:
+    clock = [NOW]
+    agent, events = _agent(kube, tmp_path, {FED_UNIT: _health(RUN7)}, clock)
+    _sync(agent)
+    assert not agent.work.busy()  # only its deadline is queued
+    flowerunit = {"metadata": {"annotations": {"flower-syncer.io/release-hold": "2027-01-15T08:05:00Z"}}}
+    assert agent.holds.release_seen(FED_UNIT, flowerunit) and agent.work.busy()  # queued at once
+    assert not agent.holds.release_seen(FED_UNIT, flowerunit)  # the same value again: nothing new
+    _sync(agent)
+    assert agent.unit_conditions()[FED_UNIT]["synced"] == "Synced"
+    resumed = [e for e in events if e.action == "Hold"][-1]
+    assert resumed.reason == "RolloutResumed" and resumed.note.startswith("a person released it")
+
+
+def test_a_superlink_the_agent_cannot_ask_holds_nothing_and_says_so(kube: FakeKube, tmp_path: Path) -> None:
+    agent, events = _agent(kube, tmp_path, {FED_UNIT: _health(reachable=False)}, [NOW])
+    _sync(agent)
+    assert agent.unit_conditions()[FED_UNIT]["synced"] == "Synced"
+    [said] = [e for e in events if e.action == "Hold"]
+    assert (said.type, said.reason) == ("Warning", "RestartNotHeld") and "connection refused" in said.note
+    assert agent.holds.held == {}
+
+
+def test_resync_release_hold_annotates_the_units_flowerunit(kube: FakeKube, tmp_path: Path) -> None:
+    from syncer.actions.holds import release_hold
+    from syncer.identity import UnknownUnit
+
+    assert Engine(kube).sync(_plan(write(tmp_path)), SyncOptions()).ok
+    kube.apply({"apiVersion": "flower-syncer.io/v1alpha1", "kind": "FlowerUnit",
+                "metadata": {"name": "federation.fed", "namespace": NS}}, force=True)
+    unit, at = release_hold(kube, "fed", now=NOW)
+    assert (unit, at) == (FED_UNIT, "2027-01-15T08:00:00Z")
+    flowerunit = kube.get("FlowerUnit", NS, "federation.fed")
+    assert flowerunit is not None
+    assert flowerunit["metadata"]["annotations"] == {"flower-syncer.io/release-hold": at,
+                                                     "flower-syncer.io/requestedAt": at}
+    with pytest.raises(UnknownUnit):
+        release_hold(kube, "nope")
+
+
+def test_every_restart_of_a_unit_is_held_and_named(kube: FakeKube, tmp_path: Path) -> None:
+    clock = [NOW]
+    agent, events = _agent(kube, tmp_path, {FED_UNIT: _health(RUN7)}, clock)
+    (tmp_path / "r" / "federations" / "fed.yaml").write_text(federation(
+        "fed", pools=pool("a", 3, extra="        env: [{name: X, value: '1'}]\n"),
+        superlink="    extraArgs: [--fab-state-dir=/tmp]\n"))
+    install(agent, tmp_path / "r", "r3")
+    _sync(agent)
+    result = agent.units[FED_UNIT].last_result
+    assert result is not None and sorted(d.subject() for d in result.held) == ["pool a (3 SuperNodes)", "the SuperLink"]
+    held = [c for c in result.changes if c.message.startswith("held: ")]
+    assert sorted(c.message.split(" held while")[0] for c in held) == ["held: pool a (3 SuperNodes)",
+                                                                       "held: the SuperLink"]
+    [note] = [e.note for e in events if e.reason == "RolloutHeld"]
+    assert note.startswith("pool a (3 SuperNodes), the SuperLink held while run 7 running") or note.startswith(
+        "the SuperLink, pool a (3 SuperNodes) held while run 7 running"), note
+    assert "also held: " in agent.unit_conditions()[FED_UNIT]["conditions"][0]["message"]
+
+
+def test_the_flowerunit_says_held_and_its_annotation_releases_the_hold(kube: FakeKube, tmp_path: Path) -> None:
+    from syncer.agent.flowerunits import KIND, FlowerUnits, object_name
+    from tests.doubles import Clock
+
+    clock = [NOW]
+    agent, events = _agent(kube, tmp_path, {FED_UNIT: _health(RUN7)}, clock)
+    _sync(agent)
+    view = FlowerUnits(agent, kube, clock=Clock(NOW))
+    view.replace(None, [])
+    view._listed()
+    assert view.write_round() == 2  # created, then its status
+    obj = kube.server.get(KIND, NS, object_name(FED_UNIT))
+    assert obj is not None
+    synced = next(c for c in obj["status"]["conditions"] if c["type"] == "Synced")
+    assert (synced["status"], synced["reason"]) == ("False", "Held") and "run 7 running" in synced["message"]
+    obj["metadata"].setdefault("annotations", {})["flower-syncer.io/release-hold"] = "2027-01-15T08:01:00Z"
+    assert not agent.work.busy()
+    view.event("MODIFIED", obj)  # `kubectl annotate`, as the watch delivers it
+    assert agent.work.busy()  # queued at once
+    assert agent.drain() == 1
+    agent.dispatch_pending()
+    assert agent.unit_conditions()[FED_UNIT]["synced"] == "Synced"
+    assert [e.reason for e in events if e.action == "Hold"] == ["RolloutHeld", "RolloutResumed"]
+
+
+def test_a_restarted_agent_holds_until_it_has_read_the_runs(kube: FakeKube, tmp_path: Path) -> None:
+    """Before the first Flower-level health round the runs are not known yet: a held change must
+    not go ahead just because the agent restarted."""
+    assert decide([SUPERLINK], Runs(False, why="not asked yet", pending=True), HOUR, now=NOW).why is Why.RUNS_PENDING
+    health: dict[Unit, FlowerHealth] = {}  # no round yet
+    agent, _ = _agent(kube, tmp_path, health, [NOW])
+    _sync(agent)
+    assert agent.unit_conditions()[FED_UNIT]["synced"] == "Held"
+    assert agent.holds.due(agent.installed.plan) == []
+    health[FED_UNIT] = _health(RUN7)  # the first round: training
+    assert agent.holds.due(agent.installed.plan) == [FED_UNIT]
+    _sync(agent)
+    assert agent.unit_conditions()[FED_UNIT]["synced"] == "Held"
+    assert agent.holds.status(FED_UNIT)["runs"] == [7]  # type: ignore[index]
+    assert agent.holds.due(agent.installed.plan) == []  # now it waits for run 7
