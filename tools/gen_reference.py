@@ -65,6 +65,12 @@ ANNOTATIONS: dict[str, tuple[str, str]] = {
     "flower-syncer.io/prune": ("annotation, any managed object", "`disabled`: never pruned, even when it leaves Git"),
     "flower-syncer.io/prune-policy": ("annotation, Federation",
         "what pruning the Federation does with the objects it leaves behind"),
+    "flower-syncer.io/hold-for-runs": ("annotation, Federation or release",
+        "how long a change that restarts pods waits for runs in progress to end (`30m`, `2h`, `off`)"),
+    "flower-syncer.io/hold-strict": ("annotation, Federation or release",
+        "`true`: hold such a change also when the SuperLink cannot be asked about its runs"),
+    "flower-syncer.io/release-hold": ("annotation, FlowerUnit",
+        "an RFC 3339 time: holds begun by then go ahead now (`flower-syncer resync --release-hold` sets it)"),
     "flower-syncer.io/copy-from": ("annotation, rendered Secret",
         "`namespace/name` of a Secret whose data is copied in at sync time (the chart's "
         "`copyFromExistingSecret`)"),
@@ -120,6 +126,9 @@ EVENT_REASONS: dict[str, str] = {
     "SuperNodesConnected": "every expected SuperNode is connected again",
     "SuperNodesNotConnected": "SuperNodes run but their SuperLink does not list them online",
     "InternalError": "the agent failed on the unit (a bug); it syncs the unit again",
+    "RolloutHeld": "a change that restarts pods waits for the federation's runs to end (docs/rollouts.md)",
+    "RolloutResumed": "a held change goes ahead: the runs ended, the deadline passed, or a person released it",
+    "RestartNotHeld": "a change restarts pods although runs may be in progress: the SuperLink could not be asked",
     "Unverified": "the newest revision is not signed by a key the admin's policy lists; nothing of it is applied",
 }
 

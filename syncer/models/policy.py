@@ -41,7 +41,10 @@ class HoldLimits(StrictModel):
     names none, and the longest Git may ask for (a longer one is cut to it)."""
 
     default: str = "1h"
+    """How long a change that restarts pods waits for the federation's runs to end when Git names no
+    `flower-syncer.io/hold-for-runs` (a duration such as `30m`, or `off`: never held)."""
     maximum: str = "24h"
+    """The longest wait Git may ask for; a longer one is cut to it (`off`: nothing is held)."""
 
     @field_validator("default", "maximum")
     @classmethod
