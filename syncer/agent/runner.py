@@ -37,7 +37,7 @@ from syncer.cluster.events import EventRecorder
 from syncer.cluster.fence import WriteFence
 from syncer.cluster.lease import LeaderElector
 from syncer.http import AgentServer
-from syncer.identity import UnknownUnit, derived_repository_name, source_key
+from syncer.identity import UnknownUnit, repository_identity
 from syncer.logs import configure
 from syncer.observe.conditions import HealthCheck
 from syncer.observe.gc_pauses import GCPauses
@@ -47,7 +47,7 @@ from syncer.observe.status import targets_from
 from syncer.observe.status_cache import StatusCache
 from syncer.render.tenancy import Tenancy
 from syncer.source.git import GitSource, SourceSpec, default_cache_dir
-from syncer.source.location import source_location
+from syncer.source.location import local_origin, source_location
 from syncer.source.refs import SourceError
 from syncer.source.watch import LocalRepoWatcher
 
@@ -226,12 +226,18 @@ class RepositoryTenancy:
 
 def repository_tenancy(config: AgentConfig) -> RepositoryTenancy:
     """Who the agent's repository is (its derived name, with the ref when one is named; the name
-    derived before refs were part of it, as a legacy name), and the admin's policy for it. Logs
-    once what applies. Raises SourceError, or ValueError for a bad policy file."""
-    source, sub = source_location(config.repo, config.path)
+    derived before refs were part of it, as a legacy name), and the admin's policy for it, from
+    the agent's own settings only: `repo` (or `source_url`), `ref` and `path`, never what the
+    repository's `.git/config` says. Logs once what applies. Raises SourceError, or ValueError for
+    a bad policy file."""
+    source, sub = source_location(config.source_url or config.repo, config.path, origin=False)
     ref = config.ref or ""
-    name = derived_repository_name(source, sub, ref)
-    legacy = frozenset({derived_repository_name(source, sub)}) - {name}
+    who = repository_identity(source, sub, ref)
+    origin = local_origin(config.repo) if config.source_url is None else ""
+    if origin and origin != source:
+        log.warning("the repository is known by its path, not by its origin remote", source=source, origin=origin,
+                    hint=f"a local repository's .git/config never names it; if this agent ran before under the "
+                         f"origin's identity, set source_url: {origin} to keep it (see docs/source-identity.md)")
     admin = load_policy(config.policy) if config.policy is not None else None
     policy = admin.for_source(source, ref, sub) if admin is not None else None
     if policy is None:
@@ -244,7 +250,7 @@ def repository_tenancy(config: AgentConfig) -> RepositoryTenancy:
         log.info("admin policy applies", source=source, ref=ref, path=sub, namespaces=namespaces,
                  pod_features=list(rails.allowPodFeatures), names=policy.names,
                  service_account=policy.serviceAccount or "none (writes use the agent's own rights)")
-    return RepositoryTenancy(name, Tenancy(source_key(source, sub, ref), policy, legacy),
+    return RepositoryTenancy(who.name, Tenancy(who.source, policy, who.legacy_names),
                              policy.impersonate if policy is not None else None)
 
 
