@@ -181,6 +181,7 @@ def run(config: AgentConfig) -> int:
                                 fence=fence,
                                 on_started_leading=lambda: _leading(agent, kube, True),
                                 on_stopped_leading=lambda: _leading(agent, kube, False))
+        agent.readiness.append(lambda: elector.problem if elector is not None else "")
         elector_thread = agent.supervisor.spawn("leader-election", functools.partial(elector.run, stop))
     else:
         _leading(agent, kube, True)
