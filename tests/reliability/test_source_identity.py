@@ -388,3 +388,21 @@ def test_a_missing_lease_namespace_is_not_ready_and_says_why(tmp_path: Path, kub
     kube.server.add_namespace("flower-system")  # made: the next try leads, and the agent is ready
     elector._follow_step()
     assert agent.leading.is_set() and agent.ready() == (True, "ok")
+
+
+def test_a_squatter_of_the_name_never_writes_the_other_sources_flowerunit(tmp_path: Path, kube: FakeKube) -> None:
+    """B claims A's name and renders A's unit: B's agent used to write that unit's FlowerUnit
+    status (its own refusal over A's Ready) at every round, a fight that never ended."""
+    a = load(committed_repo(tmp_path / "a", NS_A, "alpha", settings="name: team-a\n"))
+    assert sync(kube, a, SyncOptions()).ok
+    alpha = Unit("federation", NS_A, "alpha")
+    theirs = kube.create({**flowerunit(alpha, "team-a", ""), "status": {"lastAppliedRevision": "from-a"}})
+    b_root = committed_repo(tmp_path / "b", NS_A, "alpha", "bonly", settings="name: team-a\n")
+    agent = agent_of(kube, b_root, source=str(b_root))
+    view = FlowerUnits(agent, kube)
+    view.replace(None, [theirs])
+    view._listed()
+    assert view.write_round() == 2  # bonly's FlowerUnit made and its status written; alpha's: not B's
+    after = kube.get("FlowerUnit", NS_A, object_name(alpha))
+    assert after is not None and after.get("status") == {"lastAppliedRevision": "from-a"}
+    assert kube.get("FlowerUnit", NS_A, object_name(Unit("federation", NS_A, "bonly"))) is not None
