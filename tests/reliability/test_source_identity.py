@@ -33,6 +33,7 @@ from syncer.agent.flowerunits import FlowerUnits, object_name
 from syncer.agent.messages import ResyncRequested, RevisionFetched, Waiter
 from syncer.agent.reconcile_request import ANN_REQUESTED_AT
 from syncer.agent.runner import repository_tenancy
+from syncer.cli import main
 from syncer.cli_repo import EXIT_USAGE, synced_ref
 from syncer.cluster.client import path_for
 from syncer.cluster.lease import LeaderElector
@@ -199,6 +200,8 @@ def test_the_cli_names_a_repository_as_an_agent_with_the_same_ref(tmp_path: Path
 def test_a_clone_off_the_default_branch_must_say_which_ref_it_is(tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     _, staging, _ = two_clones(tmp_path)
+    assert main(["sync", str(staging), "--kubeconfig", str(tmp_path / "none")]) == EXIT_USAGE  # before any cluster
+    assert "on the branch 'staging', not on its origin's default branch 'main'" in capsys.readouterr().err
     assert synced_ref(argparse.Namespace(dir=staging, ref=None)) == EXIT_USAGE
     assert "--ref staging" in capsys.readouterr().err
     assert synced_ref(argparse.Namespace(dir=staging, ref="staging")) == "staging"
