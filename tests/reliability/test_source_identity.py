@@ -12,8 +12,10 @@ the admin configured, never from a place a tenant writes (docs/source-identity.m
 - the agent acts on and reports only its own repository's units and FlowerUnits, never logs a
   `requestedAt` whole, and is not Ready while its Lease's namespace is missing.
 
-Each case failed on the code before this change (see the commit messages). Real `git` repositories
-(tmp_path) and the in-memory API server (tests/fakekube.py); no cluster.
+Each case of a finding failed on the code before this change (see the commit messages); two guard
+what must not change (a tag alone still found by its short name; today's identity kept on the
+default branch). Real `git` repositories (tmp_path) and the in-memory API server
+(tests/fakekube.py); no cluster.
 """
 
 from __future__ import annotations
