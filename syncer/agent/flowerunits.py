@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from syncer.agent.reconcile_request import ReconcileRequests
+from syncer.agent.reconcile_request import ANN_REQUESTED_AT, MAX_REQUESTED_AT, ReconcileRequests
 from syncer.cluster.client import ApiError, ClusterUnreachable, Kube, path_for
 from syncer.cluster.fence import Fenced
 from syncer.cluster.reflector import Reflector
@@ -368,11 +368,16 @@ def _urgency(observed: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> 
 
 def slim(obj: dict[str, Any]) -> dict[str, Any]:
     """What the writer reads of a FlowerUnit: its name, namespace, uid, resourceVersion, labels,
-    annotations and status. Its managedFields (most of a FlowerUnit's size) and the rest are not
-    kept: one is held per unit for the agent's life. Idempotent; the watch slims what it lists
-    (its transform), so a listing of whole FlowerUnits is never held either."""
+    its reconcile request (reconcile_request.ANN_REQUESTED_AT, at most MAX_REQUESTED_AT + 1
+    characters) and status. Its managedFields (most of a FlowerUnit's size), other annotations
+    and the rest are not kept: one is held per unit for the agent's life. Idempotent; the watch
+    slims what it lists (its transform), so a listing of whole FlowerUnits is never held either."""
     meta = obj.get("metadata") or {}
     kept = {k: meta[k] for k in SLIM_METADATA if k in meta}
+    if "annotations" in kept:  # only the reconcile request, bounded: a tenant's annotations are not held whole
+        requested = (kept["annotations"] or {}).get(ANN_REQUESTED_AT)
+        kept["annotations"] = {} if not isinstance(requested, str) else {
+            ANN_REQUESTED_AT: requested[:MAX_REQUESTED_AT + 1]}  # still too long, so still ignored
     return share_strings({"metadata": kept, **({"status": obj["status"]} if "status" in obj else {})})
 
 

@@ -68,7 +68,7 @@ class ReconcileRequests:
                 self._refused[unit] = hash(value)
             if news:
                 log.warning("reconcile request ignored: its value is too long", unit=unit.id,
-                            requestedAt=bounded(value), hint=f"set {ANN_REQUESTED_AT} to a timestamp, e.g. "
+                            requestedAt=value[:64] + "...", hint=f"set {ANN_REQUESTED_AT} to a timestamp, e.g. "
                             f"$(date +%s); at most {MAX_REQUESTED_AT} characters")
             return False
         with self._lock:

@@ -411,3 +411,15 @@ def test_a_squatter_of_the_name_never_writes_the_other_sources_flowerunit(tmp_pa
     after = kube.get("FlowerUnit", NS_A, object_name(alpha))
     assert after is not None and after.get("status") == {"lastAppliedRevision": "from-a"}
     assert kube.get("FlowerUnit", NS_A, object_name(Unit("federation", NS_A, "bonly"))) is not None
+
+
+def test_a_huge_annotation_on_a_flowerunit_is_not_held_whole(tmp_path: Path, kube: FakeKube) -> None:
+    """The FlowerUnit held per unit for the agent's life kept every annotation whole (204 KB each)."""
+    agent = agent_of(kube, committed_repo(tmp_path / "a", NS_A, "alpha", settings="name: team-a\n"))
+    view = FlowerUnits(agent, kube)
+    alpha = Unit("federation", NS_A, "alpha")
+    obj = flowerunit(alpha, "team-a", "y" * 204_800)
+    obj["metadata"]["annotations"]["note"] = "z" * 200_000
+    view.event("MODIFIED", obj)
+    assert len(repr(view.objects[alpha])) < 2_000
+    assert resyncs(agent) == []  # still too long, still ignored
