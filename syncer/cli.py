@@ -127,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_repo_arg(p)
     _add_unit_arg(p)
     _add_cluster_args(p)
+    _add_ref_arg(p)
     p.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text", help="output format")
     p.set_defaults(func=cmd_diff)
 
@@ -138,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_repo_arg(p)
     _add_unit_arg(p)
     _add_cluster_args(p)
+    _add_ref_arg(p)
     p.add_argument("--dry-run", action="store_true", help="server-side dry-run: report what would change")
     p.add_argument("--force-conflicts", action="store_true",
                    help="take ownership of fields another applier owns (default: report a conflict)")
@@ -166,6 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_decryption_arg(p)
     _add_unit_arg(p)
     _add_cluster_args(p)
+    _add_ref_arg(p)
     p.add_argument("-o", "--output", choices=["table", "json", "yaml"], default="table", help="output format")
     p.add_argument("--no-headers", action="store_true", help="print the table without its header line")
     p.add_argument("-w", "--watch", action="store_true", help="redraw every --interval until Ctrl-C")
@@ -258,6 +261,14 @@ def _add_cluster_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--namespaces", default=None, metavar="NS[,NS...]",
                    help="only read these namespaces, for credentials limited to them (the chart's namespaced "
                         "RBAC); default $FLOWER_SYNCER_NAMESPACES, else cluster-wide")
+
+
+def _add_ref_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ref", default=None, metavar="REF",
+                   help="the branch, tag or commit DIR is synced as, part of the repository's identity as an "
+                        "agent's --ref is (HEAD: the remote's default branch, as an agent without --ref); "
+                        "required for a clone on a branch other than its origin's default "
+                        f"(default: ${env_name('ref')}; see docs/source-identity.md)")
 
 
 def _namespaces(args: argparse.Namespace) -> list[str] | None:

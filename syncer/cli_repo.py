@@ -54,7 +54,11 @@ def load_selected(args: argparse.Namespace) -> Loaded | int:
         cluster = getattr(args, "cluster", None)
         if cluster is None and args.command not in ("validate", "render"):
             cluster = ""  # as an agent without --cluster: a repository of several clusters applies nothing
-        return load(args.dir, getattr(args, "unit", ()) or (), namespace, decryption, admin=admin, cluster=cluster)
+        ref = synced_ref(args)
+        if isinstance(ref, int):
+            return ref
+        return load(args.dir, getattr(args, "unit", ()) or (), namespace, decryption, admin=admin, cluster=cluster,
+                    ref=ref)
     except SopsError as exc:
         print(f"error: {exc.detail}" + (f"\nhint: {exc.hint}" if exc.hint else ""), file=sys.stderr)
         return EXIT_USAGE
@@ -65,6 +69,33 @@ def load_selected(args: argparse.Namespace) -> Loaded | int:
         print(f"error: --unit {exc}; see 'flower-syncer validate' for the units of the repository",
               file=sys.stderr)
         return EXIT_USAGE
+
+
+def synced_ref(args: argparse.Namespace) -> str | int:
+    """The ref `args.dir` is synced as (`--ref`; "" for the remote's default branch), part of the
+    repository's identity as it is of an agent's; or the exit code after an error. Without --ref, a
+    clone on a branch other than its origin's default is refused: synced under the default
+    branch's identity, it would prune that branch's units, and the default branch its."""
+    if not hasattr(args, "ref"):  # validate, render: no identity needed
+        return ""
+    from syncer.source.location import branch_off_default
+    from syncer.source.refs import SourceError, validate_ref
+
+    if args.ref is not None:
+        try:
+            return validate_ref(args.ref) or ""
+        except SourceError as exc:
+            print(f"error: --ref: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    off = branch_off_default(str(args.dir))
+    if off is not None:
+        branch, default = off
+        print(f"error: {args.dir} is a clone on the branch {branch!r}, not on its origin's default branch "
+              f"{default!r}: say which ref it is synced as, for the repository's identity: --ref {branch} "
+              f"(as an agent with --ref {branch}), or --ref HEAD (as an agent of the default branch)",
+              file=sys.stderr)
+        return EXIT_USAGE
+    return ""
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

@@ -65,6 +65,26 @@ def source_key(source: str, subpath: str = "", ref: str = "") -> str:
     return source + (f"#{ref}" if ref else "") + (f"//{sub}" if sub else "")
 
 
+@dataclass(frozen=True)
+class RepositoryIdentity:
+    """Who a repository without `name` is, from where it comes from and the ref synced: its
+    derived name, the source recorded on its inventories, and the name derived before refs were
+    part of names (a legacy name, when a ref is named). The agent and the CLI both take it from
+    here (see `repository_identity`), so the same source and ref are the same repository."""
+
+    name: str
+    source: str
+    legacy_names: frozenset[str] = frozenset()
+
+
+def repository_identity(source: str, subpath: str = "", ref: str = "") -> RepositoryIdentity:
+    """The identity of the repository at `source` (and `subpath`) synced at `ref` ("": the
+    remote's default branch, the identity of every release before refs were named)."""
+    name = derived_repository_name(source, subpath, ref)
+    return RepositoryIdentity(name, source_key(source, subpath, ref),
+                              frozenset({derived_repository_name(source, subpath)}) - {name})
+
+
 def cluster_source(source: str, cluster: str) -> str:
     """The source of one cluster's part of a repository laid out by cluster (repo.clusters)."""
     return f"{source}::cluster={cluster}" if source and cluster else source

@@ -15,10 +15,10 @@ from syncer.identity import (
     DEFAULT_REPOSITORY,
     Manifest,
     ObjectRef,
+    RepositoryIdentity,
     Unit,
     UnknownUnit,
-    derived_repository_name,
-    source_key,
+    repository_identity,
     unit_matches,
 )
 from syncer.models.policy import AdminPolicy, RepositoryPolicy
@@ -52,6 +52,9 @@ class Loaded:
     policy: RepositoryPolicy | None = None  # the admin's policy it was loaded under
     origin: tuple[str, str] | None = None
     """(source, sub-path) when `load` had to know it already (to choose the admin's policy entry)."""
+    ref: str = ""
+    """The ref it is synced as (`--ref`), part of its identity as of an agent's; "": the remote's
+    default branch."""
 
     @cached_property
     def where(self) -> tuple[str, str] | None:
@@ -64,15 +67,22 @@ class Loaded:
         except SourceError:
             return None
 
+    @cached_property
+    def identity(self) -> RepositoryIdentity | None:
+        """Who it is when flower-syncer.yaml names it not, as an agent syncing its origin at `ref`
+        would derive it (identity.repository_identity); None when where it comes from is unknown."""
+        return None if self.where is None else repository_identity(*self.where, self.ref)
+
     @property
     def default_repository(self) -> str:
         """The repository's name when flower-syncer.yaml sets none (derived from where it comes from)."""
-        return DEFAULT_REPOSITORY if self.where is None else derived_repository_name(*self.where)
+        return DEFAULT_REPOSITORY if self.identity is None else self.identity.name
 
     @cached_property
     def tenancy(self) -> Tenancy:
         """Where it comes from (recorded on its inventories), and the admin's policy applied."""
-        return Tenancy(policy=self.policy) if self.where is None else Tenancy(source_key(*self.where), self.policy)
+        who = self.identity
+        return Tenancy(policy=self.policy) if who is None else Tenancy(who.source, self.policy, who.legacy_names)
 
     @property
     def repository(self) -> str:
@@ -112,8 +122,9 @@ class Loaded:
 
 def load(root: Path, selectors: Sequence[str] = (), namespace: str | None = None,
          decryption: Decryption | None = None, policy: RepositoryPolicy | None = None,
-         admin: AdminPolicy | None = None, cluster: str | None = None) -> Loaded:
+         admin: AdminPolicy | None = None, cluster: str | None = None, ref: str = "") -> Loaded:
     """Load and render `root`, selecting units by `selectors` and, when given, `namespace`.
+    `ref`: the ref it is synced as, part of its identity (see Loaded.identity).
     `cluster`: the cluster of a repository of several whose units to load (syncer.repo.clusters);
     None: every cluster's (each rendered on its own: objects of two clusters never clash).
     Raises RepoNotFound, or UnknownUnit for a selector that matches no unit of the repository
@@ -126,7 +137,7 @@ def load(root: Path, selectors: Sequence[str] = (), namespace: str | None = None
             origin = source_location(str(root.resolve()))
         except SourceError:
             origin = None
-        policy = admin.for_source(origin[0], "", origin[1]) if origin is not None else admin.default
+        policy = admin.for_source(origin[0], ref, origin[1]) if origin is not None else admin.default
     state = apply_policy(load_repo(root, decryption, cluster=cluster,
                                    require_encryption=policy is not None and policy.requireEncryption),
                          Tenancy(policy=policy))
@@ -140,7 +151,7 @@ def load(root: Path, selectors: Sequence[str] = (), namespace: str | None = None
                      and (not selectors or any(unit_matches(u, s) for s in selectors))]
         if not selectors:
             raise UnknownUnit(f"namespace {namespace}")
-    return Loaded(state, _render_clusters(state, list(selectors)), tuple(selectors), root, policy, origin)
+    return Loaded(state, _render_clusters(state, list(selectors)), tuple(selectors), root, policy, origin, ref)
 
 
 def _render_clusters(state: RepoState, selectors: list[str]) -> Rendered:

@@ -110,6 +110,7 @@ class Agent:
         self.stop = threading.Event()
         self.supervisor = Supervisor(self.stop)  # every thread: an exception is reported, never fatal
         self.liveness = Liveness()  # syncs in flight and tenant calls past their deadline: /healthz
+        self.readiness: list[Callable[[], str]] = []  # more reasons not to be ready ("": none), e.g. the Lease's
         self._secret_values: frozenset[str] = frozenset()  # plaintext of the encrypted files installed so far
         self.fetcher = Fetcher(source, options, self.events, self.stop, self.supervisor.report)
         self._busy_handling = False  # the dispatcher is handling an event (idle())
@@ -155,7 +156,8 @@ class Agent:
             return False, "the watch caches are not synced yet"
         if self.kube.unreachable:  # the last request (a watch, a sync, the status loop) did not get through
             return False, f"the API server is unreachable: {self.kube.unreachable}"
-        return True, "ok"
+        blocked = next((why for check in self.readiness if (why := check())), "")
+        return (False, blocked) if blocked else (True, "ok")
 
     def idle(self) -> bool:
         """Nothing in flight: no event to handle, no fetch wanted, no unit ready to sync or syncing
@@ -190,8 +192,8 @@ class Agent:
                     "error": "this agent is a standby, not the Lease holder: send the request to the leader "
                              "(the standby only fetched)"}
         # an unknown unit may come with this fetch: then even without `wait`, answer once it is installed
-        known = unit is None or any(unit_matches(u, unit) for u in [*self.desired,
-                                                                      *self.cache.state.inventories.copy()])
+        known = unit is None or any(unit_matches(u, unit) and self.ours(u)
+                                    for u in [*self.desired, *self.cache.state.inventories.copy()])
         waiter = Waiter(selector=unit) if wait or not known else None
         self.events.put(ResyncRequested(unit, waiter))
         if waiter is None:
@@ -353,7 +355,8 @@ class Agent:
                 self.work.add(unit)
         self.loaded.set()
         for waiter in [w for w in self.waiters if w.units is None]:
-            units = set(self.desired) | set(self.cache.state.inventories)
+            # this repository's units only: another repository's are neither synced nor reported here
+            units = {u for u in [*self.desired, *self.cache.state.inventories] if self.ours(u)}
             if waiter.selector:
                 units = {u for u in units if unit_matches(u, waiter.selector)}
                 if not units:
@@ -433,7 +436,7 @@ class Agent:
         return changed
 
     def _on_synced(self, event: UnitSynced) -> None:
-        if self.installed.plan.in_git(event.unit) or event.unit in self.cache.state.inventories:
+        if self.installed.plan.in_git(event.unit) or self.ours(event.unit):  # never another repository's
             st = self.units.setdefault(event.unit, UnitState())
             if st.last_result != event.result:
                 # an equal result (every unit of a no-op resync) keeps the one held: the new one goes

@@ -23,6 +23,10 @@ class AgentConfig(BaseModel):
     repo: str = Field(description="Git URL or local path of the config repository")
     ref: str | None = Field(None, description="branch, tag or commit to sync (default: the remote's default branch)")
     path: str = Field("", description="sub-path of the config inside the repository")
+    source_url: str | None = Field(
+        None, description="the URL or path the repository is known by: its derived name, the admin policy's "
+                          "entry and what its inventories record (default: repo, as given; a local repository's "
+                          ".git/config is never read for it)")
     interval: float = Field(60.0, gt=0, description="seconds between polls of the remote")
     kubeconfig: str | None = Field(None, description="kubeconfig file (default: in-cluster or ~/.kube/config)")
     context: str | None = Field(None, description="kubeconfig context")

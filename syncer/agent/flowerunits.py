@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from syncer.agent.reconcile_request import ReconcileRequests
+from syncer.agent.reconcile_request import ANN_REQUESTED_AT, MAX_REQUESTED_AT, ReconcileRequests
 from syncer.cluster.client import ApiError, ClusterUnreachable, Kube, path_for
 from syncer.cluster.fence import Fenced
 from syncer.cluster.reflector import Reflector
@@ -132,7 +132,7 @@ class FlowerUnits:
         self.clock = clock
         self.objects: dict[Unit, dict[str, Any]] = {}  # as last seen or written, slim (see `slim`)
         self.missing = ""  # why FlowerUnits cannot be used (the CRD is not installed); "" when they can
-        self.requests = ReconcileRequests(agent.events.put, agent.leading.is_set)
+        self.requests = ReconcileRequests(agent.events.put, agent.leading.is_set, self.mine)
         self.listed = threading.Event()
         self._pending = 1 if namespaces is None else len(namespaces)
         self._wanted = threading.Event()
@@ -155,6 +155,20 @@ class FlowerUnits:
 
     def kick(self) -> None:
         self._wanted.set()
+
+    def mine(self, unit: Unit, obj: Mapping[str, Any] | None = None) -> bool:
+        """Whether the FlowerUnit of `unit` (`obj`, as seen) is this agent's to write and to take
+        requests from: labelled with this repository's name, and the unit not recorded by another
+        repository or by another source under that name (its inventory). Another repository's, or
+        a squatter's of the same name, is never written and its requests never acted on."""
+        agent = self.agent
+        if not agent.loaded.is_set():
+            return False
+        plan = agent.installed.plan
+        if obj is not None and not plan.owns((obj.get("metadata", {}).get("labels") or {}).get(LABEL_REPOSITORY, "")):
+            return False
+        inv = agent.cache.state.inventories.get(unit)
+        return inv is None or plan.owns_record(inv.repository, inv.source, in_git=True)
 
     # -- the watch --------------------------------------------------------------------------------
 
@@ -236,7 +250,8 @@ class FlowerUnits:
         plan = agent.installed.plan
         rows = {u: r for u, r in agent.unit_conditions().items()
                 if (self.namespaces is None or u.namespace in self.namespaces)
-                and (plan.in_git(u) or u in inventories)}  # in Git (loaded or not), or not pruned yet
+                and (plan.in_git(u) or u in inventories)  # in Git (loaded or not), or not pruned yet
+                and self.mine(u, seen.get(u))}
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
         budget = self._budget()
         wanted: list[tuple[int, Unit, dict[str, Any] | None, dict[str, Any]]] = []
@@ -267,8 +282,7 @@ class FlowerUnits:
                 if not exc.not_found:  # 404: its namespace is not there yet (made by its first sync)
                     self._warn(unit, exc)
         for unit, obj in seen.items():
-            repository = (obj.get("metadata", {}).get("labels") or {}).get(LABEL_REPOSITORY, "")
-            if unit not in rows and plan.owns(repository) and writes < budget:
+            if unit not in rows and self.mine(unit, obj) and writes < budget:
                 try:
                     writes += self._delete(unit, obj)
                 except ApiError as exc:  # one unit's FlowerUnit never holds up the others'
@@ -356,11 +370,16 @@ def _urgency(observed: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> 
 
 def slim(obj: dict[str, Any]) -> dict[str, Any]:
     """What the writer reads of a FlowerUnit: its name, namespace, uid, resourceVersion, labels,
-    annotations and status. Its managedFields (most of a FlowerUnit's size) and the rest are not
-    kept: one is held per unit for the agent's life. Idempotent; the watch slims what it lists
-    (its transform), so a listing of whole FlowerUnits is never held either."""
+    its reconcile request (reconcile_request.ANN_REQUESTED_AT, at most MAX_REQUESTED_AT + 1
+    characters) and status. Its managedFields (most of a FlowerUnit's size), other annotations
+    and the rest are not kept: one is held per unit for the agent's life. Idempotent; the watch
+    slims what it lists (its transform), so a listing of whole FlowerUnits is never held either."""
     meta = obj.get("metadata") or {}
     kept = {k: meta[k] for k in SLIM_METADATA if k in meta}
+    if "annotations" in kept:  # only the reconcile request, bounded: a tenant's annotations are not held whole
+        requested = (kept["annotations"] or {}).get(ANN_REQUESTED_AT)
+        kept["annotations"] = {} if not isinstance(requested, str) else {
+            ANN_REQUESTED_AT: requested[:MAX_REQUESTED_AT + 1]}  # still too long, so still ignored
     return share_strings({"metadata": kept, **({"status": obj["status"]} if "status" in obj else {})})
 
 

@@ -24,6 +24,14 @@ log = structlog.get_logger("syncer.agent")
 __all__ = ["ANN_REQUESTED_AT", "ReconcileRequests", "handled_at", "requested_at"]
 
 
+MAX_REQUESTED_AT = 256  # characters of a requestedAt value handled (Flux's: a timestamp)
+
+
+def bounded(value: str, limit: int = 64) -> str:
+    """`value` for a log line: whole when short, else its start and its length."""
+    return value if len(value) <= limit else f"{value[:limit]}... ({len(value)} characters)"
+
+
 def requested_at(obj: Mapping[str, Any]) -> str:
     return str(((obj.get("metadata") or {}).get("annotations") or {}).get(ANN_REQUESTED_AT) or "")
 
@@ -35,11 +43,15 @@ def handled_at(obj: Mapping[str, Any]) -> str:
 class ReconcileRequests:
     """Turns new `requestedAt` values into resyncs (one each) and remembers which were handled.
 
-    `post` puts an event on the agent's queue; `leading` says whether this replica writes."""
+    `post` puts an event on the agent's queue; `leading` says whether this replica writes; `mine`
+    whether a FlowerUnit is of this agent's repository (another's requests are its agent's)."""
 
-    def __init__(self, post: Callable[[ResyncRequested], None], leading: Callable[[], bool]) -> None:
+    def __init__(self, post: Callable[[ResyncRequested], None], leading: Callable[[], bool],
+                 mine: Callable[[Unit, Mapping[str, Any]], bool] = lambda _unit, _obj: True) -> None:
         self._post = post
         self._leading = leading
+        self._mine = mine
+        self._refused: dict[Unit, int] = {}  # the hash of the last over-long value warned about, per unit
         self._lock = threading.Lock()
         self._pending: dict[Unit, tuple[str, Waiter]] = {}  # requested, resync not finished yet
         self._handled: dict[Unit, str] = {}  # finished here, maybe not yet recorded in the status
@@ -48,7 +60,16 @@ class ReconcileRequests:
     def seen(self, unit: Unit, obj: Mapping[str, Any]) -> bool:
         """A FlowerUnit as the watch delivered it: True when its annotation asked for a resync now."""
         value = requested_at(obj)
-        if not value or not self._leading():
+        if not value or not self._leading() or not self._mine(unit, obj):
+            return False
+        if len(value) > MAX_REQUESTED_AT:  # a timestamp or a token: never a document in the log
+            with self._lock:
+                news = self._refused.get(unit) != hash(value)
+                self._refused[unit] = hash(value)
+            if news:
+                log.warning("reconcile request ignored: its value is too long", unit=unit.id,
+                            requestedAt=value[:64] + "...", hint=f"set {ANN_REQUESTED_AT} to a timestamp, e.g. "
+                            f"$(date +%s); at most {MAX_REQUESTED_AT} characters")
             return False
         with self._lock:
             pending = self._pending.get(unit)
@@ -57,7 +78,7 @@ class ReconcileRequests:
             waiter = Waiter(selector=unit.id)
             self._pending[unit] = (value, waiter)
             self.requested += 1
-        log.info("reconcile requested by annotation", unit=unit.id, requestedAt=value)
+        log.info("reconcile requested by annotation", unit=unit.id, requestedAt=bounded(value))
         self._post(ResyncRequested(unit.id, waiter))
         return True
 
@@ -71,7 +92,7 @@ class ReconcileRequests:
                 del self._pending[unit]
                 if pending[1].error:
                     log.warning("reconcile request finished with an error", unit=unit.id,
-                                requestedAt=pending[0], error=pending[1].error)
+                                requestedAt=bounded(pending[0]), error=pending[1].error)
             mine = self._handled.get(unit)
         return mine if mine is not None else handled_at(observed or {})
 
@@ -79,3 +100,4 @@ class ReconcileRequests:
         with self._lock:
             self._pending.pop(unit, None)
             self._handled.pop(unit, None)
+            self._refused.pop(unit, None)

@@ -41,7 +41,7 @@ from syncer.cluster.fence import WriteFence
 from syncer.cluster.lease import LeaderElector
 from syncer.cluster.tenant_calls import TENANT_CALLS
 from syncer.http import AgentServer
-from syncer.identity import UnknownUnit, derived_repository_name, source_key
+from syncer.identity import UnknownUnit, repository_identity
 from syncer.logs import configure
 from syncer.models.policy import AdminPolicy, RepositoryPolicy
 from syncer.models.policymatch import canonical_ref
@@ -53,7 +53,7 @@ from syncer.observe.status import targets_from
 from syncer.observe.status_cache import StatusCache
 from syncer.render.tenancy import Tenancy
 from syncer.source.git import GitSource, SourceSpec, default_cache_dir
-from syncer.source.location import source_location
+from syncer.source.location import local_origin, source_location
 from syncer.source.refs import SourceError
 from syncer.source.signatures import Verification
 from syncer.source.watch import LocalRepoWatcher
@@ -189,6 +189,7 @@ def run(config: AgentConfig) -> int:
                                 fence=fence,
                                 on_started_leading=lambda: _leading(agent, kube, True),
                                 on_stopped_leading=lambda: _leading(agent, kube, False))
+        agent.readiness.append(lambda: elector.problem if elector is not None else "")
         elector_thread = agent.supervisor.spawn("leader-election", functools.partial(elector.run, stop))
     else:
         _leading(agent, kube, True)
@@ -239,18 +240,24 @@ class RepositoryTenancy:
 
 def repository_tenancy(config: AgentConfig) -> RepositoryTenancy:
     """Who the agent's repository is (its derived name, with the ref when one is named; the name
-    derived before refs were part of it, as a legacy name), and the admin's policy for it. Logs
-    once what applies. Raises SourceError, or ValueError for a bad policy file."""
-    source, sub = source_location(config.repo, config.path)
+    derived before refs were part of it, as a legacy name), and the admin's policy for it, from
+    the agent's own settings only: `repo` (or `source_url`), `ref` and `path`, never what the
+    repository's `.git/config` says. Logs once what applies. Raises SourceError, or ValueError for
+    a bad policy file."""
+    source, sub = source_location(config.source_url or config.repo, config.path, origin=False)
     ref = config.ref or ""
-    name = derived_repository_name(source, sub, ref)
-    legacy = frozenset({derived_repository_name(source, sub)}) - {name}
+    who = repository_identity(source, sub, ref)
+    origin = local_origin(config.repo) if config.source_url is None else ""
+    if origin and origin != source:
+        log.warning("the repository is known by its path, not by its origin remote", source=source, origin=origin,
+                    hint=f"a local repository's .git/config never names it; if this agent ran before under the "
+                         f"origin's identity, set source_url: {origin} to keep it (see docs/source-identity.md)")
     admin = load_policy(config.policy) if config.policy is not None else None
     policy = admin.for_source(source, ref, sub) if admin is not None else None
     if policy is None:
         log.warning("no admin policy (--policy): single-tenant mode; the repository's own flower-syncer.yaml "
                     "guardrails are all that limits it, and writes use the agent's own rights",
-                    hint="give the agent a policy file to confine the repository (see README, Ownership)")
+                    hint="give the agent a policy file to confine the repository (see docs/policy.md)")
     else:
         rails = policy.guardrails
         namespaces = rails.allowedNamespaces if rails.allowedNamespaces is not None else "any but the cluster's own"
@@ -263,7 +270,7 @@ def repository_tenancy(config: AgentConfig) -> RepositoryTenancy:
         log.info("signed revisions only: a commit not signed as the admin's policy requires is not applied",
                  mode=verify.mode, keys=len(verify.keys))
     admit = functools.partial(_same_entry, admin, policy, source, sub, ref) if admin is not None else None
-    return RepositoryTenancy(name, Tenancy(source_key(source, sub, ref), policy, legacy),
+    return RepositoryTenancy(who.name, Tenancy(who.source, policy, who.legacy_names),
                              policy.impersonate if policy is not None else None, verify, admit)
 
 

@@ -137,6 +137,7 @@ class LeaderElector:
         self.reads = 0  # Lease reads so far: what a test waits on instead of sleeping
         self._released = False
         self._failing = False  # the last request failed (log the first failure of a streak loudly)
+        self.problem = ""  # why this candidate can never lead as things are (e.g. no such namespace); "" if none
 
     # -- public ----------------------------------------------------------------------------------
 
@@ -287,9 +288,18 @@ class LeaderElector:
         except ApiError as exc:
             if exc.conflict:  # AlreadyExists: another candidate created it first
                 return False
+            if exc.not_found and exc.details.get("kind") == "namespaces":
+                self._cannot_lead(f"the namespace {self.namespace!r} of the leader-election Lease does not exist, so "
+                                  "this agent can never lead and syncs nothing: create it, or set lease_namespace "
+                                  "(--lease-namespace) to the agent's own namespace")
             raise
         self._succeeded(created, sent)
         return True
+
+    def _cannot_lead(self, why: str) -> None:
+        if why != self.problem:
+            log.error("leader election cannot succeed", lease=f"{self.namespace}/{self.name}", error=why)
+        self.problem = why
 
     def _succeeded(self, lease: dict[str, Any], sent: float) -> None:
         """Our write (sent at monotonic `sent`) landed: we hold the Lease, renewed no earlier than `sent`."""
@@ -298,6 +308,7 @@ class LeaderElector:
         self._observed_at = sent
         self._polled_at = self._clock()  # the record was ours at least until now
         self._renewed_at = sent
+        self.problem = ""
         self.fence.renewed(sent)
         if not self._leading:
             self._leading = True
@@ -368,6 +379,9 @@ class LeaderElector:
             if exc.not_found:
                 return None
             raise
+        if self.problem:  # there after all (another candidate made it and its namespace)
+            log.info("leader election can succeed again", lease=f"{self.namespace}/{self.name}")
+            self.problem = ""
         return lease
 
     def _write(self, lease: dict[str, Any], timeout: float) -> dict[str, Any]:

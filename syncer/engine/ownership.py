@@ -12,11 +12,12 @@ still want) is a conflict: reported, never adopted, never recreated, never prune
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from syncer.engine.changeset import Cause
+from syncer.engine.changeset import Action, Cause, Change
 from syncer.engine.inventory import Entry, Inventory
 from syncer.engine.normalize import managed_fields_hash
 from syncer.identity import (
@@ -136,22 +137,65 @@ def _recorded_repository(unit: Unit, inventories: Mapping[Unit, Inventory]) -> s
     return inv.repository if inv is not None else ""
 
 
+_APPLIED_HASH_RE = re.compile(r"[0-9a-f]{32}")
+
+
+def written_by_us(obj: Mapping[str, Any], field_manager: str) -> bool:
+    """Whether flower-syncer applied `obj`, beyond its labels (which anyone may copy): its
+    applied-hash annotation is there, in the form flower-syncer writes (engine.normalize
+    `fingerprint`: 32 hex digits), and flower-syncer's apply manager owns it (a managedFields
+    entry of `field_manager`, operation Apply, whose fields hold the annotation)."""
+    meta = obj.get("metadata") or {}
+    applied = (meta.get("annotations") or {}).get(ANN_APPLIED_HASH)
+    if not isinstance(applied, str) or not _APPLIED_HASH_RE.fullmatch(applied):
+        return False
+    for entry in meta.get("managedFields") or []:
+        if (not isinstance(entry, Mapping) or entry.get("manager") != field_manager
+                or entry.get("operation") != "Apply" or entry.get("subresource")):
+            continue
+        fields = entry.get("fieldsV1") or {}
+        annotations = (fields.get("f:metadata") or {}).get("f:annotations") if isinstance(fields, Mapping) else None
+        if isinstance(annotations, Mapping) and f"f:{ANN_APPLIED_HASH}" in annotations:
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class Recovered:
+    """An inventory rebuilt from labels (None when no object flower-syncer wrote names the unit),
+    and the objects that carry the unit's labels but that flower-syncer did not write (see
+    `written_by_us`): never counted, so never pruned or taken as the unit's."""
+
+    inventory: Inventory | None
+    not_ours: tuple[ObjectRef, ...] = ()
+
+    def skipped(self) -> list[Change]:
+        """What to report of the objects left alone, for the unit's result."""
+        return [Change(ref, Action.SKIPPED, "carries the unit's labels but flower-syncer did not write it (no "
+                       "applied-hash annotation owned by its apply manager): not counted in the rebuilt inventory, "
+                       "left alone") for ref in self.not_ours]
+
+
 def recover_inventory(unit: Unit, objects: Iterable[tuple[ObjectRef, Mapping[str, Any]]], repository: str,
-                      field_manager: str, former: Collection[str] = ()) -> Inventory | None:
+                      field_manager: str, former: Collection[str] = ()) -> Recovered:
     """An inventory rebuilt from the live `objects` (pairs of reference and object; the unit's
     own, `LiveState.objects.owned_by(unit)`, suffice) that carry `unit`'s labels and this
     repository, one of its `former` names, or no repository label at all, for a unit whose
-    inventory ConfigMap is gone. None if no live object names the unit."""
+    inventory ConfigMap is gone; only objects flower-syncer wrote count (`written_by_us`): a
+    hand-made copy of its labels is left out, and named."""
     entries: dict[ObjectRef, Entry] = {}
+    not_ours: list[ObjectRef] = []
     for ref, obj in objects:
         owner = owner_of(obj)
         if owner is None or owner.unit != unit or owner.repository not in ("", repository, *former):
             continue
+        if not written_by_us(obj, field_manager):
+            not_ours.append(ref)
+            continue
         applied = ((obj.get("metadata") or {}).get("annotations") or {}).get(ANN_APPLIED_HASH, "")
         entries[ref] = Entry(applied, managed_fields_hash(dict(obj), field_manager))
-    if not entries:
-        return None
-    return Inventory(unit, entries, repository=repository or DEFAULT_REPOSITORY)
+    inventory = Inventory(unit, entries, repository=repository or DEFAULT_REPOSITORY) if entries else None
+    return Recovered(inventory, tuple(sorted(not_ours)))
 
 
 def stamp_repository(m: Manifest, repository: str) -> Manifest:

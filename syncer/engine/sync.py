@@ -23,6 +23,7 @@ from syncer.cluster.fence import Fenced
 from syncer.engine.apply import Applier, Outcome
 from syncer.engine.changeset import Action, Cause, Change, SkipReason, UnitResult
 from syncer.engine.checked import Checked
+from syncer.engine.claim import claim, never_recorded
 from syncer.engine.copies import fill_copies
 from syncer.engine.digestkey import DigestKeyError, DigestKeys
 from syncer.engine.disruption import config_changes, removal
@@ -239,7 +240,9 @@ class Engine:
         repository = plan.repository
         inv = live.inventories.get(unit)
         if inv is None:
-            inv = recover_inventory(unit, live.objects.owned_by(unit), repository, FIELD_MANAGER, plan.ours.names)
+            found = recover_inventory(unit, live.objects.owned_by(unit), repository, FIELD_MANAGER, plan.ours.names)
+            res.changes.extend(found.skipped())
+            inv = found.inventory
             if inv is None:
                 return res
             res.changes.append(Change(inventory_ref(unit), Action.SKIPPED,
@@ -320,10 +323,13 @@ class Engine:
         repository = plan.repository
         inv = live.inventories.get(unit)
         recovered = False
-        if inv is None:  # a new unit, or its inventory was deleted: its objects still carry its labels
-            inv = recover_inventory(unit, live.objects.owned_by(unit), repository, FIELD_MANAGER,
-                                    plan.ours.names_in_git)
-            recovered = inv is not None
+        if inv is None or never_recorded(inv):  # new, deleted (objects keep their labels), or claimed only
+            found = recover_inventory(unit, live.objects.owned_by(unit), repository, FIELD_MANAGER,
+                                      plan.ours.names_in_git)
+            res.changes.extend(found.skipped())
+            recovered = found.inventory is not None
+            if found.inventory is not None:
+                inv = found.inventory if inv is None else dataclasses.replace(inv, entries=found.inventory.entries)
             inv = inv or Inventory(unit, repository=repository)
         source = recorded_source(live, unit, inv)
         if plan.owns(inv.repository) and plan.foreign_source(inv.repository, source):
@@ -352,6 +358,11 @@ class Engine:
         ready = self._ensure_namespace(unit.namespace, opts.dry_run, res)
         if ready is None:
             return res
+        if ready and not opts.dry_run and plan.source and unit not in live.inventories:  # see engine.claim
+            refused = claim(self.kube, inv, plan, live)
+            if refused is not None:
+                res.fail(refused.cause, refused.reason)
+                return res
         desired: list[Manifest] = []
         for m in manifests:
             filled = fill_copies(self.kube, m, res)

@@ -56,20 +56,36 @@ def validate_ref(ref: str | None) -> str | None:
 def resolve_ref(
     wanted: str | None, refs: Mapping[str, str], symrefs: Mapping[str, str]
 ) -> tuple[str, str] | None:
-    """Pick the remote ref ``wanted`` means from ``git ls-remote`` output, with git's precedence (a full name,
-    then ``refs/<x>``, then a tag, then a branch). Returns (ref name, commit sha; annotated tags peeled), or
-    None. ``wanted`` None means the remote's HEAD: its branch when HEAD is symbolic."""
+    """Pick the remote ref ``wanted`` means from ``git ls-remote`` output. Returns (ref name, commit
+    sha; annotated tags peeled), or None. ``wanted`` None means the remote's HEAD: its branch when
+    HEAD is symbolic.
+
+    Unlike git's own precedence (where a tag shadows the branch of the same name, and any
+    ``refs/<x>`` shadows both), a name resolves only as what it says: a full name (``refs/...``)
+    as itself, ``heads/<x>`` and ``tags/<x>`` under ``refs/heads/`` and ``refs/tags/``, and a short
+    name as the branch or the tag of that name. A short name that names both is refused
+    (SourceError 'invalid'): whoever may push a tag must not decide which commit a branch deploys,
+    nor the reverse."""
     if wanted is None:
         sha = refs.get("HEAD")
         if sha is None:
             return None
         return symrefs.get("HEAD") or "HEAD", sha
-    candidates = [wanted] if wanted.startswith("refs/") else [f"refs/{wanted}", f"refs/tags/{wanted}",
-                                                                f"refs/heads/{wanted}"]
-    for name in candidates:
-        if name in refs:
-            return name, refs.get(f"{name}^{{}}", refs[name])
-    return None
+    if wanted.startswith("refs/"):
+        candidates = [wanted]
+    elif wanted.startswith(("heads/", "tags/")):
+        candidates = [f"refs/{wanted}"]
+    else:
+        candidates = [f"refs/heads/{wanted}", f"refs/tags/{wanted}"]
+    found = [name for name in candidates if name in refs]
+    if len(found) > 1:
+        raise SourceError("invalid", f"the ref {wanted!r} names both the branch {found[0]} and the tag {found[1]}; "
+                                     f"nothing is fetched (the last good revision stays): set the ref to the full "
+                                     f"name of the one meant ({found[0]} or {found[1]})")
+    if not found:
+        return None
+    name = found[0]
+    return name, refs.get(f"{name}^{{}}", refs[name])
 
 
 def local_ref_for(remote_ref: str) -> str:

@@ -83,16 +83,30 @@ def test_an_object_left_behind_by_a_unit_of_the_same_repository_is_handed_over()
     assert write_conflict(A, {"repo"}, obj("x", B), claims, {}) is None
 
 
+def written(o: dict[str, Any]) -> dict[str, Any]:
+    """`o` as flower-syncer applies it: a fingerprint, owned by its apply manager."""
+    name = o["metadata"]["name"]
+    o["metadata"]["annotations"]["flower-syncer.io/applied-hash"] = (name.encode().hex() * 32)[:32]
+    o["metadata"]["managedFields"] = [{"manager": "flower-syncer", "operation": "Apply", "fieldsType": "FieldsV1",
+                                       "fieldsV1": {"f:metadata": {"f:annotations": {
+                                           "f:flower-syncer.io/applied-hash": {}}}}}]
+    return o
+
+
 def test_recover_inventory_from_labelled_objects_only() -> None:
     live = {ObjectRef("Service", "ns", n): o for n, o in [
-        ("mine", obj("mine", A)), ("legacy", obj("legacy", A, repository=None)),
-        ("theirs", obj("theirs", A, repository="other")), ("b", obj("b", B)), ("plain", obj("plain", None))]}
-    inv = recover_inventory(A, live.items(), "repo", "flower-syncer")
+        ("mine", written(obj("mine", A))), ("legacy", written(obj("legacy", A, repository=None))),
+        ("theirs", written(obj("theirs", A, repository="other"))), ("b", written(obj("b", B))),
+        ("plain", obj("plain", None)), ("copied", obj("copied", A))]}
+    found = recover_inventory(A, live.items(), "repo", "flower-syncer")
+    inv = found.inventory
     assert inv is not None
     assert sorted(r.name for r in inv.entries) == ["legacy", "mine"]
-    assert inv.entries[ObjectRef("Service", "ns", "mine")].applied == "h-mine"
+    assert inv.entries[ObjectRef("Service", "ns", "mine")].applied == live[ObjectRef("Service", "ns", "mine")][
+        "metadata"]["annotations"]["flower-syncer.io/applied-hash"]
     assert inv.repository == "repo"
-    assert recover_inventory(Unit("supernode", "ns", "none"), live.items(), "repo", "flower-syncer") is None
+    assert found.not_ours == (ObjectRef("Service", "ns", "copied"),)
+    assert recover_inventory(Unit("supernode", "ns", "none"), live.items(), "repo", "flower-syncer").inventory is None
 
 
 def test_stamp_repository_copies() -> None:

@@ -101,7 +101,10 @@ def test_resolve_ref() -> None:
     assert resolve_ref(None, {"HEAD": "1" * 40}, {}) == ("HEAD", "1" * 40)  # detached HEAD
     assert resolve_ref(None, {}, {"HEAD": "refs/heads/main"}) is None  # no commits yet
     assert resolve_ref("main", REFS, {}) == ("refs/heads/main", "a" * 40)
-    assert resolve_ref("v1", REFS, {}) == ("refs/tags/v1", "d" * 40)  # git's precedence: tags first; peeled
+    with pytest.raises(SourceError, match="names both the branch refs/heads/v1 and the tag refs/tags/v1"):
+        resolve_ref("v1", REFS, {})  # never git's precedence, where the tag shadows the branch
+    assert resolve_ref("tags/v1", REFS, {}) == ("refs/tags/v1", "d" * 40)  # peeled
+    assert resolve_ref("refs/tags/v1", REFS, {}) == ("refs/tags/v1", "d" * 40)
     assert resolve_ref("heads/v1", REFS, {}) == ("refs/heads/v1", "b" * 40)
     assert resolve_ref("refs/heads/v1", REFS, {}) == ("refs/heads/v1", "b" * 40)
     assert resolve_ref("light", REFS, {}) == ("refs/tags/light", "e" * 40)
