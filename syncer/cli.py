@@ -27,6 +27,7 @@ from syncer import __version__, printers
 from syncer.agent.envnames import env_name, namespace_list
 from syncer.cli_agent import agent_url, api_token, cmd_resync
 from syncer.cli_env import env_defaults
+from syncer.cli_local import cmd_completion, cmd_keygen
 from syncer.cli_parser import VerbParser
 from syncer.cli_repo import EXIT_FAILED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, cmd_render, cmd_validate, load_selected
 from syncer.identity import UnknownUnit
@@ -512,36 +513,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     return run(config)
-
-
-def cmd_keygen(args: argparse.Namespace) -> int:
-    from syncer.secrets.keygen import generate
-
-    key = generate()
-    if args.key_out is None:
-        sys.stdout.write(key.file_text())
-        print(f"Public key: {key.recipient}", file=sys.stderr)
-        return EXIT_OK
-    try:  # created, never replaced, and readable by its owner only from the first byte on
-        fd = os.open(args.key_out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        print(f"error: {args.key_out} exists; not overwriting a key (remove it first, or name another file)",
-              file=sys.stderr)
-        return EXIT_USAGE
-    except OSError as exc:
-        print(f"error: cannot create {args.key_out}: {exc.strerror}", file=sys.stderr)
-        return EXIT_USAGE
-    with os.fdopen(fd, "w") as out:
-        out.write(key.file_text())
-    print(f"Public key: {key.recipient}")
-    return EXIT_OK
-
-
-def cmd_completion(args: argparse.Namespace) -> int:
-    from argcomplete.shell_integration import shellcode
-
-    sys.stdout.write(shellcode(["flower-syncer"], shell=args.shell))
-    return EXIT_OK
 
 
 def cmd_version(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from syncer.cluster.client import FIELD_MANAGER, ApiError, ClusterUnreachable, Kube
 from syncer.cluster.fence import Fenced
@@ -27,12 +27,12 @@ from syncer.engine.claim import claim, never_recorded
 from syncer.engine.copies import fill_copies
 from syncer.engine.digestkey import DigestKeyError, DigestKeys
 from syncer.engine.disruption import config_changes, removal
-from syncer.engine.holds import Gate
 from syncer.engine.inventory import HISTORY_LIMIT, Applied, Entry, Inventory, inventory_name, inventory_ref
 from syncer.engine.live import LiveState
 from syncer.engine.mounts import missing_keys, mounted_secret_keys, secrets_read
 from syncer.engine.nodekeys import sync_planned_keys
 from syncer.engine.normalize import with_fingerprint
+from syncer.engine.options import SyncOptions, SyncReport
 from syncer.engine.outcome import config_error_condition, held_since, outcome_condition, utc_now
 from syncer.engine.ownership import recover_inventory, stamp_repository, write_conflict
 from syncer.engine.prune import prune
@@ -49,42 +49,7 @@ from syncer.identity import (
 from syncer.ours import own_secrets
 from syncer.plan import Claims, Plan, UnitPlan
 
-
-@dataclass
-class SyncOptions:
-    """How to run a sync (what to sync is the Plan)."""
-
-    dry_run: bool = False
-    with_diff: bool = False
-    force_conflicts: bool = False
-    prune: bool = True
-    allow_empty: bool = False
-    namespaces: list[str] | None = None  # limit cluster reads to these namespaces (namespaced RBAC)
-    include_suspended: bool = False  # a dry-run measures suspended units too (diff, status)
-    gate: Gate | None = None  # asked before a change that stops running pods (engine.holds; the agent's, per unit)
-
-
-@dataclass
-class SyncReport:
-    units: list[UnitResult] = field(default_factory=list)
-    requests: int = 0
-    writes: int = 0
-    throttled: int = 0  # requests the API server turned away with 429 and that were tried again
-    seconds: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return all(u.ok for u in self.units)
-
-    @property
-    def changed(self) -> bool:
-        return any(u.changed for u in self.units)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "changed": self.changed, "requests": self.requests, "writes": self.writes,
-                "throttled": self.throttled, "seconds": round(self.seconds, 3),
-                "units": [u.to_dict() for u in self.units]}
-
+__all__ = ["Engine", "SyncOptions", "SyncReport", "cause_of", "unit_namespaces"]  # SyncOptions, SyncReport: engine.options
 
 Progress = Callable[[str], None]
 _T = TypeVar("_T")
