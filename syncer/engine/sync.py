@@ -49,7 +49,7 @@ from syncer.identity import (
 from syncer.ours import own_secrets
 from syncer.plan import Claims, Plan, UnitPlan
 
-__all__ = ["Engine", "SyncOptions", "SyncReport", "cause_of", "unit_namespaces"]  # SyncOptions, SyncReport: engine.options
+__all__ = ["Engine", "SyncOptions", "SyncReport", "cause_of", "unit_namespaces"]
 
 Progress = Callable[[str], None]
 _T = TypeVar("_T")
