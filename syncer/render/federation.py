@@ -54,6 +54,11 @@ SERVERAPPIO_PORT = 9091
 FLEET_PORT = 9092
 CONTROL_PORT = CONTROL_API_PORT
 CLIENTAPPIO_PORT = 9094
+# Liveness tells a stuck process from a busy one: a stuck one never answers, a busy one (a round on a
+# loaded node: load 60-80 on 2 cores seen in the demo) answers late. So liveness waits 10 s for an answer
+# (readiness 1 s) and restarts only after 6 probes in a row got none: a SuperNode mid-round is never killed
+# for being slow.
+LIVENESS_TIMEOUT = 10
 HEALTH_PORT = 8081  # Flower's gRPC health server (--health-server-address, 1.21+), the SuperNode chart's port
 SUPEREXEC_HEALTH_PORT = 8082  # the SuperExec sidecar's, in the same pod
 
@@ -514,19 +519,19 @@ def _with_health(container: dict[str, Any], port: int, port_name: str, iface: Fl
         container.setdefault("ports", []).append(_port(port_name, port))
         probe = {"grpc": {"port": port}, "periodSeconds": 10, "timeoutSeconds": 1, "failureThreshold": 3}
         container["readinessProbe"] = probe
-        container["livenessProbe"] = {**probe, "failureThreshold": 6}
+        container["livenessProbe"] = {**probe, "timeoutSeconds": LIVENESS_TIMEOUT, "failureThreshold": 6}
     return container
 
 
 def _with_http_health(container: dict[str, Any], port: int, *, tls: bool) -> None:
     """Probes on Flower's GET /health (1.35+), served by the same HTTP server as the APIs on `port`:
     when the API cannot be reached, the pod is not Ready."""
-    def probe(failures: int) -> dict[str, Any]:
+    def probe(failures: int, timeout: int = 1) -> dict[str, Any]:
         return {"httpGet": {"path": HEALTH_PATH, "port": port, "scheme": "HTTPS" if tls else "HTTP"},
-                "periodSeconds": 10, "timeoutSeconds": 1, "failureThreshold": failures}
+                "periodSeconds": 10, "timeoutSeconds": timeout, "failureThreshold": failures}
 
     container["readinessProbe"] = probe(3)
-    container["livenessProbe"] = probe(6)
+    container["livenessProbe"] = probe(6, LIVENESS_TIMEOUT)
     # Liveness only once the API has answered: a 1.42 SuperLink took 66 s to serve on a loaded
     # 2-core node (imports), and liveness alone restarted it every minute, for ever.
     container["startupProbe"] = probe(30)
