@@ -37,6 +37,13 @@ ANN_SUSPENDED = "flower-syncer.io/suspended"  # set by `flower-syncer suspend`, 
 ANN_REQUESTED_AT = "flower-syncer.io/requestedAt"  # on a FlowerUnit: a reconcile request (agent.reconcile_request)
 ANN_RELEASE_HOLD = "flower-syncer.io/release-hold"  # on a FlowerUnit: RFC 3339 time; holds begun by then go ahead
 ANN_APPLIED_HASH = "flower-syncer.io/applied-hash"  # fingerprint of the desired object last applied
+# On a Federation: where its SuperLink keeps its state (`persistent` or `memory`; unset: persistent for
+# a new SuperLink, see syncer.models.superlink_state). On the SuperLink's StatefulSet: what it runs
+# with, `persistent`, `memory` or `default` (persistent unless it already ran in memory: the engine
+# keeps such a SuperLink in memory, engine.superlink_state).
+ANN_SUPERLINK_STATE = "flower-syncer.io/superlink-state"
+SUPERLINK_STATE_VOLUME = "superlink-state"  # the claim template (and volume) of a SuperLink's state
+SUPERLINK_STATE_DIR = "/app/state"  # where it is mounted; the SQLite file is SUPERLINK_STATE_DIR/state.db
 
 DEFAULT_REPOSITORY = "default"  # only for callers that name no source (tests, benchmarks)
 

@@ -64,6 +64,7 @@ class FlowerTarget:
     ca_secret: str  # Secret of the unit's namespace with ca.crt; "" for a plaintext (insecure) SuperLink
     pools: tuple[ExpectedPool, ...] = ()
     node_auth: bool = False  # the SuperLink admits only listed keys: nodes are told apart by key
+    registered: frozenset[bytes] = frozenset()  # the keys flower-syncer registers there (stripped PEM)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ engine's decisions depend on:
 - imperative updates (merge patch) by a named field manager, which take the fields they change;
 - create (409 AlreadyExists), delete with a uid precondition (409), 404s with `details.kind`;
 - writes into a namespace that does not exist fail with 404 `namespaces "x" not found`;
-- immutable `spec.selector` of workloads (422 "field is immutable");
+- immutable `spec.selector` of workloads (422 "field is immutable") and `spec.volumeClaimTemplates`
+  of StatefulSets (422 "updates to statefulset spec for fields other than ...");
 - LIST with equality label selectors, metadata-only lists, resourceVersion;
 - 429 Too Many Requests with a Retry-After header, for the next requests listed in `throttle`;
 - kinds listed in `absent` answer a bare 404, as for a CustomResourceDefinition not installed.
@@ -280,6 +281,12 @@ class FakeApiServer:
                 and desired["spec"]["selector"] != current.get("spec", {}).get("selector"):
             return _status(422, "Invalid", f'{kind}.apps "{name}" is invalid: spec.selector: Invalid value: '
                                            f'{json.dumps(desired["spec"]["selector"])}: field is immutable')
+        if kind == "StatefulSet" and (desired.get("spec") or {}).get("volumeClaimTemplates") != \
+                (current.get("spec") or {}).get("volumeClaimTemplates"):
+            return _status(422, "Invalid", f'StatefulSet.apps "{name}" is invalid: spec: Forbidden: updates to '
+                                           "statefulset spec for fields other than 'replicas', 'ordinals', "
+                                           "'template', 'updateStrategy', 'persistentVolumeClaimRetentionPolicy' "
+                                           "and 'minReadySeconds' are forbidden")
         entries = copy.deepcopy(current["metadata"].get("managedFields") or [])
         mine = next((e for e in entries if e["manager"] == manager and e["operation"] == "Apply"), None)
         owned_before = _leaves(mine["fieldsV1"]) if mine else set()

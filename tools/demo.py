@@ -120,6 +120,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--decryption-key", type=Path, default=None, metavar="FILE",
                    help="an age identity file: the agent decrypts the repo's SOPS files with it")
     p.add_argument("--purge", action="store_true", help="with down: also delete everything the demo made")
+    p.add_argument("--train-timeout", type=float, default=1200, metavar="SECONDS",
+                   help="with --real: stop `flwr run` after this long, saying so (default 1200)")
     args = p.parse_args(argv)
     if not re.fullmatch(r"[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?", args.name):
         p.error("--name must be lowercase letters, digits and '-' (at most 32)")
@@ -160,7 +162,11 @@ def main(argv: list[str]) -> int:
         return demoparts.follow_logs(demo)
     if args.command == "down":
         return demoextras.down(demo, purge=args.purge)
-    return up(demo, args)
+    try:
+        return up(demo, args)
+    except KeyboardInterrupt:  # Ctrl-C: no traceback; what runs keeps running until `down`
+        print(f"\ninterrupted; what was started keeps running: `{demo.cmd()} down` stops it", file=sys.stderr)
+        return 130
 
 
 def env(demo: Demo) -> int:
@@ -226,7 +232,7 @@ def up(demo: Demo, args: argparse.Namespace) -> int:
         t = time.monotonic()
         demoextras.start_prometheus(demo, port, port + 1)
         timed("--with prometheus", t)
-    demoparts.wait_ready(demo)
+    demoparts.wait_ready(demo, 600 if args.real else 90)  # real containers start slowly on a busy machine
     if "cert-manager" in args.parts:
         t = time.monotonic()
         demoextras.wait_certificate(demo)
@@ -237,7 +243,7 @@ def up(demo: Demo, args: argparse.Namespace) -> int:
         demoextras.show_node_auth(demo)
     if args.real:
         t = time.monotonic()
-        demoextras.train(demo)
+        demoextras.train(demo, args.train_timeout)
         timed("training", t)
     print(f"\ndemo ready in {time.monotonic() - start:.0f}s ("
           + ", ".join(f"{what} {secs:.0f}s" for what, secs in timings) + "); it keeps running. Try:")

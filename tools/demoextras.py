@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -254,7 +255,7 @@ def git_serve(argv: list[str]) -> int:
 
 # -- training on the real node -----------------------------------------------------------------
 
-def train(demo: Demo) -> None:
+def train(demo: Demo, timeout: float = 1200) -> None:
     """`flwr run tests/fixtures/e2e-app`, 2 rounds on every SuperNode that dials
     federation-statefulset's SuperLink: its pools (3 + 2) and the pytorch (1) and tensorflow (3)
     releases. The Control API is reached through a port-forward; the CLI is the SuperLink's own
@@ -293,13 +294,32 @@ def train(demo: Demo) -> None:
                                env={**env, "FLWR_HOME": str(home)})
         marks = ("ROUND", "_train:", "Strategy execution", "E2E-SERVER", "rror")
         last: list[str] = []
+        fired = threading.Event()
+
+        def expire() -> None:
+            fired.set()
+            run.kill()
+
+        expired = threading.Timer(timeout, expire)  # the output loop below would wait for ever
+        expired.start()
         assert run.stdout is not None
-        for line in run.stdout:  # as the rounds go
-            last = [*last[-40:], line]
-            if any(m in line for m in marks):
-                print(line, end="", flush=True)
-        if run.wait() != 0:
-            print(f"flwr run failed (exit {run.returncode}); its last lines:\n{''.join(last)}")
+        try:
+            for line in run.stdout:  # as the rounds go
+                last = [*last[-40:], line]
+                if any(m in line for m in marks):
+                    print(line, end="", flush=True)
+            run.wait()
+        finally:
+            expired.cancel()
+            if run.poll() is None:  # Ctrl-C: the CLI goes too
+                run.kill()
+                run.wait()
+        if fired.is_set():
+            raise SystemExit(f"error: flwr run did not finish within {timeout:.0f}s (--train-timeout); its last "
+                             f"lines:\n{''.join(last)}\nwhich pools are ready: flower-syncer status; the SuperNodes' "
+                             "logs: kubectl -n flower logs <pod>")
+        if run.returncode != 0:
+            raise SystemExit(f"error: flwr run failed (exit {run.returncode}); its last lines:\n{''.join(last)}")
     finally:
         demo.stop("train-forward")
     print("ClientApp output of one SuperNode (kubectl -n flower logs federation-statefulset-supernode-default-0):")

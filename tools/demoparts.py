@@ -261,12 +261,20 @@ def start_agent(demo: Demo, port: int, key: Path | None) -> None:
     demo.run(["flower-syncer", "resync", "--wait", "--timeout", "2m"], check=False)
 
 
-def wait_ready(demo: Demo) -> None:
-    step("waiting until every pool is ready")
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if demo.run(["flower-syncer", "status"], check=False, quiet=True).returncode == 0:
+def wait_ready(demo: Demo, timeout: float = 90) -> None:
+    """Until `flower-syncer status` says every unit is synced and every pool ready; at the deadline,
+    what was not (its table), and the demo stops there: training on a pool still 0/2 would wait for
+    SuperNodes that are not there."""
+    step(f"waiting until every pool is ready (flower-syncer status; at most {timeout:.0f}s)")
+    deadline = time.monotonic() + timeout
+    while True:
+        status = demo.run(["flower-syncer", "status"], check=False, quiet=True)
+        if status.returncode == 0:
             return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"error: after {timeout:.0f}s not every pool is ready; `flower-syncer status` says:\n"
+                             f"{status.stdout.strip()}\n(the demo keeps running: `{demo.cmd()} logs`, or wait and "
+                             "run `flower-syncer status` again; `tools/demo down` stops it)")
         time.sleep(1)
 
 

@@ -13,6 +13,7 @@ import shutil
 import signal
 import ssl
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -22,6 +23,7 @@ from typing import Any
 import devlink
 import devpki
 import devprocs
+import devstorage
 import realnode
 from devbuild import KWOK_STAGES_NAME, STAMP_NAME, binaries_ready
 from devnodes import KWOK_ANNOTATION, NodeSpec, node_manifest, ready_nodes
@@ -118,8 +120,8 @@ class Cluster:
 
     @staticmethod
     def components(state: dict[str, Any] | None) -> tuple[str, ...]:
-        """The control plane, plus the daemons of the real nodes when it has some."""
-        return COMPONENTS + tuple((state or {}).get("node_components", ()))
+        """The control plane, its add-ons (the local provisioner) and a real node's daemons."""
+        return COMPONENTS + tuple((state or {}).get("addons", ())) + tuple((state or {}).get("node_components", ()))
 
     def is_up(self) -> bool:
         state = self.load_state()
@@ -405,6 +407,15 @@ class Cluster:
                 self,
                 "kube-controller-manager",
             )
+        with step(f"StorageClass {devstorage.STORAGE_CLASS_NAME} (default) and its local provisioner"):
+            status, payload = self.api_request("POST", "/apis/storage.k8s.io/v1/storageclasses",
+                                               devstorage.STORAGE_CLASS)
+            if status not in (201, 409):
+                raise DevclusterError(f"creating the StorageClass: HTTP {status}: {payload}")
+            shutil.rmtree(devstorage.volumes_dir(sd), ignore_errors=True)  # the last cluster's volumes
+            state["addons"] = ["local-provisioner"]
+            self._spawn(state, "local-provisioner", [str(TOOLS_DIR / "devstorage.py"), f"--state-dir={sd}"],
+                        binary=sys.executable)
         if net is not None and archives is not None:
             self._start_real_node(state, net, archives, ports["apiserver"], deadline)
         state["startup_seconds"] = round(time.monotonic() - t0, 1)
@@ -483,6 +494,7 @@ class Cluster:
                 shutil.rmtree(self.pki, ignore_errors=True)
                 shutil.rmtree(self.logs, ignore_errors=True)
                 shutil.rmtree(self.state_dir / "kwok", ignore_errors=True)
+                shutil.rmtree(devstorage.volumes_dir(self.state_dir), ignore_errors=True)
                 (self.state_dir / "audit-policy.yaml").unlink(missing_ok=True)
                 for f in self.state_dir.glob("*kubeconfig"):
                     f.unlink()
@@ -505,7 +517,8 @@ class Cluster:
             for problem in realnode.stop_node(net, daemons):
                 log(f"warning: could not remove the real node's {problem}")
             stopped += daemons
-        for group in (("kwok", "kube-scheduler", "kube-controller-manager"), ("kube-apiserver",), ("etcd",)):
+        for group in (("local-provisioner", "kwok", "kube-scheduler", "kube-controller-manager"), ("kube-apiserver",),
+                      ("etcd",)):
             procs = {n: (alive[n], str(state["processes"][n]["binary"])) for n in group if n in alive}
             for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
                 for pid, binary in procs.values():

@@ -38,6 +38,7 @@ from syncer.agent.messages import (
     FetchRequested,
     InventoryChanged,
     InventoryDeleted,
+    KeysForgotten,
     ObjectChanged,
     ResyncRequested,
     RevisionFetched,
@@ -332,6 +333,11 @@ class Agent:
             self.fetcher.wanted.set()
         elif isinstance(event, UnitSynced):
             self._on_synced(event)
+        elif isinstance(event, KeysForgotten):  # at once, and without the backoff of a failed sync
+            planned = self.installed.plan.units.get(event.unit)
+            if planned is not None and planned.node_auth is not None:
+                self.work.forget(event.unit)
+                self.work.add(event.unit)
 
     def _on_revision(self, checkout: Checkout, seen_at: float) -> None:
         self.fetch_error = ""
@@ -584,6 +590,9 @@ class Agent:
 
     def request_drift_check(self) -> None:
         self.events.put(DriftCheckDue())
+
+    def request_key_registration(self, unit: Unit) -> None:
+        self.events.put(KeysForgotten(unit))
 
     # -- reporting -------------------------------------------------------------------------------------
 

@@ -6,7 +6,10 @@ News, each once: a federation whose pods are Ready but whose SuperNodes are not 
 (`SuperNodesNotConnected`, Warning, when its Healthy condition turns Degraded for it), a run that
 failed (`RunFailed`, Warning: its id and Flower's failure message; the failed runs a SuperLink
 already had when the agent first heard from it are not news), a pool that had its SuperNodes and
-lost some (`SuperNodesLost`, Warning), and that pool whole again (`SuperNodesConnected`, Normal).
+lost some (`SuperNodesLost`, Warning), and that pool whole again (`SuperNodesConnected`, Normal),
+and a SuperLink that no longer knows keys flower-syncer registered there (`SuperNodeKeysForgotten`,
+Warning: it lost its state): the unit's key registration is asked for at once (`rekey`, through the
+agent's event queue), again after REKEY_AFTER seconds while they stay unknown.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from syncer.observe.flower_health import (
     PoolHealth,
     compute,
     failure_message,
+    forgotten_keys,
     health_condition,
     lost_pools,
     new_failures,
@@ -40,6 +44,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger("syncer.agent")
 
 Report = Callable[[Unit, Event], None]
+REKEY_AFTER = 60.0  # seconds before the same forgotten keys are asked to be registered again
 
 
 @dataclass
@@ -54,13 +59,17 @@ class _Seen:
     unsized: bool = False  # a pool of `target` leaves its count to its workload: computed every round
     condition: UnitCondition | None = None  # what `check` said of `condition_of`: (health, short past grace)
     condition_of: tuple[object, bool] | None = None
+    forgotten: frozenset[bytes] = frozenset()  # keys the SuperLink did not know at the last answer
+    rekeyed_at: float | None = None  # when their registration was last asked for
 
 
 class FlowerWatch:
-    def __init__(self, probe: FlowerProbe, report: Report, clock: Callable[[], float]) -> None:
+    def __init__(self, probe: FlowerProbe, report: Report, clock: Callable[[], float],
+                 rekey: Callable[[Unit], None] | None = None) -> None:
         self.probe = probe
         self.report = report
         self.clock = clock
+        self.rekey = rekey
         self.health: dict[Unit, FlowerHealth] = {}  # replaced each round: read by the API thread
         self.conditions: dict[Unit, UnitCondition] = {}  # what `check` said last, per unit (for FlowerUnits)
         self._degraded: set[Unit] = set()  # units told SuperNodesNotConnected, until they are not Degraded
@@ -101,6 +110,7 @@ class FlowerWatch:
             seen.answer, seen.target, seen.unsized = answer, target, _unsized(target)
             if health.reachable:
                 self._news(unit, health, seen)
+                self._forgotten(unit, forgotten_keys(target, answer), len(target.registered), seen, now)
                 short = bool(health.short_pools())
                 seen.short_since = (seen.short_since or now) if short else None
             seen.last = health
@@ -146,6 +156,19 @@ class FlowerWatch:
                 self.report(unit, Event(inventory_ref(unit), "Normal", "SuperNodesConnected", "FlowerHealth",
                                         f"{_pool(unit, pool)}: {pool.online}/{pool.expected} SuperNodes connected "
                                         "again"))
+
+    def _forgotten(self, unit: Unit, keys: frozenset[bytes], listed: int, seen: _Seen, now: float) -> None:
+        """Keys Git lists that the SuperLink does not know: registered again now, not at a resync."""
+        if keys and (keys != seen.forgotten or seen.rekeyed_at is None or now - seen.rekeyed_at >= REKEY_AFTER):
+            if keys != seen.forgotten:
+                self.report(unit, Event(inventory_ref(unit), "Warning", "SuperNodeKeysForgotten", "FlowerHealth",
+                                        f"the SuperLink does not know {len(keys)} of the {listed} SuperNode key(s) "
+                                        "Git lists (it lost its state: restarted in memory?); registering "
+                                        "them again"))
+            if self.rekey is not None:
+                self.rekey(unit)
+            seen.rekeyed_at = now
+        seen.forgotten = keys
 
     def check(self, subject: Any) -> UnitCondition | None:
         """The HealthCheck: for a federation whose pods are Ready, what its SuperLink says."""

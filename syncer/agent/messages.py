@@ -67,12 +67,20 @@ class UnitSynced:
 
 
 @dataclass(frozen=True)
+class KeysForgotten:
+    """Flower-level health saw a federation's SuperLink that no longer knows keys Git lists: sync
+    the unit now (its key registration), not at the next drift check."""
+
+    unit: Unit
+
+
+@dataclass(frozen=True)
 class Stop:
     pass
 
 
 Event = (DriftCheckDue | FetchRequested | RevisionFetched | FetchFailed | ObjectChanged | InventoryChanged
-         | InventoryDeleted | ResyncRequested | UnitSynced | Stop)
+         | InventoryDeleted | ResyncRequested | UnitSynced | KeysForgotten | Stop)
 
 
 @dataclass

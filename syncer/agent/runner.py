@@ -198,7 +198,7 @@ def run(config: AgentConfig) -> int:
     status_cache.start(stop)
     # Flower-level health: the agent's own reads (the CA Secrets), off the event queue and the status loop
     probe = FlowerProbe(kube, enabled=config.flower_health == "on")
-    agent.flower = FlowerWatch(probe, agent.report, time.monotonic)
+    agent.flower = FlowerWatch(probe, agent.report, time.monotonic, rekey=agent.request_key_registration)
     # under the agent's supervisor: a loop that raises is restarted, and /healthz says so meanwhile
     agent.supervisor.spawn("status", functools.partial(_status_loop, agent, status_cache, metrics, stop))
     agent.supervisor.spawn("gc-pauses", functools.partial(_log_gc_pauses, gc_pauses, stop))

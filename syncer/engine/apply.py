@@ -29,9 +29,11 @@ from syncer.engine.normalize import (
     strip_server_fields,
 )
 from syncer.engine.ownership import adoption_blocker
+from syncer.engine.superlink_state import KEPT_CLAIM, kept_claim, switch
 from syncer.identity import ANN_APPLIED_HASH, ANN_SOURCE, Manifest, ObjectRef
 from syncer.plan import Policy
 from syncer.render.common import to_yaml
+from syncer.render.superlink_state import state_mode
 
 _CONFLICT_MANAGER = re.compile(r'conflict with "([^"]+)"')
 _IMMUTABLE = ("field is immutable", "updates to statefulset spec for fields other than",
@@ -234,6 +236,17 @@ class Applier:
         try:
             preview, took_over = self._preview(ref, desired, live, force)
         except ImmutableFieldError:
+            kept = kept_claim(desired, live)
+            if kept is not None:  # a SuperLink's state volume changed in Git: the existing one stays
+                out = self._apply(ref, kept, live, digest, force, policy)
+                if not out.change.failed():
+                    c = out.change
+                    out.change = Change(ref, c.action, "; ".join(filter(None, [c.message, KEPT_CLAIM])), c.diff,
+                                        c.drift)
+                return out
+            if switch(desired, live):  # Git asks for the SuperLink's state elsewhere: recreated, once
+                return self._recreate(ref, desired, live, digest, "its state moves (flower-syncer.io/superlink-state: "
+                                      f"{state_mode(desired)}); the state it had is not carried over")
             if not policy.allow_recreate:
                 raise
             disruption = workload_change(ref, live, desired, recreate=True)
@@ -288,9 +301,10 @@ class Applier:
                 raise MissingKindError(ref, str(desired.get("apiVersion", "")), exc) from exc
             raise
 
-    def _recreate(self, ref: ObjectRef, desired: Manifest, live: dict[str, Any], digest: str) -> Outcome:
+    def _recreate(self, ref: ObjectRef, desired: Manifest, live: dict[str, Any], digest: str,
+                  why: str = "an immutable field changed") -> Outcome:
         if self.dry_run:
-            return Outcome(Change(ref, Action.RECREATED, "would delete and recreate (immutable field)"), None)
+            return Outcome(Change(ref, Action.RECREATED, f"would delete and recreate ({why})"), None)
         self.kube.delete(ref.kind, ref.namespace, ref.name, propagation="Background",
                          uid=live["metadata"].get("uid"))
         deadline = time.monotonic() + 60
@@ -300,7 +314,7 @@ class Applier:
                                       "after 60 s (finalizers?)", cause=Cause.RECREATE_TIMEOUT), None)
             time.sleep(0.2)
         result, _ = self._server_apply(ref, desired, force=True, dry_run=False)
-        return Outcome(Change(ref, Action.RECREATED, "recreated: an immutable field changed"),
+        return Outcome(Change(ref, Action.RECREATED, f"recreated: {why}"),
                        Entry(digest, managed_fields_hash(result, FIELD_MANAGER)))
 
 

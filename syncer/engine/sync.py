@@ -36,6 +36,7 @@ from syncer.engine.options import SyncOptions, SyncReport
 from syncer.engine.outcome import config_error_condition, held_since, outcome_condition, utc_now
 from syncer.engine.ownership import recover_inventory, stamp_repository, write_conflict
 from syncer.engine.prune import prune
+from syncer.engine.superlink_state import as_running
 from syncer.engine.vanished import recorded_source, vanished_units
 from syncer.identity import (
     LABEL_MANAGED_BY,
@@ -332,6 +333,7 @@ class Engine:
         for m in manifests:
             filled = fill_copies(self.kube, m, res)
             if filled is not None:
+                filled = as_running(filled, live.objects.get(ObjectRef.of(filled)))  # a SuperLink in memory stays so
                 try:  # a Secret from Git is fingerprinted under its namespace's key, never in the clear
                     key = self._digest_keys.key_for(filled, dry_run=opts.dry_run or not ready)
                 except DigestKeyError as exc:

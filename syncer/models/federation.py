@@ -66,6 +66,7 @@ from syncer.models.nodeconfig import (
     encode_template,
     unknown_placeholders,
 )
+from syncer.models.superlink_state import StateSettings, state_issues, state_settings
 
 API_VERSION = "flwr.exalsius.ai/v1"
 KIND = "Federation"
@@ -129,6 +130,10 @@ class Federation(StrictModel):
     def supernode_auth(self) -> bool:
         """The SuperLink admits only SuperNodes whose keys are registered (models/nodeauth.py)."""
         return self.metadata.annotations.get(ANN_SUPERNODE_AUTH, "disabled") == "enabled"
+
+    def superlink_state(self) -> StateSettings:
+        """Where the SuperLink keeps its state: a persistent volume or memory (models.superlink_state)."""
+        return state_settings(self.metadata.annotations, self.spec.superlink.extraArgs)
 
     def admitted_keys(self) -> list[NodeKey]:
         return parse_keys(self.metadata.annotations.get(ANN_SUPERNODE_KEYS, ""))[0]
@@ -228,6 +233,9 @@ class Federation(StrictModel):
         issues.extend(self._auth_issues())
         issues.extend(self._issuer_issues())
         issues.extend(exposure_issues(self.metadata.annotations, spec.superlink.service))
+        issues.extend(state_issues(self.metadata.annotations, spec.superlink.extraArgs,
+                                   {c.metadata.name for c in spec.superlink.volumeClaimTemplates},
+                                   {str(v.get("name")) for v in spec.superlink.volumes if isinstance(v, dict)}))
         issues.extend(federation_version_issues(spec, self.metadata.annotations, self.images(), self.flower,
                                                 self.tls_issuer() is not None))
         if not spec.insecure and not self.tls_secret():

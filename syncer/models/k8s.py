@@ -25,6 +25,11 @@ _NOT_REQUIRED = {"api.core.v1.PodSpec": frozenset({"containers"})}
 _QUANTITY = re.compile(r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?\Z")
 
 
+def is_quantity(text: str) -> bool:
+    """Whether `text` is a Kubernetes quantity ("500m", "2", "1Gi", "1e3")."""
+    return bool(_QUANTITY.match(text))
+
+
 @dataclass(frozen=True)
 class K8sType:
     """Marks a model field as holding a Kubernetes type, e.g. `K8sType("api.core.v1.EnvVar")`.

@@ -210,6 +210,16 @@ def health_condition(health: FlowerHealth | None, *, short_for: float = 0.0, gra
                          f"pods ready but SuperNodes not connected to the SuperLink: {what}")
 
 
+def forgotten_keys(target: FlowerTarget, answer: ControlAnswer) -> frozenset[bytes]:
+    """The keys flower-syncer registers with this SuperLink that it does not know at all (not even
+    as unregistered): it lost its state (restarted with its state in memory, or on a new volume),
+    and refuses their SuperNodes until they are registered again."""
+    if not target.registered or answer.nodes is None:
+        return frozenset()
+    known = {n.public_key.strip() for n in answer.nodes}
+    return frozenset(k for k in target.registered if k not in known)
+
+
 def new_failures(runs: Iterable[RunInfo], seen: set[int]) -> list[RunInfo]:
     """Failed runs whose id is not in `seen` (each is news once); adds them to `seen`."""
     out = [r for r in runs if run_state(r) == "failed" and r.run_id not in seen]

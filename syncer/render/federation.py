@@ -29,12 +29,15 @@ from typing import Any
 from syncer.identity import (
     ANN_COPY_FROM,
     ANN_COPY_KEYS,
+    ANN_SUPERLINK_STATE,
     LABEL_COMPONENT,
     LABEL_INSTANCE,
     LABEL_NAME,
     LABEL_POOL,
     LABEL_UNIT,
     LABEL_UNIT_KIND,
+    SUPERLINK_STATE_DIR,
+    SUPERLINK_STATE_VOLUME,
     Manifest,
 )
 from syncer.models.federation import Federation
@@ -43,12 +46,19 @@ from syncer.models.flower import HEALTH_PATH, SUPERLINK_HTTP_PORT, FlowerInterfa
 from syncer.models.netsources import ANN_CONTROL_API_FROM, ANN_FLEET_API_FROM, Source
 from syncer.models.nodeauth import CONTROL_API_PORT
 from syncer.models.nodeconfig import INDEX_VAR, NODE_VAR, POD_NAME_VAR, encode_template, join_pairs, shell_word
+from syncer.models.superlink_state import DATABASE, DATABASE_FLAG
 from syncer.render.common import RenderContext, clone, metadata
+from syncer.render.superlink_state import STATE_SECURITY, state_claim
 
 SERVERAPPIO_PORT = 9091
 FLEET_PORT = 9092
 CONTROL_PORT = CONTROL_API_PORT
 CLIENTAPPIO_PORT = 9094
+# Liveness tells a stuck process from a busy one: a stuck one never answers, a busy one (a round on a
+# loaded node: load 60-80 on 2 cores seen in the demo) answers late. So liveness waits 10 s for an answer
+# (readiness 1 s) and restarts only after 6 probes in a row got none: a SuperNode mid-round is never killed
+# for being slow.
+LIVENESS_TIMEOUT = 10
 HEALTH_PORT = 8081  # Flower's gRPC health server (--health-server-address, 1.21+), the SuperNode chart's port
 SUPEREXEC_HEALTH_PORT = 8082  # the SuperExec sidecar's, in the same pod
 
@@ -103,12 +113,16 @@ def _superlink_statefulset(fed: Federation, ctx: RenderContext) -> Manifest:
                  f"--ssl-keyfile={CERT_DIR}/tls.key"]
         if fed.supernode_auth:  # only the keys flower-syncer registers (engine/nodekeys.py) are admitted
             args.append("--enable-supernode-auth")
+    state = fed.superlink_state()
+    if state.persistent:  # runs, their history, nodes and keys in SQLite on the state volume
+        args.append(f"{DATABASE_FLAG}={DATABASE}")
     if link.http_runtime:  # 1.35+: the HTTP API (Runtime; Control from 1.37, Fleet from 1.40) for everyone
         args += ["--host=0.0.0.0", f"--port={SUPERLINK_HTTP_PORT}"]
     args.extend(sl.extraArgs)
     tls_mounts = [] if fed.spec.insecure else [{"name": TLS_VOLUME, "mountPath": CERT_DIR, "readOnly": True}]
+    state_mounts = [{"name": SUPERLINK_STATE_VOLUME, "mountPath": SUPERLINK_STATE_DIR}] if state.persistent else []
     superlink = _container("superlink", sl.image, args=args, ports=_superlink_container_ports(link, process),
-                           env=sl.env, resources=sl.resources, mounts=[*sl.volumeMounts, *tls_mounts])
+                           env=sl.env, resources=sl.resources, mounts=[*sl.volumeMounts, *tls_mounts, *state_mounts])
     if link.http_runtime:
         _with_http_health(superlink, SUPERLINK_HTTP_PORT, tls=not fed.spec.insecure and link.superlink_runtime_tls)
     else:
@@ -128,6 +142,8 @@ def _superlink_statefulset(fed: Federation, ctx: RenderContext) -> Manifest:
             {"secret": {"name": fed.ca_secret_name(), "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]}})
     if volumes:
         pod_spec["volumes"] = volumes
+    if state.persistent:  # the volume writable by the images' group (a podTemplate securityContext replaces it)
+        pod_spec["securityContext"] = dict(STATE_SECURITY)
     selector = superlink_selector(fed)
     name = fed.superlink_name()
     spec: dict[str, Any] = {
@@ -136,9 +152,16 @@ def _superlink_statefulset(fed: Federation, ctx: RenderContext) -> Manifest:
         "selector": {"matchLabels": selector},
         "template": _pod_template(ctx, selector, pod_spec, sl.podTemplate),
     }
-    if sl.volumeClaimTemplates:
-        spec["volumeClaimTemplates"] = [_claim(c) for c in sl.volumeClaimTemplates]
-    return {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": metadata(ctx, name, selector), "spec": spec}
+    claims = [_claim(c) for c in sl.volumeClaimTemplates]
+    if state.persistent:
+        claims.append(state_claim(state.size, state.storage_class))
+        # what happens to the volume when the StatefulSet goes (the Federation pruned): Git's choice
+        spec["persistentVolumeClaimRetentionPolicy"] = {"whenDeleted": state.retention, "whenScaled": "Retain"}
+    if claims:
+        spec["volumeClaimTemplates"] = claims
+    annotations = {ANN_SUPERLINK_STATE: state.mode} if state.mode != "user" else None
+    return {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": metadata(ctx, name, selector, annotations),
+            "spec": spec}
 
 
 def _superlink_container_ports(link: FlowerInterface, process: bool) -> list[dict[str, Any]]:
@@ -496,19 +519,19 @@ def _with_health(container: dict[str, Any], port: int, port_name: str, iface: Fl
         container.setdefault("ports", []).append(_port(port_name, port))
         probe = {"grpc": {"port": port}, "periodSeconds": 10, "timeoutSeconds": 1, "failureThreshold": 3}
         container["readinessProbe"] = probe
-        container["livenessProbe"] = {**probe, "failureThreshold": 6}
+        container["livenessProbe"] = {**probe, "timeoutSeconds": LIVENESS_TIMEOUT, "failureThreshold": 6}
     return container
 
 
 def _with_http_health(container: dict[str, Any], port: int, *, tls: bool) -> None:
     """Probes on Flower's GET /health (1.35+), served by the same HTTP server as the APIs on `port`:
     when the API cannot be reached, the pod is not Ready."""
-    def probe(failures: int) -> dict[str, Any]:
+    def probe(failures: int, timeout: int = 1) -> dict[str, Any]:
         return {"httpGet": {"path": HEALTH_PATH, "port": port, "scheme": "HTTPS" if tls else "HTTP"},
-                "periodSeconds": 10, "timeoutSeconds": 1, "failureThreshold": failures}
+                "periodSeconds": 10, "timeoutSeconds": timeout, "failureThreshold": failures}
 
     container["readinessProbe"] = probe(3)
-    container["livenessProbe"] = probe(6)
+    container["livenessProbe"] = probe(6, LIVENESS_TIMEOUT)
     # Liveness only once the API has answered: a 1.42 SuperLink took 66 s to serve on a loaded
     # 2-core node (imports), and liveness alone restarted it every minute, for ever.
     container["startupProbe"] = probe(30)

@@ -163,5 +163,7 @@ def _target(u: LoadedUnit, fed: Federation, found: list[tuple[LoadedUnit, SuperN
     address = fed.control_api_address(ns)
     if address not in own and not control_target_allowed(address, own, allowed or ()):
         address = own[1]  # the annotation points where the admin does not allow: the own Service
+    node_auth = fed.supernode_auth and not fed.spec.insecure
+    registered = frozenset(k.pem.strip() for k in fed.admitted_keys()) if node_auth else frozenset()
     return FlowerTarget(address, transport, "" if fed.spec.insecure else fed.ca_secret_name(),
-                        tuple(pools), fed.supernode_auth and not fed.spec.insecure)
+                        tuple(pools), node_auth, registered)

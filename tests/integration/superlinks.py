@@ -91,9 +91,10 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 class SuperLink:
     """A SuperLink of Flower `version` with TLS (a CA made here) and SuperNode authentication.
     Before 1.37 its Control API is gRPC on a port of its own; from 1.37 it is HTTP on --port,
-    which serves the Fleet API too from 1.40."""
+    which serves the Fleet API too from 1.40. With `database`, its state is in that SQLite file
+    (--database), and `restart` starts it again on the same ports and file."""
 
-    def __init__(self, tmp: Path, version: str = DEV) -> None:
+    def __init__(self, tmp: Path, version: str = DEV, database: Path | None = None) -> None:
         self.version = version
         self.bin = flower_bin(version)
         self.ca, cert, key = certificates()
@@ -115,11 +116,22 @@ class SuperLink:
             args = [f"--fleet-api-address=127.0.0.1:{self.fleet}", f"--control-api-address=127.0.0.1:{self.control}",
                     f"--serverappio-api-address=127.0.0.1:{free_port()}"]
             ready = "Starting Fleet API"
-        self.proc = subprocess.Popen([str(self.bin / "flower-superlink"), *tls, *args], stdout=self.log.open("wb"),
-                                     stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
-        wait_until(f"the SuperLink {version}", lambda: ready in self.log.read_text(errors="replace")
-                   or self.proc.poll() is not None, timeout=90, log=self.log)
+        self.args = [*tls, *args, *([f"--database={database}"] if database is not None else [])]
+        self.ready = ready
+        self.start()
+
+    def start(self) -> None:
+        begun = self.log.stat().st_size if self.log.exists() else 0  # this start's lines only
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen([str(self.bin / "flower-superlink"), *self.args], stdout=out,
+                                         stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
+        wait_until(f"the SuperLink {self.version}", lambda: self.ready in self.log.read_bytes()[begun:].decode(
+            errors="replace") or self.proc.poll() is not None, timeout=90, log=self.log)
         assert self.proc.poll() is None, self.log.read_text()
+
+    def restart(self) -> None:
+        stop(self.proc)
+        self.start()
 
     @property
     def transport(self) -> str:
@@ -129,13 +141,13 @@ class SuperLink:
     def address(self) -> str:
         return f"127.0.0.1:{self.control}"
 
-    def supernode(self, key: Path, log: Path) -> subprocess.Popen[bytes]:
+    def supernode(self, key: Path, log: Path, retries: int = 1) -> subprocess.Popen[bytes]:
         own = ["--host=127.0.0.1", f"--port={free_port()}"] if self.http else \
             [f"--clientappio-api-address=127.0.0.1:{free_port()}"]
         return subprocess.Popen(
             [str(self.bin / "flower-supernode"), f"--superlink=127.0.0.1:{self.fleet}",
              f"--root-certificates={self.tmp / 'ca.crt'}", f"--auth-supernode-private-key={key}", *own,
-             "--max-retries=1"],
+             f"--max-retries={retries}"],
             stdout=log.open("wb"), stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
 
     def refused(self, log: Path) -> bool:

@@ -341,3 +341,22 @@ def test_a_revision_publishes_the_state_of_the_units_it_can_change(tmp_path: Pat
     install(agent, root, "r4")
     assert metrics.published == [f"federation/{NS}/c"]
     assert not agent.units[Unit("federation", NS, "c")].config_errors
+
+
+def test_keys_forgotten_queue_the_federation_at_once_without_its_backoff(agent: Agent, tmp_path: Path) -> None:
+    """Flower-level health saw a SuperLink that forgot its keys (agent.flower_watch): the
+    federation with node authentication is synced now, its key registration first in line even
+    when a failed sync had put it in backoff; a unit without node authentication is left alone."""
+    from syncer.agent.messages import KeysForgotten
+    from tests.nodeauth import auth_federation
+
+    root = repo_at(tmp_path / "r", {"federations/auth.yaml": auth_federation("auth"),
+                                    "federations/fed.yaml": fed()})
+    install(agent, root, "r1")
+    queued(agent)
+    auth = Unit("federation", NS, "auth")
+    assert agent.installed.plan.units[auth].node_auth is not None
+    agent.work.retry(auth)  # a failed sync (the SuperLink restarting): due only after its backoff
+    agent.handle(KeysForgotten(auth))
+    agent.handle(KeysForgotten(FED_UNIT))
+    assert queued(agent) == [auth]

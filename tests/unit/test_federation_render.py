@@ -69,7 +69,9 @@ def test_superlink_subprocess_args_ports_and_service() -> None:
     assert sl["spec"]["serviceName"] == "federation-statefulset-superlink"
     c = container(sl, "superlink")
     assert c["image"] == "flwr/superlink:1.25.0"
-    assert c["args"] == ["--isolation=subprocess", "--insecure", "--health-server-address=0.0.0.0:8081"]
+    # the state (runs, nodes, keys) in SQLite on a volume: a new SuperLink's default (test_superlink_state.py)
+    assert c["args"] == ["--isolation=subprocess", "--insecure", "--database=/app/state/state.db",
+                         "--health-server-address=0.0.0.0:8081"]
     assert [(p["name"], p["containerPort"]) for p in c["ports"]] == [("fleet", 9092), ("control", 9093),
                                                                       ("health", 8081)]
     assert c["livenessProbe"]["grpc"] == c["readinessProbe"]["grpc"] == {"port": 8081}
@@ -182,7 +184,9 @@ def test_volumes_mounts_and_claim_templates() -> None:
     objs = render("volumes.yaml")
     sl = objs[("StatefulSet", "federation-with-storage-superlink")]
     assert [v["name"] for v in sl["spec"]["template"]["spec"]["volumes"]] == ["model-storage", "tls-certs"]
-    assert [m["mountPath"] for m in container(sl, "superlink")["volumeMounts"]] == ["/models", "/etc/ssl/flower"]
+    assert [m["mountPath"] for m in container(sl, "superlink")["volumeMounts"]] == ["/models", "/etc/ssl/flower",
+                                                                                   "/app/state"]
+    assert [c["metadata"]["name"] for c in sl["spec"]["volumeClaimTemplates"]] == ["superlink-state"]
     assert [m["mountPath"] for m in container(sl, "superexec-serverapp")["volumeMounts"]] == ["/app/models"]
     pool = objs[("StatefulSet", "federation-with-storage-supernode-training-pool")]
     assert [m["mountPath"] for m in container(pool, "superexec-clientapp")["volumeMounts"]] == [

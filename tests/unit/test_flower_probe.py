@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from syncer.agent.flower_probe import DISABLED, INTERVAL, FlowerProbe
-from syncer.agent.flower_watch import FlowerWatch
+from syncer.agent.flower_watch import REKEY_AFTER, FlowerWatch
 from syncer.cluster.events import Event
 from syncer.cluster.flower_control import (
     ControlApiError,
@@ -252,6 +252,46 @@ def test_the_watch_reports_each_failed_run_and_each_lost_pool_once() -> None:
         assert [(e.type, e.reason) for e in events][3:] == [("Normal", "SuperNodesConnected")]
         assert watch.check(ready()) is None
         assert (watch.to_dict(FED) or {})["supernodes"]["online"] == 2
+    finally:
+        fake.inner.close()
+
+
+def forgot(events: list[Event]) -> list[Event]:
+    return [e for e in events if e.reason == "SuperNodeKeysForgotten"]
+
+
+def test_keys_the_superlink_forgot_are_registered_again_at_once_through_the_event_queue() -> None:
+    """A SuperLink that restarted with its state in memory knows none of the keys flower-syncer
+    registered: the unit's key registration is asked for at the first answer that shows it (not at
+    the next resync), told once as an Event, and asked again only after REKEY_AFTER."""
+    fake = FakeProbe()
+    events: list[Event] = []
+    asked: list[Unit] = []
+    watch = FlowerWatch(fake, lambda unit, event: events.append(event), fake.clock,  # type: ignore[arg-type]
+                        rekey=asked.append)
+    target = FlowerTarget(TARGET.address, "http", "", TARGET.pools, True, frozenset({b"key-a", b"key-b"}))
+    c = fake.connector
+    c.nodes = [RegisteredNode(1, "online", b"key-a\n"), RegisteredNode(2, "online", b"key-b")]
+    try:
+        watch.round({FED: target}, [ready()])
+        assert asked == [] and events == []  # it knows them all
+        c.nodes = [RegisteredNode(3, "registered", b"key-a")]  # restarted: key-b is unknown
+        fake.clock.now += INTERVAL
+        watch.round({FED: target}, [ready()])
+        assert asked == [FED]
+        assert [(e.reason, e.note) for e in forgot(events)] == [(
+            "SuperNodeKeysForgotten", "the SuperLink does not know 1 of the 2 SuperNode key(s) Git lists (it lost "
+            "its state: restarted in memory?); registering them again")]
+        fake.clock.now += INTERVAL
+        watch.round({FED: target}, [ready()])
+        assert asked == [FED] and len(forgot(events)) == 1  # not again within REKEY_AFTER
+        fake.clock.now += REKEY_AFTER
+        watch.round({FED: target}, [ready()])
+        assert asked == [FED, FED] and len(forgot(events)) == 1  # asked again, not told again
+        c.nodes = [RegisteredNode(3, "online", b"key-a"), RegisteredNode(4, "online", b"key-b")]
+        fake.clock.now += INTERVAL
+        watch.round({FED: target}, [ready()])
+        assert asked == [FED, FED]
     finally:
         fake.inner.close()
 

@@ -41,3 +41,23 @@ def test_a_1_42_chart_supernode_is_probed_for_liveness_only_after_it_started(tmp
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert container["startupProbe"]["httpGet"] == container["livenessProbe"]["httpGet"]
     assert container["startupProbe"]["failureThreshold"] * container["startupProbe"]["periodSeconds"] >= 300
+
+
+def test_liveness_never_restarts_a_busy_flower_process_only_a_stuck_one() -> None:
+    """A busy process (a round on a loaded node) answers its health check late; a stuck one never
+    does. Every Flower container of a federation, in both transport eras, waits 10 s for an answer
+    and is restarted only after a minute without one; readiness keeps reacting within seconds."""
+    from tests.unit.helpers import render_federation_text
+
+    for version in ("1.26.0", "1.42.0"):
+        text = federation(pools=pool("p", extra=f"        images: {{superexecClientApp: flwr/superexec:{version}}}\n")
+                          .replace("        images: {}\n", ""), version=version, isolation="process",
+                          superlink=f"    superexecImage: flwr/superexec:{version}\n")
+        for manifest in render_federation_text(text).values():
+            if manifest["kind"] not in ("StatefulSet", "DaemonSet"):
+                continue
+            for container in manifest["spec"]["template"]["spec"]["containers"]:
+                live, ready = container["livenessProbe"], container["readinessProbe"]
+                assert live["timeoutSeconds"] >= 10, (version, container["name"], live)
+                assert live["failureThreshold"] * live["periodSeconds"] >= 60, (version, container["name"])
+                assert ready["timeoutSeconds"] == 1
