@@ -71,6 +71,15 @@ ANNOTATIONS: dict[str, tuple[str, str]] = {
         "`true`: hold such a change also when the SuperLink cannot be asked about its runs"),
     "flower-syncer.io/release-hold": ("annotation, FlowerUnit",
         "an RFC 3339 time: holds begun by then go ahead now (`flower-syncer resync --release-hold` sets it)"),
+    "flower-syncer.io/superlink-state": ("annotation, Federation",
+        "`persistent`: the SuperLink keeps runs, nodes and keys in SQLite on a volume; `memory`: in memory "
+        "(docs/superlink-state.md)"),
+    "flower-syncer.io/superlink-state-size": ("annotation, Federation",
+        "the size of the SuperLink's state volume, a Kubernetes quantity (default `1Gi`)"),
+    "flower-syncer.io/superlink-state-storage-class": ("annotation, Federation",
+        "the StorageClass of the state volume (unset: the cluster's default class)"),
+    "flower-syncer.io/superlink-state-retention": ("annotation, Federation",
+        "`Retain` (default) or `Delete`: whether the state volume outlives the SuperLink's StatefulSet"),
     "flower-syncer.io/copy-from": ("annotation, rendered Secret",
         "`namespace/name` of a Secret whose data is copied in at sync time (the chart's "
         "`copyFromExistingSecret`)"),
@@ -129,6 +138,7 @@ EVENT_REASONS: dict[str, str] = {
     "RolloutHeld": "a change that restarts pods waits for the federation's runs to end (docs/rollouts.md)",
     "RolloutResumed": "a held change goes ahead: the runs ended, the deadline passed, or a person released it",
     "RestartNotHeld": "a change restarts pods although runs may be in progress: the SuperLink could not be asked",
+    "SuperNodeKeysForgotten": "the SuperLink no longer knows SuperNode keys listed in Git: they are registered again",
     "Unverified": "the newest revision is not signed by a key the admin's policy lists; nothing of it is applied",
 }
 
