@@ -81,7 +81,7 @@ class RepositoryIdentity:
 
     name: str
     source: str
-    legacy_names: frozenset[str] = frozenset()
+    legacy: frozenset[str] = frozenset()  # the Tenancy's legacy_names
 
 
 def repository_identity(source: str, subpath: str = "", ref: str = "") -> RepositoryIdentity:

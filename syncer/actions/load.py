@@ -82,7 +82,7 @@ class Loaded:
     def tenancy(self) -> Tenancy:
         """Where it comes from (recorded on its inventories), and the admin's policy applied."""
         who = self.identity
-        return Tenancy(policy=self.policy) if who is None else Tenancy(who.source, self.policy, who.legacy_names)
+        return Tenancy(policy=self.policy) if who is None else Tenancy(who.source, self.policy, who.legacy)
 
     @property
     def repository(self) -> str:

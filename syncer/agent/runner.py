@@ -270,7 +270,7 @@ def repository_tenancy(config: AgentConfig) -> RepositoryTenancy:
         log.info("signed revisions only: a commit not signed as the admin's policy requires is not applied",
                  mode=verify.mode, keys=len(verify.keys))
     admit = functools.partial(_same_entry, admin, policy, source, sub, ref) if admin is not None else None
-    return RepositoryTenancy(who.name, Tenancy(who.source, policy, who.legacy_names),
+    return RepositoryTenancy(who.name, Tenancy(who.source, policy, who.legacy),
                              policy.impersonate if policy is not None else None, verify, admit)
 
 

@@ -37,7 +37,8 @@ FLOORS: list[set[str]] = [
     {"syncer.observe"},
     {"syncer.actions", "syncer.http"},
     {"syncer.agent"},
-    {"syncer.cli", "syncer.cli_repo", "syncer.printers", "syncer.cli_env", "syncer.cli_parser", "syncer.cli_agent"},
+    {"syncer.cli", "syncer.cli_repo", "syncer.printers", "syncer.cli_env", "syncer.cli_parser", "syncer.cli_agent",
+     "syncer.cli_local"},
     {"syncer.__main__"},
 ]
 MAX_LINES = 600
