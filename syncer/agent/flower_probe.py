@@ -314,7 +314,7 @@ class FlowerProbe:
                 self._forget_ca(namespace, ca_secret)  # a rotated CA is read again next time
             if exc.code is ControlErrorCode.DENIED:
                 detail += ("; the agent holds no Flower account: a SuperLink with account authentication on its "
-                           "Control API cannot be checked (see README, Flower-level health)")
+                           "Control API cannot be checked (see docs/operating.md, Flower-level health)")
             return ControlAnswer(address, utc_now(), error=detail, code=exc.code.value)
         finally:
             api.close()

@@ -290,7 +290,7 @@ def _load_units(reader: Reader, state: RepoState, pieces: _Pieces, base: Path, c
     if not fed_dir.is_dir() and not sn_dir.is_dir():
         diags.append(Diagnostic(reader.rel(base) or ".", 0, 0, "",
                                 "no federations/ or supernodes/ folder found",
-                                "is this the root of the config repository? (see README: config repo format)"
+                                "is this the root of the config repository? (see docs/config-repo.md)"
                                 if base == reader.root else "add federations/ or supernodes/ to the cluster's folder"))
     if fed_dir.is_dir():
         for path in reader.yaml_files(fed_dir):
