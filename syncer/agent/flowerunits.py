@@ -30,7 +30,7 @@ from syncer.cluster.client import ApiError, ClusterUnreachable, Kube, path_for
 from syncer.cluster.fence import Fenced
 from syncer.cluster.reflector import Reflector
 from syncer.compact import share_strings
-from syncer.identity import LABEL_REPOSITORY, Unit
+from syncer.identity import ANN_RELEASE_HOLD, LABEL_REPOSITORY, Unit
 
 if TYPE_CHECKING:
     from syncer.agent.agent import Agent
@@ -49,6 +49,7 @@ WRITE_RATE = 10.0  # FlowerUnit writes a second at most, in bursts of up to WRIT
 WRITE_BURST = 20.0
 MESSAGE_LIMIT = 512
 MERGE_PATCH = "application/merge-patch+json"
+MAX_RELEASE_HOLD = 64  # characters of a release-hold value kept: an RFC 3339 time is 20 to 35
 SLIM_METADATA = ("name", "namespace", "uid", "resourceVersion", "labels", "annotations")
 
 
@@ -371,15 +372,18 @@ def _urgency(observed: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> 
 def slim(obj: dict[str, Any]) -> dict[str, Any]:
     """What the writer reads of a FlowerUnit: its name, namespace, uid, resourceVersion, labels,
     its reconcile request (reconcile_request.ANN_REQUESTED_AT, at most MAX_REQUESTED_AT + 1
+    characters), its hold release (identity.ANN_RELEASE_HOLD, a timestamp: at most MAX_RELEASE_HOLD
     characters) and status. Its managedFields (most of a FlowerUnit's size), other annotations
     and the rest are not kept: one is held per unit for the agent's life. Idempotent; the watch
     slims what it lists (its transform), so a listing of whole FlowerUnits is never held either."""
     meta = obj.get("metadata") or {}
     kept = {k: meta[k] for k in SLIM_METADATA if k in meta}
-    if "annotations" in kept:  # only the reconcile request, bounded: a tenant's annotations are not held whole
-        requested = (kept["annotations"] or {}).get(ANN_REQUESTED_AT)
-        kept["annotations"] = {} if not isinstance(requested, str) else {
-            ANN_REQUESTED_AT: requested[:MAX_REQUESTED_AT + 1]}  # still too long, so still ignored
+    if "annotations" in kept:  # only the two requests, bounded: a tenant's annotations are not held whole
+        annotations = kept["annotations"] or {}
+        requested, release = annotations.get(ANN_REQUESTED_AT), annotations.get(ANN_RELEASE_HOLD)
+        kept["annotations"] = {
+            **({ANN_REQUESTED_AT: requested[:MAX_REQUESTED_AT + 1]} if isinstance(requested, str) else {}),
+            **({ANN_RELEASE_HOLD: release[:MAX_RELEASE_HOLD]} if isinstance(release, str) else {})}
     return share_strings({"metadata": kept, **({"status": obj["status"]} if "status" in obj else {})})
 
 

@@ -351,7 +351,10 @@ def test_keys_forgotten_queue_the_federation_at_once_without_its_backoff(agent: 
     from tests.nodeauth import auth_federation
 
     root = repo_at(tmp_path / "r", {"federations/auth.yaml": auth_federation("auth"),
-                                    "federations/fed.yaml": fed()})
+                                    "federations/fed.yaml": fed(),
+                                    # the hand-made TLS Secret the federation names (syncer.ours)
+                                    "flower-syncer.yaml": f"name: team\ndefaultNamespace: {NS}\n"
+                                                          "guardrails: {allowedSecrets: [superlink-tls]}\n"})
     install(agent, root, "r1")
     queued(agent)
     auth = Unit("federation", NS, "auth")
