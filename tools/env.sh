@@ -22,6 +22,7 @@ missing=()
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)          # the local control plane's certificates
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)                  # the SSH Git server of the source tests
 command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)     # dashboard and alert tests
+[ -x /usr/bin/chromium ] || missing+=(chromium)                    # the web view's browser tests (Playwright drives it)
 if [ ${#missing[@]} -gt 0 ]; then
   step "installing Debian packages: ${missing[*]}"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
