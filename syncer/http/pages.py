@@ -15,6 +15,7 @@ from urllib.parse import urlencode
 from syncer.observe.view import STATES, UnitRow, UnitView, ordered
 
 FILTERS = ("namespace", "repository", "state", "q")
+MAX_ROWS = 500  # rows on one overview (attention first); filters reach the rest
 
 
 def _e(text: object) -> str:
@@ -83,15 +84,17 @@ def row_html(r: UnitRow) -> str:
 
 
 def rows_html(rows: Sequence[UnitRow]) -> str:
+    """The overview's rows (the first ``MAX_ROWS``)."""
     if not rows:
         return '<tr><td colspan="10" class="muted">No unit matches.</td></tr>'
-    return "".join(row_html(r) for r in rows)
+    return "".join(row_html(r) for r in rows[:MAX_ROWS])
 
 
 def summary(rows: Sequence[UnitRow], total: int) -> str:
     attention = sum(1 for r in rows if r.attention)
     shown = f"{len(rows)} of {total} units" if len(rows) != total else f"{total} units"
-    return f"{shown}; {attention} need{'s' if attention == 1 else ''} attention"
+    more = f" (the first {MAX_ROWS} shown: filter to see the others)" if len(rows) > MAX_ROWS else ""
+    return f"{shown}; {attention} need{'s' if attention == 1 else ''} attention{more}"
 
 
 def select(rows: Iterable[UnitRow], query: Mapping[str, str]) -> list[UnitRow]:

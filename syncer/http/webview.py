@@ -25,7 +25,7 @@ from urllib.parse import parse_qs
 import orjson
 
 from syncer.http.limits import HttpError
-from syncer.http.pages import FILTERS, row_html, rows_html, select, summary
+from syncer.http.pages import FILTERS, MAX_ROWS, row_html, rows_html, select, summary
 from syncer.http.pages import detail_html as unit_detail_html
 from syncer.observe.view import UnitRow, UnitView
 
@@ -85,6 +85,7 @@ class Snapshots:
         self._clock = clock
         self._lock = threading.Lock()
         self._rows: tuple[float, list[UnitRow], dict[str, str]] | None = None
+        self._html: dict[UnitRow, str] = {}
         self._units: dict[str, tuple[float, str | None]] = {}
 
     def rows(self) -> tuple[list[UnitRow], dict[str, str]]:
@@ -93,7 +94,10 @@ class Snapshots:
             now = self._clock()
             if self._rows is None or now - self._rows[0] > self._ttl:
                 rows = self._view.rows()
-                self._rows = (now, rows, {r.unit: row_html(r) for r in rows})
+                # a row equal to the last reading's keeps its HTML: most readings render nothing
+                before = self._html
+                self._html = {r: before.get(r) or row_html(r) for r in rows}
+                self._rows = (now, rows, {r.unit: self._html[r] for r in rows})
             return self._rows[1], self._rows[2]
 
     def unit(self, unit: str) -> str | None:
@@ -173,7 +177,7 @@ class Follower:
             return event("unit", {"html": html} if html is not None else {"gone": True})
         rows, htmls = self._snapshots.rows()
         chosen = select(rows, self._query)
-        order = [r.unit for r in chosen]
+        order = [r.unit for r in chosen[:MAX_ROWS]]
         text = summary(chosen, len(rows))
         payload: dict[str, Any] = {}
         if order != self._order:  # a unit came, went or moved: the whole body

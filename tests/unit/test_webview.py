@@ -15,7 +15,7 @@ from urllib.parse import urlencode
 import pytest
 
 from syncer.http import AgentServer
-from syncer.http.pages import overview, row_html, unit_page
+from syncer.http.pages import MAX_ROWS, overview, row_html, unit_page
 from syncer.http.webview import Follower, Snapshots, Streams, follow
 from syncer.identity import UnknownUnit
 from syncer.observe.metrics import Metrics
@@ -340,3 +340,11 @@ def test_a_stream_sends_nothing_new_when_nothing_changed_but_a_heartbeat(view: F
     follow(streams, follower, send, interval=0.0, heartbeat=5.0, lifetime=100.0, clock=clock)
     assert sent[0].startswith(b"retry:") and sent[1].startswith(b"event: rows")
     assert sent[2:] == [b": heartbeat\n\n", b": heartbeat\n\n"]
+
+
+def test_a_big_overview_shows_the_first_rows_those_needing_attention_first() -> None:
+    rows = [row(f"federation/ns/fed-{i:04d}") for i in range(MAX_ROWS + 10)] + [row("federation/ns/zz", ok=False)]
+    page = overview(rows, {})
+    assert page.count("<tr data-unit=") == MAX_ROWS
+    assert 'data-unit="federation/ns/zz"' in page and f"the first {MAX_ROWS} shown" in page
+    assert 'data-unit="federation/ns/zz"' in overview(rows, {"q": "zz"})
