@@ -96,8 +96,8 @@ def _failure(flower: dict[str, Any]) -> str:
 
 
 def _objects(agent: Agent, unit: Unit) -> tuple[ObjectRow, ...]:
-    """The objects its inventory lists, with the last sync's action on each and whether it differs
-    from Git now (or was put back by that sync)."""
+    """The objects its inventory lists, with the last sync's action on each, whether it differs
+    from Git now, and whether that sync put it back."""
     inv = agent.cache.state.inventories.get(unit)
     ust = agent.units.get(unit)
     changes = {c.ref: c for c in ust.last_result.changes} if ust is not None and ust.last_result else {}
@@ -108,6 +108,6 @@ def _objects(agent: Agent, unit: Unit) -> tuple[ObjectRow, ...]:
     for ref in sorted(refs, key=lambda r: (r.kind, r.namespace, r.name)):
         change = changes.get(ref)
         rows.append(ObjectRow(ref=str(ref), action=str(change.action) if change else "",
-                              drift=ref in drifted or (change is not None and change.drift),
+                              drift=ref in drifted, corrected=change is not None and change.drift,
                               detail=change.message if change else ""))
     return tuple(rows)

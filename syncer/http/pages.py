@@ -157,6 +157,12 @@ def _why(message: str) -> str:
     return f' <span class="why">{_e(message)}</span>' if message else ""
 
 
+def _drift(now: bool, corrected: bool) -> str:
+    if now:
+        return '<span class="state bad">drifted</span>'
+    return '<span class="state warn">put back by the last sync</span>' if corrected else "no"
+
+
 def detail_html(v: UnitView) -> str:
     """The part of a unit's page the event stream replaces when it changes."""
     r = v.row
@@ -186,7 +192,7 @@ def detail_html(v: UnitView) -> str:
         runs = f"<h2>SuperLink and runs</h2>{link}<p>Runs: {counts}</p>{failure}"
     objects = _table("Objects", ("Object", "Last sync", "Drift", "Detail"), [
         (f"<code>{_e(o.ref)}</code>", _e(o.action or "-"),
-         '<span class="state bad">drifted</span>' if o.drift else "no", _e(o.detail)) for o in v.objects],
+         _drift(o.drift, o.corrected), _e(o.detail)) for o in v.objects],
         "No objects recorded yet.")
     history = _table("Last revisions", ("Revision", "Applied at", "By", "Changes"), [
         (f"<code>{_e(h.revision)}</code>", _e(h.applied_at), _e(h.agent), _e(h.summary)) for h in v.history],

@@ -114,7 +114,8 @@ class ObjectRow:
 
     ref: str  # Kind namespace/name
     action: str = ""  # the last change: created, configured, unchanged, failed... ("" unknown)
-    drift: bool = False  # differs from Git now, or was changed outside Git and put back by the last sync
+    drift: bool = False  # differs from Git now (a suspended unit's dry-run; or it failed to apply)
+    corrected: bool = False  # was changed outside Git, and the last sync put it back
     detail: str = ""
 
 
