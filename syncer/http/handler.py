@@ -432,6 +432,19 @@ class Handler(BaseHTTPRequestHandler):
         finally:
             streams.release(client)
 
+    def _authorized_action(self) -> tuple[ViewAPI, str, dict[str, str]] | None:
+        """`_action`, its refusals (401, 403) answered as a page a person can read; None then."""
+        try:
+            return self._action()
+        except HttpError as exc:
+            if exc.status not in (401, 403):
+                raise
+            if exc.close:
+                self.close_connection = True
+            self._html(exc.status, pages.message_page("Not allowed", f"Nothing was done: {exc.message}."),
+                       headers=exc.headers)
+            return None
+
     def _action(self) -> tuple[ViewAPI, str, dict[str, str]]:
         """An action's form, authorized: the API token in the form (or the Authorization header),
         never a cookie, and no cross-site Origin; 401/403 otherwise, and nothing happens."""
@@ -459,7 +472,10 @@ class Handler(BaseHTTPRequestHandler):
         return True
 
     def ui_resync(self) -> None:
-        view, unit, _ = self._action()
+        action = self._authorized_action()
+        if action is None:
+            return
+        view, unit, _ = action
         if self._unit_or_404(view, unit):
             try:
                 self.agent.api.resync(unit, False, DEFAULT_RESYNC_TIMEOUT)
@@ -469,7 +485,10 @@ class Handler(BaseHTTPRequestHandler):
             self._redirect(pages.unit_href(unit) + "&" + urlencode({"done": "resync"}))
 
     def ui_suspend(self) -> None:
-        view, unit, form = self._action()
+        action = self._authorized_action()
+        if action is None:
+            return
+        view, unit, form = action
         if form.get("suspend") not in ("suspend", "resume"):
             raise HttpError(400, "suspend must be suspend or resume")
         if self._unit_or_404(view, unit):

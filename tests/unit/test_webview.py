@@ -205,8 +205,9 @@ def test_protected_reads_protect_the_pages_too(api: FakeAPI, view: FakeView) -> 
 def test_an_action_without_the_token_does_nothing(server: AgentServer, api: FakeAPI, view: FakeView,
                                                   token: str) -> None:
     body = urlencode({"id": FED, "token": token})
-    status, _, _ = request(server, "POST", "/ui/resync", body, FORM)
+    status, headers, page = request(server, "POST", "/ui/resync", body, FORM)
     assert status == 401 and api.resyncs == []
+    assert headers["content-type"].startswith("text/html") and "Nothing was done" in page
     status, _, _ = request(server, "POST", "/ui/suspend", urlencode({"id": FED, "token": token, "suspend": "suspend"}),
                            FORM)
     assert status == 401 and view.suspends == []
