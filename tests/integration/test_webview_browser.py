@@ -51,7 +51,7 @@ def _missing(what: str) -> None:
 def browser() -> Iterator[Browser]:
     try:
         from playwright.sync_api import sync_playwright
-    except ImportError:
+    except ImportError:  # pragma: no cover
         _missing("playwright (pip install playwright)")
     if not CHROMIUM.exists():
         _missing("chromium (apt-get install chromium)")
@@ -74,6 +74,12 @@ def page(browser: Browser) -> Iterator[Page]:
 
 def fed(replicas: str | int = 2) -> str:
     return FED.format(image="flwr/supernode:1.25.0", replicas=replicas)
+
+
+def expect(locator: Any) -> Any:
+    from playwright.sync_api import expect as playwright_expect
+
+    return playwright_expect(locator)
 
 
 def row(page: Page, unit: str) -> Any:
@@ -111,23 +117,25 @@ def test_the_overview_follows_a_typo_and_its_fix_without_a_reload(
     wait_until("the page is live", lambda: page.inner_text("#live") == "live")
     page.evaluate("window.notReloaded = true")
 
+    for name in ("fed", "lab"):  # the screenshot once the pods are ready (a status round: every 10 s)
+        expect(row(page, f"federation/{namespace}/{name}").locator("td").nth(3)).to_have_text("Healthy",
+                                                                                         timeout=40000)
     IMG.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(IMG / "webview-overview.png"))
 
     start = time.monotonic()
     repos.commit({"federations/fed.yaml": fed(MARKUP)}, "typo")
-    page.wait_for_function(f"document.querySelector('tr[data-unit=\"{unit}\"]')?.innerText?.includes('ConfigError')",
-                           timeout=15000)
+    expect(row(page, unit)).to_contain_text("ConfigError", timeout=15000)
     red = time.monotonic() - start
     text = row(page, unit).inner_text()
-    assert MARKUP in text  # the Git-sourced value, as text (the page fixture fails on any dialog)
+    # the Git-sourced value (the diagnostic shortens it), as text: the page fixture fails on any dialog
+    assert "<img src=x onerror=alert(1)><script>" in text
     assert page.evaluate("window.notReloaded") is True
     assert row(page, unit).get_attribute("class") == "attention"
 
     start = time.monotonic()
     repos.commit({"federations/fed.yaml": fed(2)}, "fix")
-    page.wait_for_function(f"document.querySelector('tr[data-unit=\"{unit}\"]')?.innerText?.includes('Synced')",
-                           timeout=15000)
+    expect(row(page, unit).locator('[data-k="synced"] .state')).to_have_text("Synced", timeout=15000)
     green = time.monotonic() - start
     assert page.evaluate("window.notReloaded") is True
     assert red < LIVE_SECONDS and green < LIVE_SECONDS, f"red after {red:.2f}s, green after {green:.2f}s"
@@ -163,7 +171,10 @@ def test_a_drift_shows_on_the_federation_page_until_healed_and_actions_need_the_
                timeout=40, log=agent.log)
     assert "StatefulSet" in page.locator("#detail tr", has_text="drifted").first.inner_text()
     IMG.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(IMG / "webview-federation.png"), full_page=False)
+    # down to the objects (the image stays small: < 150 KB)
+    bottom = page.locator("#detail table", has_text="drifted").bounding_box() or {"y": 900.0, "height": 100.0}
+    page.screenshot(path=str(IMG / "webview-federation.png"), full_page=True,
+                    clip={"x": 0, "y": 0, "width": 1180, "height": bottom["y"] + bottom["height"] + 12})
 
     page.fill("#t-resume", agent.token)
     with page.expect_navigation():
