@@ -7,7 +7,8 @@ Live updates are server-sent events on `/ui/events`, within the server's limits:
 - at most ``MAX_STREAMS`` streams at once, ``MAX_STREAMS_PER_CLIENT`` from one address (over that:
   503 with a ``retry:`` the browser honours), each holding one request thread and one connection;
 - a stream reads the agent every ``STREAM_INTERVAL`` seconds and sends only what changed (one
-  overview row, a unit's section); the readings are shared by all streams (`Snapshots`), so ten
+  overview row, a unit's section; the whole table when units came or went, at most every
+  ``BODY_INTERVAL``); the readings are shared by all streams (`Snapshots`), so ten
   open pages cost one reading; with no page open nothing is read at all;
 - a comment line every ``HEARTBEAT_SECONDS`` (proxies keep the connection; a gone client is noticed
   by the write failing within the request timeout);
@@ -36,6 +37,7 @@ SNAPSHOT_TTL = 0.4  # a reading this young is shared with the other streams
 HEARTBEAT_SECONDS = 15.0
 MAX_STREAM_SECONDS = 300.0
 RETRY_MS = 2000  # how long the browser waits before reconnecting
+BODY_INTERVAL = 5.0  # an overview's whole table is sent again at most this often (its rows: at once)
 MAX_QUERY_VALUE = 256
 HTML = "text/html; charset=utf-8"
 EVENT_STREAM = "text/event-stream; charset=utf-8"
@@ -159,8 +161,11 @@ class Follower:
     """What one stream sent last, and what to send next: `step` returns the events (bytes) for
     the agent's state now, empty when nothing changed."""
 
-    def __init__(self, snapshots: Snapshots, view: str, query: Mapping[str, str]) -> None:
+    def __init__(self, snapshots: Snapshots, view: str, query: Mapping[str, str],
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._snapshots = snapshots
+        self._clock = clock
+        self._body_at = 0.0
         self._view = view
         self._query = dict(query)
         self._sent: dict[str, str] = {}
@@ -180,16 +185,21 @@ class Follower:
         order = [r.unit for r in chosen[:MAX_ROWS]]
         text = summary(chosen, len(rows))
         payload: dict[str, Any] = {}
-        if order != self._order:  # a unit came, went or moved: the whole body
-            payload["tbody"] = rows_html(chosen) if chosen else rows_html([])
+        now = self._clock()
+        if set(order) != set(self._order) and (not self._order or now - self._body_at >= BODY_INTERVAL):
+            # a unit came or went: the whole body, at most every BODY_INTERVAL (a unit that only
+            # moves keeps its place until then: at 2,001 units, pods starting move rows every second)
+            payload["tbody"] = rows_html(chosen)
+            self._order, self._body_at = order, now
+            self._sent = {u: htmls[u] for u in order}
         else:
-            changed = {u: htmls[u] for u in order if self._sent.get(u) != htmls[u]}
+            changed = {u: htmls[u] for u in self._order if u in htmls and self._sent.get(u) != htmls[u]}
             if changed:
                 payload["rows"] = changed
+                self._sent.update(changed)
         if text != self._summary:
             payload["summary"] = text
-        self._order, self._summary = order, text
-        self._sent = {u: htmls[u] for u in order}
+            self._summary = text
         return event("rows", payload) if payload else b""
 
 

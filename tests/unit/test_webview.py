@@ -16,7 +16,7 @@ import pytest
 
 from syncer.http import AgentServer
 from syncer.http.pages import MAX_ROWS, overview, row_html, unit_page
-from syncer.http.webview import Follower, Snapshots, Streams, follow
+from syncer.http.webview import BODY_INTERVAL, Follower, Snapshots, Streams, follow
 from syncer.identity import UnknownUnit
 from syncer.observe.metrics import Metrics
 from syncer.observe.view import ObjectRow, PoolRow, UnitRow, UnitView
@@ -349,3 +349,17 @@ def test_a_big_overview_shows_the_first_rows_those_needing_attention_first() -> 
     assert page.count("<tr data-unit=") == MAX_ROWS
     assert 'data-unit="federation/ns/zz"' in page and f"the first {MAX_ROWS} shown" in page
     assert 'data-unit="federation/ns/zz"' in overview(rows, {"q": "zz"})
+
+
+def test_the_whole_table_is_sent_again_at_most_every_body_interval(view: FakeView) -> None:
+    now = [0.0]
+    follower = Follower(Snapshots(view, ttl=0.0), "overview", {}, clock=lambda: now[0])
+    assert b'"tbody"' in follower.step()
+    assert follower.step() == b""
+    view.units.append(row("federation/lab/new"))  # a unit comes
+    view.units[0] = dataclasses.replace(view.units[0], drift=5)  # and a shown one changes
+    now[0] += 1.0
+    first = follower.step()
+    assert b'"tbody"' not in first and b'"rows"' in first and b"federation/flower/fed" in first
+    now[0] += BODY_INTERVAL
+    assert b'"tbody"' in follower.step() and follower.step() == b""
