@@ -254,6 +254,10 @@ def up(demo: Demo, args: argparse.Namespace) -> int:
 def hints(demo: Demo, args: argparse.Namespace) -> None:
     config = demo.dir / "config"
     env_cmd = demo.cmd("env")
+    port = (demo.dir / "port").read_text().strip() if (demo.dir / "port").exists() else ""
+    if port:
+        print(f"  web view: http://127.0.0.1:{port}/ui/   (read-only; resync and suspend take the token in "
+              f"{demo.dir / 'api-token'})")
     print(f"  eval \"$({env_cmd})\"    # flower-syncer, kubectl and sops on PATH, against this demo")
     print("  flower-syncer status; kubectl get flowerunits -A; flower-syncer history federation-statefulset; "
           "kubectl events -n flower")

@@ -36,6 +36,7 @@ env_missing_packages() {
   command -v gpg >/dev/null 2>&1 || missing+=(gnupg)                # OpenPGP signatures of commits (the admin's verify)
   [ -x /usr/sbin/sshd ] || missing+=(openssh-server)                  # the SSH Git server of the source tests
   command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)     # dashboard and alert tests
+  [ -x /usr/bin/chromium ] || missing+=(chromium)                    # the web view's browser tests (Playwright drives it)
   echo "${missing[*]}"
 }
 

@@ -66,6 +66,7 @@ from syncer.identity import ANN_APPLIED_HASH, ObjectRef, Unit, unit_matches
 from syncer.observe.conditions import UnitCondition, UnitConditions
 from syncer.observe.metrics import Metrics, corrections_by_kind, drift_by_kind
 from syncer.observe.notify import Notification, Notifier
+from syncer.observe.status import UnitStatus
 from syncer.plan import Claims, Plan, UnitPlan
 from syncer.render.repo import Rendered, plan_repo
 from syncer.repo.state import RepoState
@@ -98,6 +99,8 @@ class Agent:
         self.revisions = RevisionLoader(options.decryption_key_files, options.tenancy, options.cluster)
         self.units: dict[Unit, UnitState] = {}
         self.health: dict[Unit, UnitCondition] = {}  # each unit's Healthy condition, from the last status round
+        self.statuses: dict[Unit, UnitStatus] = {}  # each unit's pools and GPUs, from the last status round
+        self.drifted: dict[Unit, tuple[ObjectRef, ...]] = {}  # objects differing from Git after the last sync
         self.flower: FlowerWatch | None = None  # Flower-level health of the federations (agent.flower_watch)
         self.holds = Holds(self.report, self.work.add_after, lambda: self.flower,
                            limits=hold_limits(options.tenancy))  # restarts that wait for runs (agent.holding)
@@ -546,8 +549,11 @@ class Agent:
         if result.skipped is None:  # what still differs from Git: the objects that failed
             failed = Counter(c.ref.kind for c in result.changes if c.action is Action.FAILED)
             self.metrics.set_drift(unit.id, failed)
+            self.drifted[unit] = tuple(c.ref for c in result.changes if c.action is Action.FAILED)
         elif result.skipped.suspended and desired is not None:
-            self.metrics.set_drift(unit.id, drift_by_kind(self.engine.suspended_drift(desired, self.cache.state, plan)))
+            dry = self.engine.suspended_drift(desired, self.cache.state, plan)
+            self.metrics.set_drift(unit.id, drift_by_kind(dry))
+            self.drifted[unit] = tuple(c.ref for c in dry.changes if c.action.is_change)
         writes = sum(1 for c in result.changes if c.action.is_change)
         if writes or not result.ok:
             log.info("unit synced", unit=unit.id, revision=revision[:12], ok=result.ok,
@@ -584,6 +590,7 @@ class Agent:
         res = self.engine.prune_vanished(unit, self.cache.state, opts, plan)
         if had_inventory and unit not in self.cache.state.inventories:
             self.units.pop(unit, None)
+            self.drifted.pop(unit, None)
             self._errors_counted.discard(unit)
             self.metrics.forget_unit(unit.id)
         return res

@@ -13,13 +13,14 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
 from syncer import __version__
+from syncer.actions.suspend import set_suspended
 from syncer.agent.agent import Agent
 from syncer.agent.config import AgentConfig, load_policy, read_secret
 from syncer.agent.flower_probe import FlowerProbe
@@ -35,13 +36,14 @@ from syncer.agent.memory import (
 from syncer.agent.stacks import StackDump
 from syncer.agent.state import AgentOptions
 from syncer.agent.unitstate import observe_health
+from syncer.agent.view import unit_rows, unit_view
 from syncer.cluster.client import ApiError, ClusterUnreachable, Kube, path_for
 from syncer.cluster.events import EventRecorder
 from syncer.cluster.fence import WriteFence
 from syncer.cluster.lease import LeaderElector
 from syncer.cluster.tenant_calls import TENANT_CALLS
 from syncer.http import AgentServer
-from syncer.identity import UnknownUnit, repository_identity
+from syncer.identity import Unit, UnknownUnit, repository_identity
 from syncer.logs import configure
 from syncer.models.policy import AdminPolicy, RepositoryPolicy
 from syncer.models.policymatch import canonical_ref
@@ -51,6 +53,7 @@ from syncer.observe.metrics import Metrics
 from syncer.observe.notify import Notifier, load_receivers
 from syncer.observe.status import targets_from
 from syncer.observe.status_cache import StatusCache
+from syncer.observe.view import UnitRow, UnitView
 from syncer.render.tenancy import Tenancy
 from syncer.source.git import GitSource, SourceSpec, default_cache_dir
 from syncer.source.location import local_origin, source_location
@@ -87,6 +90,25 @@ class _Api:
 
     def webhook(self, event: Any) -> None:
         self.agent.request_fetch("webhook")
+
+
+class _View:
+    """What the web view reads (syncer.agent.view) and its one write, suspend/resume (the CLI's
+    `flower-syncer suspend`, on the unit's inventory, with the agent's own rights)."""
+
+    def __init__(self, agent: Agent, kube: Kube, namespaces: Sequence[str] | None) -> None:
+        self.agent = agent
+        self.kube = kube
+        self.namespaces = namespaces
+
+    def rows(self) -> list[UnitRow]:
+        return unit_rows(self.agent)
+
+    def unit(self, unit: str) -> UnitView | None:
+        return unit_view(self.agent, unit)
+
+    def suspend(self, unit: str, suspended: bool) -> bool:
+        return set_suspended(self.kube, unit, suspended, self.namespaces).changed
 
 
 def run(config: AgentConfig) -> int:
@@ -158,7 +180,7 @@ def run(config: AgentConfig) -> int:
     server = AgentServer(_Api(agent), metrics, host=host, port=port,
                          api_token=read_secret(config.api_token_file),
                          webhook_secret=read_secret(config.webhook_secret_file),
-                         protect_reads=config.protect_reads)
+                         protect_reads=config.protect_reads, view=_View(agent, kube, config.namespaces))
     try:
         server.start()
     except OSError as exc:
@@ -170,6 +192,7 @@ def run(config: AgentConfig) -> int:
         return 3
     log.info("flower-syncer agent starting", version=__version__, source=source.describe(),
              listen=f"{server.address[0]}:{server.address[1]}", leader_election=config.leader_elect,
+             web_view=f"http://{server.address[0]}:{server.address[1]}/ui/",
              namespaces=config.namespaces or "all")
     gc_pauses.install()
     agent.start()
@@ -346,6 +369,7 @@ def _status_round(agent: Agent, cache: StatusCache, metrics: Metrics, *, heap: H
         for unit in agent.holds.due(agent.installed.plan):  # held restarts whose runs ended (agent.holding)
             agent.work.add(unit)
     observe_health(agent, report.units, checks)  # each unit's Healthy condition
+    agent.statuses = {Unit.parse(u.unit): u for u in report.units}  # the web view's pools and GPUs
     own = time.thread_time() - cpu - flower
     metrics.status_round_cpu.labels("round").inc(own)
     if agent.flower is not None:  # the Control API checks may cost what the round does (flower_probe)

@@ -8,6 +8,7 @@ import socket
 from dataclasses import dataclass
 
 from syncer.http.limits import AgentAPI, RateLimitedLog
+from syncer.http.webview import Streams, ViewAPI
 from syncer.observe.metrics import Metrics
 from syncer.source.webhook import ReplayGuard
 
@@ -44,3 +45,5 @@ class RequestContext:
     request_timeout: float
     replays: ReplayGuard
     rate_log: RateLimitedLog
+    view: ViewAPI | None = None  # the web view (/ui/); None: its routes answer 404
+    streams: Streams | None = None  # the web view's event streams

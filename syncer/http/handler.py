@@ -10,10 +10,12 @@ from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any, cast
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 import orjson
 
+from syncer.http import pages
+from syncer.http.assets import CSS, JS
 from syncer.http.limits import (
     DEFAULT_RESYNC_TIMEOUT,
     JSON,
@@ -22,6 +24,18 @@ from syncer.http.limits import (
     TEXT,
     HttpError,
     log,
+)
+from syncer.http.pages import FILTERS
+from syncer.http.webview import (
+    CSP,
+    EVENT_STREAM,
+    HTML,
+    Follower,
+    Streams,
+    ViewAPI,
+    follow,
+    form_of,
+    query_of,
 )
 from syncer.identity import UnknownUnit
 from syncer.observe.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -340,8 +354,163 @@ class Handler(BaseHTTPRequestHandler):
         self.agent.api.webhook(event)
         self._json(202, {"accepted": True, **answer})
 
+    # -- the web view (syncer.http.webview, syncer.http.pages) -------------------------------------------
+
+    def _view(self) -> tuple[ViewAPI, Streams]:
+        """The web view, or 404 when the agent serves none; with `protect_reads`, the token first."""
+        view, streams = self.agent.view, self.agent.streams
+        if view is None or streams is None:
+            raise HttpError(404, "the web view is not enabled", close=self._has_body())
+        if self.agent.protect_reads and self.command == "GET":
+            self._require_token("web view")
+        return view, streams
+
+    def _html(self, status: int, text: str, headers: dict[str, str] | None = None) -> None:
+        self._send(status, text.encode(), HTML, headers={"Content-Security-Policy": CSP,
+                                                         "Referrer-Policy": "no-referrer", **(headers or {})})
+
+    def _redirect(self, location: str) -> None:
+        self._send(303, b"", HTML, headers={"Location": location})
+
+    def root(self) -> None:
+        self._view()
+        self._redirect("/ui/")
+
+    def ui_css(self) -> None:
+        self._view()
+        self._send(200, CSS.encode(), "text/css; charset=utf-8")
+
+    def ui_js(self) -> None:
+        self._view()
+        self._send(200, JS.encode(), "text/javascript; charset=utf-8")
+
+    def ui_overview(self) -> None:
+        view, _ = self._view()
+        query = query_of(urlsplit(self.path).query)
+        self._html(200, pages.overview(view.rows(), query))
+
+    def ui_unit(self) -> None:
+        view, _ = self._view()
+        query = query_of(urlsplit(self.path).query, ("id", "done"))
+        unit = view.unit(query.get("id", ""))
+        if unit is None:
+            self._html(404, pages.message_page("No such unit", f"The agent knows no unit {query.get('id', '')!r}."))
+            return
+        notice = _DONE.get(query.get("done", ""), "")
+        self._html(200, pages.unit_page(unit, actions=self.agent.api_token is not None, notice=notice))
+
+    def ui_events(self) -> None:
+        """Server-sent events: what changed on the page (see syncer.http.webview)."""
+        _, streams = self._view()
+        query = query_of(urlsplit(self.path).query, (*FILTERS, "view", "id"))
+        kind = query.get("view", "overview")
+        if kind not in ("overview", "unit"):
+            raise HttpError(400, "view must be overview or unit")
+        client = self.client_address[0]
+        if not streams.acquire(client):
+            self.agent.rate_log("warning", "http: too many web view streams; refusing one", client=client)
+            raise HttpError(503, "too many open pages", close=True, headers={"Retry-After": "5"})
+        try:
+            self.close_connection = True
+            self._status = 200
+            self.send_response(200)
+            for name, value in (("Content-Type", EVENT_STREAM), ("Cache-Control", "no-store"),
+                                ("X-Content-Type-Options", "nosniff"), ("Connection", "close")):
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.flush()
+            if self.command == "HEAD":
+                return
+
+            def send(data: bytes) -> None:
+                self.wfile.write(data)
+                self.wfile.flush()
+
+            follow(streams, Follower(streams.snapshots, kind, query), send)
+        except (OSError, TimeoutError):  # the client went away, or stopped reading
+            self.close_connection = True
+        finally:
+            streams.release(client)
+
+    def _authorized_action(self) -> tuple[ViewAPI, str, dict[str, str]] | None:
+        """`_action`, its refusals (401, 403) answered as a page a person can read; None then."""
+        try:
+            return self._action()
+        except HttpError as exc:
+            if exc.status not in (401, 403):
+                raise
+            if exc.close:
+                self.close_connection = True
+            self._html(exc.status, pages.message_page("Not allowed", f"Nothing was done: {exc.message}."),
+                       headers=exc.headers)
+            return None
+
+    def _action(self) -> tuple[ViewAPI, str, dict[str, str]]:
+        """An action's form, authorized: the API token in the form (or the Authorization header),
+        never a cookie, and no cross-site Origin; 401/403 otherwise, and nothing happens."""
+        view, _ = self._view()
+        if self.agent.api_token is None:
+            raise HttpError(404, "actions are off: the agent has no API token", close=self._has_body())
+        origin = self.headers.get("Origin")
+        if origin and origin != "null" and urlsplit(origin).netloc != self.headers.get("Host", ""):
+            self.agent.rate_log("warning", "http: web view action refused: cross-site request",
+                                client=self.client_address[0])
+            raise HttpError(403, "cross-site request refused", close=self._has_body())
+        form = form_of(self._read_body(MAX_API_BODY_BYTES))
+        token = form.get("token", "")
+        if not (token and _bearer_ok("Bearer " + token, self.agent.api_token)):
+            self._require_token("web view action")
+        unit = form.get("id", "").strip()
+        if not unit:
+            raise HttpError(400, "the form names no unit (id)")
+        return view, unit, form
+
+    def _unit_or_404(self, view: ViewAPI, unit: str) -> bool:
+        if view.unit(unit) is None:
+            self._html(404, pages.message_page("No such unit", f"The agent knows no unit {unit!r}."))
+            return False
+        return True
+
+    def ui_resync(self) -> None:
+        action = self._authorized_action()
+        if action is None:
+            return
+        view, unit, _ = action
+        if self._unit_or_404(view, unit):
+            try:
+                self.agent.api.resync(unit, False, DEFAULT_RESYNC_TIMEOUT)
+            except UnknownUnit:
+                self._html(404, pages.message_page("No such unit", f"The agent knows no unit {unit!r}."))
+                return
+            self._redirect(pages.unit_href(unit) + "&" + urlencode({"done": "resync"}))
+
+    def ui_suspend(self) -> None:
+        action = self._authorized_action()
+        if action is None:
+            return
+        view, unit, form = action
+        if form.get("suspend") not in ("suspend", "resume"):
+            raise HttpError(400, "suspend must be suspend or resume")
+        if self._unit_or_404(view, unit):
+            form_suspend = form["suspend"] == "suspend"
+            try:
+                changed = view.suspend(unit, form_suspend)
+            except UnknownUnit:
+                self._html(404, pages.message_page("No such unit", f"The agent has applied no unit {unit!r}."))
+                return
+            done = ("suspend" if form_suspend else "resume") if changed else "unchanged"
+            self._redirect(pages.unit_href(unit) + "&" + urlencode({"done": done}))
+
 
 ROUTES: dict[str, dict[str, Route]] = {
+    "/": {"GET": Handler.root},
+    "/ui/": {"GET": Handler.ui_overview},
+    "/ui/unit": {"GET": Handler.ui_unit},
+    "/ui/events": {"GET": Handler.ui_events},
+    "/ui/app.css": {"GET": Handler.ui_css},
+    "/ui/app.js": {"GET": Handler.ui_js},
+    "/ui/resync": {"POST": Handler.ui_resync},
+    "/ui/suspend": {"POST": Handler.ui_suspend},
     "/metrics": {"GET": Handler.metrics},
     "/healthz": {"GET": Handler.healthz},
     "/readyz": {"GET": Handler.readyz},
@@ -349,6 +518,10 @@ ROUTES: dict[str, dict[str, Route]] = {
     "/api/v1/resync": {"POST": Handler.resync},
     "/hooks/git": {"POST": Handler.webhook},
 }
+
+
+_DONE = {"resync": "Resync requested.", "suspend": "Suspended.", "resume": "Resumed.",
+         "unchanged": "Nothing to do: it already was in that state."}
 
 
 def _bearer_ok(header: str, token: str) -> bool:

@@ -30,6 +30,7 @@ from syncer.http.limits import (
     RateLimitedLog,
     log,
 )
+from syncer.http.webview import Streams, ViewAPI
 from syncer.observe.metrics import Metrics
 from syncer.source.webhook import REPLAY_WINDOW, ReplayGuard
 
@@ -59,7 +60,8 @@ class AgentServer:
                  api_token: str | None = None, webhook_secret: str | None = None,
                  request_timeout: float = 10.0, max_connections: int = 64, max_connections_per_client: int = 16,
                  max_open: int | None = None, replay_window: float = REPLAY_WINDOW,
-                 reject_log_interval: float = 10.0, protect_reads: bool = False) -> None:
+                 reject_log_interval: float = 10.0, protect_reads: bool = False,
+                 view: ViewAPI | None = None) -> None:
         self.api = api
         self.metrics = metrics
         self.host = host
@@ -73,9 +75,11 @@ class AgentServer:
         self.max_open = max(max_open or 4 * max_connections, max_connections + HEALTH_SLOTS)
         self.replays = ReplayGuard(replay_window)
         self.rate_log = RateLimitedLog(reject_log_interval)
+        self.streams = Streams(view) if view is not None else None  # the web view's live pages
         self.context = RequestContext(api=api, metrics=metrics, api_token=self.api_token,
                                       webhook_secret=self.webhook_secret, protect_reads=protect_reads,
-                                      request_timeout=request_timeout, replays=self.replays, rate_log=self.rate_log)
+                                      request_timeout=request_timeout, replays=self.replays, rate_log=self.rate_log,
+                                      view=view, streams=self.streams)
         self._listener: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self._wake: tuple[socket.socket, socket.socket] | None = None
@@ -117,6 +121,8 @@ class AgentServer:
             raise
         self._listener = listener
         self._stopping.clear()
+        if self.streams is not None:
+            self.streams.closed.clear()
         self._wake = socket.socketpair()
         self._wake[0].setblocking(False)
         self._thread = threading.Thread(target=self._serve, args=(listener, self._wake[0]), name="http",
@@ -131,6 +137,8 @@ class AgentServer:
         if listener is None:
             return
         self._stopping.set()
+        if self.streams is not None:  # the web view's event streams end now, not at their next heartbeat
+            self.streams.close()
         self._poke()
         if thread is not None:
             thread.join(5)

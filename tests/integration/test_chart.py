@@ -481,6 +481,23 @@ def test_notes_say_who_can_reach_the_agent(helm: str) -> None:
     assert 'curl -s -H "Authorization: Bearer $TOKEN"' in text and "t" not in re.findall(r"Bearer (\S+)", text)
 
 
+def test_optional_ingress_to_the_web_view(helm: str) -> None:
+    assert "Ingress" not in kinds(render(helm))
+    objs = render(helm, {"ingress": {"enabled": True, "className": "nginx", "host": "fs.example.com",
+                                     "tls": [{"hosts": ["fs.example.com"], "secretName": "fs-tls"}]}})
+    ingress = one(objs, "Ingress")
+    assert ingress["spec"]["ingressClassName"] == "nginx"
+    assert ingress["spec"]["tls"] == [{"hosts": ["fs.example.com"], "secretName": "fs-tls"}]
+    rule = ingress["spec"]["rules"][0]
+    assert rule["host"] == "fs.example.com"
+    service = next(o for o in objs if o["kind"] == "Service" and o["metadata"]["labels"].get("flower-syncer.io/service")
+               == "api")
+    assert rule["http"]["paths"] == [{"path": "/", "pathType": "Prefix", "backend": {"service": {
+        "name": service["metadata"]["name"], "port": {"name": "http"}}}}]
+    everywhere = one(render(helm, {"ingress": {"enabled": True}}), "Ingress")
+    assert "host" not in everywhere["spec"]["rules"][0] and "ingressClassName" not in everywhere["spec"]
+
+
 @pytest.mark.parametrize(("git", "url_kind"), [
     ({"token": "ghp_x", "username": "bot"}, "token"),
     ({"ssh": {"identity": "-----BEGIN OPENSSH PRIVATE KEY-----\nk\n", "knownHosts": "h ssh-ed25519 AAA"}}, "ssh"),
@@ -578,6 +595,7 @@ def test_runbook_urls(helm: str) -> None:
     ({"networkPolicy": {"from": [{"ipBlock": {"except": ["10.0.0.0/8"]}}]}}, "/networkPolicy/from/0/ipBlock"),
     ({"networkPolicy": {"enabled": "yes"}}, "/networkPolicy/enabled"),
     ({"prometheusRule": {"runbookBaseURL": "docs/runbooks"}}, "/prometheusRule/runbookBaseURL"),
+    ({"ingress": {"enabled": True, "path": "ui"}}, "/ingress/path"),
 ])
 def test_bad_values_fail(helm: str, values: dict[str, Any], message: str) -> None:
     proc = subprocess.run([helm, "template", "fs", str(CHART), "--values", "-"], input=yaml.safe_dump(values),

@@ -1,0 +1,222 @@
+"""The web view's server side, below the routes of `syncer.http.handler`: what it needs from the
+agent (`ViewAPI`), the query and form parsing, the snapshot the event streams share, and the
+event stream itself (`follow`).
+
+Live updates are server-sent events on `/ui/events`, within the server's limits:
+
+- at most ``MAX_STREAMS`` streams at once, ``MAX_STREAMS_PER_CLIENT`` from one address (over that:
+  503 with a ``retry:`` the browser honours), each holding one request thread and one connection;
+- a stream reads the agent every ``STREAM_INTERVAL`` seconds and sends only what changed (one
+  overview row, a unit's section; the whole table when units came or went, at most every
+  ``BODY_INTERVAL``); the readings are shared by all streams (`Snapshots`), so ten
+  open pages cost one reading; with no page open nothing is read at all;
+- a comment line every ``HEARTBEAT_SECONDS`` (proxies keep the connection; a gone client is noticed
+  by the write failing within the request timeout);
+- a stream ends after ``MAX_STREAM_SECONDS`` (the browser reconnects on its own) and at once when
+  the server stops (`Streams.close`)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+from urllib.parse import parse_qs
+
+import orjson
+
+from syncer.http.limits import HttpError
+from syncer.http.pages import FILTERS, MAX_ROWS, row_html, rows_html, select, summary
+from syncer.http.pages import detail_html as unit_detail_html
+from syncer.observe.view import UnitRow, UnitView
+
+MAX_STREAMS = 16
+MAX_STREAMS_PER_CLIENT = 4
+STREAM_INTERVAL = 0.5  # seconds between two readings of the agent while a page is open
+SNAPSHOT_TTL = 0.4  # a reading this young is shared with the other streams
+HEARTBEAT_SECONDS = 15.0
+MAX_STREAM_SECONDS = 300.0
+RETRY_MS = 2000  # how long the browser waits before reconnecting
+BODY_INTERVAL = 5.0  # an overview's whole table is sent again at most this often (its rows: at once)
+MAX_QUERY_VALUE = 256
+HTML = "text/html; charset=utf-8"
+EVENT_STREAM = "text/event-stream; charset=utf-8"
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+       "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+
+
+class ViewAPI(Protocol):
+    """What the web view reads from the agent and asks of it. Called from request threads."""
+
+    def rows(self) -> list[UnitRow]:
+        """Every unit the agent reports on."""
+        ...
+
+    def unit(self, unit: str) -> UnitView | None:
+        """The page of the unit whose id is `unit`; None when the agent knows no such unit."""
+        ...
+
+    def suspend(self, unit: str, suspended: bool) -> bool:
+        """Suspend (or resume) the unit; True when that changed something. Raises UnknownUnit."""
+        ...
+
+
+def query_of(raw: str, names: tuple[str, ...] = FILTERS) -> dict[str, str]:
+    """The first value of each known parameter, stripped and bounded; the rest is ignored."""
+    parsed = parse_qs(raw, keep_blank_values=False, max_num_fields=32)
+    return {k: v[0].strip()[:MAX_QUERY_VALUE] for k, v in parsed.items() if k in names and v and v[0].strip()}
+
+
+def form_of(body: bytes) -> dict[str, str]:
+    """A urlencoded form body (400 when it is not one)."""
+    try:
+        text = body.decode("utf-8")
+        parsed = parse_qs(text, keep_blank_values=True, max_num_fields=16, strict_parsing=bool(text))
+    except (UnicodeDecodeError, ValueError):
+        raise HttpError(400, "the form is not valid application/x-www-form-urlencoded") from None
+    return {k: v[0] for k, v in parsed.items()}
+
+
+class Snapshots:
+    """Readings of the agent shared by the streams: the rows, and each unit's page, at most
+    `ttl` seconds old. Nothing is read unless a stream asks."""
+
+    def __init__(self, view: ViewAPI, ttl: float = SNAPSHOT_TTL, clock: Callable[[], float] = time.monotonic) -> None:
+        self._view = view
+        self._ttl = ttl
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._rows: tuple[float, list[UnitRow], dict[str, str]] | None = None
+        self._html: dict[UnitRow, str] = {}
+        self._units: dict[str, tuple[float, str | None]] = {}
+
+    def rows(self) -> tuple[list[UnitRow], dict[str, str]]:
+        """Every row and its HTML (rendered once per reading, whatever the number of streams)."""
+        with self._lock:
+            now = self._clock()
+            if self._rows is None or now - self._rows[0] > self._ttl:
+                rows = self._view.rows()
+                # a row equal to the last reading's keeps its HTML: most readings render nothing
+                before = self._html
+                self._html = {r: before.get(r) or row_html(r) for r in rows}
+                self._rows = (now, rows, {r.unit: self._html[r] for r in rows})
+            return self._rows[1], self._rows[2]
+
+    def unit(self, unit: str) -> str | None:
+        """The HTML of the unit's changing section; None when the unit is gone."""
+        with self._lock:
+            now = self._clock()
+            got = self._units.get(unit)
+            if got is None or now - got[0] > self._ttl:
+                view = self._view.unit(unit)
+                got = (now, unit_detail_html(view) if view is not None else None)
+                self._units = {u: v for u, v in self._units.items() if now - v[0] <= self._ttl}
+                self._units[unit] = got
+            return got[1]
+
+
+class Streams:
+    """The open event streams: slots, and the signal that ends them all when the server stops."""
+
+    def __init__(self, view: ViewAPI, max_streams: int = MAX_STREAMS,
+                 max_per_client: int = MAX_STREAMS_PER_CLIENT) -> None:
+        self.snapshots = Snapshots(view)
+        self.max_streams = max_streams
+        self.max_per_client = max_per_client
+        self.closed = threading.Event()
+        self._lock = threading.Lock()
+        self._open: dict[str, int] = {}
+
+    @property
+    def open(self) -> int:
+        with self._lock:
+            return sum(self._open.values())
+
+    def acquire(self, client: str) -> bool:
+        with self._lock:
+            if (self.closed.is_set() or sum(self._open.values()) >= self.max_streams
+                    or self._open.get(client, 0) >= self.max_per_client):
+                return False
+            self._open[client] = self._open.get(client, 0) + 1
+            return True
+
+    def release(self, client: str) -> None:
+        with self._lock:
+            left = self._open.get(client, 1) - 1
+            if left > 0:
+                self._open[client] = left
+            else:
+                self._open.pop(client, None)
+
+    def close(self) -> None:
+        self.closed.set()
+
+
+def event(name: str, payload: Any) -> bytes:
+    """One server-sent event: JSON on a single data line (orjson escapes newlines)."""
+    return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
+
+
+class Follower:
+    """What one stream sent last, and what to send next: `step` returns the events (bytes) for
+    the agent's state now, empty when nothing changed."""
+
+    def __init__(self, snapshots: Snapshots, view: str, query: Mapping[str, str],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._snapshots = snapshots
+        self._clock = clock
+        self._body_at = 0.0
+        self._view = view
+        self._query = dict(query)
+        self._sent: dict[str, str] = {}
+        self._order: list[str] = []
+        self._summary = ""
+        self._unit: str | None = ""
+
+    def step(self) -> bytes:
+        if self._view == "unit":
+            html = self._snapshots.unit(self._query.get("id", ""))
+            if html == self._unit:
+                return b""
+            self._unit = html
+            return event("unit", {"html": html} if html is not None else {"gone": True})
+        rows, htmls = self._snapshots.rows()
+        chosen = select(rows, self._query)
+        order = [r.unit for r in chosen[:MAX_ROWS]]
+        text = summary(chosen, len(rows))
+        payload: dict[str, Any] = {}
+        now = self._clock()
+        if set(order) != set(self._order) and (not self._order or now - self._body_at >= BODY_INTERVAL):
+            # a unit came or went: the whole body, at most every BODY_INTERVAL (a unit that only
+            # moves keeps its place until then: at 2,001 units, pods starting move rows every second)
+            payload["tbody"] = rows_html(chosen)
+            self._order, self._body_at = order, now
+            self._sent = {u: htmls[u] for u in order}
+        else:
+            changed = {u: htmls[u] for u in self._order if u in htmls and self._sent.get(u) != htmls[u]}
+            if changed:
+                payload["rows"] = changed
+                self._sent.update(changed)
+        if text != self._summary:
+            payload["summary"] = text
+            self._summary = text
+        return event("rows", payload) if payload else b""
+
+
+def follow(streams: Streams, follower: Follower, send: Callable[[bytes], None], *,
+           interval: float = STREAM_INTERVAL, heartbeat: float = HEARTBEAT_SECONDS,
+           lifetime: float = MAX_STREAM_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
+    """Send what changed every `interval` until the server stops, `lifetime` passes or the client
+    is gone (`send` raises). The first step sends the whole state the page may have missed."""
+    send(f"retry: {RETRY_MS}\n\n".encode())
+    start = last = clock()
+    while not streams.closed.is_set() and clock() - start < lifetime:
+        data = follower.step()
+        now = clock()
+        if data:
+            send(data)
+            last = now
+        elif now - last >= heartbeat:
+            send(b": heartbeat\n\n")
+            last = now
+        streams.closed.wait(interval)
