@@ -20,6 +20,7 @@ from typing import Any
 import structlog
 
 from syncer import __version__
+from syncer.actions.history import find_inventory
 from syncer.actions.suspend import set_suspended
 from syncer.agent.agent import Agent
 from syncer.agent.config import AgentConfig, load_policy, read_secret
@@ -94,7 +95,8 @@ class _Api:
 
 class _View:
     """What the web view reads (syncer.agent.view) and its one write, suspend/resume (the CLI's
-    `flower-syncer suspend`, on the unit's inventory, with the agent's own rights)."""
+    `flower-syncer suspend`, on the unit's inventory): read with the agent's own rights, written with
+    the rights its syncs have."""
 
     def __init__(self, agent: Agent, kube: Kube, namespaces: Sequence[str] | None) -> None:
         self.agent = agent
@@ -108,7 +110,13 @@ class _View:
         return unit_view(self.agent, unit)
 
     def suspend(self, unit: str, suspended: bool) -> bool:
-        return set_suspended(self.kube, unit, suspended, self.namespaces).changed
+        """Only a unit this repository owns, written as the agent writes (fenced: the leader only;
+        impersonating the admin policy's ServiceAccount): never another repository's inventory."""
+        inv = find_inventory(self.kube, unit, self.namespaces)
+        plan = self.agent.installed.plan
+        if not plan.owns_record(inv.repository, inv.source, in_git=inv.unit in plan.units):
+            raise UnknownUnit(unit)  # another repository's unit: its own agent's to suspend
+        return set_suspended(self.agent.kube, inv.unit.id, suspended, [inv.unit.namespace]).changed
 
 
 def run(config: AgentConfig) -> int:

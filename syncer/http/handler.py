@@ -14,6 +14,8 @@ from urllib.parse import urlencode, urlsplit
 
 import orjson
 
+from syncer.cluster.client import ApiError, ClusterUnreachable
+from syncer.cluster.fence import Fenced
 from syncer.http import pages
 from syncer.http.assets import CSS, JS
 from syncer.http.limits import (
@@ -497,6 +499,9 @@ class Handler(BaseHTTPRequestHandler):
                 changed = view.suspend(unit, form_suspend)
             except UnknownUnit:
                 self._html(404, pages.message_page("No such unit", f"The agent has applied no unit {unit!r}."))
+                return
+            except (ApiError, ClusterUnreachable, Fenced) as exc:  # the cluster said no: the page says so
+                self._html(503, pages.message_page("Not changed", f"The cluster did not take the change: {exc}"))
                 return
             done = ("suspend" if form_suspend else "resume") if changed else "unchanged"
             self._redirect(pages.unit_href(unit) + "&" + urlencode({"done": done}))

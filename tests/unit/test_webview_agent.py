@@ -64,3 +64,28 @@ def test_a_config_error_says_where_and_keeps_the_unit(tmp_path: Path) -> None:
     assert "federations/fed.yaml" in row.message and "<b>two</b>" in row.message
     view = unit_view(agent, FED_ID)
     assert view is not None and any("federations/fed.yaml" in e for e in view.errors)
+
+
+def test_the_views_suspend_touches_only_this_repositorys_units(tmp_path: Path) -> None:
+    """A Suspend from the web view writes only an inventory this repository owns: another
+    repository's unit of the same id (here: one this repository's Git also names, whose claim the
+    other repository won) is not this agent's to suspend, whatever the view lists."""
+    from syncer.actions.history import find_inventory
+    from syncer.agent.runner import _View
+    from syncer.identity import UnknownUnit
+
+    agent, kube, root = synced_agent(tmp_path)
+    other = repo_at(tmp_path / "other", {"federations/lab.yaml": fed("lab")})
+    (other / "flower-syncer.yaml").write_text(f"name: other\ndefaultNamespace: {NS}\n")
+    state = load_repo(other)
+    assert Engine(kube).sync(plan_repo(state, render_repo(state)), SyncOptions()).ok
+    repo_at(root, {"federations/lab.yaml": fed("lab")})  # this repository's Git names it too
+    install(agent, root, "r2")
+    view = _View(agent, kube, None)
+    try:
+        view.suspend(f"federation/{NS}/lab", True)
+        raise AssertionError("suspended another repository's unit")
+    except UnknownUnit:
+        pass
+    assert not find_inventory(kube, f"federation/{NS}/lab").suspended
+    assert view.suspend(FED_ID, True) and find_inventory(kube, FED_ID).suspended
