@@ -96,6 +96,8 @@ class Holds:
             return Runs(False, why=f"the SuperLink of {fed.id} is not asked: {health.code}")
         if not health.reachable:
             return Runs(False, why=f"the SuperLink of {fed.id} does not answer: {health.error}")
+        if health.truncated:  # the runs in progress may be among those not read: not "no run"
+            return Runs(False, why=f"the SuperLink of {fed.id} lists more runs than the agent reads")
         return Runs(True, tuple(ActiveRun(r.run_id, run_state(r), r.running_at or r.pending_at)
                                 for r in health.active))
 

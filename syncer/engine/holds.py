@@ -120,14 +120,16 @@ def decide(disruptions: Sequence[Disruption], runs: Runs | None, settings: HoldS
                         f"({runs.why}); goes ahead at {stamp(deadline)} at the latest", since=since, deadline=deadline)
     if runs is None or not runs.known:
         why = runs.why if runs is not None and runs.why else "Flower-level health did not read them"
-        if not settings.strict:
+        if not settings.strict and held_since is None:  # a hold going on is kept until its deadline: one
+            # failed read of a busy SuperLink must not let the restart through mid-run
             return Decision(False, Why.RUNS_UNKNOWN, f"{what}: not held: the federation's runs are unknown ({why}); "
                             "set flower-syncer.io/hold-strict: \"true\" to hold then")
         if now >= deadline:
             return Decision(False, Why.DEADLINE, f"{what}: went ahead at the deadline {stamp(deadline)}; the runs "
                             f"were still unknown ({why})", since=since, deadline=deadline)
+        because = "hold-strict is set" if settings.strict else "it was holding for runs in progress"
         return Decision(True, Why.UNKNOWN_STRICT, f"{what} held: the federation's runs are unknown ({why}) and "
-                        f"hold-strict is set; goes ahead at {stamp(deadline)} at the latest", since=since,
+                        f"{because}; goes ahead at {stamp(deadline)} at the latest", since=since,
                         deadline=deadline)
     ids = tuple(sorted(r.run_id for r in runs.active))
     if not ids:

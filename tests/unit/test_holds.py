@@ -167,6 +167,26 @@ def test_a_held_restart_keeps_the_live_spec_and_the_rest_applies(kube: FakeKube,
 
 # -- the agent -----------------------------------------------------------------------------------
 
+def test_a_hold_going_on_survives_a_failed_read_of_the_runs_until_its_deadline() -> None:
+    """One failed read of a busy SuperLink (a timeout) in the middle of a hold: the restart stays
+    held (it would kill the run the hold protects), up to the hold's deadline."""
+    unknown = Runs(False, why="the SuperLink does not answer")
+    mid = decide([SUPERLINK], unknown, HOUR, now=NOW + 600, held_since=NOW)
+    assert mid.hold and mid.why is Why.UNKNOWN_STRICT and mid.deadline == NOW + 3600, mid
+    assert "holding for runs in progress" in mid.message
+    assert not decide([SUPERLINK], unknown, HOUR, now=NOW + 3600, held_since=NOW).hold  # the deadline still holds
+
+
+def test_a_cut_run_list_is_not_read_as_no_run(kube: FakeKube, tmp_path: Path) -> None:
+    """A SuperLink that lists more runs than the agent reads (truncated): the runs in progress may
+    be among those not read, so they are unknown, never "no run in progress"."""
+    from dataclasses import replace
+
+    agent, _ = _agent(kube, tmp_path, {FED_UNIT: replace(_health(), truncated=True)}, [NOW])
+    runs = agent.holds.runs(FED_UNIT, agent.installed.plan)
+    assert not runs.known and "more runs than the agent reads" in runs.why
+
+
 def _health(*runs: RunInfo, reachable: bool = True) -> FlowerHealth:
     return FlowerHealth(reachable, "fed-superlink.flower.svc:9093", "2026-11-28T18:00:00Z",
                         error="" if reachable else "connection refused", active=runs)
