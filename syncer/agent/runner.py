@@ -314,7 +314,7 @@ def _same_entry(admin: AdminPolicy, entry: RepositoryPolicy | None, source: str,
     stop = next((i for i, e in enumerate(entries) if e is entry), len(entries))
     got = next((e for e in entries[:stop] if e.matches(source, remote_ref, sub)), None)
     wanted = f"--ref {ref}" if ref else "no --ref (the remote's default branch)"
-    if got is None and entry is not None and ref and not entry.matches(source, remote_ref, sub):
+    if got is None and entry is not None and not entry.matches(source, remote_ref, sub):
         return (f"the agent was started with {wanted}, which the admin's policy gives {admin.entry_name(entry)}; "
                 f"the remote resolves it to {remote_ref}, which that entry does not match (a tag, not a branch, "
                 f"or the other way round): start the agent with --ref {remote_ref}")

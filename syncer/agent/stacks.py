@@ -78,7 +78,11 @@ class StackDump:
     def _run(self) -> None:
         while True:
             os.read(self._wake_read, 4096)  # every signal up to now: one dump
-            self.dump()
+            try:
+                self.dump()
+            except Exception as exc:  # one failed dump (a deep stack, no memory) never ends the thread
+                with contextlib.suppress(OSError):
+                    write_all(self.fd, f"flower-syncer: the stack dump failed: {exc!r}\n".encode("utf-8", "replace"))
 
     def dump(self) -> None:
         names = {thread.ident: thread.name for thread in threading.enumerate() if thread.ident is not None}

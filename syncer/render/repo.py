@@ -217,7 +217,10 @@ def _foreign_tls_secret(loaded: LoadedUnit, manifests: Sequence[Manifest],
     if not isinstance(fed, Federation) or fed.spec.insecure or ANN_TLS_SECRET not in fed.metadata.annotations:
         return None
     name = fed.tls_secret()
-    if secret_is_own_or_listed(name, manifests, rails.allowedSecrets):
+    # the Secrets the unit renders itself: a Certificate it renders proves nothing here, since the
+    # annotation names its secretName too (cert-manager would overwrite another application's Secret)
+    rendered = [m for m in manifests if m.get("kind") == "Secret"]
+    if secret_is_own_or_listed(name, rendered, rails.allowedSecrets):
         return None
     message = (f"the SuperLink's TLS Secret {name!r} is not this federation's own (it renders no such Secret and no "
                "Certificate it renders writes it) and guardrails.allowedSecrets does not list it: its pods would "

@@ -75,6 +75,7 @@ class _Verdict:
     ok: bool
     signer: str  # who signed, as git says ("" for no signature)
     problem: str  # why not ("" when ok)
+    settled: bool = True  # False: git could not say (a timeout, a killed gpg): asked again at the next fetch
 
 
 class Verifier:
@@ -107,15 +108,17 @@ class Verifier:
         key = (commit, tag_object)
         refusal = self._verdicts.get(key)
         if refusal is None:
-            refusal = self._refusal(git, commit, tag, tag_object, display)
+            refusal, settled = self._refusal(git, commit, tag, tag_object, display)
             if len(self._verdicts) >= 256:
                 self._verdicts.clear()
-            self._verdicts[key] = refusal
+            if settled:  # a verdict git could not reach is not remembered: a signed tip is not refused for good
+                self._verdicts[key] = refusal
         if refusal:
             raise SourceError("unverified", refusal)
         return commit
 
-    def _refusal(self, git: Git, commit: str, tag: str | None, tag_object: str, display: str) -> str:
+    def _refusal(self, git: Git, commit: str, tag: str | None, tag_object: str, display: str) -> tuple[str, bool]:
+        """Why the revision is refused ("" when it is not), and whether that is settled."""
         mode = self.verification.mode
         with tempfile.TemporaryDirectory(prefix="flower-syncer-keys-") as tmp:
             env, options = self._keyring(Path(tmp))
@@ -123,15 +126,15 @@ class Verifier:
                 assert tag is not None
                 if not tag_object or git(["cat-file", "-t", tag_object], {})[1].strip() != "tag":
                     return (f"{display}: tag {tag} (commit {commit[:12]}) is a lightweight tag: it cannot be signed, "
-                            f"and the admin's policy requires a signed tag (verify mode {mode})")
+                            f"and the admin's policy requires a signed tag (verify mode {mode})"), True
                 verdict = self._verify(git, [*options, "verify-tag", "--raw", tag_object], env)
                 if not verdict.ok:
-                    return f"{display}: tag {tag} (commit {commit[:12]}) {verdict.problem}"
+                    return f"{display}: tag {tag} (commit {commit[:12]}) {verdict.problem}", verdict.settled
             if mode in ("HEAD", "TagAndHEAD"):
                 verdict = self._verify(git, [*options, "verify-commit", "--raw", commit], env)
                 if not verdict.ok:
-                    return f"{display}: commit {commit[:12]} {verdict.problem}"
-        return ""
+                    return f"{display}: commit {commit[:12]} {verdict.problem}", verdict.settled
+        return "", True
 
     def _keyring(self, home: Path) -> tuple[dict[str, str], list[str]]:
         """The environment and git options of a verification: GNUPGHOME with the listed OpenPGP
@@ -183,7 +186,7 @@ class Verifier:
             return _Verdict(False, "", "has a signature flower-syncer cannot read (neither OpenPGP nor SSH)")
         if "no signature found" in text or not text.strip():
             return _Verdict(False, "", "is not signed; the admin's policy requires a signature by a listed key")
-        return _Verdict(False, "", f"has a signature git cannot verify: {summarize(err)}")
+        return _Verdict(False, "", f"has a signature git cannot verify: {summarize(err)}", settled=False)
 
     def _pgp_verdict(self, status: int, text: str) -> _Verdict:
         fields: dict[str, list[str]] = {}

@@ -179,3 +179,17 @@ def test_a_short_ref_that_turns_out_to_be_a_tag_is_refused_by_a_branch_entry(tmp
     branch = repository_tenancy(AgentConfig(repo=str(origin.path), ref="main", policy=policy))
     assert GitSource(SourceSpec(url=str(origin.path), ref="main", cache_dir=tmp_path / "cache2",
                                 admit=branch.admit)).fetch().revision == origin.head()
+
+
+def test_without_a_ref_an_entry_for_tags_does_not_cover_the_default_branch(tmp_path: Path) -> None:
+    """No --ref: `ref: refs/tags/*` matched while the ref was unknown (""), but the remote's default
+    branch is a branch, which that entry does not match: refused, never synced under the tags' entry."""
+    origin = _origin(tmp_path)
+    policy = _policy_file(tmp_path, origin.path, f"  - source: '{origin.path}'\n    ref: refs/tags/*\n"
+                                                 f"    serviceAccount: {NARROW}\n")
+    tenancy = repository_tenancy(AgentConfig(repo=str(origin.path), policy=policy))
+    src = GitSource(SourceSpec(url=str(origin.path), cache_dir=tmp_path / "cache", admit=tenancy.admit))
+    assert tenancy.impersonate == f"system:serviceaccount:{NARROW.replace('/', ':')}"  # the tags' entry, at start
+    with pytest.raises(SourceError) as err:
+        src.fetch()
+    assert "does not match" in err.value.message and src.last() is None

@@ -73,6 +73,21 @@ def test_an_annotation_does_not_make_another_applications_secret_the_units_own(t
     assert not report.ok
 
 
+def test_an_issuer_beside_the_annotation_does_not_make_the_named_secret_the_units_own(tmp_path: Path,
+                                                                                    kube: FakeKube) -> None:
+    """With an issuer, the Certificate flower-syncer renders takes its secretName from the same
+    annotation: that Certificate proves nothing (cert-manager would even overwrite the other
+    application's Secret), so the named Secret is still refused."""
+    fed = federation("fed", pool("a"), ANN + ', "flower-syncer.io/superlink-issuer": ClusterIssuer/any',
+                     insecure=False)
+    loaded = load(repo(tmp_path, fed))
+    errors = [d for d in loaded.errors if d.unit == f"federation/{NS}/fed"]
+    assert any(d.path == "metadata.annotations.flower-syncer.io/superlink-tls-secret" for d in errors), errors
+    sync(kube, loaded, SyncOptions())
+    assert kube.get("StatefulSet", NS, "fed-superlink") is None
+    assert kube.get("Certificate", NS, "fed-superlink") is None  # nothing asks cert-manager to write it either
+
+
 def test_a_secret_the_admin_lists_may_be_named(tmp_path: Path, kube: FakeKube) -> None:
     policy = RepositoryPolicy(guardrails=Guardrails(allowedSecrets=["other-app-*"]))
     loaded = load(repo(tmp_path, tls_fed(), settings="guardrails: {allowedSecrets: [other-app-tls]}\n"), policy=policy)
