@@ -285,6 +285,16 @@ def repository_tenancy(config: AgentConfig) -> RepositoryTenancy:
                          f"origin's identity, set source_url: {origin} to keep it (see docs/source-identity.md)")
     admin = load_policy(config.policy) if config.policy is not None else None
     policy = admin.for_source(source, ref, sub) if admin is not None else None
+    if admin is not None and policy is not None and origin and origin != source:
+        # an agent upgraded from when the origin named a local repository: the admin chose its entry by
+        # that origin; never fall silently to the default entry (another ServiceAccount, no `verify`).
+        # A path the admin lists keeps its own entry, whatever the work tree's origin says.
+        was = admin.for_source(source_location(origin, config.path, origin=False)[0], ref, sub)
+        if policy is admin.default and was is not policy:
+            raise SourceError("invalid", f"the admin's policy gives this repository {admin.entry_name(policy)} by its "
+                                         f"path {source} but {admin.entry_name(was)} by its origin {origin}; set "
+                                         f"source_url: {origin} to keep the origin's entry, or source_url: {source} "
+                                         "to take the path's (see docs/source-identity.md)")
     if policy is None:
         log.warning("no admin policy (--policy): single-tenant mode; the repository's own flower-syncer.yaml "
                     "guardrails are all that limits it, and writes use the agent's own rights",

@@ -186,9 +186,9 @@ class Follower:
         text = summary(chosen, len(rows))
         payload: dict[str, Any] = {}
         now = self._clock()
-        if set(order) != set(self._order) and (not self._order or now - self._body_at >= BODY_INTERVAL):
-            # a unit came or went: the whole body, at most every BODY_INTERVAL (a unit that only
-            # moves keeps its place until then: at 2,001 units, pods starting move rows every second)
+        if order != self._order and (not self._order or now - self._body_at >= BODY_INTERVAL):
+            # a unit came, went or moved (attention first): the whole body, at most every BODY_INTERVAL
+            # (at 2,001 units, pods starting move rows every second)
             payload["tbody"] = rows_html(chosen)
             self._order, self._body_at = order, now
             self._sent = {u: htmls[u] for u in order}

@@ -423,3 +423,18 @@ def test_a_huge_annotation_on_a_flowerunit_is_not_held_whole(tmp_path: Path, kub
     view.event("MODIFIED", obj)
     assert len(repr(view.objects[alpha])) < 2_000
     assert resyncs(agent) == []  # still too long, still ignored
+
+
+def test_an_upgraded_agent_never_falls_silently_to_the_default_entry(tmp_path: Path) -> None:
+    """The admin's entry names the clone's origin URL (as it was chosen before identity came from
+    the agent's settings); the clone's path matches no entry. Starting under the default entry
+    (another ServiceAccount, no signatures required) would be silent: the agent refuses to start
+    and says to set source_url; with it, the origin's entry applies."""
+    mine = committed_repo(tmp_path / "work", NS_A, "alpha")
+    git(mine, "remote", "add", "origin", THEIRS)
+    policy = policy_file(tmp_path, tmp_path / "nowhere")  # no entry for the clone's path
+    with pytest.raises(SourceError) as err:
+        repository_tenancy(AgentConfig(repo=str(mine), policy=policy))
+    assert f"source_url: {THEIRS}" in err.value.message
+    kept = repository_tenancy(AgentConfig(repo=str(mine), policy=policy, source_url=THEIRS))
+    assert kept.impersonate == "system:serviceaccount:team-b:writer"
