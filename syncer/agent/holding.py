@@ -63,6 +63,19 @@ class Holds:
 
     # -- inputs ---------------------------------------------------------------------------------
 
+    def release_now(self, unit: Unit) -> bool:
+        """A person released the unit's holds through the agent (the web view's action, behind the
+        API token): holds begun until now go ahead. True when a hold was going on (the unit queued)."""
+        now = self.clock()
+        with self._lock:
+            self._released[unit] = now
+            held = self.held.get(unit)
+        if held is None or held.since is None or now < held.since:
+            return False
+        log.info("hold released through the agent's API", unit=unit.id)
+        self.requeue(unit, 0.0)
+        return True
+
     def release_seen(self, unit: Unit, obj: Mapping[str, Any]) -> bool:
         """A FlowerUnit as its watch delivered it: remember its release time; True (and the unit
         queued) when that releases a hold going on now."""

@@ -118,6 +118,12 @@ class _View:
             raise UnknownUnit(unit)  # another repository's unit: its own agent's to suspend
         return set_suspended(self.agent.kube, inv.unit.id, suspended, [inv.unit.namespace]).changed
 
+    def release_hold(self, unit: str) -> bool:
+        found = [u for u in self.agent.installed.plan.units if u.id == unit]
+        if not found:
+            raise UnknownUnit(unit)
+        return self.agent.holds.release_now(found[0])
+
 
 def run(config: AgentConfig) -> int:
     configure(config.log_format, config.log_level)

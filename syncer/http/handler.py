@@ -508,6 +508,21 @@ class Handler(BaseHTTPRequestHandler):
             self._redirect(pages.unit_href(unit) + "&" + urlencode({"done": done}))
 
 
+    def ui_release_hold(self) -> None:
+        action = self._authorized_action()
+        if action is None:
+            return
+        view, unit, _ = action
+        if self._unit_or_404(view, unit):
+            try:
+                released = view.release_hold(unit)
+            except UnknownUnit:
+                self._html(404, pages.message_page("No such unit", f"The agent has no unit {unit!r} in Git."))
+                return
+            done = "release" if released else "unchanged"
+            self._redirect(pages.unit_href(unit) + "&" + urlencode({"done": done}))
+
+
 ROUTES: dict[str, dict[str, Route]] = {
     "/": {"GET": Handler.root},
     "/ui/": {"GET": Handler.ui_overview},
@@ -517,6 +532,7 @@ ROUTES: dict[str, dict[str, Route]] = {
     "/ui/app.js": {"GET": Handler.ui_js},
     "/ui/resync": {"POST": Handler.ui_resync},
     "/ui/suspend": {"POST": Handler.ui_suspend},
+    "/ui/release-hold": {"POST": Handler.ui_release_hold},
     "/metrics": {"GET": Handler.metrics},
     "/healthz": {"GET": Handler.healthz},
     "/readyz": {"GET": Handler.readyz},
@@ -527,6 +543,7 @@ ROUTES: dict[str, dict[str, Route]] = {
 
 
 _DONE = {"resync": "Resync requested.", "suspend": "Suspended.", "resume": "Resumed.",
+         "release": "Hold released: the held restarts go ahead now.",
          "unchanged": "Nothing to do: it already was in that state."}
 
 

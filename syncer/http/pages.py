@@ -200,7 +200,7 @@ def detail_html(v: UnitView) -> str:
     return f"<dl>{conds}{facts}</dl>{errors}{pools}{dialing}{runs}{objects}{history}"
 
 
-def actions_html(unit: str, suspended: bool, enabled: bool) -> str:
+def actions_html(unit: str, suspended: bool, enabled: bool, held: bool = False) -> str:
     """Resync and suspend/resume: forms that POST the API token (never a cookie), so another site
     cannot make a browser act for its user."""
     if not enabled:
@@ -215,15 +215,17 @@ def actions_html(unit: str, suspended: bool, enabled: bool) -> str:
                 f'<button type="submit">{_e(label)}</button></form>')
 
     toggle = ("resume", "Resume") if suspended else ("suspend", "Suspend")
+    release = form("/ui/release-hold", "release", "Release the hold: restart now") if held else ""
     return ("<h2>Actions</h2>" + form("/ui/resync", "resync", "Resync now")
-            + form("/ui/suspend", toggle[0], toggle[1], f'<input type="hidden" name="suspend" value="{toggle[0]}">'))
+            + form("/ui/suspend", toggle[0], toggle[1], f'<input type="hidden" name="suspend" value="{toggle[0]}">')
+            + release)
 
 
 def unit_page(v: UnitView, *, actions: bool, notice: str = "") -> str:
     r = v.row
     body = (f'<h2 id="unit-title">{_e(r.kind)} <code>{_e(r.namespace)}/{_e(r.name)}</code></h2>'
             f'<section id="detail" aria-labelledby="unit-title">{detail_html(v)}</section>'
-            + actions_html(r.unit, r.suspended, actions))
+            + actions_html(r.unit, r.suspended, actions, held=r.synced == "Held"))
     return page(r.unit, body, stream=stream_url("unit", {"id": r.unit}), notice=notice)
 
 

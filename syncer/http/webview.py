@@ -60,6 +60,10 @@ class ViewAPI(Protocol):
         """Suspend (or resume) the unit; True when that changed something. Raises UnknownUnit."""
         ...
 
+    def release_hold(self, unit: str) -> bool:
+        """Let the unit's held restarts go ahead now; True when one was held. Raises UnknownUnit."""
+        ...
+
 
 def query_of(raw: str, names: tuple[str, ...] = FILTERS) -> dict[str, str]:
     """The first value of each known parameter, stripped and bounded; the rest is ignored."""

@@ -278,6 +278,23 @@ def test_a_person_releases_a_hold_by_annotating_the_flowerunit(kube: FakeKube, t
     assert resumed.reason == "RolloutResumed" and resumed.note.startswith("a person released it")
 
 
+def test_a_person_releases_a_hold_through_the_web_view(kube: FakeKube, tmp_path: Path) -> None:
+    """The web view's action (behind the API token): the agent's own clock says when, so a hold
+    begun before it goes ahead at once; a unit that holds nothing is left alone."""
+    from syncer.agent.runner import _View
+
+    clock = [NOW]
+    agent, events = _agent(kube, tmp_path, {FED_UNIT: _health(RUN7)}, clock)
+    _sync(agent)
+    assert not agent.work.busy()
+    clock[0] = NOW + 60
+    assert _View(agent, kube, None).release_hold(FED_UNIT.id) and agent.work.busy()  # queued at once
+    _sync(agent)
+    assert agent.unit_conditions()[FED_UNIT]["synced"] == "Synced"
+    assert [e for e in events if e.action == "Hold"][-1].note.startswith("a person released it")
+    assert not _View(agent, kube, None).release_hold(FED_UNIT.id)  # nothing held any more
+
+
 def test_a_superlink_the_agent_cannot_ask_holds_nothing_and_says_so(kube: FakeKube, tmp_path: Path) -> None:
     agent, events = _agent(kube, tmp_path, {FED_UNIT: _health(reachable=False)}, [NOW])
     _sync(agent)

@@ -40,6 +40,7 @@ class FakeView:
         self.units = [row(), row("federation/lab/other"), row(EVIL)]
         self.reads = 0
         self.suspends: list[tuple[str, bool]] = []
+        self.releases: list[str] = []
 
     def rows(self) -> list[UnitRow]:
         self.reads += 1
@@ -57,6 +58,12 @@ class FakeView:
         if self.unit(unit) is None:
             raise UnknownUnit(unit)
         self.suspends.append((unit, suspended))
+        return True
+
+    def release_hold(self, unit: str) -> bool:
+        if self.unit(unit) is None:
+            raise UnknownUnit(unit)
+        self.releases.append(unit)
         return True
 
 
@@ -221,6 +228,18 @@ def test_an_action_with_the_token_is_done(server: AgentServer, api: FakeAPI, vie
     status, _, _ = request(server, "POST", "/ui/suspend", urlencode({"id": FED, "suspend": "resume"}),
                            {**FORM, "Authorization": f"Bearer {TOKEN}"})
     assert status == 303 and view.suspends == [(FED, False)]
+
+
+def test_a_held_unit_offers_its_release_behind_the_token(server: AgentServer, view: FakeView) -> None:
+    view.units[0] = dataclasses.replace(view.units[0], synced="Held", synced_ok=False)
+    page = request(server, "GET", f"/ui/unit?id={FED}")[2]
+    assert 'action="/ui/release-hold"' in page
+    assert 'action="/ui/release-hold"' not in request(server, "GET", "/ui/unit?id=federation/lab/other")[2]
+    status, _, _ = request(server, "POST", "/ui/release-hold", urlencode({"id": FED, "token": "wrong"}), FORM)
+    assert status == 401 and view.releases == []
+    status, headers, _ = request(server, "POST", "/ui/release-hold", urlencode({"id": FED, "token": TOKEN}), FORM)
+    assert status == 303 and view.releases == [FED]
+    assert "Hold released" in request(server, "GET", headers["location"])[2]
 
 
 def test_a_cross_site_form_is_refused(server: AgentServer, api: FakeAPI) -> None:
