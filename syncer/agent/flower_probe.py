@@ -289,8 +289,13 @@ class FlowerProbe:
                                     "/api/v1/status and flower_syncer_federation_control_api_up have them all")
             self._links[key] = link
 
+    def unreachable_from_here(self, address: str) -> bool:
+        """Whether `address` is a Service name this agent, outside the cluster, never asks (its
+        answer is `outside-cluster` at once): known before any check runs."""
+        return not self.cluster_dns and service_dns(address)
+
     def _ask(self, namespace: str, address: str, ca_secret: str, transport: Transport) -> ControlAnswer:
-        if not self.cluster_dns and service_dns(address):
+        if self.unreachable_from_here(address):
             return ControlAnswer(address, utc_now(), error=NOT_RESOLVED, code=OUTSIDE_CLUSTER)
         ca: bytes | None = None
         if ca_secret:

@@ -104,6 +104,9 @@ class Holds:
             return Runs(False, why="Flower-level health is off")
         health = watch.health.get(fed)
         if health is None or health.code == "pending":  # its first check is due: soon known
+            target = plan.flower.get(fed)
+            if target is not None and watch.probe.unreachable_from_here(target.address):  # never will be
+                return Runs(False, why=f"the SuperLink of {fed.id} is not asked: the agent runs outside the cluster")
             return Runs(False, why=f"the SuperLink of {fed.id} was not asked yet", pending=True)
         if health.code in UNCHECKED:
             return Runs(False, why=f"the SuperLink of {fed.id} is not asked: {health.code}")

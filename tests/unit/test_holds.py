@@ -193,13 +193,14 @@ def _health(*runs: RunInfo, reachable: bool = True) -> FlowerHealth:
 
 
 def _agent(kube: FakeKube, tmp_path: Path, health: dict[Unit, FlowerHealth],
-           clock: list[float]) -> tuple[Agent, list[Event]]:
+           clock: list[float], *, outside: bool = False) -> tuple[Agent, list[Event]]:
     root = repo_at(tmp_path / "r", {"federations/fed.yaml": federation()})
     state = load_repo(root)
     assert Engine(kube).sync(plan_repo(state, render_repo(state)), SyncOptions()).ok
     agent = Agent(kube, NoSource(), Metrics(), AgentOptions())
     agent.cache.state = LiveState.load(kube, None)
-    agent.flower = cast(FlowerWatch, SimpleNamespace(probe=SimpleNamespace(enabled=True), health=health,
+    probe = SimpleNamespace(enabled=True, unreachable_from_here=lambda address: outside)
+    agent.flower = cast(FlowerWatch, SimpleNamespace(probe=probe, health=health,
                                                       to_dict=lambda u: None, recorded=lambda u: None))
     agent.holds.clock = lambda: clock[0]
     events: list[Event] = []
@@ -380,3 +381,14 @@ def test_a_restarted_agent_holds_until_it_has_read_the_runs(kube: FakeKube, tmp_
     assert agent.unit_conditions()[FED_UNIT]["synced"] == "Held"
     assert agent.holds.status(FED_UNIT)["runs"] == [7]  # type: ignore[index]
     assert agent.holds.due(agent.installed.plan) == []  # now it waits for run 7
+
+
+def test_an_agent_outside_the_cluster_does_not_wait_for_runs_it_can_never_read(kube: FakeKube,
+                                                                              tmp_path: Path) -> None:
+    """A host agent never asks a SuperLink by its Service name (flower_probe: outside-cluster): its
+    first commit after a start is not held "until the runs are read", which would never happen."""
+    agent, _ = _agent(kube, tmp_path, {}, [NOW], outside=True)
+    runs = agent.holds.runs(FED_UNIT, agent.installed.plan)
+    assert not runs.known and not runs.pending and "outside the cluster" in runs.why
+    _sync(agent)
+    assert agent.unit_conditions()[FED_UNIT]["synced"] == "Synced"
