@@ -134,6 +134,9 @@ class Holds:
         unit = planned.unit
         settings = HoldSettings.of(planned.policy, *self.limits)
         since = self._since(unit, inventory)
+        with self._lock:
+            before = self.held.get(unit)
+        for_runs = before.runs if before is not None and before.why in (Why.RUNS_ACTIVE, Why.UNKNOWN_STRICT) else ()
         asked: list[Disruption] = []
         known: list[tuple[Runs, float, float | None]] = []  # one reading per sync: the same runs and clock
 
@@ -145,11 +148,13 @@ class Holds:
             runs, now, released = known[0]
             asked.append(disruption)
             # the unit's decision names every workload asked so far; the change's, its own
-            decision = decide(asked, runs, settings, now=now, held_since=since, released_at=released)
+            decision = decide(asked, runs, settings, now=now, held_since=since, released_at=released,
+                              holding_for=for_runs)
             if decision.hold:
                 with self._lock:
                     self.held[unit] = decision
-                return decide([disruption], runs, settings, now=now, held_since=since, released_at=released).message
+                return decide([disruption], runs, settings, now=now, held_since=since, released_at=released,
+                              holding_for=for_runs).message
             self._going(unit, decision)
             return None
 

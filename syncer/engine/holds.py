@@ -102,9 +102,11 @@ class Decision:
 
 
 def decide(disruptions: Sequence[Disruption], runs: Runs | None, settings: HoldSettings, *, now: float,
-           held_since: float | None = None, released_at: float | None = None) -> Decision:
+           held_since: float | None = None, released_at: float | None = None,
+           holding_for: tuple[int, ...] = ()) -> Decision:
     """Hold or go (see the module docstring). `held_since`: when the current hold began, if one
-    is going on; `released_at`: when a person last released holds of the unit."""
+    is going on; `released_at`: when a person last released holds of the unit; `holding_for`: the
+    runs seen in progress the hold going on is for (then runs that cannot be read now keep it)."""
     stopping = [d for d in disruptions if d.stops_pods()]
     if not stopping:
         return Decision(False, Why.NO_RESTART, "no change restarts pods")
@@ -120,8 +122,8 @@ def decide(disruptions: Sequence[Disruption], runs: Runs | None, settings: HoldS
                         f"({runs.why}); goes ahead at {stamp(deadline)} at the latest", since=since, deadline=deadline)
     if runs is None or not runs.known:
         why = runs.why if runs is not None and runs.why else "Flower-level health did not read them"
-        if not settings.strict and held_since is None:  # a hold going on is kept until its deadline: one
-            # failed read of a busy SuperLink must not let the restart through mid-run
+        if not settings.strict and not holding_for:  # a hold for runs seen in progress is kept until
+            # its deadline: one failed read of a busy SuperLink must not let the restart through mid-run
             return Decision(False, Why.RUNS_UNKNOWN, f"{what}: not held: the federation's runs are unknown ({why}); "
                             "set flower-syncer.io/hold-strict: \"true\" to hold then")
         if now >= deadline:
@@ -129,7 +131,7 @@ def decide(disruptions: Sequence[Disruption], runs: Runs | None, settings: HoldS
                             f"were still unknown ({why})", since=since, deadline=deadline)
         because = "hold-strict is set" if settings.strict else "it was holding for runs in progress"
         return Decision(True, Why.UNKNOWN_STRICT, f"{what} held: the federation's runs are unknown ({why}) and "
-                        f"{because}; goes ahead at {stamp(deadline)} at the latest", since=since,
+                        f"{because}; goes ahead at {stamp(deadline)} at the latest", holding_for, since=since,
                         deadline=deadline)
     ids = tuple(sorted(r.run_id for r in runs.active))
     if not ids:

@@ -171,10 +171,14 @@ def test_a_hold_going_on_survives_a_failed_read_of_the_runs_until_its_deadline()
     """One failed read of a busy SuperLink (a timeout) in the middle of a hold: the restart stays
     held (it would kill the run the hold protects), up to the hold's deadline."""
     unknown = Runs(False, why="the SuperLink does not answer")
-    mid = decide([SUPERLINK], unknown, HOUR, now=NOW + 600, held_since=NOW)
-    assert mid.hold and mid.why is Why.UNKNOWN_STRICT and mid.deadline == NOW + 3600, mid
+    mid = decide([SUPERLINK], unknown, HOUR, now=NOW + 600, held_since=NOW, holding_for=(7,))
+    assert mid.hold and mid.why is Why.UNKNOWN_STRICT and mid.deadline == NOW + 3600 and mid.runs == (7,), mid
     assert "holding for runs in progress" in mid.message
-    assert not decide([SUPERLINK], unknown, HOUR, now=NOW + 3600, held_since=NOW).hold  # the deadline still holds
+    again = decide([SUPERLINK], unknown, HOUR, now=NOW + 700, held_since=NOW, holding_for=mid.runs)
+    assert again.hold  # a second failed read too
+    assert not decide([SUPERLINK], unknown, HOUR, now=NOW + 3600, held_since=NOW, holding_for=(7,)).hold  # deadline
+    # a hold that only waited for the first read (after a start) is not one for runs: unknown runs go ahead
+    assert not decide([SUPERLINK], unknown, HOUR, now=NOW + 600, held_since=NOW).hold
 
 
 def test_a_cut_run_list_is_not_read_as_no_run(kube: FakeKube, tmp_path: Path) -> None:
@@ -390,5 +394,23 @@ def test_an_agent_outside_the_cluster_does_not_wait_for_runs_it_can_never_read(k
     agent, _ = _agent(kube, tmp_path, {}, [NOW], outside=True)
     runs = agent.holds.runs(FED_UNIT, agent.installed.plan)
     assert not runs.known and not runs.pending and "outside the cluster" in runs.why
+    _sync(agent)
+    assert agent.unit_conditions()[FED_UNIT]["synced"] == "Synced"
+
+
+def test_a_hold_for_a_run_outlasts_the_superlinks_silence(kube: FakeKube, tmp_path: Path) -> None:
+    """Held while run 7 trains; then the SuperLink does not answer (busy) at two syncs in a row: the
+    restart stays held, for run 7, until the runs are read again or the deadline passes."""
+    clock = [NOW]
+    health = {FED_UNIT: _health(RUN7)}
+    agent, _ = _agent(kube, tmp_path, health, clock)
+    _sync(agent)
+    assert agent.unit_conditions()[FED_UNIT]["synced"] == "Held"
+    health[FED_UNIT] = _health(reachable=False)
+    for minutes in (1, 2):
+        clock[0] = NOW + 60 * minutes
+        _sync(agent)
+        assert agent.unit_conditions()[FED_UNIT]["synced"] == "Held", minutes
+    clock[0] = NOW + 3600
     _sync(agent)
     assert agent.unit_conditions()[FED_UNIT]["synced"] == "Synced"
