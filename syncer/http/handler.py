@@ -475,18 +475,33 @@ class Handler(BaseHTTPRequestHandler):
             return False
         return True
 
+    def _act_on(self, view: ViewAPI, unit: str, act: Callable[[], str], missing: str) -> None:
+        """One web view action on `unit`: 404 when the view knows no such unit (or `act` says so),
+        503 when the cluster refused the write, else back to the unit's page saying what `act` did
+        (a key of _DONE)."""
+        if not self._unit_or_404(view, unit):
+            return
+        try:
+            done = act()
+        except UnknownUnit:
+            self._html(404, pages.message_page("No such unit", missing.format(unit=unit)))
+            return
+        except (ApiError, ClusterUnreachable, Fenced) as exc:  # the cluster said no: the page says so
+            self._html(503, pages.message_page("Not changed", f"The cluster did not take the change: {exc}"))
+            return
+        self._redirect(pages.unit_href(unit) + "&" + urlencode({"done": done}))
+
     def ui_resync(self) -> None:
         action = self._authorized_action()
         if action is None:
             return
         view, unit, _ = action
-        if self._unit_or_404(view, unit):
-            try:
-                self.agent.api.resync(unit, False, DEFAULT_RESYNC_TIMEOUT)
-            except UnknownUnit:
-                self._html(404, pages.message_page("No such unit", f"The agent knows no unit {unit!r}."))
-                return
-            self._redirect(pages.unit_href(unit) + "&" + urlencode({"done": "resync"}))
+
+        def resync() -> str:
+            self.agent.api.resync(unit, False, DEFAULT_RESYNC_TIMEOUT)
+            return "resync"
+
+        self._act_on(view, unit, resync, "The agent knows no unit {unit!r}.")
 
     def ui_suspend(self) -> None:
         action = self._authorized_action()
@@ -495,33 +510,20 @@ class Handler(BaseHTTPRequestHandler):
         view, unit, form = action
         if form.get("suspend") not in ("suspend", "resume"):
             raise HttpError(400, "suspend must be suspend or resume")
-        if self._unit_or_404(view, unit):
-            form_suspend = form["suspend"] == "suspend"
-            try:
-                changed = view.suspend(unit, form_suspend)
-            except UnknownUnit:
-                self._html(404, pages.message_page("No such unit", f"The agent has applied no unit {unit!r}."))
-                return
-            except (ApiError, ClusterUnreachable, Fenced) as exc:  # the cluster said no: the page says so
-                self._html(503, pages.message_page("Not changed", f"The cluster did not take the change: {exc}"))
-                return
-            done = ("suspend" if form_suspend else "resume") if changed else "unchanged"
-            self._redirect(pages.unit_href(unit) + "&" + urlencode({"done": done}))
+        wanted = form["suspend"]
 
+        def suspend() -> str:
+            return wanted if view.suspend(unit, wanted == "suspend") else "unchanged"
+
+        self._act_on(view, unit, suspend, "The agent has applied no unit {unit!r}.")
 
     def ui_release_hold(self) -> None:
         action = self._authorized_action()
         if action is None:
             return
         view, unit, _ = action
-        if self._unit_or_404(view, unit):
-            try:
-                released = view.release_hold(unit)
-            except UnknownUnit:
-                self._html(404, pages.message_page("No such unit", f"The agent has no unit {unit!r} in Git."))
-                return
-            done = "release" if released else "unchanged"
-            self._redirect(pages.unit_href(unit) + "&" + urlencode({"done": done}))
+        self._act_on(view, unit, lambda: "release" if view.release_hold(unit) else "unchanged",
+                     "The agent has no unit {unit!r} in Git.")
 
 
 ROUTES: dict[str, dict[str, Route]] = {
