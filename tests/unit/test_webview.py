@@ -21,6 +21,7 @@ from syncer.identity import UnknownUnit
 from syncer.observe.metrics import Metrics
 from syncer.observe.view import ObjectRow, PoolRow, UnitRow, UnitView
 from tests.conftest import wait_until
+from tests.doubles import FakeAPI
 
 TOKEN = "s3cret-api-token"
 FED = "federation/flower/fed"
@@ -65,27 +66,6 @@ class FakeView:
             raise UnknownUnit(unit)
         self.releases.append(unit)
         return True
-
-
-class FakeAPI:
-    def __init__(self) -> None:
-        self.resyncs: list[str | None] = []
-
-    def healthy(self) -> bool:
-        return True
-
-    def ready(self) -> tuple[bool, str]:
-        return True, ""
-
-    def status(self) -> dict[str, Any]:
-        return {}
-
-    def resync(self, unit: str | None, wait: bool, timeout: float) -> dict[str, Any]:
-        self.resyncs.append(unit)
-        return {"ok": True}
-
-    def webhook(self, event: Any) -> None:
-        pass
 
 
 @pytest.fixture
