@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from syncer.actions.history import find_inventory
 from syncer.cluster.client import Kube, path_for
+from syncer.engine.inventory import Inventory
 from syncer.identity import ANN_SUSPENDED, Unit
 
 FIELD_MANAGER_CLI = "flower-syncer-cli"
@@ -23,7 +24,11 @@ def set_suspended(kube: Kube, selector: str, suspended: bool,
                   namespaces: Sequence[str] | None = None) -> SuspendResult:
     """Suspend (or resume) the one applied unit `selector` matches. Raises UnknownUnit when it
     matches none or several, ApiError/ClusterUnreachable when the cluster says no."""
-    inv = find_inventory(kube, selector, namespaces)
+    return suspend_inventory(kube, find_inventory(kube, selector, namespaces), suspended)
+
+
+def suspend_inventory(kube: Kube, inv: Inventory, suspended: bool) -> SuspendResult:
+    """Suspend (or resume) the unit of the inventory `inv` already read."""
     if inv.suspended == suspended:
         return SuspendResult(inv.unit, suspended, changed=False)
     patch = {"metadata": {"annotations": {ANN_SUSPENDED: "true" if suspended else None}}}

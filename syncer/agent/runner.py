@@ -21,7 +21,7 @@ import structlog
 
 from syncer import __version__
 from syncer.actions.history import find_inventory
-from syncer.actions.suspend import set_suspended
+from syncer.actions.suspend import suspend_inventory
 from syncer.agent.agent import Agent
 from syncer.agent.config import AgentConfig, load_policy, read_secret
 from syncer.agent.flower_probe import FlowerProbe
@@ -116,7 +116,7 @@ class _View:
         plan = self.agent.installed.plan
         if not plan.owns_record(inv.repository, inv.source, in_git=inv.unit in plan.units):
             raise UnknownUnit(unit)  # another repository's unit: its own agent's to suspend
-        return set_suspended(self.agent.kube, inv.unit.id, suspended, [inv.unit.namespace]).changed
+        return suspend_inventory(self.agent.kube, inv, suspended).changed
 
     def release_hold(self, unit: str) -> bool:
         found = [u for u in self.agent.installed.plan.units if u.id == unit]
