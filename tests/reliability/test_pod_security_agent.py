@@ -12,7 +12,7 @@ import pytest
 
 from syncer.cluster.client import Kube
 from syncer.engine.digestkey import KEY_SECRET
-from syncer.engine.inventory import decode
+from syncer.engine.inventory import Inventory, decode
 from syncer.identity import ANN_APPLIED_HASH
 from tests.conftest import KubeCluster, wait_until
 from tests.integration.agents import FED, AgentProc, Repos, sts
@@ -35,10 +35,15 @@ def test_a_pod_as_the_agent_is_refused_and_secret_digests_are_keyed(
     key = wait_until("the digest key", lambda: kube.get("Secret", namespace, KEY_SECRET), log=agent.log)
     live = kube.get("Secret", namespace, "creds") or {}
     recorded = live["metadata"]["annotations"][ANN_APPLIED_HASH]
-    cm = wait_until("the inventory", lambda: kube.get("ConfigMap", namespace, "flower-syncer.supernode.edge"),
-                    log=agent.log)
-    inventory = decode(cm)
-    assert inventory is not None and recorded in {e.applied for e in inventory.entries.values()}
+
+    def recorded_inventory() -> Inventory | None:
+        # a new unit's inventory is claimed (written empty) before anything is applied and
+        # filled in after the apply: wait for the write that records what was applied
+        cm = kube.get("ConfigMap", namespace, "flower-syncer.supernode.edge")
+        inv = decode(cm) if cm is not None else None
+        return inv if inv is not None and recorded in {e.applied for e in inv.entries.values()} else None
+
+    inventory = wait_until("the inventory recording the Secret's keyed digest", recorded_inventory, log=agent.log)
     assert "sunshine" not in str(inventory.manifest())
     assert len(base64.b64decode(key["data"]["key"])) == 32
 
