@@ -245,8 +245,14 @@ class Applier:
                                         c.drift)
                 return out
             if switch(desired, live):  # Git asks for the SuperLink's state elsewhere: recreated, once
-                return self._recreate(ref, desired, live, digest, "its state moves (flower-syncer.io/superlink-state: "
-                                      f"{state_mode(desired)}); the state it had is not carried over")
+                disruption = workload_change(ref, live, desired, recreate=True)
+                held = self._held(ref, disruption)
+                if held is not None:  # recreating it stops the runs in progress like any restart
+                    return held
+                outcome = self._recreate(ref, desired, live, digest, "its state moves (flower-syncer.io/superlink-"
+                                         f"state: {state_mode(desired)}); the state it had is not carried over")
+                outcome.disruption = disruption
+                return outcome
             if not policy.allow_recreate:
                 raise
             disruption = workload_change(ref, live, desired, recreate=True)

@@ -27,6 +27,7 @@ from syncer.engine.claim import claim, never_recorded
 from syncer.engine.copies import fill_copies
 from syncer.engine.digestkey import DigestKeyError, DigestKeys
 from syncer.engine.disruption import config_changes, removal
+from syncer.engine.holds import hold_removals
 from syncer.engine.inventory import HISTORY_LIMIT, Applied, Entry, Inventory, inventory_name, inventory_ref
 from syncer.engine.live import LiveState
 from syncer.engine.mounts import missing_keys, mounted_secret_keys, secrets_read
@@ -383,6 +384,7 @@ class Engine:
         if leftovers:
             if policy.prune and opts.prune:
                 removals = {r: removal(r, live.objects.get(r)) for r in leftovers}
+                leftovers = hold_removals(leftovers, removals, opts.gate, res, entries, inv.entries)
                 changes, keep = prune(self.kube, unit, leftovers, live.objects, dry_run=opts.dry_run,
                                       ours=plan.ours.names_in_git)
                 res.changes.extend(changes)
