@@ -9,6 +9,10 @@ operator registered by hand with `flwr supernode register`, is left alone (and c
 Flower never admits a key again once it was unregistered from a SuperLink ("Public key already in
 use"): such a key is reported, with the fix (a new key pair), not retried forever in silence.
 
+A registration whose answer never came (the call's deadline, a dropped connection) may have
+registered the key all the same: its digest is recorded as `pending`, and when the SuperLink
+lists that key later it is this federation's own, so dropping it from Git unregisters it.
+
 The SuperLink is a server the tenant runs, and this runs on a sync worker: each call has
 KEY_CALL_TIMEOUT seconds, all of one federation's calls KEY_DEADLINE (syncer.cluster.tenant_calls
 bounds every byte), so a silent or trickling SuperLink holds a worker that long at most. A list of
@@ -41,6 +45,8 @@ __all__ = ["ControlApi", "key_digest", "reconcile", "sync_node_keys", "sync_plan
 
 KEY_CALL_TIMEOUT = 5.0  # seconds per Control API call of key registration, all of it
 KEY_DEADLINE = 20.0  # seconds all of one federation's key registration may hold its sync worker
+# a register call that failed this way may have reached the SuperLink: its answer is what was lost
+_UNANSWERED = frozenset({ControlErrorCode.DEADLINE, ControlErrorCode.UNAVAILABLE})
 
 
 def key_digest(pem: bytes) -> str:
@@ -51,7 +57,9 @@ def reconcile(api: ControlApi, keys: Sequence[tuple[str, bytes]], owned: OwnedKe
     """Register `keys` ((label, PEM), Git's list); unregister the active keys that `owned` says
     this federation registered and Git no longer lists. `owned` recorded for another address
     counts for nothing."""
-    mine = dict(owned.nodes) if owned is not None and owned.address == api.address else {}
+    here = owned is not None and owned.address == api.address
+    mine = dict(owned.nodes) if owned is not None and here else {}
+    pending = set(owned.pending) if owned is not None and here else set()
     errors: list[str] = []
     codes: list[ControlErrorCode] = []
 
@@ -75,6 +83,10 @@ def reconcile(api: ControlApi, keys: Sequence[tuple[str, bytes]], owned: OwnedKe
     # forget what is no longer active (unregistered since, by anyone): never ours to touch again
     mine = {node_id: digest for node_id, digest in mine.items()
             if any(n.node_id == node_id and key_digest(pem) == digest for pem, n in active.items())}
+    for pem, n in active.items():  # a registration cut before its answer went through after all
+        if key_digest(pem) in pending:
+            mine[n.node_id] = key_digest(pem)
+            pending.discard(key_digest(pem))
     # compared without the trailing newline, registered exactly as cryptography writes PEM: the
     # SuperLink matches a connecting SuperNode's key byte for byte against what was registered
     wanted = {pem.strip(): (label, pem) for label, pem in keys}
@@ -89,6 +101,8 @@ def reconcile(api: ControlApi, keys: Sequence[tuple[str, bytes]], owned: OwnedKe
             try:
                 node_id = api.register(exact)
             except ControlApiError as exc:
+                if exc.code in _UNANSWERED:
+                    pending.add(key_digest(pem))
                 if exc.code is ControlErrorCode.KEY_IN_USE:
                     fail(f"cannot register key {label}: the SuperLink has it already, registered by another "
                          "account or unregistered before (Flower never admits it again): make a new key pair for "
@@ -98,6 +112,7 @@ def reconcile(api: ControlApi, keys: Sequence[tuple[str, bytes]], owned: OwnedKe
                 continue
             registered.append(label)
             mine[node_id] = key_digest(pem)
+            pending.discard(key_digest(pem))
             admitted += 1
     for pem, node in sorted(active.items(), key=lambda kv: kv[1].node_id):
         if pem in wanted:
@@ -112,9 +127,12 @@ def reconcile(api: ControlApi, keys: Sequence[tuple[str, bytes]], owned: OwnedKe
             continue
         unregistered.append(node.node_id)
         del mine[node.node_id]
+    # a pending key that neither Git nor the SuperLink lists any more was never registered: forgotten
+    pending &= {key_digest(pem) for pem in wanted}
     outcome = KeyOutcome.FAILED if errors else KeyOutcome.CHANGED if registered or unregistered else KeyOutcome.IN_STEP
     return NodeKeyResult(outcome, api.address, api.transport, admitted, tuple(registered), tuple(unregistered),
-                         foreign, tuple(errors), tuple(codes), OwnedKeys(api.address, tuple(sorted(mine.items()))))
+                         foreign, tuple(errors), tuple(codes),
+                         OwnedKeys(api.address, tuple(sorted(mine.items())), tuple(sorted(pending))))
 
 
 def sync_node_keys(auth: NodeAuth, unit: Unit, desired: list[Manifest], res: UnitResult,

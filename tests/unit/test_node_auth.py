@@ -146,6 +146,37 @@ def test_a_second_federation_on_one_superlink_cannot_unregister_the_firsts_keys(
     assert reconcile(api, [], elsewhere).unregistered == ()  # a record of another SuperLink is not a claim
 
 
+def test_a_registration_cut_before_its_answer_is_owned_once_the_superlink_lists_the_key() -> None:
+    """The deadline ended the RegisterNode call after the SuperLink had registered the key: the
+    key is recorded as pending, claimed when it shows up, and unregistered when Git drops it
+    (never left admitted as someone else's)."""
+    class Cut(FakeSuperLink):
+        cut = True
+
+        def register(self, public_key: bytes) -> int:
+            node_id = super().register(public_key)
+            if self.cut:
+                raise ControlApiError("RegisterNode", "fake", ControlErrorCode.DEADLINE, "no answer within 5 s")
+            return node_id
+
+    api = Cut([])
+    first = reconcile(api, [("a", b"PEM-A"), ("b", b"PEM-B")])
+    assert first.outcome is KeyOutcome.FAILED and first.owned is not None
+    assert first.owned.pending == (key_digest(b"PEM-A"), key_digest(b"PEM-B")) and first.owned.nodes == ()
+    assert OwnedKeys.from_dict(first.owned.to_dict()) == first.owned  # recorded on the inventory
+    api.cut = False
+    second = reconcile(api, [("a", b"PEM-A"), ("b", b"PEM-B")], first.owned)
+    assert second.outcome is KeyOutcome.IN_STEP and second.foreign == 0 and api.calls == ["register", "register"]
+    assert second.owned == OwnedKeys("fake:8000", ((100, key_digest(b"PEM-A")), (101, key_digest(b"PEM-B"))))
+    dropped = reconcile(api, [("a", b"PEM-A")], second.owned)
+    assert dropped.unregistered == (101,) and dropped.foreign == 0
+    # a pending key that neither Git nor the SuperLink lists was never registered: forgotten
+    never = OwnedKeys("fake:8000", dropped.owned.nodes if dropped.owned else (), (key_digest(b"PEM-C"),))
+    assert reconcile(api, [("a", b"PEM-A")], never).owned == OwnedKeys("fake:8000", ((100, key_digest(b"PEM-A")),))
+    # the record of a federation without pending keys is what it was (no write for it)
+    assert "pending" not in OwnedKeys("fake:8000", ((1, "sha256:x"),)).to_dict()
+
+
 def test_an_unreachable_control_api_is_a_typed_failure() -> None:
     class Down(FakeSuperLink):
         def list_nodes(self) -> list[RegisteredNode]:
