@@ -53,9 +53,11 @@ def key_digest(pem: bytes) -> str:
     return "sha256:" + hashlib.sha256(pem.strip()).hexdigest()
 
 
-def reconcile(api: ControlApi, keys: Sequence[tuple[str, bytes]], owned: OwnedKeys | None = None) -> NodeKeyResult:
+def reconcile(api: ControlApi, keys: Sequence[tuple[str, bytes]], owned: OwnedKeys | None = None, *,
+              unregister: bool = True) -> NodeKeyResult:
     """Register `keys` ((label, PEM), Git's list); unregister the active keys that `owned` says
-    this federation registered and Git no longer lists. `owned` recorded for another address
+    this federation registered and Git no longer lists (not while `unregister` is False: the
+    SuperNodes that use them are held, engine.holds). `owned` recorded for another address
     counts for nothing."""
     here = owned is not None and owned.address == api.address
     mine = dict(owned.nodes) if owned is not None and here else {}
@@ -120,6 +122,8 @@ def reconcile(api: ControlApi, keys: Sequence[tuple[str, bytes]], owned: OwnedKe
         if mine.get(node.node_id) != key_digest(pem):
             foreign += 1
             continue
+        if not unregister:  # still ours, unregistered once the hold ends
+            continue
         try:
             api.unregister(node.node_id)
         except ControlApiError as exc:
@@ -136,7 +140,7 @@ def reconcile(api: ControlApi, keys: Sequence[tuple[str, bytes]], owned: OwnedKe
 
 
 def sync_node_keys(auth: NodeAuth, unit: Unit, desired: list[Manifest], res: UnitResult,
-                   owned: OwnedKeys | None = None) -> None:
+                   owned: OwnedKeys | None = None, *, unregister: bool = True) -> None:
     """Register a federation's SuperNode keys with its SuperLink (and unregister the ones it
     registered that left Git), over TLS with the CA flower-syncer copied for the SuperNodes
     (filled by this sync in `desired`); the outcome and errors go into `res`."""
@@ -157,7 +161,7 @@ def sync_node_keys(auth: NodeAuth, unit: Unit, desired: list[Manifest], res: Uni
                           f"is not usable ({type(exc).__name__})")
         return
     try:
-        result = reconcile(client, auth.keys, owned)
+        result = reconcile(client, auth.keys, owned, unregister=unregister)
     finally:
         client.close()
     res.node_keys = result
@@ -171,5 +175,7 @@ def sync_planned_keys(planned: UnitPlan, desired: list[Manifest], res: UnitResul
     inventory as the keys it registered (`recorded` when nothing new is known)."""
     if planned.node_auth is None or dry_run or not res.ok:
         return recorded
-    sync_node_keys(planned.node_auth, planned.unit, desired, res, recorded)
+    # while a restart of the unit waits for runs, its SuperNodes still run with their old keys: a
+    # key Git dropped is unregistered when the hold ends, not under a SuperNode in a round
+    sync_node_keys(planned.node_auth, planned.unit, desired, res, recorded, unregister=not res.is_held())
     return res.node_keys.owned if res.node_keys is not None and res.node_keys.owned is not None else recorded
