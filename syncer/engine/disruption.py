@@ -52,6 +52,7 @@ class Disruption:
     pods: int | None = None  # pods it runs (desired), when known
     paths: tuple[str, ...] = ()  # what of the pod template changed (at most MAX_PATHS)
     mounted_by: tuple[str, ...] = ()  # NEXT_RESTART: the workloads that mount it (their subjects)
+    canary: int | None = None  # a canary pool: the SuperNodes that take the change first (engine.canary)
 
     @property
     def superlink(self) -> bool:
@@ -79,7 +80,8 @@ class Disruption:
         verb = {Effect.RESTARTS: "restarts", Effect.RECREATES: "deletes and recreates",
                 Effect.REMOVES: "removes"}[self.effect]
         what = f" (pod template: {', '.join(self.paths)})" if self.paths else ""
-        return f"{verb} {self.subject()}{what}"
+        first = f": canary {self.canary} of {self.pods or '?'} first" if self.canary else ""
+        return f"{verb} {self.subject()}{what}{first}"
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"object": str(self.ref), "effect": self.effect.value, "target": self.target,
@@ -91,6 +93,8 @@ class Disruption:
             out["podTemplate"] = list(self.paths)
         if self.mounted_by:
             out["mountedBy"] = list(self.mounted_by)
+        if self.canary:
+            out["canary"] = self.canary
         return out
 
 
