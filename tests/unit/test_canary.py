@@ -6,11 +6,16 @@ once done)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 
+from syncer.agent.canaries import Canaries
+from syncer.agent.flower_watch import FlowerWatch
+from syncer.cluster.events import Event
 from syncer.engine.canary import (
+    CanaryNote,
     CanarySpec,
     FlowerSeen,
     PodSeen,
@@ -20,10 +25,11 @@ from syncer.engine.canary import (
     pod_seen,
     stuck_pods,
 )
-from syncer.engine.changeset import Action, Cause
-from syncer.identity import ANN_CANARY_TEMPLATE, Unit
+from syncer.engine.changeset import Action, Cause, UnitResult
+from syncer.identity import ANN_CANARY_TEMPLATE, ObjectRef, Unit
 from syncer.models.canary import parse_counts
 from syncer.observe.conditions import SyncedReason, synced_condition
+from syncer.observe.flower_health import FlowerHealth, PoolHealth
 from syncer.render.repo import render_repo
 from syncer.repo.loader import load_repo
 from tests.builders import NS, by_kind, pool, sync, write
@@ -238,3 +244,49 @@ def test_a_failed_canary_stops_the_rollout_and_the_fix_goes_through(api: FakeApi
     assert [n.step for u in fixed.units for n in u.canaries] == [Step.STARTED]
     waiting = sync(kube, _write(tmp_path, "1.27.0"))  # the controller has not rolled pod 2 yet
     assert waiting.ok and synced_condition(result=waiting.units[0]).reason is SyncedReason.CANARY
+
+
+def test_the_canary_and_the_rest_of_the_pool_both_wait_for_a_hold(api: FakeApiServer, tmp_path: Path) -> None:
+    kube = FakeKube(api)
+    asked: list[str] = []
+
+    def hold(d: Any) -> str:
+        asked.append(d.describe())
+        return "runs in progress"
+    assert sync(kube, _write(tmp_path)).ok
+    _controller(api, "r1", "r1", dict.fromkeys(range(3), ("r1", True, "")))
+    held = sync(kube, _write(tmp_path, "1.26.0"), gate=hold)
+    assert held.units[0].is_held() and _partition(api) == 0
+    assert any(a.startswith("restarts pool a (3 SuperNodes)") and a.endswith("canary 1 of 3 first") for a in asked)
+    assert "1.26.0" not in str(api.objects[("StatefulSet", NS, STS)]["spec"]["template"])  # not even the canary
+    assert sync(kube, _write(tmp_path, "1.26.0")).ok and _partition(api) == 2
+    _controller(api, "r1", "r2", {0: ("r1", True, ""), 1: ("r1", True, ""), 2: ("r2", True, "")})
+    waits = sync(kube, _write(tmp_path, "1.26.0"), gate=hold)  # the canary passed; the rest restarts: held
+    assert waits.units[0].is_held() and _partition(api) == 2 and "restarts pool a (2 SuperNodes)" in asked
+    assert sync(kube, _write(tmp_path, "1.26.0")).ok and _partition(api) == 0
+
+
+# -- the agent's side: Flower-level health of a pool, Events once, a look again ---------------------
+
+def test_the_agent_tells_each_step_once_and_looks_again_while_waiting() -> None:
+    told: list[Event] = []
+    queued: list[float] = []
+    health = FlowerHealth(True, "fed:9093", "2026-01-01T00:00:10Z",
+                          pools=(PoolHealth(FED_UNIT.id, "a", "", 3, online=2),))
+    watch = cast(FlowerWatch, SimpleNamespace(probe=SimpleNamespace(enabled=True), health={FED_UNIT: health}))
+    canaries = Canaries(lambda _u, e: told.append(e), lambda _u, delay: queued.append(delay), lambda: watch)
+    ref = ObjectRef("StatefulSet", NS, STS)
+    assert canaries.health(FED_UNIT)(ref, "a") == FlowerSeen(2, 3, 1767225610.0)
+    assert canaries.health(FED_UNIT)(ref, "b") is None
+
+    def result(step: Step, message: str) -> UnitResult:
+        return UnitResult(FED_UNIT, canaries=[CanaryNote(ref, "a", step, message, 4.0)])
+    canaries.after(FED_UNIT, result(Step.STARTED, "to 1 of 3 first"), "abcdef0123456789")
+    canaries.after(FED_UNIT, result(Step.WAITING, "0 of 1 Ready"), "abcdef0123456789")
+    failed = UnitResult(FED_UNIT, canaries=[CanaryNote(ref, "a", Step.FAILED, "cannot start (ErrImagePull)")])
+    canaries.after(FED_UNIT, failed, "abcdef0123456789")
+    again = UnitResult(FED_UNIT, canaries=[CanaryNote(ref, "a", Step.FAILED, "cannot start (ImagePullBackOff)")])
+    canaries.after(FED_UNIT, again, "abcdef0123456789")
+    assert [(e.reason, e.type) for e in told] == [("CanaryStarted", "Normal"), ("CanaryFailed", "Warning")]
+    assert told[1].note == "revision abcdef012345: cannot start (ErrImagePull)" and told[1].regarding == ref
+    assert queued == [4.0, 4.0]  # started and waiting: looked at again; failed: the work queue's backoff
