@@ -290,3 +290,14 @@ def test_the_agent_tells_each_step_once_and_looks_again_while_waiting() -> None:
     assert [(e.reason, e.type) for e in told] == [("CanaryStarted", "Normal"), ("CanaryFailed", "Warning")]
     assert told[1].note == "revision abcdef012345: cannot start (ErrImagePull)" and told[1].regarding == ref
     assert queued == [4.0, 4.0]  # started and waiting: looked at again; failed: the work queue's backoff
+
+
+def test_a_supernode_release_refuses_a_canary(tmp_path: Path) -> None:
+    (tmp_path / "supernodes" / "r").mkdir(parents=True)
+    (tmp_path / "flower-syncer.yaml").write_text(f"name: team\ndefaultNamespace: {NS}\n")
+    (tmp_path / "supernodes" / "r" / "values.yaml").write_text("tls:\n  enabled: false\n")
+    (tmp_path / "supernodes" / "r" / "release.yaml").write_text("namespace: flower\ncanary: 1\n")
+    state = load_repo(tmp_path)
+    [d] = [d for d in state.diagnostics if d.path == "canary"]
+    assert (d.file, d.line, d.severity) == ("supernodes/r/release.yaml", 2, "error")
+    assert "has no partition" in d.message and Unit("supernode", NS, "r") in state.failed
