@@ -195,7 +195,7 @@ def judge(spec: CanarySpec, rollout: Rollout, pods: Sequence[PodSeen], flower: F
                            f"{len(ready)} of {want} Ready on the new revision")
         return Verdict(Step.WAITING, f"{len(ready)} of {want} canary SuperNode{'s' if want > 1 else ''} Ready on the "
                        "new revision")
-    since = max((p.ready_since or now) for p in ready)
+    since = max((p.ready_since or now for p in ready), default=now)  # none: the pool shrank below the partition
     if flower is not None and (flower.online < flower.expected or flower.checked_at < since + SETTLE):
         counted = flower.checked_at >= since + SETTLE
         if late and counted:

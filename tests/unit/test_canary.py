@@ -125,6 +125,8 @@ def test_the_gate_waits_for_the_canary_on_the_new_revision_then_for_its_time() -
     assert waiting.step is Step.WAITING and waiting.retry <= 10
     assert judge(SPEC, ROLLING, [*OLD, _pod(2)], None, now=1060).step is Step.PASSED
     unseen = Rollout(3, 2, "old", "old", False, "t")  # the controller has not seen the change yet
+    shrunk = Rollout(2, 2, "old", "new", True, "t")  # scaled down under the partition: no canary pod to judge
+    assert judge(SPEC, shrunk, OLD, None, now=5000).step is Step.WAITING
     assert judge(SPEC, unseen, [*OLD, _pod(2, "old")], None, now=5000).step is Step.WAITING
 
 
