@@ -11,6 +11,7 @@ from typing import Any, cast
 
 import pytest
 
+from syncer.agent.agent import Agent, AgentOptions
 from syncer.agent.canaries import Canaries
 from syncer.agent.flower_watch import FlowerWatch
 from syncer.cluster.events import Event
@@ -26,13 +27,16 @@ from syncer.engine.canary import (
     stuck_pods,
 )
 from syncer.engine.changeset import Action, Cause, UnitResult
+from syncer.engine.live import LiveState
 from syncer.identity import ANN_CANARY_TEMPLATE, ObjectRef, Unit
 from syncer.models.canary import parse_counts
 from syncer.observe.conditions import SyncedReason, synced_condition
 from syncer.observe.flower_health import FlowerHealth, PoolHealth
+from syncer.observe.metrics import Metrics
 from syncer.render.repo import render_repo
 from syncer.repo.loader import load_repo
-from tests.builders import NS, by_kind, pool, sync, write
+from tests.builders import NS, by_kind, install, pool, sync, write
+from tests.doubles import NoSource
 from tests.fakekube import FakeApiServer, FakeKube
 
 FED_UNIT = Unit("federation", NS, "fed")
@@ -303,3 +307,23 @@ def test_a_supernode_release_refuses_a_canary(tmp_path: Path) -> None:
     [d] = [d for d in state.diagnostics if d.path == "canary"]
     assert (d.file, d.line, d.severity) == ("supernodes/r/release.yaml", 2, "error")
     assert "has no partition" in d.message and Unit("supernode", NS, "r") in state.failed
+
+
+def test_the_agent_starts_a_canary_and_looks_again(api: FakeApiServer, tmp_path: Path) -> None:
+    kube = FakeKube(api)
+    root = _write(tmp_path)
+    assert sync(kube, root).ok
+    _controller(api, "r1", "r1", dict.fromkeys(range(3), ("r1", True, "")))
+    agent = Agent(kube, NoSource(), Metrics(), AgentOptions())
+    agent.cache.state = LiveState.load(kube, None)
+    events: list[Event] = []
+    agent.report = lambda unit, ev: events.append(ev)  # type: ignore[method-assign]
+    agent.canaries.report = agent.report
+    install(agent, _write(tmp_path, "1.26.0"), "r2")
+    agent.cache.synced.set()
+    agent.sync(FED_UNIT)
+    assert _partition(api) == 2 and [e.reason for e in events if e.reason.startswith("Canary")] == ["CanaryStarted"]
+    assert [due for due, _, unit in agent.work._delayed if unit == FED_UNIT]  # looked at again soon
+    agent.dispatch_pending()
+    state = agent.unit_states()[FED_UNIT]
+    assert state.synced.reason == SyncedReason.CANARY and "goes to 1 of 3 SuperNodes first" in state.synced.message
