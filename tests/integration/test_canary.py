@@ -108,3 +108,22 @@ def test_a_failed_canary_stops_the_rollout_and_the_fix_completes_it(kube: Kube, 
         assert done.ok and not done.canaries and kube.writes == writes  # an unchanged repo: zero writes
     finally:
         engine.close()
+
+
+def test_removing_the_canary_rolls_the_rest_at_once(kube: Kube, namespace: str, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    _write(repo, namespace)
+    engine = Engine(kube)
+    try:
+        assert _sync(engine, repo).ok
+        wait_until("the pool Ready", lambda: (pods := _pods(kube, namespace)) and len(pods) == 3
+                   and all(r for _, r in pods.values()), timeout=60)
+        _write(repo, namespace, image="1.26.0")
+        assert [n.step for n in _sync(engine, repo).canaries] == [Step.STARTED]
+        text = (repo / "federations" / "fed.yaml").read_text()
+        (repo / "federations" / "fed.yaml").write_text(text.replace(ANNOTATIONS, ""))
+        assert _sync(engine, repo).ok
+        sts: Any = kube.get("StatefulSet", namespace, STS)
+        assert sts["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}
+    finally:
+        engine.close()
