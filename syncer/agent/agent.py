@@ -26,6 +26,7 @@ from typing import Any
 import structlog
 
 from syncer.agent.cache import LiveCache
+from syncer.agent.canaries import Canaries
 from syncer.agent.failures import event_failed, sync_failed
 from syncer.agent.fetching import Fetcher
 from syncer.agent.flower_watch import FlowerWatch
@@ -104,6 +105,7 @@ class Agent:
         self.flower: FlowerWatch | None = None  # Flower-level health of the federations (agent.flower_watch)
         self.holds = Holds(self.report, self.work.add_after, lambda: self.flower,
                            limits=hold_limits(options.tenancy))  # restarts that wait for runs (agent.holding)
+        self.canaries = Canaries(self.report, self.work.add_after, lambda: self.flower)  # agent.canaries
         self.published: dict[Unit, tuple[str, ...]] = {}  # each unit's state as last logged (unitstate.publish)
         self._errors_counted: set[Unit] = set()  # units whose config_errors metric is set
         self.checkout: Checkout | None = None
@@ -530,7 +532,8 @@ class Agent:
         before = self.cache.state.inventories.get(unit)
         held = self.holds.held.get(unit)
         opts = SyncOptions(prune=self.options.prune,
-                           gate=self.holds.gate(desired, plan, before) if desired is not None else None)
+                           gate=self.holds.gate(desired, plan, before) if desired is not None else None,
+                           canary_health=self.canaries.health(unit))
         known = set(before.entries) if before else set()
         start = time.monotonic()
         if desired is None:
@@ -539,6 +542,7 @@ class Agent:
             result = self.engine.sync_unit(desired, self.cache.state, opts, plan)
         seconds = time.monotonic() - start
         self.holds.after(unit, result, held)
+        self.canaries.after(unit, result, revision)
         self.metrics.observe_sync(result, seconds)
         self.metrics.set_suspended(unit.id, result.skipped is not None and result.skipped.suspended)
         if result.node_keys is not None:

@@ -87,7 +87,8 @@ def publish(agent: UnitTables, unit: Unit) -> None:
             return
         agent.published[unit] = seen
     if before is not None and state.synced.status and before[0] not in (SyncedReason.SYNCED, SyncedReason.PENDING,
-                                                                         SyncedReason.SUSPENDED, SyncedReason.HELD):
+                                                                         SyncedReason.SUSPENDED, SyncedReason.HELD,
+                                                                         SyncedReason.CANARY):
         agent.report(unit, recovered_event(unit, before[0], state.revision))
     if before is None and key[0] in (SyncedReason.PENDING, SyncedReason.SYNCED):
         return  # a unit first seen (the agent starting): only its troubles are news

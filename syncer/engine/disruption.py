@@ -55,6 +55,7 @@ class Disruption:
     paths: tuple[str, ...] = ()  # what of the pod template changed (at most MAX_PATHS)
     mounted_by: tuple[str, ...] = ()  # NEXT_RESTART: the workloads that mount it (their subjects)
     pods_before: int | None = None  # SCALES_DOWN: the replicas it runs now
+    canary: int | None = None  # a canary pool: the SuperNodes that take the change first (engine.canary)
 
     @property
     def superlink(self) -> bool:
@@ -85,7 +86,8 @@ class Disruption:
         verb = {Effect.RESTARTS: "restarts", Effect.RECREATES: "deletes and recreates",
                 Effect.REMOVES: "removes"}[self.effect]
         what = f" (pod template: {', '.join(self.paths)})" if self.paths else ""
-        return f"{verb} {self.subject()}{what}"
+        first = f": canary {self.canary} of {self.pods or '?'} first" if self.canary else ""
+        return f"{verb} {self.subject()}{what}{first}"
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"object": str(self.ref), "effect": self.effect.value, "target": self.target,
@@ -99,6 +101,8 @@ class Disruption:
             out["mountedBy"] = list(self.mounted_by)
         if self.pods_before is not None:
             out["podsBefore"] = self.pods_before
+        if self.canary:
+            out["canary"] = self.canary
         return out
 
 

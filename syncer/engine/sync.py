@@ -37,6 +37,7 @@ from syncer.engine.options import SyncOptions, SyncReport
 from syncer.engine.outcome import config_error_condition, held_since, outcome_condition, utc_now
 from syncer.engine.ownership import recover_inventory, stamp_repository, write_conflict
 from syncer.engine.prune import prune
+from syncer.engine.rollout import Rollouts
 from syncer.engine.superlink_state import as_running
 from syncer.engine.vanished import recorded_source, vanished_units
 from syncer.identity import (
@@ -345,7 +346,8 @@ class Engine:
             res.changes.extend(Change(ObjectRef.of(m), Action.CREATED, "would create") for m in desired)
             return res
         return _UnitRun(planned, res, inv, recovered, desired,
-                        Applier(self.kube, dry_run=opts.dry_run, with_diff=opts.with_diff, gate=opts.gate))
+                        Applier(self.kube, dry_run=opts.dry_run, with_diff=opts.with_diff, gate=opts.gate,
+                                rollouts=Rollouts(self.kube, opts.canary_health)))
 
     def _apply_level(self, run: _UnitRun, level: int, live: LiveState, opts: SyncOptions, plan: Plan) -> None:
         """Apply the unit's objects of one APPLY_ORDER level (e.g. its Services)."""
@@ -363,6 +365,8 @@ class Engine:
             if ref.kind == "Secret" and out.change.action is Action.FAILED:  # its readers wait (engine.mounts)
                 run.unapplied[ref.name] = out.change.message.removeprefix("not applied: ")
             run.res.note_disruption(out.disruption, held=out.held)
+            if out.canary is not None:
+                run.res.canaries.append(out.canary)
             entry = out.entry or run.inv.entries.get(ref)
             if entry is not None:
                 run.entries[ref] = entry
