@@ -281,3 +281,24 @@ def test_a_call_past_its_deadline_is_named_by_the_registry() -> None:
     assert calls.overdue(5) == [call]
     calls.end(call)
     assert calls.overdue(5) == [] and tenant_calls.TENANT_CALLS is not calls
+
+
+def test_key_registration_beyond_its_namespaces_share_of_workers_waits_and_asks_nothing(
+        servers: Any, pki: Pki) -> None:
+    """The agent's share (4 sync workers: one key registration per namespace, three in all): a
+    federation of a namespace whose share is taken is not asked (WAITING, the sync stays ok and the
+    agent asks again), another namespace's federation is, and the share is given back after."""
+    server = servers(answer(PROTOBUF_HEAD, b""), pki.server_tls("http/1.1"))
+    share = nodekeys.worker_share(4)
+    ca_copy = {"kind": "Secret", "metadata": {"name": "fed-ca"}, "data": {"ca.crt": base64.b64encode(pki.ca).decode()}}
+    auth = NodeAuth(server.address, "fed-ca")
+    assert share.take("hostile")  # a slow SuperLink of the tenant holds its share
+    waiting = UnitResult(Unit("federation", "hostile", "fed-2"))
+    nodekeys.sync_node_keys(auth, waiting.unit, [ca_copy], waiting, share=share)
+    assert waiting.node_keys is not None and waiting.node_keys.waiting and waiting.ok
+    assert server.connections == 0
+    other = UnitResult(Unit("federation", "other", "fed"))
+    nodekeys.sync_node_keys(auth, other.unit, [ca_copy], other, share=share)
+    assert other.node_keys is not None and not other.node_keys.waiting and other.ok, other.errors
+    assert server.connections == 1 and share.running() == 1 and share.running("other") == 0
+    assert share.take("second") and share.take("third") and not share.take("fourth")  # all but one worker
