@@ -562,9 +562,7 @@ class Agent:
                      seconds=round(seconds, 3), changed=writes,
                      unchanged=result.count(Action.UNCHANGED), errors=result.errors[:3],
                      failed=[str(c.ref) for c in result.changes if c.action is Action.FAILED][:5])
-        if result.ok and result.node_keys is not None and result.node_keys.waiting:
-            self.work.retry(unit, cap=SUPERLINK_STARTING_RETRY)  # its namespace's share of workers was taken
-        elif result.ok:
+        if result.ok:  # keys that waited for their namespace's share: the next status round asks them
             self.work.forget(unit)
         else:
             # a SuperLink still starting is retried every status round, not after minutes of backoff

@@ -17,7 +17,7 @@ class KeyOutcome(enum.StrEnum):
     CHANGED = "changed"  # this sync registered or unregistered keys, and every key of Git is admitted
     FAILED = "failed"  # a key is not admitted, or the Control API could not be asked
     # not asked by this sync: its namespace's federations already take their share of the sync
-    # workers registering keys (engine.nodekeys.worker_share); the agent checks again shortly
+    # workers registering keys (engine.nodekeys.worker_share); the next status round asks again
     WAITING = "waiting"
 
 

@@ -14,8 +14,8 @@ KEY_CALL_TIMEOUT seconds, all of one federation's calls KEY_DEADLINE (syncer.clu
 bounds every byte), so a silent or trickling SuperLink holds a worker that long at most. And the
 agent's key registrations run within a `Share` of its sync workers (`worker_share`): a quarter of
 them per namespace, all but one in all. A federation whose namespace has its share registering
-keys is not asked this time (`KeyOutcome.WAITING`: the sync is otherwise done, the agent checks
-its keys again after a backoff of 0.5 s doubling up to 10 s), so one tenant's slow SuperLinks never hold every
+keys is not asked this time (`KeyOutcome.WAITING`: the sync is otherwise done, and the agent's next
+status round, every 10 s, asks for its keys again), so one tenant's slow SuperLinks never hold every
 worker, and other tenants' units keep syncing. A list of
 SuperNodes cut at its limit (flower_control.MAX_NODES) changes nothing: keys are neither registered
 nor unregistered on a partial list.
