@@ -60,6 +60,7 @@ from syncer.cluster.events import EventRecorder
 from syncer.cluster.fence import Fenced
 from syncer.diagnostics import Diagnostic
 from syncer.engine.changeset import Action, UnitResult
+from syncer.engine.nodekeys import worker_share
 from syncer.engine.normalize import fingerprint, managed_fields_hash
 from syncer.engine.sync import Engine, SyncOptions, unit_namespaces
 from syncer.engine.vanished import vanished_units
@@ -92,7 +93,8 @@ class Agent:
         self.events: queue.Queue[Event] = queue.Queue()
         self._suspended: dict[Unit, bool] = {}  # as last seen on each inventory, to report a change
         self.work: WorkQueue[Unit] = WorkQueue()
-        self.engine = Engine(kube, unit_workers=1, identity=options.identity)
+        self.engine = Engine(kube, unit_workers=1, identity=options.identity,
+                             key_share=worker_share(options.workers))  # no tenant's keys hold every worker
         self.cache = LiveCache(kube, namespaces=options.namespaces, on_change=self._on_object,
                                on_inventory=lambda inv: self.events.put(InventoryChanged(inv)),
                                on_inventory_deleted=lambda unit: self.events.put(InventoryDeleted(unit)))
@@ -545,7 +547,7 @@ class Agent:
         self.canaries.after(unit, result, revision)
         self.metrics.observe_sync(result, seconds)
         self.metrics.set_suspended(unit.id, result.skipped is not None and result.skipped.suspended)
-        if result.node_keys is not None:
+        if result.node_keys is not None and not result.node_keys.waiting:
             self.metrics.set_supernode_keys(unit.id, result.node_keys.admitted, result.node_keys.failing)
         corrected = corrections_by_kind(result, known)
         if corrected:
@@ -564,7 +566,7 @@ class Agent:
                      seconds=round(seconds, 3), changed=writes,
                      unchanged=result.count(Action.UNCHANGED), errors=result.errors[:3],
                      failed=[str(c.ref) for c in result.changes if c.action is Action.FAILED][:5])
-        if result.ok:
+        if result.ok:  # keys that waited for their namespace's share: the next status round asks them
             self.work.forget(unit)
         else:
             # a SuperLink still starting is retried every status round, not after minutes of backoff

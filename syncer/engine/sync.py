@@ -20,6 +20,7 @@ from typing import TypeVar
 
 from syncer.cluster.client import FIELD_MANAGER, ApiError, ClusterUnreachable, Kube
 from syncer.cluster.fence import Fenced
+from syncer.cluster.tenant_calls import Share
 from syncer.engine.apply import Applier, Outcome
 from syncer.engine.changeset import Action, Cause, Change, SkipReason, UnitResult
 from syncer.engine.checked import Checked
@@ -87,8 +88,9 @@ class _UnitRun:
 
 class Engine:
     def __init__(self, kube: Kube, *, workers: int = 8, unit_workers: int = 4,
-                 progress: Progress | None = None, identity: str = "cli") -> None:
+                 progress: Progress | None = None, identity: str = "cli", key_share: Share | None = None) -> None:
         self.kube = kube
+        self.key_share = key_share  # key registrations at once, per namespace and in all (engine.nodekeys)
         self.identity = identity  # who applies: recorded in each unit's history
         self.unit_workers = unit_workers
         # one pool for object requests, shared by all units (threads start on first use)
@@ -405,7 +407,7 @@ class Engine:
                                               run.desired))
         # SuperNode keys, before the Ready condition is written: what to record of them
         errors = len(res.errors)
-        owned = sync_planned_keys(planned, run.desired, res, inv.node_keys, opts.dry_run)
+        owned = sync_planned_keys(planned, run.desired, res, inv.node_keys, opts.dry_run, self.key_share)
         if len(res.errors) > errors and res.cause is None:  # engine.nodekeys says why in words
             res.cause = Cause.NODE_KEYS
         inv_ref = inventory_ref(unit)
