@@ -139,8 +139,8 @@ MANAGED_KINDS = tuple(k for k in APPLY_ORDER if k != "Namespace" and k not in OP
 
 def _cached_hash(obj: object, key: tuple[str, ...]) -> None:
     """Units and object references are dict and set keys everywhere, thousands per revision: a
-    frozen dataclass's own __hash__ builds the tuple of its fields on every call (about 6x slower
-    lookups at 2,000 units); hashed once here, at creation (they are immutable)."""
+    frozen dataclass's own __hash__ builds the tuple of its fields on every call, which made each
+    lookup several times slower; hashed once here, at creation (they are immutable)."""
     object.__setattr__(obj, "_hash", hash(key))
 
 

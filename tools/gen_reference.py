@@ -446,32 +446,33 @@ def cli_page() -> tuple[str, list[str]]:
 
 # -- metrics -------------------------------------------------------------------------------------------
 
-def metric_families() -> list[tuple[str, str, list[str], str]]:
+def served_metrics() -> Any:
+    """A fresh `Metrics` with every collector the agent's runner registers besides (syncer/agent/runner.py):
+    what `GET /metrics` serves."""
+    from syncer.observe.gc_pauses import GCPauses
     from syncer.observe.metrics import Metrics
+    from syncer.observe.notify import Notifier
 
     metrics = Metrics()
+    metrics.registry.register(GCPauses())
+    metrics.registry.register(Notifier([]))
+    return metrics
+
+
+def metric_families() -> list[tuple[str, str, list[str], str]]:
+    from syncer.observe.families import FamilyCollector
+
     out: dict[str, tuple[str, str, list[str], str]] = {}
-    registry = metrics.registry
-    for collector in list(registry._collector_to_names):  # type: ignore[attr-defined]
-        describe = getattr(collector, "describe", None)
-        families = list(describe()) if describe else []
-        name = getattr(collector, "_name", None)
-        if name is not None:  # a prometheus_client metric: its own name, type and labels
-            kind = getattr(collector, "_type", "")
-            full = name + ("_total" if kind == "counter" and not name.endswith("_total") else "")
-            labels = list(getattr(collector, "_labelnames", ()))
-            out[full] = (full, kind, labels, getattr(collector, "_documentation", ""))
+    for collector in served_metrics().registry.in_order():
+        if isinstance(collector, FamilyCollector):  # families described in syncer.observe.families
+            for family in collector.families:
+                out[family.served_name] = (family.served_name, family.type, list(family.labels), family.help)
             continue
-        for family in families:
-            labels = list(getattr(family, "_labelnames", ()))
-            full = family.name + ("_total" if family.type == "counter" else "")
-            out[full] = (full, family.type, labels, family.documentation)
-    for writer in getattr(registry, "writers", []):
-        describe = getattr(writer, "describe", None)
-        for family in describe() if describe else []:
-            labels = list(getattr(family, "_labelnames", ()))
-            full = family.name + ("_total" if family.type == "counter" and not family.name.endswith("_total") else "")
-            out[full] = (full, family.type, labels, family.documentation)  # as served: counters end in _total
+        # a prometheus_client metric: its own name, type and labels
+        kind = getattr(collector, "_type", "")
+        name = getattr(collector, "_name", "")
+        full = name + ("_total" if kind == "counter" and not name.endswith("_total") else "")
+        out[full] = (full, kind, list(getattr(collector, "_labelnames", ())), getattr(collector, "_documentation", ""))
     return sorted(out.values())
 
 

@@ -192,7 +192,7 @@ class Follower:
         now = self._clock()
         if order != self._order and (not self._order or now - self._body_at >= BODY_INTERVAL):
             # a unit came, went or moved (attention first): the whole body, at most every BODY_INTERVAL
-            # (at 2,001 units, pods starting move rows every second)
+            # (with thousands of units, pods starting move rows all the time)
             payload["tbody"] = rows_html(chosen)
             self._order, self._body_at = order, now
             self._sent = {u: htmls[u] for u in order}

@@ -71,7 +71,7 @@ class _Done:
 class _Owners:
     """Which rendered units render each object, kept up to date from one render to the next by
     adding the units rendered anew and removing those gone: a one-file commit to a repository of
-    28,000 objects touches its own unit's objects, not all of them. Only units that claim objects
+    thousands of units touches its own unit's objects, not all of them. Only units that claim objects
     (rendered, within their guardrails) are entered.
 
     Invariant, after each `update(claiming)`: `entered` is `claiming`; `by_ref[ref]` is the entered

@@ -300,7 +300,7 @@ def _load_units(reader: Reader, state: RepoState, pieces: _Pieces, base: Path, c
                             functools.partial(_load_federation_file, reader, path, cluster=cluster))
     if sn_dir.is_dir():
         # by name: the same order as sorting the Paths, without Path.__lt__ (with the sort in
-        # Reader.yaml_files, a fifth of a one-file load at 2,000 units, under a profiler)
+        # Reader.yaml_files, a large part of a one-file load of a big repository, under a profiler)
         for release_dir in sorted((p for p in sn_dir.iterdir() if not p.name.startswith(".")),
                                   key=lambda p: p.name):
             if pieces.replay(reader.rel(release_dir)):
