@@ -50,6 +50,11 @@ def _utc(at: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
 
 
+def _shown(at: str) -> str:
+    """An API time (RFC 3339, UTC) as the page shows times: to the second."""
+    return f"{at[:10]} {at[11:19]} UTC" if len(at) >= 19 and at[10:11] == "T" else at
+
+
 class Activity:
     """The unit pages' activity of one agent: `of(unit)` computes it, or hands out a recent one."""
 
@@ -92,7 +97,7 @@ def unit_activity(agent: Agent, kube: Kube, unit: Unit) -> UnitActivity:
     scrub = agent.supervisor.scrub
     try:
         labels = ",".join(f"{k}={v}" for k, v in unit.labels().items() if v != MANAGED_BY)
-        events = tuple(EventRow(e.at, e.type, e.reason, e.regarding, scrub(e.note), e.count)
+        events = tuple(EventRow(_shown(e.at), e.type, e.reason, e.regarding, scrub(e.note), e.count)
                        for e in recent(kube, inventory_ref(unit), labels, MAX_EVENTS))
         events_error = ""
     except (ApiError, ClusterUnreachable, OSError) as exc:
