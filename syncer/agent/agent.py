@@ -69,6 +69,7 @@ from syncer.observe.conditions import UnitCondition, UnitConditions
 from syncer.observe.metrics import Metrics, corrections_by_kind, drift_by_kind
 from syncer.observe.notify import Notification, Notifier
 from syncer.observe.status import UnitStatus
+from syncer.observe.view import Changes
 from syncer.plan import Claims, Plan, UnitPlan
 from syncer.render.repo import Rendered, plan_repo
 from syncer.repo.state import RepoState
@@ -109,6 +110,7 @@ class Agent:
                            limits=hold_limits(options.tenancy))  # restarts that wait for runs (agent.holding)
         self.canaries = Canaries(self.report, self.work.add_after, lambda: self.flower)  # agent.canaries
         self.published: dict[Unit, tuple[str, ...]] = {}  # each unit's state as last logged (unitstate.publish)
+        self.changes = Changes()  # touched where a unit's state may change (unitstate.publish): the web view
         self._errors_counted: set[Unit] = set()  # units whose config_errors metric is set
         self.checkout: Checkout | None = None
         self.fetch_error: str = ""

@@ -28,6 +28,7 @@ from syncer.engine.changeset import UnitResult
 from syncer.identity import DEFAULT_REPOSITORY, Unit
 from syncer.observe.conditions import UnitCondition
 from syncer.observe.metrics import Metrics
+from syncer.observe.view import Changes
 from syncer.plan import Plan
 from syncer.render.tenancy import Tenancy
 from syncer.source.git import Checkout
@@ -97,6 +98,8 @@ class UnitTables(Protocol):
     def metrics(self) -> Metrics: ...
     @property
     def holds(self) -> Holds: ...
+    @property
+    def changes(self) -> Changes: ...
 
     def report(self, unit: Unit, event: ReportedEvent) -> None:
         """A Kubernetes Event and a notification (the leader only)."""

@@ -76,7 +76,9 @@ def observe_health(agent: UnitTables, units: Sequence[UnitStatus], checks: Seque
 def publish(agent: UnitTables, unit: Unit) -> None:
     """The unit's state, recomputed, to the metrics (flower_syncer_unit_state) and, when it
     changed, to the log (the reasons and the messages, which name files, lines and objects, never
-    secret values). Called at every revision, every sync and every status round."""
+    secret values). Called at every revision, every sync and every status round: so it also tells
+    the web view that the unit may have changed (`agent.changes`)."""
+    agent.changes.touch(unit.id)
     state = unit_state(agent, unit)
     key = (str(state.synced.reason), str(state.healthy.reason))
     agent.metrics.set_unit_state(unit.id, *key)
@@ -115,6 +117,7 @@ def set_refusal(agent: UnitTables, refusal: str) -> None:
 
 
 def forget(agent: UnitTables, unit: Unit) -> None:
+    agent.changes.touch(unit.id)
     agent.published.pop(unit, None)
     agent.health.pop(unit, None)
     agent.holds.forget(unit)
