@@ -408,7 +408,7 @@ class Agent:
             if unit in old.plan.failed:  # fixed (a revert renders its last good state again): the
                 changed.append(unit)  # next sync replaces the ConfigError its inventory records
             if before is planned and unit in digests:
-                continue  # rendered from the same LoadedUnit: nothing changed (see plan_repo's `previous`)
+                continue  # kept by plan_repo: the same content key, so the same digest (render.cachekey)
             digest = fingerprint({"objects": list(planned.manifests), "policy": dataclasses.asdict(planned.policy),
                                   "nodeAuth": repr(planned.node_auth)})
             if unit not in units:
