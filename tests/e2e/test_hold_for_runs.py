@@ -154,12 +154,13 @@ def test_a_commit_waits_for_the_run_then_applies(real_cluster: RealCluster, e2e_
         assert f"E2E-SERVER rounds={rounds} final=[{rounds}.0, {rounds}.0, {rounds}.0, {rounds}.0]" in output, \
             output[-4000:]
 
-    # then the change applies: new pod templates, pods made after the run ended
-    def applied() -> bool:
-        link, pool = _template(real_cluster, ns, "long-superlink"), _template(real_cluster, ns, "long-supernode-p")
-        return link[0] != link_rev and NEW_FLAG in link[1] and pool[0] != pool_rev
+        # then the change applies: new pod templates, pods made after the run ended (the agent must
+        # read that the run ended: the port-forward stays until the change goes ahead)
+        def applied() -> bool:
+            link, pool = _template(real_cluster, ns, "long-superlink"), _template(real_cluster, ns, "long-supernode-p")
+            return link[0] != link_rev and NEW_FLAG in link[1] and pool[0] != pool_rev
 
-    wait_until("the held changes applied after the run", applied, timeout=150, interval=1, log=agent.log)
+        wait_until("the held changes applied after the run", applied, timeout=150, interval=1, log=agent.log)
     wait_until("the new SuperLink pod", lambda: pod(real_cluster, ns, "long-superlink-0").get("metadata", {})
                .get("uid", link_pod) != link_pod, timeout=120, interval=1, log=agent.log)
     sys.stderr.write(f"run ended -> held changes applied in {time.time() - ended:.1f}s\n")
