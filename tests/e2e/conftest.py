@@ -1,10 +1,13 @@
 """End-to-end fixtures: a devcluster with a real node (containerd, kubelet, CNI, CoreDNS), the agent
 running against it from a Git repository, and a way to reach Services from this machine.
 
-The cluster is this session's own (``e2e-<pid>``), started with ``--real-nodes 1`` and no fake
-nodes, so every pod runs in a real container; it is stopped and purged at the end. It needs root
-and the images from tools/images.py (``up`` builds them when missing). Under ``CI=true`` anything
-missing is a failure, never a skip.
+The cluster is this session's own (``e2e-<pid>``, or the name in ``FLOWER_SYNCER_E2E_CLUSTER``:
+one of your own, beside others' on a shared machine), started with ``--real-nodes 1`` and no fake
+nodes, so every pod runs in a real container; it is stopped and purged at the end. When a cluster
+of that name is already running with a real node (``devcluster up --real-nodes 1`` by hand), the
+session uses it and leaves it up: tests run again without an ``up``. It needs root and the images
+from tools/images.py (``up`` builds them when missing). Under ``CI=true`` anything missing is a
+failure, never a skip.
 """
 
 from __future__ import annotations
@@ -26,11 +29,13 @@ from typing import Any, NoReturn
 
 import pytest
 
+from syncer.cluster.control_transports import connect
+from syncer.cluster.flower_control import ControlApiError, RegisteredNode, RunInfo
 from tests.conftest import DEVCLUSTER, IN_CI, wait_until
 from tests.integration.agents import Repos, free_port, git
 from tests.integration.superlinks import DEV, flower_bin
 
-CLUSTER_NAME = f"e2e-{os.getpid()}"
+CLUSTER_NAME = os.environ.get("FLOWER_SYNCER_E2E_CLUSTER") or f"e2e-{os.getpid()}"
 UP_TIMEOUT_S = 900  # a cold image build is part of it
 ConfigRepo = Repos  # a bare remote and a working clone: `commit` is a user's commit and push
 
@@ -90,6 +95,11 @@ class RealCluster:
 def real_cluster() -> Iterator[RealCluster]:
     if os.geteuid() != 0:
         _unavailable("a real node needs root (network namespaces, cgroups, mounts)")
+    running = json.loads(_devcluster("status", "--json").stdout or "{}")
+    if running.get("running") and running.get("real_nodes"):  # yours, brought up by hand: used and left up
+        yield RealCluster(kubeconfig=running["kubeconfig"], bin_dir=Path(running["bin_dir"]),
+                          node=running["real_nodes"][0], state_dir=Path(running["state_dir"]))
+        return
     up = _devcluster("up", "--real-nodes", "1", "--cpu-nodes", "0", "--nvidia-nodes", "0", "--amd-nodes", "0",
                      "--timeout", "240", "--build", timeout=UP_TIMEOUT_S)
     if up.returncode != 0:
@@ -134,6 +144,8 @@ def host_leftovers(node: dict[str, Any]) -> list[str]:
 @pytest.fixture
 def e2e_namespace(real_cluster: RealCluster, request: pytest.FixtureRequest) -> Iterator[str]:
     name = "e2e-" + re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:50].strip("-")
+    wait_until(f"namespace {name} of an earlier session gone (a cluster left up)", lambda: real_cluster.kubectl(
+        "get", "namespace", name, check=False).returncode != 0, timeout=180, interval=1)
     real_cluster.kubectl("create", "namespace", name)
     wait_until("default ServiceAccount", lambda: real_cluster.kubectl(
         "-n", name, "get", "serviceaccount", "default", check=False).returncode == 0)
@@ -156,6 +168,15 @@ class Agent:
     proc: subprocess.Popen[bytes]
     log: Path
     url: str
+
+    def unit(self, unit: str) -> dict[str, Any]:
+        """`unit` in the agent's /api/v1/status ({} while the agent does not answer or list it)."""
+        try:
+            with urllib.request.urlopen(self.url + "/api/v1/status", timeout=10) as resp:
+                report = json.loads(resp.read())
+        except OSError:
+            return {}
+        return next((dict(u) for u in report.get("units", []) if u["unit"] == unit), {})
 
     def metric(self, name: str, **labels: str) -> float | None:
         """A sample of the agent's /metrics with these labels, or None."""
@@ -196,10 +217,10 @@ def run_agent(tmp_path: Path, real_cluster: RealCluster) -> Iterator[Callable[[C
             agent.proc.kill()
 
 
-def flwr_run(app: Path, address: str, home: Path, timeout: float = 300, run_config: str = "",
-             root_certificates: Path | None = None, version: str = "") -> str:
-    """`flwr run APP e2e --stream` against the Control API at `address` (TLS when given the CA),
-    with the `flwr` CLI of `version` (default: the dev venv's); returns its output."""
+def flwr_command(app: Path, address: str, home: Path, run_config: str = "", root_certificates: Path | None = None,
+                 version: str = "") -> tuple[list[str], dict[str, str]]:
+    """The command line and environment of `flwr run APP e2e --stream` against the Control API at
+    `address` (TLS when given the CA), with the `flwr` CLI of `version` (default: the dev venv's)."""
     home.mkdir(parents=True, exist_ok=True)
     tls = f'root-certificates = "{root_certificates}"' if root_certificates else "insecure = true"
     connection = f'[superlink.e2e]\naddress = "{address}"\n{tls}\n'
@@ -215,8 +236,14 @@ def flwr_run(app: Path, address: str, home: Path, timeout: float = 300, run_conf
     # copied into a pod, and a pod, for every run.
     flwr = flower_bin(version or DEV) / "flwr"
     extra = ["--run-config", run_config] if run_config else []
-    proc = subprocess.run([str(flwr), "run", str(work), "e2e", "--stream", *extra], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "FLWR_HOME": str(home)}, check=False)
+    return [str(flwr), "run", str(work), "e2e", "--stream", *extra], {**os.environ, "FLWR_HOME": str(home)}
+
+
+def flwr_run(app: Path, address: str, home: Path, timeout: float = 300, run_config: str = "",
+             root_certificates: Path | None = None, version: str = "") -> str:
+    """`flwr run` (see flwr_command) to its end; returns its output."""
+    argv, env = flwr_command(app, address, home, run_config, root_certificates, version)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, check=False)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"flwr run failed ({proc.returncode}):\n{output[-4000:]}"
     return output
@@ -230,6 +257,32 @@ def syncer_status(cluster: RealCluster, namespace: str) -> Any:
     return json.loads(proc.stdout)
 
 
+def control_api(address: str, ca: bytes | None = None) -> tuple[list[RunInfo], list[RegisteredNode]] | None:
+    """The runs and nodes the Control API at `address` lists (HTTP, Flower 1.37+), or None while
+    it does not answer (a SuperLink restarting, a port-forward to a pod that is gone)."""
+    try:
+        api = connect(address, "http", ca, timeout=5)
+    except (ControlApiError, OSError):
+        return None
+    try:
+        return list(api.list_runs()), list(api.list_nodes())
+    except (ControlApiError, OSError):
+        return None
+    finally:
+        api.close()
+
+
+def pod(cluster: RealCluster, namespace: str, name: str) -> dict[str, Any]:
+    """The pod `name` ({} while there is none)."""
+    got = cluster.kubectl("-n", namespace, "get", "pod", name, "-o", "json", check=False)
+    return dict(json.loads(got.stdout)) if got.returncode == 0 else {}
+
+
+def pod_ready(obj: dict[str, Any]) -> bool:
+    conditions = obj.get("status", {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
 def ready_replicas(cluster: RealCluster, namespace: str, kind: str, name: str) -> int:
     obj = cluster.kubectl("-n", namespace, "get", kind, name, "-o", "json", check=False)
     if obj.returncode != 0:
@@ -237,9 +290,37 @@ def ready_replicas(cluster: RealCluster, namespace: str, kind: str, name: str) -
     return int(json.loads(obj.stdout).get("status", {}).get("readyReplicas") or 0)
 
 
+def namespace_state(cluster: RealCluster, namespace: str) -> str:
+    """The pods (their phase, conditions and containers' states), the claims and the last Events
+    of `namespace`: what a failed wait prints, for a cluster that is gone when the session ends."""
+    lines = []
+    for obj in cluster.json("-n", namespace, "get", "pods")["items"]:
+        status = obj.get("status", {})
+        conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
+        lines.append(f"pod {obj['metadata']['name']}: {status.get('phase')} {conditions}")
+        for c in status.get("containerStatuses") or []:
+            lines.append(f"  {c['name']}: ready={c.get('ready')} restarts={c.get('restartCount')} "
+                         f"state={json.dumps(c.get('state'))[:300]}")
+            if not c.get("ready"):
+                tail = cluster.kubectl("-n", namespace, "logs", obj["metadata"]["name"], "-c", c["name"], "--tail",
+                                       "15", check=False).stdout
+                lines += [f"    | {line[:300]}" for line in tail.splitlines()]
+    for obj in cluster.json("-n", namespace, "get", "pvc")["items"]:
+        lines.append(f"pvc {obj['metadata']['name']}: {obj.get('status', {}).get('phase')}")
+    events = cluster.json("-n", namespace, "get", "events")["items"]
+    for e in sorted(events, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))[-20:]:
+        lines.append(f"event {e.get('involvedObject', {}).get('name')}: {e.get('reason')}: "
+                     f"{str(e.get('message') or '')[:300]}")
+    return "\n".join(lines)
+
+
 def wait_ready(cluster: RealCluster, namespace: str, kind: str, name: str, want: int, agent: Agent,
                timeout: float = 180) -> None:
     started = time.monotonic()
-    wait_until(f"{kind}/{name} {want} ready", lambda: ready_replicas(cluster, namespace, kind, name) >= want,
-               timeout=timeout, interval=0.5, log=agent.log)
+    try:
+        wait_until(f"{kind}/{name} {want} ready", lambda: ready_replicas(cluster, namespace, kind, name) >= want,
+                   timeout=timeout, interval=0.5, log=agent.log)
+    except AssertionError as exc:
+        shows = namespace_state(cluster, namespace)
+        raise AssertionError(f"{exc}\n--- what the namespace shows ---\n{shows}") from None
     sys.stderr.write(f"{kind}/{name}: {want} ready after {time.monotonic() - started:.1f}s\n")
