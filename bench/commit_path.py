@@ -7,7 +7,7 @@ the agent does for a commit, with the agent's own classes and GC thresholds:
 
   fetch   GitSource.fetch of the bare remote (each git command it runs is timed)
   load    RevisionLoader.load of the checkout, with the caches of the previous revision
-  install Agent.install: the plan (plan_repo against the previous one), what changed, the units'
+  install Installer.install: the plan (plan_repo against the previous one), what changed, the units'
           state (an agent that is never started: no thread, no request)
 
 once for the first revision, then for each of --commits one-file commits (the pools of one
