@@ -298,17 +298,18 @@ def _duration(text: str) -> float:
 # How long a thread may hold the interpreter while another waits for it (CPython's default is
 # 5 ms). The agent's commit path and the applies of `sync` wait on git processes and HTTP answers
 # and take the interpreter back after each: while another thread computes (a watch stream, a
-# status round, a plan), every return waited up to the whole interval. With one busy thread
-# beside it, a fetch of the 2,001-unit bench repository took 391-427 ms at 5 ms, 95-102 ms at
-# 1 ms, 48 ms alone; one local HTTP request 22 ms, 5.4 ms, 0.7 ms. A cold `sync` of 2,801 objects
-# (bench/compare.py --cold-only, two rounds each): 7.39 and 7.55 s against 8.66 and 7.78 s. Two
-# threads that both compute spend 1-2 % more CPU on the extra switches.
+# status round, a plan), every return waited up to the whole interval, so a fetch or a sync, made
+# of many such waits, paid it many times over. A shorter interval costs threads that all compute a
+# little CPU in extra switches, far less than it saves (docs/performance.md, "Figures behind the
+# code").
 SWITCH_INTERVAL = 0.001
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     sys.setswitchinterval(SWITCH_INTERVAL)
-    gc.set_threshold(50_000, 20, 100)  # loads hold ~10 objects per manifest: default GC was 22 % of a 28k load
+    # a load makes many container objects per manifest and keeps them: with the default threshold the
+    # young collections walked them again and again, a large part of a big repository's load
+    gc.set_threshold(50_000, 20, 100)
     parser = build_parser()
     if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions (argcomplete's protocol)
         import argcomplete
@@ -500,7 +501,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     # The agent's log is the same whatever else shares its environment: structlog formats the
     # console and tracebacks with rich whenever it can import it (flwr brings rich into a venv;
-    # the agent's image has none), which also cost the agent 80 modules and 4 MiB resident.
+    # the agent's image has none), which also loaded dozens of modules the agent never uses.
     # Before structlog is first imported; a process that imported rich already keeps it.
     sys.modules.setdefault("rich", None)  # type: ignore[arg-type]
     from syncer.agent.config import load_config

@@ -45,6 +45,15 @@ ANN_SUPERLINK_STATE = "flower-syncer.io/superlink-state"
 SUPERLINK_STATE_VOLUME = "superlink-state"  # the claim template (and volume) of a SuperLink's state
 SUPERLINK_STATE_DIR = "/app/state"  # where it is mounted; the SQLite file is SUPERLINK_STATE_DIR/state.db
 
+# Canary pools (docs/rollouts.md): on a Federation, how many SuperNodes of each pool take a change
+# first ("1", or "gpu=1, cpu=2"), how long they must stay healthy (`canary-gate`) and by when
+# (`canary-deadline`); on a pool's StatefulSet, the pool's own count and both times in seconds, which
+# the engine reads (engine.canary) to set `updateStrategy.rollingUpdate.partition`.
+ANN_CANARY = "flower-syncer.io/canary"
+ANN_CANARY_GATE = "flower-syncer.io/canary-gate"
+ANN_CANARY_DEADLINE = "flower-syncer.io/canary-deadline"
+ANN_CANARY_TEMPLATE = "flower-syncer.io/canary-template"  # on a canary pool's StatefulSet: its pod template's digest
+
 DEFAULT_REPOSITORY = "default"  # only for callers that name no source (tests, benchmarks)
 
 
@@ -130,8 +139,8 @@ MANAGED_KINDS = tuple(k for k in APPLY_ORDER if k != "Namespace" and k not in OP
 
 def _cached_hash(obj: object, key: tuple[str, ...]) -> None:
     """Units and object references are dict and set keys everywhere, thousands per revision: a
-    frozen dataclass's own __hash__ builds the tuple of its fields on every call (about 6x slower
-    lookups at 2,000 units); hashed once here, at creation (they are immutable)."""
+    frozen dataclass's own __hash__ builds the tuple of its fields on every call, which made each
+    lookup several times slower; hashed once here, at creation (they are immutable)."""
     object.__setattr__(obj, "_hash", hash(key))
 
 

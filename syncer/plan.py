@@ -77,6 +77,9 @@ class UnitPlan:
     node_auth: NodeAuth | None = None
     object_refs: tuple[ObjectRef, ...] | None = None
     """The manifests' references, when the renderer had them already (see `refs`)."""
+    key: bytes = field(default=b"", compare=False, repr=False)
+    """The content key of everything it was made from (syncer.render.cachekey); b"": unknown, so
+    never taken for a later revision's."""
 
     @property
     def refs(self) -> tuple[ObjectRef, ...]:

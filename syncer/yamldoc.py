@@ -95,8 +95,8 @@ class _Builder:
         if node.tag == _TIMESTAMP:
             # Kubernetes fields are strings; keep dates as written instead of datetime objects.
             return share_strings(node.value)
-        # the values a repository repeats ("10m", an image, a namespace) are kept once: at 2,000
-        # units the loaded models held 114,000 such strings, 6 MiB (tracemalloc)
+        # the values a repository repeats ("10m", an image, a namespace) are kept once: a big
+        # repository's models would otherwise hold a copy of each per document
         return share_strings(self.scalars.construct_object(node, deep=True))
 
     def _mapping(self, node: yaml.MappingNode, path: FieldPath, depth: int) -> dict[str, Any]:

@@ -71,6 +71,15 @@ ANNOTATIONS: dict[str, tuple[str, str]] = {
         "`true`: hold such a change also when the SuperLink cannot be asked about its runs"),
     "flower-syncer.io/release-hold": ("annotation, FlowerUnit",
         "an RFC 3339 time: holds begun by then go ahead now (`flower-syncer resync --release-hold` sets it)"),
+    "flower-syncer.io/canary": ("annotation, Federation; rendered on a canary pool's StatefulSet",
+        "how many SuperNodes of each pool take a change of its pod template first: `1` (every pool) or "
+        "`gpu=1, cpu=2` (per pool); StatefulSet mode only (docs/rollouts.md)"),
+    "flower-syncer.io/canary-gate": ("annotation, Federation; rendered on a canary pool's StatefulSet",
+        "how long the canary stays healthy before the rest of the pool rolls (a duration, default `60s`)"),
+    "flower-syncer.io/canary-deadline": ("annotation, Federation; rendered on a canary pool's StatefulSet",
+        "by when, from its start, the canary must have passed its gate, or it failed (default `10m`)"),
+    "flower-syncer.io/canary-template": ("annotation, a canary pool's StatefulSet",
+        "the digest of the pod template Git renders: a new change when it differs from the live one's"),
     "flower-syncer.io/superlink-state": ("annotation, Federation",
         "`persistent`: the SuperLink keeps runs, nodes and keys in SQLite on a volume; `memory`: in memory "
         "(docs/superlink-state.md)"),
@@ -137,6 +146,9 @@ EVENT_REASONS: dict[str, str] = {
     "InternalError": "the agent failed on the unit (a bug); it syncs the unit again",
     "RolloutHeld": "a change that restarts pods waits for the federation's runs to end (docs/rollouts.md)",
     "RolloutResumed": "a held change goes ahead: the runs ended, the deadline passed, or a person released it",
+    "CanaryStarted": "a change of a canary pool's pod template went to its canary first (docs/rollouts.md)",
+    "CanaryPassed": "a pool's canary stayed healthy for its gate time: the rest of the pool rolls",
+    "CanaryFailed": "a pool's canary did not become healthy: the rest of the pool stays on its revision",
     "RestartNotHeld": "a change restarts pods although runs may be in progress: the SuperLink could not be asked",
     "SuperNodeKeysForgotten": "the SuperLink no longer knows SuperNode keys listed in Git: they are registered again",
     "Unverified": "the newest revision is not signed by a key the admin's policy lists; nothing of it is applied",
@@ -434,32 +446,33 @@ def cli_page() -> tuple[str, list[str]]:
 
 # -- metrics -------------------------------------------------------------------------------------------
 
-def metric_families() -> list[tuple[str, str, list[str], str]]:
+def served_metrics() -> Any:
+    """A fresh `Metrics` with every collector the agent's runner registers besides (syncer/agent/runner.py):
+    what `GET /metrics` serves."""
+    from syncer.observe.gc_pauses import GCPauses
     from syncer.observe.metrics import Metrics
+    from syncer.observe.notify import Notifier
 
     metrics = Metrics()
+    metrics.registry.register(GCPauses())
+    metrics.registry.register(Notifier([]))
+    return metrics
+
+
+def metric_families() -> list[tuple[str, str, list[str], str]]:
+    from syncer.observe.families import FamilyCollector
+
     out: dict[str, tuple[str, str, list[str], str]] = {}
-    registry = metrics.registry
-    for collector in list(registry._collector_to_names):  # type: ignore[attr-defined]
-        describe = getattr(collector, "describe", None)
-        families = list(describe()) if describe else []
-        name = getattr(collector, "_name", None)
-        if name is not None:  # a prometheus_client metric: its own name, type and labels
-            kind = getattr(collector, "_type", "")
-            full = name + ("_total" if kind == "counter" and not name.endswith("_total") else "")
-            labels = list(getattr(collector, "_labelnames", ()))
-            out[full] = (full, kind, labels, getattr(collector, "_documentation", ""))
+    for collector in served_metrics().registry.in_order():
+        if isinstance(collector, FamilyCollector):  # families described in syncer.observe.families
+            for family in collector.families:
+                out[family.served_name] = (family.served_name, family.type, list(family.labels), family.help)
             continue
-        for family in families:
-            labels = list(getattr(family, "_labelnames", ()))
-            full = family.name + ("_total" if family.type == "counter" else "")
-            out[full] = (full, family.type, labels, family.documentation)
-    for writer in getattr(registry, "writers", []):
-        describe = getattr(writer, "describe", None)
-        for family in describe() if describe else []:
-            labels = list(getattr(family, "_labelnames", ()))
-            full = family.name + ("_total" if family.type == "counter" and not family.name.endswith("_total") else "")
-            out[full] = (full, family.type, labels, family.documentation)  # as served: counters end in _total
+        # a prometheus_client metric: its own name, type and labels
+        kind = getattr(collector, "_type", "")
+        name = getattr(collector, "_name", "")
+        full = name + ("_total" if kind == "counter" and not name.endswith("_total") else "")
+        out[full] = (full, kind, list(getattr(collector, "_labelnames", ())), getattr(collector, "_documentation", ""))
     return sorted(out.values())
 
 

@@ -3,9 +3,9 @@ Control API's ListNodes and ListRuns), at most every 30 s and within a CPU budge
 holding up the status round.
 
 The budget: the checks a round starts may cost, together, as much CPU as the round itself costs
-without them (at least MIN_BUDGET). A check costs what its connection costs: about 0.35 ms of CPU
-in plaintext and 1.5 ms over TLS, almost all of it the TLS handshake (measured on 2 cores,
-bench/status_round.py); a SuperLink cannot be kept connected between checks (Flower's uvicorn
+without them (at least MIN_BUDGET). A check costs what its connection costs, several times more
+over TLS than in plaintext, almost all of it the TLS handshake (bench/status_round.py measures
+it); a SuperLink cannot be kept connected between checks (Flower's uvicorn
 closes an idle connection after 5 s). So a small installation has every SuperLink asked every
 30 s, and a large one goes round its SuperLinks more slowly instead of costing more: the ones
 whose answer is oldest first, a federation whose pods have just become ready at once, whatever

@@ -227,8 +227,8 @@ class FlowerUnits:
     def _budget(self) -> float:
         """The writes this round may make. FlowerUnits are a view of the agent's state, written
         beside the objects the agent applies: at most WRITE_RATE a second (a controller's default
-        client rate is 20) in bursts of WRITE_BURST, so that 2,000 units turning Healthy while
-        their pods start, or all of them created at the agent's first start, never crowd out
+        client rate is 20) in bursts of WRITE_BURST, so that thousands of units turning Healthy
+        while their pods start, or all of them created at the agent's first start, never crowd out
         the applies of a commit. What waits is written in a later round, with the state of then."""
         now = self.clock()
         self._tokens = min(WRITE_BURST, self._tokens + max(0.0, now - self._refilled) * WRITE_RATE)
@@ -348,9 +348,9 @@ class FlowerUnits:
 
 def gap_after(took: float) -> float:
     """Seconds to wait after a round that took `took`: rounds take at most ROUND_SHARE of the
-    time (a round over 2,000 units takes about 30 ms of CPU, and the agent asks for one after
-    every unit it syncs), and never wait more than ROUND_GAP; a round over a few units (1 ms)
-    waits 9 ms, so a reconcile request is recorded as soon as its sync is done."""
+    time (a round grows with the units, and the agent asks for one after every unit it syncs),
+    and never wait more than ROUND_GAP; a short round over a few units waits little, so a
+    reconcile request is recorded as soon as its sync is done."""
     return min(ROUND_GAP, max(0.0, took) * (1 / ROUND_SHARE - 1))
 
 

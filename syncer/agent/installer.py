@@ -121,7 +121,7 @@ class Installer:
             if unit in old.plan.failed:  # fixed (a revert renders its last good state again): the
                 changed.append(unit)  # next sync replaces the ConfigError its inventory records
             if before is planned and unit in digests:
-                continue  # rendered from the same LoadedUnit: nothing changed (see plan_repo's `previous`)
+                continue  # kept by plan_repo: the same content key, so the same digest (render.cachekey)
             digest = fingerprint({"objects": list(planned.manifests), "policy": dataclasses.asdict(planned.policy),
                                   "nodeAuth": repr(planned.node_auth)})
             if unit not in units:
@@ -153,7 +153,7 @@ class Installer:
         self.current.installed = Installed(dataclasses.replace(fresh, units=units, claims=claims), digests)
         # the units whose state this revision may change (a unit's state reads its desired state,
         # its config errors while it fails, and whether it is in Git); the status round publishes
-        # every unit anyway: a commit to one file costs one unit's publishing, not 2,000
+        # every unit anyway: a commit to one file costs one unit's publishing, not every unit's
         moved = {u for u in units.keys() | old.plan.units.keys() if fresh.in_git(u) != old.plan.in_git(u)}
         for unit in dict.fromkeys([*changed, *fresh.failed, *old.plan.failed, *sorted(moved)]):
             self.book.publish(unit)

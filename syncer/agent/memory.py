@@ -3,8 +3,8 @@ of the garbage collector's way (`Heap`).
 
 The agent's big moments (the first sync of thousands of units, a revision that changes many
 files, a re-list after a watch expired) allocate far more than it keeps. CPython frees those
-objects, but glibc keeps the pages for reuse: at 28,000 objects the agent's resident size stayed
-at its peak, about twice what it holds. `malloc_trim(0)` returns free pages to the system; it is
+objects, but glibc keeps the pages for reuse: the agent's resident size stayed at its peak, far
+above what it holds. `malloc_trim(0)` returns free pages to the system; it is
 a no-op where the C library has no such call (musl, macOS)."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def limit_malloc_arenas(arenas: int = 2) -> bool:
     An arena keeps its free pieces for the threads that use it, so every extra arena holds memory
     the others cannot reuse. The agent runs dozens of threads (watches, workers, the HTTP server),
     but they allocate one at a time anyway, holding the interpreter: the arenas bought them
-    nothing. At 2,001 units its 15 thread arenas held 41-44 MiB resident."""
+    nothing, and their free pieces were a large share of the agent's resident memory."""
     opt = _libc_function("mallopt")
     return bool(opt(M_ARENA_MAX, arenas)) if opt is not None else False
 
@@ -65,10 +65,10 @@ def fix_mmap_threshold(size: int = MMAP_THRESHOLD) -> bool:
 
     glibc starts at 128 KiB but raises the threshold to the size of each mapped block freed (up to
     32 MiB), and the point at which it trims a heap with it. After the agent's first scrape of
-    /metrics (12.5 MiB of text at 2,001 units) or a first big API answer, blocks of megabytes came
-    from the heaps, where the small allocations made meanwhile kept their pages: in the agent at
-    2,001 units, 20 MiB more resident after one scrape, which no trim gave back. A fixed threshold
-    keeps that from happening (0-1 MiB after a scrape); the price is a mapping and its page faults
+    /metrics (megabytes of text at thousands of units) or a first big API answer, blocks of
+    megabytes came from the heaps, where the small allocations made meanwhile kept their pages:
+    the agent grew by a scrape's size and no trim gave it back. A fixed threshold keeps that from
+    happening; the price is a mapping and its page faults
     for each such block, which the agent makes a few of a second at most."""
     opt = _libc_function("mallopt")
     return bool(opt(M_MMAP_THRESHOLD, size)) if opt is not None else False
@@ -91,8 +91,8 @@ class Settled:
 class Heap:
     """Keeps the objects the agent holds for long out of the garbage collector's way.
 
-    A full collection walks every container object of the process: at 2,000 units about a
-    million, 0.3 to 1.5 s during which every thread waits (observe/gc_pauses.py), and CPython
+    A full collection walks every container object of the process, about a million at thousands
+    of units, during which every thread waits (observe/gc_pauses.py measures it), and CPython
     starts one whenever a quarter more objects have survived since the last. So at quiet moments
     the agent freezes what it holds (`gc.freeze()`): the collector skips frozen objects, and later
     collections walk only what was allocated since. Freezing changes no object's lifetime: a frozen
@@ -100,9 +100,8 @@ class Heap:
 
     `settle(idle)` is called every status round and does nothing unless `idle` (no commit, sync or
     event in flight) and `every` seconds passed since it last froze. Then:
-    - the first time, it only freezes. Nearly everything is alive then (at 2,001 units, a whole
-      collection found 23 unreachable objects among 976,036, and stopped the agent for 1.5 s on a
-      busy machine);
+    - the first time, it only freezes. Nearly everything is alive then (a whole collection would
+      stop the agent for a long walk that frees next to nothing);
     - later, it collects what is not frozen (what was allocated since: a short walk), then freezes
       the rest;
     - once every `full_every` seconds it unfreezes everything and collects it whole before freezing

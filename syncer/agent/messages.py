@@ -91,8 +91,8 @@ class Waiter:
     units: set[Unit] | None = None  # filled in once the fetch is done
     selector: str | None = None
     # each unit's result as it comes; turned into the answer's dicts only once all are in
-    # (`answer`): built along the way, 28,000 small dicts at 2,001 units were allocated among what
-    # the agent keeps, and the memory freed after the answer stayed scattered over the heap
+    # (`answer`): built along the way, a small dict per object was allocated among what the agent
+    # keeps, and the memory freed after the answer stayed scattered over the heap
     results: dict[str, UnitResult] = field(default_factory=dict)
     revision: str = ""
     error: str = ""

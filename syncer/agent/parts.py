@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from syncer.agent.cache import LiveCache
+from syncer.agent.canaries import Canaries
 from syncer.agent.failures import Failures
 from syncer.agent.fetching import Fetcher
 from syncer.agent.flower_watch import FlowerWatch
@@ -29,6 +30,7 @@ from syncer.cluster.client import Kube
 from syncer.engine.sync import Engine
 from syncer.identity import Unit
 from syncer.observe.metrics import Metrics
+from syncer.observe.view import Changes
 
 
 @dataclass(frozen=True, eq=False)
@@ -62,6 +64,8 @@ class AgentParts:
     failures: Failures
     resyncs: Resyncs
     holds: Holds  # restarts that wait for runs (agent.holding)
+    canaries: Canaries  # canary pools' steps, told once, and when to look again (agent.canaries)
+    changes: Changes  # touched where a unit's state may change (UnitBook.publish, forget): the web view
     flower: FlowerWatch | None  # Flower-level health of the federations (agent.flower_watch); None: off
     # hooks others register on: more reasons not to be ready ("": none), e.g. the Lease's; listeners of
     # each sync handled (the FlowerUnits' writer, on the dispatcher's thread)

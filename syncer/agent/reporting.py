@@ -29,9 +29,9 @@ def sync_events(unit: Unit, result: UnitResult, known: Collection[ObjectRef], re
         if (c.drift and c.action in _CORRECTING) or (c.action is Action.CREATED and c.ref in known):
             what = "deleted" if c.action is Action.CREATED else "changed"
             events.append(Event(c.ref, "Normal", "DriftCorrected", "Apply",
-                                f"{c.ref} was {what} outside Git; put back to revision {rev}"))
+                                f"{c.ref} was {what} outside Git; put back to revision {rev}", unit))
         elif c.is_conflict():
-            events.append(Event(c.ref, "Warning", "Conflict", "Apply", f"{c.ref} not applied: {c.message}"))
+            events.append(Event(c.ref, "Warning", "Conflict", "Apply", f"{c.ref} not applied: {c.message}", unit))
         elif c.action is Action.DELETED:
             events.append(Event(inv, "Normal", "Pruned", "Prune", f"{c.ref} left Git and was deleted"))
     counts = Counter(c.action.value for c in result.changes if c.action.is_change and c.action is not Action.FAILED)

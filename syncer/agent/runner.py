@@ -13,7 +13,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,7 @@ import structlog
 from syncer import __version__
 from syncer.actions.history import find_inventory
 from syncer.actions.suspend import suspend_inventory
+from syncer.agent.activity import Activity
 from syncer.agent.agent import Agent
 from syncer.agent.config import AgentConfig, load_policy, read_secret
 from syncer.agent.flower_probe import FlowerProbe
@@ -35,7 +36,7 @@ from syncer.agent.memory import (
 )
 from syncer.agent.stacks import StackDump
 from syncer.agent.state import AgentOptions
-from syncer.agent.view import unit_rows, unit_view
+from syncer.agent.view import known_unit, unit_rows, unit_view
 from syncer.agent.wiring import build_agent
 from syncer.cluster.client import ApiError, ClusterUnreachable, Kube, path_for
 from syncer.cluster.events import EventRecorder
@@ -53,7 +54,7 @@ from syncer.observe.metrics import Metrics
 from syncer.observe.notify import Notifier, load_receivers
 from syncer.observe.status import targets_from
 from syncer.observe.status_cache import StatusCache
-from syncer.observe.view import UnitRow, UnitView
+from syncer.observe.view import Changes, UnitActivity, UnitRow, UnitView
 from syncer.render.tenancy import Tenancy
 from syncer.source.git import GitSource, SourceSpec, default_cache_dir
 from syncer.source.location import local_origin, source_location
@@ -101,12 +102,21 @@ class _View:
         self.agent = agent
         self.kube = kube
         self.namespaces = namespaces
+        self._activity = Activity(agent, kube)
 
-    def rows(self) -> list[UnitRow]:
-        return unit_rows(self.agent)
+    @property
+    def changes(self) -> Changes:
+        return self.agent.changes
+
+    def rows(self, units: Collection[str] | None = None) -> list[UnitRow]:
+        return unit_rows(self.agent, units)
 
     def unit(self, unit: str) -> UnitView | None:
         return unit_view(self.agent, unit)
+
+    def activity(self, unit: str) -> UnitActivity | None:
+        found = known_unit(self.agent, unit)
+        return self._activity.of(found) if found is not None else None
 
     def suspend(self, unit: str, suspended: bool) -> bool:
         """Only a unit this repository owns, written as the agent writes (fenced: the leader only;
@@ -392,7 +402,7 @@ def _status_round(agent: Agent, cache: StatusCache, metrics: Metrics, *, heap: H
         checks.append(agent.flower.check)
         for unit in agent.holds.due(agent.installed.plan):  # held restarts whose runs ended (agent.holding)
             agent.work.add(unit)
-    agent.book.observe_health(report.units, checks)  # each unit's Healthy condition; the web view's pools and GPUs
+    agent.book.observe_health(report.units, checks)  # the web view's pools and GPUs, then each unit's Healthy
     own = time.thread_time() - cpu - flower
     metrics.status_round_cpu.labels("round").inc(own)
     if agent.flower is not None:  # the Control API checks may cost what the round does (flower_probe)

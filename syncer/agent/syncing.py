@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import structlog
 
 from syncer.agent.cache import LiveCache
+from syncer.agent.canaries import Canaries
 from syncer.agent.holding import Holds
 from syncer.agent.liveness import Liveness
 from syncer.agent.messages import Event, UnitSynced
@@ -39,7 +40,8 @@ SUPERLINK_STARTING_RETRY = 10.0  # longest wait before registering keys again at
 
 class UnitSyncs:
     def __init__(self, engine: Engine, cache: LiveCache, current: Current, work: WorkQueue[Unit], *,
-                 book: UnitBook, holds: Holds, metrics: Metrics, report: Callable[[Unit, ReportedEvent], None],
+                 book: UnitBook, holds: Holds, canaries: Canaries, metrics: Metrics,
+                 report: Callable[[Unit, ReportedEvent], None],
                  post: Callable[[Event], None], options: AgentOptions, leading: threading.Event,
                  liveness: Liveness, supervisor: Supervisor,
                  failed: Callable[[Unit, BaseException, str], None]) -> None:
@@ -49,6 +51,7 @@ class UnitSyncs:
         self.work = work
         self.book = book
         self.holds = holds
+        self.canaries = canaries  # canary pools' steps and when to look again (agent.canaries)
         self.metrics = metrics
         self.report = report
         self.post = post  # onto the agent's event queue
@@ -97,7 +100,8 @@ class UnitSyncs:
         before = self.cache.state.inventories.get(unit)
         held = self.holds.held.get(unit)
         opts = SyncOptions(prune=self.options.prune,
-                           gate=self.holds.gate(desired, plan, before) if desired is not None else None)
+                           gate=self.holds.gate(desired, plan, before) if desired is not None else None,
+                           canary_health=self.canaries.health(unit))
         known = set(before.entries) if before else set()
         start = time.monotonic()
         if desired is None:
@@ -106,9 +110,10 @@ class UnitSyncs:
             result = self.engine.sync_unit(desired, self.cache.state, opts, plan)
         seconds = time.monotonic() - start
         self.holds.after(unit, result, held)
+        self.canaries.after(unit, result, revision)
         self.metrics.observe_sync(result, seconds)
         self.metrics.set_suspended(unit.id, result.skipped is not None and result.skipped.suspended)
-        if result.node_keys is not None:
+        if result.node_keys is not None and not result.node_keys.waiting:
             self.metrics.set_supernode_keys(unit.id, result.node_keys.admitted, result.node_keys.failing)
         corrected = corrections_by_kind(result, known)
         if corrected:
@@ -127,7 +132,7 @@ class UnitSyncs:
                      seconds=round(seconds, 3), changed=writes,
                      unchanged=result.count(Action.UNCHANGED), errors=result.errors[:3],
                      failed=[str(c.ref) for c in result.changes if c.action is Action.FAILED][:5])
-        if result.ok:
+        if result.ok:  # keys that waited for their namespace's share: the next status round asks them
             self.work.forget(unit)
         else:
             # a SuperLink still starting is retried every status round, not after minutes of backoff

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from syncer.observe.conditions import HealthCheck
     from syncer.observe.metrics import Metrics
     from syncer.observe.status import UnitStatus
+    from syncer.observe.view import Changes
 
 log = structlog.get_logger("syncer.agent")
 _PUBLISHING = threading.Lock()  # guards every book's `published` table: a compare-and-set, nothing slow
@@ -47,13 +48,14 @@ class UnitBook:
     Written by the dispatcher (syncs, revisions), the workers (drift) and the status round (health)."""
 
     def __init__(self, current: Current, cache: LiveCache, metrics: Metrics, report: Callable[[Unit, Event], None],
-                 holds: Holds, flower: FlowerWatch | None) -> None:
+                 holds: Holds, flower: FlowerWatch | None, changes: Changes) -> None:
         self.current = current
         self.cache = cache
         self.metrics = metrics
         self.report = report
         self.holds = holds
         self.flower = flower  # Flower-level health of the federations (None: not watched)
+        self.changes = changes  # touched where a unit's state may change (publish, forget): the web view
         self.units: dict[Unit, UnitState] = {}
         self.health: dict[Unit, UnitCondition] = {}  # each unit's Healthy condition, from the last status round
         self.statuses: dict[Unit, UnitStatus] = {}  # each unit's pools and GPUs, from the last status round
@@ -96,9 +98,9 @@ class UnitBook:
         the pools and GPUs are kept for the web view."""
         self.health = {Unit.parse(u.unit): healthy_condition(u.pools, found=u.found, checks=checks, subject=u)
                        for u in units}
+        self.statuses = {Unit.parse(u.unit): u for u in units}  # before publishing: the web view reads them
         for unit in self.known_units():
             self.publish(unit)
-        self.statuses = {Unit.parse(u.unit): u for u in units}
 
     def set_config_errors(self, unit: Unit, errors: list[Diagnostic]) -> None:
         """The errors of the unit in the revision installed now (none: it loaded and rendered)."""
@@ -114,7 +116,7 @@ class UnitBook:
         if st.last_result != result:
             # an equal result (every unit of a no-op resync) keeps the one held: the new one goes
             # with the sync's temporaries instead of settling among them, and the collector
-            # does not walk 28,000 new changes at 2,001 units until the next freeze
+            # does not walk a new set of every unit's changes until the next freeze
             st.last_result = result
         st.last_sync = now
         st.internal_error = ""
@@ -141,6 +143,7 @@ class UnitBook:
 
     def forget(self, unit: Unit) -> None:
         """Another repository's unit, or one pruned: nothing of it is reported on."""
+        self.changes.touch(unit.id)
         self.units.pop(unit, None)
         self.published.pop(unit, None)
         self.health.pop(unit, None)
@@ -149,7 +152,9 @@ class UnitBook:
     def publish(self, unit: Unit) -> None:
         """The unit's state, recomputed, to the metrics (flower_syncer_unit_state) and, when it
         changed, to the log (the reasons and the messages, which name files, lines and objects,
-        never secret values). Called at every revision, every sync and every status round."""
+        never secret values). Called at every revision, every sync and every status round: so it also
+        tells the web view that the unit may have changed (`changes`)."""
+        self.changes.touch(unit.id)
         state = self.unit_state(unit)
         key = (str(state.synced.reason), str(state.healthy.reason))
         self.metrics.set_unit_state(unit.id, *key)
@@ -160,7 +165,8 @@ class UnitBook:
                 return
             self.published[unit] = seen
         if before is not None and state.synced.status and before[0] not in (
-                SyncedReason.SYNCED, SyncedReason.PENDING, SyncedReason.SUSPENDED, SyncedReason.HELD):
+                SyncedReason.SYNCED, SyncedReason.PENDING, SyncedReason.SUSPENDED, SyncedReason.HELD,
+                SyncedReason.CANARY):
             self.report(unit, recovered_event(unit, before[0], state.revision))
         if before is None and key[0] in (SyncedReason.PENDING, SyncedReason.SYNCED):
             return  # a unit first seen (the agent starting): only its troubles are news

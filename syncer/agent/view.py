@@ -7,6 +7,7 @@ the cluster or to a SuperLink: a page view costs what this module computes, noth
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from syncer.agent.unitstate import known_units, unit_state
@@ -18,9 +19,30 @@ if TYPE_CHECKING:
     from syncer.agent.agent import Agent
 
 
-def unit_rows(agent: Agent) -> list[UnitRow]:
-    """Every unit the agent reports on, as overview rows."""
-    return [unit_row(agent, unit, unit_state(agent, unit)) for unit in known_units(agent)]
+def unit_rows(agent: Agent, ids: Collection[str] | None = None) -> list[UnitRow]:
+    """Every unit the agent reports on, as overview rows; with `ids`, only those of them (the
+    units touched since a page last read them: `syncer.observe.view.Changes`)."""
+    return [unit_row(agent, unit, unit_state(agent, unit))
+            for unit in (known_units(agent) if ids is None else _known(agent, ids))]
+
+
+def _known(agent: Agent, ids: Collection[str]) -> list[Unit]:
+    plan, units = agent.installed.plan, agent.units
+    out = []
+    for i in ids:
+        try:
+            unit = Unit.parse(i)
+        except ValueError:
+            continue
+        if unit in plan.units or unit in plan.failed or unit in units:
+            out.append(unit)
+    return out
+
+
+def known_unit(agent: Agent, selector: str) -> Unit | None:
+    """The unit whose id is `selector`, when the agent reports on it."""
+    found = _known(agent, (selector,))
+    return found[0] if found else None
 
 
 def unit_row(agent: Agent, unit: Unit, state: UnitConditions) -> UnitRow:
@@ -47,11 +69,8 @@ def unit_row(agent: Agent, unit: Unit, state: UnitConditions) -> UnitRow:
 
 def unit_view(agent: Agent, selector: str) -> UnitView | None:
     """The page of the unit whose id is `selector`; None when the agent knows no such unit."""
-    try:
-        unit = Unit.parse(selector)
-    except ValueError:
-        return None
-    if unit not in set(known_units(agent)):
+    unit = known_unit(agent, selector)
+    if unit is None:
         return None
     state = unit_state(agent, unit)
     row = unit_row(agent, unit, state)

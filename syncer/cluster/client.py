@@ -376,8 +376,8 @@ class Kube:
         meta = manifest["metadata"]
         path = path_for(manifest["kind"], meta.get("namespace"), meta["name"])
         # fieldValidation=Ignore: the API server would otherwise decode the body a second time,
-        # strictly, to warn of unknown or duplicate fields (4 % of its CPU per apply, profiled
-        # at 2,800 objects); our manifests are rendered from typed models, and its warnings were
+        # strictly, to warn of unknown or duplicate fields (a measurable part of its CPU per
+        # apply); our manifests are rendered from typed models, and its warnings were
         # never read
         result, status = self.request_status(
             "PATCH", path, body=manifest, content_type="application/apply-patch+yaml",

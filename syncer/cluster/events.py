@@ -6,7 +6,9 @@ for them, and a full queue drops them rather than block); the same event (object
 within `SERIES_WINDOW` updates the first one's `series.count` instead of creating another; and
 each object gets at most `BURST` events at once, refilled at one per `REFILL_SECONDS` (the spam
 filter), so a flapping unit cannot flood the API server. Notes never carry Secret data: they name
-objects, files and revisions.
+objects, files and revisions. An event about a unit's object carries the unit's labels, so that
+`recent` (the web view's unit page) finds a unit's events with two selective reads: those about its
+inventory, and those labelled with it.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import structlog
 
 from syncer.cluster.client import RESOURCES, ApiError, ClusterUnreachable, Kube, path_for
 from syncer.cluster.fence import Fenced
-from syncer.identity import ObjectRef
+from syncer.identity import ObjectRef, Unit
 
 log = structlog.get_logger("syncer.events")
 
@@ -44,6 +46,7 @@ class Event:
     reason: str  # UpperCamelCase: Synced, DriftCorrected, Conflict, Pruned, ConfigError, Suspended, Resumed
     action: str  # what flower-syncer did: Sync, Apply, Prune, Validate, Suspend
     note: str
+    unit: Unit | None = None  # the unit it is about, when `regarding` is one of its objects (labels the event)
 
 
 def _micro_time(at: float) -> str:
@@ -146,10 +149,60 @@ class EventRecorder:
         note = event.note if len(event.note) <= MAX_NOTE else event.note[: MAX_NOTE - 3] + "..."
         return {
             "apiVersion": "events.k8s.io/v1", "kind": "Event",
-            "metadata": {"name": name, "namespace": ref.namespace},
+            "metadata": {"name": name, "namespace": ref.namespace,
+                         **({"labels": event.unit.labels()} if event.unit is not None else {})},
             "eventTime": _micro_time(self._wall()),
             "reportingController": CONTROLLER, "reportingInstance": self.instance[:128],
             "action": event.action, "reason": event.reason, "type": event.type, "note": note,
             "regarding": {"apiVersion": RESOURCES[ref.kind].api_version, "kind": ref.kind,
                           "namespace": ref.namespace, "name": ref.name},
         }
+
+
+MAX_READ = 500  # events read per query of `recent` (one page: the API's events live an hour)
+READ_TIMEOUT = 5.0  # seconds: a page waits no longer for them
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """An event flower-syncer posted, as read back from the API."""
+
+    at: str  # when it was last seen (RFC 3339, UTC)
+    type: str
+    reason: str
+    regarding: str  # Kind/namespace/name
+    note: str
+    count: int = 1  # times seen (its series)
+
+
+def recent(kube: Kube, regarding: ObjectRef, labels: str, limit: int) -> list[Recorded]:
+    """The newest `limit` events flower-syncer posted in `regarding`'s namespace about `regarding`
+    or labelled `labels`, newest first: two reads, each selected by the API server and bounded to
+    one page of ``MAX_READ``. Raises ApiError or ClusterUnreachable when the API cannot answer."""
+    found: dict[str, dict[str, Any]] = {}
+    wanted = dict(pair.split("=", 1) for pair in labels.split(",") if "=" in pair)
+
+    def about(item: dict[str, Any]) -> bool:  # what the API server selected, checked (it is cheap)
+        ref = item.get("regarding") or {}
+        own = item.get("metadata", {}).get("labels") or {}
+        return ((ref.get("kind"), ref.get("name")) == (regarding.kind, regarding.name)
+                or (bool(wanted) and all(own.get(k) == v for k, v in wanted.items())))
+
+    path = path_for("events.k8s.io/Event", regarding.namespace)
+    for query in ({"fieldSelector": f"regarding.kind={regarding.kind},regarding.name={regarding.name}"},
+                  {"labelSelector": labels}):
+        page = kube.request("GET", path, query={**query, "limit": MAX_READ}, timeout=READ_TIMEOUT)
+        for item in (page or {}).get("items") or []:
+            if item.get("reportingController") == CONTROLLER and about(item):
+                found[item.get("metadata", {}).get("name", "")] = item
+    events = [_recorded(item) for item in found.values()]
+    return sorted(events, key=lambda e: e.at, reverse=True)[:limit]
+
+
+def _recorded(item: dict[str, Any]) -> Recorded:
+    series = item.get("series") or {}
+    about = item.get("regarding") or {}
+    at = series.get("lastObservedTime") or item.get("eventTime") or item.get("deprecatedLastTimestamp") or ""
+    where = "/".join(str(x) for x in (about.get("kind", ""), about.get("namespace", ""), about.get("name", "")) if x)
+    return Recorded(at=str(at), type=str(item.get("type", "")), reason=str(item.get("reason", "")), regarding=where,
+                    note=str(item.get("note", "")), count=int(series.get("count", 1) or 1))

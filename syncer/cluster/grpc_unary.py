@@ -1,8 +1,8 @@
 """Unary gRPC calls over one HTTP/2 connection, in the calling thread (python-hyper's `h2` for the
 framing, a blocking socket, the standard library's ssl).
 
-Why not grpcio: its C core runs its own threads in the agent, costs about 20 MiB of resident
-memory once loaded, and closing a channel can freeze the whole process: `Channel.close()` destroys
+Why not grpcio: its C core runs its own threads in the agent, adds a large share to the agent's
+resident memory once loaded, and closing a channel can freeze the whole process: `Channel.close()` destroys
 the channel holding the interpreter's lock while it waits for the core's threads, one of which may
 be waiting for that lock (grpc/grpc#20026, open since 2019; grpc/grpc#42247, still open in 2026).
 The agent talks gRPC to one kind of server (the Control API of a SuperLink before Flower 1.37) in

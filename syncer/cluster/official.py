@@ -6,8 +6,8 @@ imported without the generated API classes and models.
 helpers, `stream` with its websocket client, `dynamic`, `utils` with the YAML-to-API helpers,
 `leaderelection`, `informer`, and (in a client whose `kubernetes.client` does not export lazily)
 every generated API class and model. flower-syncer sends its own paths and reads raw JSON, so it
-needs none of them: with client 37.0.2 the agent's process held 64.6 MiB after its imports and a
-client made from a kubeconfig, 58.5 MiB this way. Here the packages `kubernetes`,
+needs none of them, and they made the agent's process noticeably larger after its imports.
+Here the packages `kubernetes`,
 `kubernetes.client`, `kubernetes.client.models` and `kubernetes.utils` are registered without
 running their `__init__`: a submodule imports as usual, the few names the loaders import from
 `kubernetes.client` come from their submodules, and any other name runs the package's own

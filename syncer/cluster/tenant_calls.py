@@ -11,6 +11,9 @@ purpose, and must never hold the agent's threads or memory.
   past its deadline (which the bounds above should make impossible: the agent's `/healthz` says
   so), and `abort()` shuts every call's socket down at once, so that a stopping agent never
   waits for a tenant's server. `TENANT_CALLS` is the agent's.
+- `Share`: how many tasks that call tenants' servers may run at once per tenant (a namespace) and
+  in all: a task over either is not started (never waited for), so one tenant's slow servers hold
+  at most its share of the threads that run such tasks (key registration on the sync workers).
 
 `BoundedSocket` wraps a connected socket (plain or TLS) for `http.client` and the gRPC channel:
 before each operation it sets the socket's timeout to what is left of the call's deadline.
@@ -28,8 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["TENANT_CALLS", "AnswerTooLarge", "BoundedSocket", "Call", "DeadlineExceeded", "InFlight", "Stopping",
-           "open_socket"]
+__all__ = ["TENANT_CALLS", "AnswerTooLarge", "BoundedSocket", "Call", "DeadlineExceeded", "InFlight", "Share",
+           "Stopping", "open_socket"]
 
 
 class DeadlineExceeded(TimeoutError):
@@ -132,6 +135,39 @@ class InFlight:
 
 
 TENANT_CALLS = InFlight()
+
+
+class Share:
+    """At most `per_tenant` tasks of one tenant and `total` tasks in all running at once
+    (thread-safe). `take` never waits: a task over its share is not started (the caller tries
+    again later), so a thread is never held waiting for a tenant's slow servers either."""
+
+    def __init__(self, per_tenant: int, total: int) -> None:
+        self.per_tenant, self.total = max(1, per_tenant), max(1, total)
+        self._lock = threading.Lock()
+        self._running: dict[str, int] = {}
+
+    def take(self, tenant: str) -> bool:
+        """Whether a task of `tenant` may start now (then `give_back` it when it ends)."""
+        with self._lock:
+            mine = self._running.get(tenant, 0)
+            if mine >= self.per_tenant or sum(self._running.values()) >= self.total:
+                return False
+            self._running[tenant] = mine + 1
+            return True
+
+    def give_back(self, tenant: str) -> None:
+        with self._lock:
+            left = self._running.get(tenant, 0) - 1
+            if left > 0:
+                self._running[tenant] = left
+            else:
+                self._running.pop(tenant, None)
+
+    def running(self, tenant: str | None = None) -> int:
+        """Tasks running now: of `tenant`, or of every tenant."""
+        with self._lock:
+            return self._running.get(tenant, 0) if tenant is not None else sum(self._running.values())
 
 
 def _shut(sock: socket.socket) -> None:

@@ -15,10 +15,11 @@ from __future__ import annotations
 import difflib
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from syncer.cluster.client import FIELD_MANAGER, RESOURCES, ApiError, Kube
+from syncer.engine.canary import CanaryNote, CanarySpec, Step
 from syncer.engine.changeset import Action, Cause, Change
 from syncer.engine.disruption import Disruption, workload_change
 from syncer.engine.holds import Gate
@@ -29,6 +30,7 @@ from syncer.engine.normalize import (
     strip_server_fields,
 )
 from syncer.engine.ownership import adoption_blocker
+from syncer.engine.rollout import Rollouts
 from syncer.engine.superlink_state import KEPT_CLAIM, kept_claim, switch
 from syncer.identity import ANN_APPLIED_HASH, ANN_SOURCE, Manifest, ObjectRef
 from syncer.plan import Policy
@@ -118,6 +120,7 @@ class Outcome:
     error: ApiError | None = None  # the API's answer when the request failed
     disruption: Disruption | None = None  # what the change does (or would do) to running pods
     held: bool = False  # it would stop pods and the unit's gate held it: the live object stays as it is
+    canary: CanaryNote | None = None  # a canary pool's rollout: started, waiting, passed or failed (engine.canary)
 
     @property
     def namespace_missing(self) -> bool:
@@ -155,8 +158,10 @@ def unified_diff(ref: ObjectRef, live: dict[str, Any] | None, desired: dict[str,
 
 
 class Applier:
-    def __init__(self, kube: Kube, *, dry_run: bool, with_diff: bool, gate: Gate | None = None) -> None:
+    def __init__(self, kube: Kube, *, dry_run: bool, with_diff: bool, gate: Gate | None = None,
+                 rollouts: Rollouts | None = None) -> None:
         self.kube = kube
+        self.rollouts = rollouts  # canary pools (engine.rollout); None: a pool rolls whole
         self.dry_run = dry_run
         self.with_diff = with_diff
         self.gate = gate  # asked before a change that stops running pods (engine.holds); None: never held
@@ -232,7 +237,31 @@ class Applier:
             live = self.kube.get(ref.kind, ref.namespace, ref.name)
             if live is None:  # deleted since the snapshot
                 return self._apply(ref, desired, None, digest, force, policy)
+        spec = CanarySpec.of(desired) if self.rollouts is not None else None
+        if spec is None or self.rollouts is None:
+            return self._over(ref, desired, live, digest, force, policy)
+        plan = self.rollouts.plan(ref, desired, live, spec)
+        if plan.failed and plan.note is not None:  # the rest of the pool keeps the last good revision
+            return Outcome(Change(ref, Action.FAILED, f"canary failed: {plan.note.message}; the rest of the pool "
+                                  "stays on its revision until a new commit", cause=Cause.CANARY_FAILED), None,
+                           canary=plan.note)
+        started = plan.note is not None and plan.note.step is Step.STARTED
+        out = self._over(ref, plan.desired, live, plan.desired["metadata"]["annotations"][ANN_APPLIED_HASH], force,
+                         policy, promote=plan.promote, canary=spec.count if started else None)
+        if out.held or out.change.failed():
+            return out
+        out.canary = plan.note
+        if plan.stuck and not self.dry_run and out.change.action is Action.CONFIGURED:
+            refused = self.rollouts.replace(ref.namespace or "", plan.stuck)
+            if refused:
+                out.change = Change(ref, out.change.action, "; ".join(filter(None, [
+                    out.change.message, "pods of the failed canary not replaced: " + ", ".join(refused)])),
+                    out.change.diff, out.change.drift)
+        return out
 
+    def _over(self, ref: ObjectRef, desired: Manifest, live: dict[str, Any], digest: str, force: bool,
+              policy: Policy, *, promote: Disruption | None = None, canary: int | None = None) -> Outcome:
+        """Apply `desired` over the existing `live` object (the whole of it, just read)."""
         try:
             preview, took_over = self._preview(ref, desired, live, force)
         except ImmutableFieldError:
@@ -245,8 +274,14 @@ class Applier:
                                         c.drift)
                 return out
             if switch(desired, live):  # Git asks for the SuperLink's state elsewhere: recreated, once
-                return self._recreate(ref, desired, live, digest, "its state moves (flower-syncer.io/superlink-state: "
-                                      f"{state_mode(desired)}); the state it had is not carried over")
+                disruption = workload_change(ref, live, desired, recreate=True)
+                held = self._held(ref, disruption)
+                if held is not None:  # recreating it stops the runs in progress like any restart
+                    return held
+                outcome = self._recreate(ref, desired, live, digest, "its state moves (flower-syncer.io/superlink-"
+                                         f"state: {state_mode(desired)}); the state it had is not carried over")
+                outcome.disruption = disruption
+                return outcome
             if not policy.allow_recreate:
                 raise
             disruption = workload_change(ref, live, desired, recreate=True)
@@ -261,7 +296,9 @@ class Applier:
             return Outcome(Change(ref, Action.UNCHANGED), Entry(digest, managed_fields_hash(live, FIELD_MANAGER)))
         drift = live["metadata"].get("annotations", {}).get(ANN_APPLIED_HASH) == digest
         diff = unified_diff(ref, live, preview) if self.with_diff else ""
-        disruption = workload_change(ref, live, preview)
+        disruption = workload_change(ref, live, preview) or promote
+        if disruption is not None and canary is not None:
+            disruption = replace(disruption, canary=canary)
         held = self._held(ref, disruption, diff, drift)
         if held is not None:
             return held

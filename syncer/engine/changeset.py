@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from syncer.identity import ObjectRef, Unit
 
 if TYPE_CHECKING:
+    from syncer.engine.canary import CanaryNote
     from syncer.engine.disruption import Disruption
     from syncer.engine.keyresult import NodeKeyResult
 
@@ -73,6 +74,7 @@ class Cause(StrEnum):
     WOULD_PRUNE_ALL = "WouldPruneAll"  # refused: the repository or unit renders nothing (see --allow-empty)
     CONFIG_ERROR = "ConfigError"  # the unit's configuration has errors; nothing was applied
     NODE_KEYS = "NodeKeys"  # registering SuperNode keys on the SuperLink failed (engine.nodekeys)
+    CANARY_FAILED = "CanaryFailed"  # a canary pool's first SuperNodes did not become healthy (engine.canary)
     CRASHED = "Crashed"  # a bug: the agent's sync raised something unexpected
 
     @staticmethod
@@ -81,7 +83,7 @@ class Cause(StrEnum):
         return {403: Cause.FORBIDDEN, 422: Cause.INVALID}.get(status, Cause.API_ERROR)
 
 
-@dataclass(slots=True)  # 14 a unit, 28,000 at 2,001 units held as the last results: 80 bytes each, not 129
+@dataclass(slots=True)  # one per object, held as the units' last results: slots make each smaller
 class Change:
     ref: ObjectRef
     action: Action
@@ -132,6 +134,13 @@ class UnitResult:
     held: list[Disruption] = field(default_factory=list)
     """The changes that would stop pods and wait for the federation's runs (engine/holds.py): their
     workloads keep their live spec."""
+
+    canaries: list[CanaryNote] = field(default_factory=list)
+    """Canary pools whose rollout this sync started, looked at, passed or failed (engine/canary.py)."""
+
+    def waiting_canaries(self) -> list[CanaryNote]:
+        """Canary pools whose change reached the canary and waits for it (not failed, not passed)."""
+        return [n for n in self.canaries if n.step in ("Started", "Waiting")]
 
     def note_disruption(self, disruption: Disruption | None, *, held: bool = False) -> None:
         """What one change does to running pods (None: nothing), and whether the gate held it."""
@@ -214,4 +223,6 @@ class UnitResult:
             out["disruptions"] = [d.to_dict() | {"held": d in self.held} for d in self.disruptions]
         if self.held:
             out["held"] = self.hold_message()
+        if self.canaries:
+            out["canaries"] = [n.to_dict() for n in self.canaries]
         return out

@@ -4,8 +4,9 @@ A change restarts pods when it changes a workload's pod template (`spec.template
 workload rolls its pods on such a change (every strategy but a StatefulSet's or DaemonSet's
 `OnDelete`), or when the workload is deleted and recreated (an immutable field). Everything else
 leaves the running pods alone: Services, NetworkPolicies, ServiceAccounts, a workload's own
-labels and annotations, `replicas` of a StatefulSet or Deployment (pods are added or removed, the
-others keep running). A Secret or ConfigMap a workload mounts does not restart it either: the
+labels and annotations, more `replicas` of a StatefulSet or Deployment (pods are added, the others
+keep running). Fewer `replicas` stop the pods beyond the new count (`SCALES_DOWN`): SuperNodes
+that may be in the middle of a round. A Secret or ConfigMap a workload mounts does not restart it either: the
 kubelet updates the mounted files, and Flower reads its certificates and keys when it starts, so
 the change takes effect at the pods' next restart (`NEXT_RESTART`). Where flower-syncer wants a
 Secret's change to roll the pods (a SuperNode release's node-authentication key), it puts the
@@ -34,6 +35,7 @@ class Effect(StrEnum):
     RESTARTS = "restarts"  # its pods are replaced (rolling update or Recreate strategy)
     RECREATES = "recreates"  # the workload is deleted and created again (an immutable field changed)
     REMOVES = "removes"  # the workload left Git and is pruned: its pods stop
+    SCALES_DOWN = "scalesDown"  # fewer replicas: the pods beyond the new count stop, the others keep running
     NEXT_RESTART = "nextRestart"  # a mounted Secret or ConfigMap changed: read at the pods' next start
 
     @property
@@ -52,6 +54,8 @@ class Disruption:
     pods: int | None = None  # pods it runs (desired), when known
     paths: tuple[str, ...] = ()  # what of the pod template changed (at most MAX_PATHS)
     mounted_by: tuple[str, ...] = ()  # NEXT_RESTART: the workloads that mount it (their subjects)
+    pods_before: int | None = None  # SCALES_DOWN: the replicas it runs now
+    canary: int | None = None  # a canary pool: the SuperNodes that take the change first (engine.canary)
 
     @property
     def superlink(self) -> bool:
@@ -76,10 +80,14 @@ class Disruption:
         if self.effect is Effect.NEXT_RESTART:
             return (f"{self.ref.kind} {self.ref.name} changed; mounted by {', '.join(self.mounted_by)}: "
                     "takes effect at their next restart (not restarted now)")
+        if self.effect is Effect.SCALES_DOWN:
+            stopping = (self.pods_before or 0) - (self.pods or 0)
+            return f"scales down {self.subject()}: {stopping} of {self.pods_before} stop"
         verb = {Effect.RESTARTS: "restarts", Effect.RECREATES: "deletes and recreates",
                 Effect.REMOVES: "removes"}[self.effect]
         what = f" (pod template: {', '.join(self.paths)})" if self.paths else ""
-        return f"{verb} {self.subject()}{what}"
+        first = f": canary {self.canary} of {self.pods or '?'} first" if self.canary else ""
+        return f"{verb} {self.subject()}{what}{first}"
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"object": str(self.ref), "effect": self.effect.value, "target": self.target,
@@ -91,6 +99,10 @@ class Disruption:
             out["podTemplate"] = list(self.paths)
         if self.mounted_by:
             out["mountedBy"] = list(self.mounted_by)
+        if self.pods_before is not None:
+            out["podsBefore"] = self.pods_before
+        if self.canary:
+            out["canary"] = self.canary
         return out
 
 
@@ -129,7 +141,8 @@ def rolls_on_change(workload: Mapping[str, Any]) -> bool:
 def workload_change(ref: ObjectRef, live: Mapping[str, Any] | None, after: Mapping[str, Any], *,
                     recreate: bool = False) -> Disruption | None:
     """What applying `after` over `live` does to a workload's running pods: None when it does not
-    stop any (not a workload, a new one, the same pod template, `OnDelete`)."""
+    stop any (not a workload, a new one, the same pod template or `OnDelete`, and as many
+    replicas or more)."""
     if ref.kind not in WORKLOAD_KINDS or live is None:
         return None
     pods = desired_pods(after, live)
@@ -137,9 +150,12 @@ def workload_change(ref: ObjectRef, live: Mapping[str, Any] | None, after: Mappi
         return Disruption(ref, Effect.RECREATES, *target_of(after), pods)
     before_t = (live.get("spec") or {}).get("template") or {}
     after_t = (after.get("spec") or {}).get("template") or {}
-    if before_t == after_t or not rolls_on_change(after):
-        return None
-    return Disruption(ref, Effect.RESTARTS, *target_of(after), pods, changed_paths(before_t, after_t))
+    if before_t != after_t and rolls_on_change(after):
+        return Disruption(ref, Effect.RESTARTS, *target_of(after), pods, changed_paths(before_t, after_t))
+    running = desired_pods(live, live) if ref.kind != "DaemonSet" else None
+    if pods is not None and running is not None and pods < running:
+        return Disruption(ref, Effect.SCALES_DOWN, *target_of(after), pods, pods_before=running)
+    return None
 
 
 def removal(ref: ObjectRef, live: Mapping[str, Any] | None) -> Disruption | None:

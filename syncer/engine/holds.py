@@ -24,12 +24,15 @@ unit applies at once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 
+from syncer.engine.changeset import Action, Change, UnitResult
 from syncer.engine.disruption import Disruption
+from syncer.engine.inventory import Entry
+from syncer.identity import ObjectRef
 from syncer.plan import Policy
 
 ACTIVE_STATES = ("starting", "running")
@@ -142,6 +145,27 @@ def decide(disruptions: Sequence[Disruption], runs: Runs | None, settings: HoldS
                         "still in progress", ids, since, deadline)
     return Decision(True, Why.RUNS_ACTIVE, f"{what} held while {listed} in progress (held since {stamp(since)}; "
                     f"goes ahead when they end, or at {stamp(deadline)})", ids, since, deadline)
+
+
+def hold_removals(leftovers: Sequence[ObjectRef], removals: Mapping[ObjectRef, Disruption | None],
+                  gate: Gate | None, res: UnitResult, entries: dict[ObjectRef, Entry],
+                  recorded: Mapping[ObjectRef, Entry]) -> list[ObjectRef]:
+    """The leftovers still to prune: a workload whose removal the gate holds (a pool removed from a
+    Federation while it trains) stays as it is, with its recorded inventory entry, like a held
+    restart; the result says so."""
+    if gate is None:
+        return list(leftovers)
+    out = []
+    for ref in leftovers:
+        disruption = removals.get(ref)
+        why = gate(disruption) if disruption is not None and disruption.stops_pods() else None
+        if disruption is None or why is None:
+            out.append(ref)
+            continue
+        res.changes.append(Change(ref, Action.SKIPPED, f"held: {why}"))
+        res.note_disruption(disruption, held=True)
+        entries[ref] = recorded[ref]
+    return out
 
 
 def run_list(active: Sequence[ActiveRun]) -> str:

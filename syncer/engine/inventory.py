@@ -37,9 +37,16 @@ class OwnedKeys:
 
     address: str
     nodes: tuple[tuple[int, str], ...] = ()  # (node id, "sha256:<hex>" of the key's PEM), sorted
+    pending: tuple[str, ...] = ()
+    """Digests of keys whose registration was cut before the SuperLink answered (a deadline, a
+    dropped connection): the SuperLink may have registered them. One it lists later is this
+    federation's own (engine.nodekeys), so it is never left registered when Git drops it."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"address": self.address, "nodes": [{"id": n, "key": k} for n, k in self.nodes]}
+        out: dict[str, Any] = {"address": self.address, "nodes": [{"id": n, "key": k} for n, k in self.nodes]}
+        if self.pending:
+            out["pending"] = list(self.pending)
+        return out
 
     @classmethod
     def from_dict(cls, d: Any) -> OwnedKeys | None:
@@ -47,7 +54,9 @@ class OwnedKeys:
             return None
         nodes = sorted((n["id"], n["key"]) for n in d["nodes"] if isinstance(n, dict) and isinstance(n.get("id"), int)
                        and isinstance(n.get("key"), str))
-        return cls(d["address"], tuple(nodes))
+        raw = d.get("pending")
+        pending = sorted({k for k in raw if isinstance(k, str)}) if isinstance(raw, list) else []
+        return cls(d["address"], tuple(nodes), tuple(pending))
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,9 @@ class KeyOutcome(enum.StrEnum):
     IN_STEP = "in-step"  # every key of Git admitted, nothing to do
     CHANGED = "changed"  # this sync registered or unregistered keys, and every key of Git is admitted
     FAILED = "failed"  # a key is not admitted, or the Control API could not be asked
+    # not asked by this sync: its namespace's federations already take their share of the sync
+    # workers registering keys (engine.nodekeys.worker_share); the next status round asks again
+    WAITING = "waiting"
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,11 @@ class NodeKeyResult:
     @property
     def failing(self) -> int:
         return len(self.errors)
+
+    @property
+    def waiting(self) -> bool:
+        """Not asked this time (its namespace's share of the workers was taken): nothing is known."""
+        return self.outcome is KeyOutcome.WAITING
 
     @property
     def superlink_unreachable(self) -> bool:

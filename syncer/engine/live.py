@@ -86,8 +86,8 @@ MAX_FIELD_SETS = 20_000  # distinct field sets kept for sharing
 
 class ManagedObjects(MutableMapping[ObjectRef, dict[str, Any]]):
     """The live objects by reference, indexed by the unit their labels name, so the objects of one
-    unit (`owned_by`) cost that unit's objects, not a scan of all of them (at 26,000 objects, 2,000
-    new units each scanning everything was 52 million label reads).
+    unit (`owned_by`) cost that unit's objects, not a scan of all of them (new units each scanning
+    everything grows with the square of the units).
 
     What is kept of an object is what the engine reads of it: its kind, apiVersion and metadata
     (the watches and lists ask for no more; a whole object read for a closer look is cut to that).
@@ -102,8 +102,8 @@ class ManagedObjects(MutableMapping[ObjectRef, dict[str, Any]]):
     Storage: the field sets of managedFields (`fieldsV1`, most of a metadata-only object) repeat
     across objects rendered from one template: equal ones are stored once, shared (read-only, like
     every live object here). The rest of an object is kept as compressed JSON and parsed again at
-    each read: as dicts a managed object took 2.1-3.6 KiB, this way 1.2-1.4 KiB with its reference
-    and index entries (tracemalloc, a 2,001-unit cluster's objects); a read costs about 7 us.
+    each read: about half what the same object takes as dicts, with its reference and index
+    entries, for a parse per read that costs microseconds.
     Invariant of `_field_sets`: a cache only, keyed by the serialised set; dropping it changes no
     object. Invariant of a stored object: reading it gives back, equal, what was stored (of kind,
     apiVersion and metadata); test_managed_objects.py."""

@@ -24,7 +24,7 @@ def canonical_json(value: Any) -> bytes:
     """Compact JSON with sorted keys and UTF-8 text: the bytes every fingerprint is taken of.
     orjson writes exactly what `json.dumps(sort_keys=True, separators=(",", ":"),
     ensure_ascii=False)` writes (the fingerprints of objects applied by earlier versions stay
-    valid), about 10x faster; integers beyond 64 bits, which orjson refuses, go the slow way."""
+    valid), many times faster; integers beyond 64 bits, which orjson refuses, go the slow way."""
     try:
         return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
     except orjson.JSONEncodeError:

@@ -9,6 +9,7 @@ from typing import Any
 
 from syncer.engine.changeset import UnitResult
 from syncer.engine.holds import Gate
+from syncer.engine.rollout import FlowerOf
 
 
 @dataclass
@@ -23,6 +24,7 @@ class SyncOptions:
     namespaces: list[str] | None = None  # limit cluster reads to these namespaces (namespaced RBAC)
     include_suspended: bool = False  # a dry-run measures suspended units too (diff, status)
     gate: Gate | None = None  # asked before a change that stops running pods (engine.holds; the agent's, per unit)
+    canary_health: FlowerOf | None = None  # what Flower-level health saw of a canary pool (the agent's; engine.rollout)
 
 
 @dataclass

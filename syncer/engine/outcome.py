@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from syncer.engine.canary import CANARY
 from syncer.engine.changeset import Cause, UnitResult
 from syncer.engine.holds import HELD, held_condition
 from syncer.engine.inventory import Condition
@@ -18,9 +19,19 @@ def outcome_condition(res: UnitResult, revision: str) -> Condition:
     it wins over other failures) or SyncFailed."""
     if res.ok and res.held:  # the rest is applied; the restarts wait for the federation's runs (their ids)
         return Condition(False, HELD, short(res.hold_message() or held_condition(res.held)), utc_now(), revision)
+    waiting = res.waiting_canaries()
+    if res.ok and waiting:  # stable words (no counts, no times): the record is written when they change
+        pools = ", ".join(dict.fromkeys(n.pool for n in waiting))
+        return Condition(False, CANARY, short(f"the change of pool {pools} reached its canary; the rest of the pool "
+                                              "waits for it to be healthy"), utc_now(), revision)
     if res.ok:
         return Condition(True, "Synced", "in sync with Git", utc_now(), revision)
     failed = res.failures()
+    canaries = [c.ref for c in failed if c.cause is Cause.CANARY_FAILED]
+    if canaries:
+        return Condition(False, "CanaryFailed", short(f"the canary of {', '.join(map(str, canaries[:3]))} failed; the "
+                                                      "rest of the pool stays on its last good revision"), utc_now(),
+                         revision)
     conflicts = [c.ref for c in res.conflicts()]
     if conflicts:
         return Condition(False, "Conflict", short(f"{len(conflicts)} object(s) have fields another manager "

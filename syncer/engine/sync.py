@@ -20,6 +20,7 @@ from typing import TypeVar
 
 from syncer.cluster.client import FIELD_MANAGER, ApiError, ClusterUnreachable, Kube
 from syncer.cluster.fence import Fenced
+from syncer.cluster.tenant_calls import Share
 from syncer.engine.apply import Applier, Outcome
 from syncer.engine.changeset import Action, Cause, Change, SkipReason, UnitResult
 from syncer.engine.checked import Checked
@@ -27,6 +28,7 @@ from syncer.engine.claim import claim, never_recorded
 from syncer.engine.copies import fill_copies
 from syncer.engine.digestkey import DigestKeyError, DigestKeys
 from syncer.engine.disruption import config_changes, removal
+from syncer.engine.holds import hold_removals
 from syncer.engine.inventory import HISTORY_LIMIT, Applied, Entry, Inventory, inventory_name, inventory_ref
 from syncer.engine.live import LiveState
 from syncer.engine.mounts import missing_keys, mounted_secret_keys, secrets_read
@@ -36,6 +38,7 @@ from syncer.engine.options import SyncOptions, SyncReport
 from syncer.engine.outcome import config_error_condition, held_since, outcome_condition, utc_now
 from syncer.engine.ownership import recover_inventory, stamp_repository, write_conflict
 from syncer.engine.prune import prune
+from syncer.engine.rollout import Rollouts
 from syncer.engine.superlink_state import as_running
 from syncer.engine.vanished import recorded_source, vanished_units
 from syncer.identity import (
@@ -85,8 +88,9 @@ class _UnitRun:
 
 class Engine:
     def __init__(self, kube: Kube, *, workers: int = 8, unit_workers: int = 4,
-                 progress: Progress | None = None, identity: str = "cli") -> None:
+                 progress: Progress | None = None, identity: str = "cli", key_share: Share | None = None) -> None:
         self.kube = kube
+        self.key_share = key_share  # key registrations at once, per namespace and in all (engine.nodekeys)
         self.identity = identity  # who applies: recorded in each unit's history
         self.unit_workers = unit_workers
         # one pool for object requests, shared by all units (threads start on first use)
@@ -344,7 +348,8 @@ class Engine:
             res.changes.extend(Change(ObjectRef.of(m), Action.CREATED, "would create") for m in desired)
             return res
         return _UnitRun(planned, res, inv, recovered, desired,
-                        Applier(self.kube, dry_run=opts.dry_run, with_diff=opts.with_diff, gate=opts.gate))
+                        Applier(self.kube, dry_run=opts.dry_run, with_diff=opts.with_diff, gate=opts.gate,
+                                rollouts=Rollouts(self.kube, opts.canary_health)))
 
     def _apply_level(self, run: _UnitRun, level: int, live: LiveState, opts: SyncOptions, plan: Plan) -> None:
         """Apply the unit's objects of one APPLY_ORDER level (e.g. its Services)."""
@@ -362,6 +367,8 @@ class Engine:
             if ref.kind == "Secret" and out.change.action is Action.FAILED:  # its readers wait (engine.mounts)
                 run.unapplied[ref.name] = out.change.message.removeprefix("not applied: ")
             run.res.note_disruption(out.disruption, held=out.held)
+            if out.canary is not None:
+                run.res.canaries.append(out.canary)
             entry = out.entry or run.inv.entries.get(ref)
             if entry is not None:
                 run.entries[ref] = entry
@@ -383,6 +390,7 @@ class Engine:
         if leftovers:
             if policy.prune and opts.prune:
                 removals = {r: removal(r, live.objects.get(r)) for r in leftovers}
+                leftovers = hold_removals(leftovers, removals, opts.gate, res, entries, inv.entries)
                 changes, keep = prune(self.kube, unit, leftovers, live.objects, dry_run=opts.dry_run,
                                       ours=plan.ours.names_in_git)
                 res.changes.extend(changes)
@@ -399,7 +407,7 @@ class Engine:
                                               run.desired))
         # SuperNode keys, before the Ready condition is written: what to record of them
         errors = len(res.errors)
-        owned = sync_planned_keys(planned, run.desired, res, inv.node_keys, opts.dry_run)
+        owned = sync_planned_keys(planned, run.desired, res, inv.node_keys, opts.dry_run, self.key_share)
         if len(res.errors) > errors and res.cause is None:  # engine.nodekeys says why in words
             res.cause = Cause.NODE_KEYS
         inv_ref = inventory_ref(unit)

@@ -22,8 +22,8 @@ def vanished_units(live: LiveState, repository: str, former: Collection[str] = (
                    foreign: Callable[[str, str], bool] | None = None) -> list[Unit]:
     """Units this repository (under its name or a `former` one) applied, known from their
     inventories or, where an inventory was deleted, from objects labelled with the unit and it;
-    without those `in_git` says are still in Git (left out before sorting: at 2,000 units the
-    sort of all of them was most of the time), and without those `foreign(repository, source)`
+    without those `in_git` says are still in Git (left out before sorting: sorting all of them
+    was most of the time when there are thousands), and without those `foreign(repository, source)`
     says another source recorded under one of our names."""
     ours = Ours(repository, frozenset(former)).names  # the one rule (syncer.ours)
     units = {u for u, inv in live.inventories.items() if inv.repository in ours and not (in_git and in_git(u))

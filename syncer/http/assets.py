@@ -44,6 +44,9 @@ form.action { display: inline-flex; gap: 0.5rem; align-items: end; margin: 0 1re
 dl { display: grid; grid-template-columns: max-content 1fr; gap: 0.2rem 1rem; }
 dt { font-weight: 600; }
 dd { margin: 0; }
+pre.diff { background: #f7f7f7; border: 1px solid var(--line); padding: 0.4rem; overflow: auto; max-height: 24rem;
+  font-size: 0.85em; }
+ul.changes { padding-left: 1.2rem; }
 """
 
 JS = """\

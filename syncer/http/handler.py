@@ -399,7 +399,9 @@ class Handler(BaseHTTPRequestHandler):
             self._html(404, pages.message_page("No such unit", f"The agent knows no unit {query.get('id', '')!r}."))
             return
         notice = _DONE.get(query.get("done", ""), "")
-        self._html(200, pages.unit_page(unit, actions=self.agent.api_token is not None, notice=notice))
+        activity = view.activity(query.get("id", ""))  # Events and the next sync: this request only
+        self._html(200, pages.unit_page(unit, actions=self.agent.api_token is not None, notice=notice,
+                                        activity=activity))
 
     def ui_events(self) -> None:
         """Server-sent events: what changed on the page (see syncer.http.webview)."""

@@ -12,7 +12,7 @@ import html
 from collections.abc import Iterable, Mapping, Sequence
 from urllib.parse import urlencode
 
-from syncer.observe.view import STATES, UnitRow, UnitView, ordered
+from syncer.observe.view import STATES, UnitActivity, UnitRow, UnitView, ordered
 
 FILTERS = ("namespace", "repository", "state", "q")
 MAX_ROWS = 500  # rows on one overview (attention first); filters reach the rest
@@ -200,6 +200,35 @@ def detail_html(v: UnitView) -> str:
     return f"<dl>{conds}{facts}</dl>{errors}{pools}{dialing}{runs}{objects}{history}"
 
 
+def activity_html(a: UnitActivity) -> str:
+    """What the next sync would change (each object's diff, as `flower-syncer diff` prints it:
+    Secret values masked, encrypted files' plaintext redacted) and the unit's Events, newest first.
+    Computed for this page request only: the event stream never sends it (reload to refresh)."""
+    when = f'<p class="muted">As of {_e(a.at)}; reload the page to compute it again.</p>' if a.at else ""
+    plan = '<p>Nothing: the cluster is as Git says.</p>' if a.planned and not a.changes else ""
+    if a.changes:
+        lead = ("<p>The unit is suspended: this is what resuming it would change.</p>" if a.suspended
+                else "<p>The next sync would change:</p>")
+        items = []
+        for c in a.changes:
+            why = f' <span class="why">{_e(c.message)}</span>' if c.message else ""
+            cut = '<p class="muted">(cut: <code>flower-syncer diff</code> shows all of it)</p>' if c.cut else ""
+            diff = (f'<pre class="diff" tabindex="0" aria-label="diff of {_e(c.ref)}"><code>{_e(c.diff)}</code></pre>'
+                    if c.diff else "")
+            items.append(f"<li><code>{_e(c.ref)}</code>: {_e(c.action)}{why}{diff}{cut}</li>")
+        more = f'<p class="muted">And {a.more_changes} more objects.</p>' if a.more_changes else ""
+        plan = f'{lead}<ul class="changes">{"".join(items)}</ul>{more}'
+    if a.plan_error:
+        plan += f'<p class="state bad">{_e(a.plan_error)}</p>'
+    events = _table("Events", ("Last seen", "Type", "Reason", "Object", "Message", "Count"), [
+        (_e(ev.at), _state(ev.type, ev.type == "Normal"), _e(ev.reason), f"<code>{_e(ev.regarding)}</code>",
+         _e(ev.note), str(ev.count)) for ev in a.events], a.events_error or "No Events in the last hour.")
+    if a.events_error and a.events:
+        events += f'<p class="state bad">{_e(a.events_error)}</p>'
+    return (f'<section id="activity" aria-labelledby="next-title"><h2 id="next-title">Next sync</h2>{when}'
+            f"{plan}{events}</section>")
+
+
 def actions_html(unit: str, suspended: bool, enabled: bool, held: bool = False) -> str:
     """Resync and suspend/resume: forms that POST the API token (never a cookie), so another site
     cannot make a browser act for its user."""
@@ -221,10 +250,11 @@ def actions_html(unit: str, suspended: bool, enabled: bool, held: bool = False) 
             + release)
 
 
-def unit_page(v: UnitView, *, actions: bool, notice: str = "") -> str:
+def unit_page(v: UnitView, *, actions: bool, notice: str = "", activity: UnitActivity | None = None) -> str:
     r = v.row
     body = (f'<h2 id="unit-title">{_e(r.kind)} <code>{_e(r.namespace)}/{_e(r.name)}</code></h2>'
             f'<section id="detail" aria-labelledby="unit-title">{detail_html(v)}</section>'
+            + (activity_html(activity) if activity is not None else "")
             + actions_html(r.unit, r.suspended, actions, held=r.synced == "Held"))
     return page(r.unit, body, stream=stream_url("unit", {"id": r.unit}), notice=notice)
 

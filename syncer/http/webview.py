@@ -6,10 +6,14 @@ Live updates are server-sent events on `/ui/events`, within the server's limits:
 
 - at most ``MAX_STREAMS`` streams at once, ``MAX_STREAMS_PER_CLIENT`` from one address (over that:
   503 with a ``retry:`` the browser honours), each holding one request thread and one connection;
-- a stream reads the agent every ``STREAM_INTERVAL`` seconds and sends only what changed (one
-  overview row, a unit's section; the whole table when units came or went, at most every
-  ``BODY_INTERVAL``); the readings are shared by all streams (`Snapshots`), so ten
-  open pages cost one reading; with no page open nothing is read at all;
+- a stream looks every ``STREAM_INTERVAL`` seconds and sends only what changed (one overview row,
+  a unit's section; the whole table when units came or went, at most every ``BODY_INTERVAL``).
+  A look costs one comparison when nothing changed: the agent counts its units' changes
+  (`syncer.observe.view.Changes`, touched where a unit's state may change), and the readings,
+  shared by all streams (`Snapshots`), read again only the units touched since the last one, so
+  ten open pages cost one reading of what changed; with no page open nothing is read at all;
+- a unit's Events and the next sync's diff (`UnitActivity`) are computed when its page is
+  requested, never by a stream;
 - a comment line every ``HEARTBEAT_SECONDS`` (proxies keep the connection; a gone client is noticed
   by the write failing within the request timeout);
 - a stream ends after ``MAX_STREAM_SECONDS`` (the browser reconnects on its own) and at once when
@@ -19,7 +23,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Protocol
 from urllib.parse import parse_qs
 
@@ -28,12 +32,12 @@ import orjson
 from syncer.http.limits import HttpError
 from syncer.http.pages import FILTERS, MAX_ROWS, row_html, rows_html, select, summary
 from syncer.http.pages import detail_html as unit_detail_html
-from syncer.observe.view import UnitRow, UnitView
+from syncer.observe.view import Changes, UnitActivity, UnitRow, UnitView
 
 MAX_STREAMS = 16
 MAX_STREAMS_PER_CLIENT = 4
-STREAM_INTERVAL = 0.5  # seconds between two readings of the agent while a page is open
-SNAPSHOT_TTL = 0.4  # a reading this young is shared with the other streams
+STREAM_INTERVAL = 0.5  # seconds between two looks at the agent's changes while a page is open
+MAX_UNIT_SECTIONS = 64  # units' sections kept for the streams of unit pages
 HEARTBEAT_SECONDS = 15.0
 MAX_STREAM_SECONDS = 300.0
 RETRY_MS = 2000  # how long the browser waits before reconnecting
@@ -48,12 +52,22 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self';
 class ViewAPI(Protocol):
     """What the web view reads from the agent and asks of it. Called from request threads."""
 
-    def rows(self) -> list[UnitRow]:
-        """Every unit the agent reports on."""
+    @property
+    def changes(self) -> Changes:
+        """The count of the units' changes: what a stream looks at before reading anything."""
+        ...
+
+    def rows(self, units: Collection[str] | None = None) -> list[UnitRow]:
+        """Every unit the agent reports on; with `units`, those of these ids it reports on."""
         ...
 
     def unit(self, unit: str) -> UnitView | None:
         """The page of the unit whose id is `unit`; None when the agent knows no such unit."""
+        ...
+
+    def activity(self, unit: str) -> UnitActivity | None:
+        """The unit's Events and its next sync's changes, computed now (only for a page request);
+        None when the agent knows no such unit."""
         ...
 
     def suspend(self, unit: str, suspended: bool) -> bool:
@@ -82,39 +96,62 @@ def form_of(body: bytes) -> dict[str, str]:
 
 
 class Snapshots:
-    """Readings of the agent shared by the streams: the rows, and each unit's page, at most
-    `ttl` seconds old. Nothing is read unless a stream asks."""
+    """Readings of the agent shared by the streams: the rows (and their HTML), and each followed
+    unit's section, read again only for the units the agent touched since (`ViewAPI.changes`).
+    Nothing is read unless a stream asks; a look with no change reads nothing."""
 
-    def __init__(self, view: ViewAPI, ttl: float = SNAPSHOT_TTL, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, view: ViewAPI) -> None:
         self._view = view
-        self._ttl = ttl
-        self._clock = clock
         self._lock = threading.Lock()
-        self._rows: tuple[float, list[UnitRow], dict[str, str]] | None = None
-        self._html: dict[UnitRow, str] = {}
-        self._units: dict[str, tuple[float, str | None]] = {}
+        self._version = -1  # the agent's change count the rows were read at (-1: never)
+        self._rows: dict[str, UnitRow] = {}
+        self._list: list[UnitRow] = []
+        self._html: dict[str, str] = {}
+        self._units: dict[str, tuple[int, str | None]] = {}  # unit id -> (change count read at, HTML)
+        self.read = 0  # rows read from the agent (tests, the benchmark)
 
-    def rows(self) -> tuple[list[UnitRow], dict[str, str]]:
-        """Every row and its HTML (rendered once per reading, whatever the number of streams)."""
+    def rows(self) -> tuple[int, list[UnitRow], dict[str, str]]:
+        """The change count they were read at, every row, and each row's HTML (rendered once per
+        change of the row, whatever the number of streams). The returned list and dict are never
+        changed afterwards: a new reading makes new ones."""
         with self._lock:
-            now = self._clock()
-            if self._rows is None or now - self._rows[0] > self._ttl:
+            changes = self._view.changes
+            if self._version < 0:
+                version = changes.version  # before reading: a change meanwhile is read again next time
                 rows = self._view.rows()
-                # a row equal to the last reading's keeps its HTML: most readings render nothing
-                before = self._html
-                self._html = {r: before.get(r) or row_html(r) for r in rows}
-                self._rows = (now, rows, {r.unit: self._html[r] for r in rows})
-            return self._rows[1], self._rows[2]
+                self.read += len(rows)
+                self._rows = {r.unit: r for r in rows}
+                self._html = {r.unit: row_html(r) for r in rows}
+                self._list = list(rows)
+            else:
+                version, touched = changes.since(self._version)
+                if touched:
+                    fresh = {r.unit: r for r in self._view.rows(touched)}
+                    self.read += len(fresh)
+                    rows_now, html = dict(self._rows), dict(self._html)
+                    for unit in touched:
+                        row = fresh.get(unit)
+                        if row is None:  # gone
+                            rows_now.pop(unit, None)
+                            html.pop(unit, None)
+                        elif row != rows_now.get(unit):
+                            rows_now[unit] = row
+                            html[unit] = row_html(row)
+                    self._rows, self._html, self._list = rows_now, html, list(rows_now.values())
+            self._version = version
+            return version, self._list, self._html
 
     def unit(self, unit: str) -> str | None:
         """The HTML of the unit's changing section; None when the unit is gone."""
         with self._lock:
-            now = self._clock()
+            changes = self._view.changes
             got = self._units.get(unit)
-            if got is None or now - got[0] > self._ttl:
+            if got is None or changes.touched_after(unit, got[0]):
+                version = changes.version
                 view = self._view.unit(unit)
-                got = (now, unit_detail_html(view) if view is not None else None)
-                self._units = {u: v for u, v in self._units.items() if now - v[0] <= self._ttl}
+                got = (version, unit_detail_html(view) if view is not None else None)
+                if len(self._units) >= MAX_UNIT_SECTIONS:
+                    self._units.clear()
                 self._units[unit] = got
             return got[1]
 
@@ -176,6 +213,8 @@ class Follower:
         self._order: list[str] = []
         self._summary = ""
         self._unit: str | None = ""
+        self._seen = -1  # the change count of the rows last compared
+        self._owed = False  # the whole table is owed (its order changed within BODY_INTERVAL)
 
     def step(self) -> bytes:
         if self._view == "unit":
@@ -184,7 +223,10 @@ class Follower:
                 return b""
             self._unit = html
             return event("unit", {"html": html} if html is not None else {"gone": True})
-        rows, htmls = self._snapshots.rows()
+        version, rows, htmls = self._snapshots.rows()
+        if version == self._seen and not self._owed:
+            return b""  # nothing changed: no filtering, sorting or comparing
+        self._seen = version
         chosen = select(rows, self._query)
         order = [r.unit for r in chosen[:MAX_ROWS]]
         text = summary(chosen, len(rows))
@@ -192,7 +234,7 @@ class Follower:
         now = self._clock()
         if order != self._order and (not self._order or now - self._body_at >= BODY_INTERVAL):
             # a unit came, went or moved (attention first): the whole body, at most every BODY_INTERVAL
-            # (at 2,001 units, pods starting move rows every second)
+            # (with thousands of units, pods starting move rows all the time)
             payload["tbody"] = rows_html(chosen)
             self._order, self._body_at = order, now
             self._sent = {u: htmls[u] for u in order}
@@ -201,6 +243,7 @@ class Follower:
             if changed:
                 payload["rows"] = changed
                 self._sent.update(changed)
+        self._owed = order != self._order
         if text != self._summary:
             payload["summary"] = text
             self._summary = text

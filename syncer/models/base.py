@@ -43,7 +43,8 @@ class FrozenEmptyList(list[Any]):
 
 
 class FrozenEmptyDict(dict[Any, Any]):
-    """FrozenEmptyList's counterpart for dict fields (22,000 empty dicts at 2,000 units)."""
+    """FrozenEmptyList's counterpart for dict fields (a big repository's models have an empty dict
+    in most of their dict fields)."""
 
     __slots__ = ()
 
@@ -82,8 +83,8 @@ class StrictModel(BaseModel):
 
     def model_post_init(self, context: Any, /) -> None:
         """One set of the names of the fields given, shared by every instance given the same ones.
-        pydantic makes a set per instance (728 bytes once five fields are given: 7 MiB for the
-        10,000 pools of the 2,000-unit bench repository). Nothing changes it in place: the models
+        pydantic makes a set per instance, which for a set of a few names is more than most of the
+        instance's values take. Nothing changes it in place: the models
         are frozen, and `model_copy` copies it before it adds to it."""
         given = self.__pydantic_fields_set__
         if len(_GIVEN) > MAX_GIVEN:  # combinations no model holds any more pile up: start afresh
@@ -102,8 +103,7 @@ class StrictModel(BaseModel):
     def __deepcopy__(self, memo: dict[int, Any] | None = None) -> Self:
         """The model itself: it is frozen, and nothing changes a loaded model's values in place.
         pydantic deep-copies a model-typed default (`ports: SuperLinkPorts = SuperLinkPorts()`)
-        into every instance; shared instead, the 2,000-unit repository's models took 18 MiB less
-        (tracemalloc)."""
+        into every instance: one copy per instance, of a value nothing changes."""
         return self
 
 

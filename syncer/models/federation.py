@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from syncer.diagnostics import FieldPath
 from syncer.models.base import StrictModel
+from syncer.models.canary import CanarySettings, canary_issues, canary_settings
 from syncer.models.exposure import ExternalAddress, exposure_issues, external_addresses
 from syncer.models.federation_spec import (
     ANN_TLS_EXTRA_NAMES,
@@ -89,6 +90,10 @@ class Federation(StrictModel):
     @property
     def stateful(self) -> bool:
         return self.spec.mode == "StatefulSet"
+
+    def canary(self) -> CanarySettings | None:
+        """Which SuperNodes of each pool take a change first (syncer.models.canary); None: no canary."""
+        return canary_settings(self.metadata.annotations) if self.stateful else None
 
     def superlink_name(self) -> str:
         return f"{self.name}-superlink"
@@ -236,6 +241,8 @@ class Federation(StrictModel):
         issues.extend(state_issues(self.metadata.annotations, spec.superlink.extraArgs,
                                    {c.metadata.name for c in spec.superlink.volumeClaimTemplates},
                                    {str(v.get("name")) for v in spec.superlink.volumes if isinstance(v, dict)}))
+        issues.extend(canary_issues(self.metadata.annotations, [(p.name, p.replicas) for p in spec.supernodes.pools],
+                                    self.stateful))
         issues.extend(federation_version_issues(spec, self.metadata.annotations, self.images(), self.flower,
                                                 self.tls_issuer() is not None))
         if not spec.insecure and not self.tls_secret():

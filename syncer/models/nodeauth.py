@@ -116,7 +116,7 @@ def parse_key(line: str) -> tuple[NodeKey | None, str]:
     if len(parts) < 2:
         return None, "not an OpenSSH public key (expected: key type, base64 key, optional comment)"
     kind = _shown(parts[0])
-    # cryptography's key parsers cost `validate` ~12 ms to import: only a repository with keys pays it
+    # cryptography's key parsers are slow to import: only a repository with keys makes `validate` pay it
     from cryptography.exceptions import UnsupportedAlgorithm
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec

@@ -8,11 +8,16 @@ never matches this one's entry). Pure.
   `ssh://host/path`; `file:///x` is `/x`; in the path, percent-escapes of unreserved characters
   decoded (`%6C` is `l`) and other escapes in upper case, `//` collapsed, `.` and `..` segments
   resolved (`team-a/../team-b` is `team-b`), no trailing `/` or `.git`. The path keeps its case
-  (most Git servers tell `Team-A` from `team-a`).
+  (a Git server on a file system tells `Team-A` from `team-a`), except on the hosting services
+  whose owner and repository names ignore case (`CASE_INSENSITIVE_HOSTS`: GitHub, GitLab.com,
+  Bitbucket, Codeberg, Azure DevOps), where it is in lower case: `github.com/Team-A/cfg` is
+  the repository of an entry for `github.com/team-a/*`, never a fall-through to a wider one.
 - **ref**: `refs/heads/main`, `heads/main` and `main` are `main`; `refs/tags/v1` and `tags/v1`
   are `v1`; `HEAD` is "" (the remote's default branch); a commit sha is in lower case. A pattern
   that names the kind (`refs/heads/*`, `refs/tags/v*`) matches only refs of that kind, or a short
-  name whose kind is not known yet. What a ref is (and which branch the default one is) is known
+  name whose kind is not known yet. Any other `refs/...` (a pull request's `refs/pull/1/head`, a
+  review's `refs/changes/...`) is a kind of its own, kept whole: a pattern on branches or tags
+  never matches it. What a ref is (and which branch the default one is) is known
   only once the remote answers: the agent checks then that the ref it got still has its entry,
   and that no earlier entry matches it (see `syncer.agent.runner`), else it refuses the revision.
 - **path**: no leading, trailing or doubled `/`, no `.` segment.
@@ -28,6 +33,8 @@ _DEFAULT_PORTS = {"https": "443", "http": "80", "ssh": "22", "git+ssh": "22", "s
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 _ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
 _SHA = re.compile(r"^[0-9A-Fa-f]+$")
+CASE_INSENSITIVE_HOSTS = frozenset({"github.com", "gitlab.com", "bitbucket.org", "codeberg.org", "dev.azure.com",
+                                    "ssh.dev.azure.com"})
 
 
 def _unescape(match: re.Match[str]) -> str:
@@ -68,13 +75,17 @@ def canonical_source(text: str) -> str:
             host = host.lower().rstrip(".")
         if scheme in ("git+ssh", "ssh+git"):
             scheme = "ssh"
+        path = _clean_path(path, absolute=True)
+        if host in CASE_INSENSITIVE_HOSTS:
+            path = path.lower()
         if port and port != _DEFAULT_PORTS.get(scheme):
             host = f"{host}:{port}"
-        return _strip(f"{scheme}://{host}{_clean_path(path, absolute=True)}")
+        return _strip(f"{scheme}://{host}{path}")
     colon, slash = text.find(":"), text.find("/")
     if colon > 0 and (slash < 0 or colon < slash):  # [user@]host:path
         host = text[:colon].rpartition("@")[2].lower().rstrip(".")
-        return _strip(f"ssh://{host}{_clean_path(text[colon + 1:], absolute=True)}")
+        path = _clean_path(text[colon + 1:], absolute=True)
+        return _strip(f"ssh://{host}{path.lower() if host in CASE_INSENSITIVE_HOSTS else path}")
     return _strip(_clean_path(text, absolute=text.startswith("/")))
 
 
@@ -95,12 +106,15 @@ def canonical_ref(ref: str) -> str:
 
 
 def ref_kind(ref: str) -> str | None:
-    """"branch" or "tag" when the spelling says so, else None (a short name, a sha, a pattern)."""
+    """"branch" or "tag" when the spelling says so, "other" for any other `refs/...` (pull
+    requests, reviews, notes), else None (a short name, a sha, a pattern)."""
     ref = ref.strip()
     if ref.startswith(("refs/heads/", "heads/")):
         return "branch"
     if ref.startswith(("refs/tags/", "tags/")):
         return "tag"
+    if ref.startswith("refs/"):
+        return "other"
     return None
 
 

@@ -197,10 +197,19 @@ class ReleaseSettings(StrictModel):
     """The release's namespace. Unset: `defaultNamespace` of `flower-syncer.yaml`."""
     policy: SyncPolicy | None = None
     """How this release is synced, instead of the repository's `policy`."""
+    canary: int | str | None = None
+    """Refused: a release's SuperNodes run in a Deployment, which has no partition to stop a rollout at
+    (canary pools are a Federation's StatefulSet pools: docs/rollouts.md)."""
 
     def semantic_issues(self) -> list[Issue]:
+        issues = []
+        if self.canary is not None:
+            issues.append(Issue(("canary",), "a SuperNode release runs its SuperNodes in a Deployment, which has no "
+                                "partition to stop a rollout at: a canary cannot hold the rest back",
+                                "remove it; canary pools are a Federation's StatefulSet pools "
+                                "(flower-syncer.io/canary, docs/rollouts.md)"))
         if self.namespace is None:
-            return []
+            return issues
         problem = name_problem(self.namespace, "namespace")
         path: FieldPath = ("namespace",)
-        return [Issue(path, problem, "use a valid namespace name")] if problem else []
+        return [*issues, Issue(path, problem, "use a valid namespace name")] if problem else issues

@@ -38,6 +38,8 @@ class SyncedReason(StrEnum):
     UNREACHABLE = "Unreachable"  # the API server could not be reached
     SUSPENDED = "Suspended"  # not applied nor healed until resumed
     HELD = "Held"  # applied, but for changes that would restart pods while Flower runs are in progress
+    CANARY = "Canary"  # applied, but a pool's change reached only its canary, which the rest of the pool waits for
+    CANARY_FAILED = "CanaryFailed"  # a pool's canary did not become healthy: the rest stays on the last good revision
     INTERNAL_ERROR = "InternalError"  # the agent failed on the unit (a bug); it syncs again
     UNVERIFIED = "Unverified"  # the newest revision is not signed as the admin's policy requires; not applied
 
@@ -93,7 +95,8 @@ def describe(d: Diagnostic) -> str:
 
 
 _BY_CAUSE = {Cause.CONFLICT: SyncedReason.CONFLICT, Cause.UNREACHABLE: SyncedReason.UNREACHABLE,
-             Cause.CRASHED: SyncedReason.INTERNAL_ERROR, Cause.CONFIG_ERROR: SyncedReason.CONFIG_ERROR}
+             Cause.CRASHED: SyncedReason.INTERNAL_ERROR, Cause.CONFIG_ERROR: SyncedReason.CONFIG_ERROR,
+             Cause.CANARY_FAILED: SyncedReason.CANARY_FAILED}
 
 
 def synced_condition(*, config_errors: Sequence[Diagnostic] = (), result: UnitResult | None = None,
@@ -123,6 +126,9 @@ def synced_condition(*, config_errors: Sequence[Diagnostic] = (), result: UnitRe
         return UnitCondition("Synced", False, SyncedReason.PENDING, "resumed; not synced yet")
     if result.ok and result.is_held():  # the restarts wait for the runs (engine.holds)
         return UnitCondition("Synced", False, SyncedReason.HELD, result.hold_message())
+    if result.ok and result.waiting_canaries():  # the rest of a pool waits for its canary (engine.canary)
+        return UnitCondition("Synced", False, SyncedReason.CANARY,
+                             "; ".join(n.message for n in result.waiting_canaries()))
     if result.ok:
         return UnitCondition("Synced", True, SyncedReason.SYNCED, "the revision was applied")
     conflicts = result.conflicts()
@@ -130,8 +136,9 @@ def synced_condition(*, config_errors: Sequence[Diagnostic] = (), result: UnitRe
         return UnitCondition("Synced", False, SyncedReason.CONFLICT,
                              f"{len(conflicts)} object(s) have fields another manager owns: "
                              + ", ".join(str(c.ref) for c in conflicts[:3]))
-    reason = _BY_CAUSE.get(result.cause, SyncedReason.SYNC_FAILED) if result.cause else SyncedReason.SYNC_FAILED
     failed = result.failures()
+    cause = result.cause or (Cause.CANARY_FAILED if any(c.cause is Cause.CANARY_FAILED for c in failed) else None)
+    reason = _BY_CAUSE.get(cause, SyncedReason.SYNC_FAILED) if cause else SyncedReason.SYNC_FAILED
     message = (result.first_error() if result.errors or any(c.cause is Cause.MISSING_CRD for c in failed) else
                "; ".join(f"{c.ref}: {c.message}" for c in failed[:3]) or "the sync failed")
     return UnitCondition("Synced", False, reason, message)

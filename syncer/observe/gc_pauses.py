@@ -22,8 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client.core import HistogramMetricFamily
-from prometheus_client.registry import Collector
+from syncer.observe.families import FamilyCollector, HistogramFamily, HistogramRow
 
 BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 GENERATIONS = 3
@@ -37,12 +36,13 @@ class Pause:
     collected: int  # unreachable objects freed
 
 
-class GCPauses(Collector):
+class GCPauses(FamilyCollector["GCPauses"]):
     """Install with `install()` (or as a context manager); one per process is enough (gc.callbacks
     is process-wide). Collections never overlap (the collector holds the GIL and does not nest),
     so one start time is enough."""
 
     def __init__(self, slow: float = 0.1, clock: Callable[[], float] = time.perf_counter) -> None:
+        super().__init__((_FAMILY,), lambda: self)
         self.slow = slow
         self._clock = clock
         self._started = 0.0
@@ -85,22 +85,12 @@ class GCPauses(Collector):
         if seconds >= self.slow:
             self._slow.put_nowait(Pause(generation, seconds, int(info.get("collected", 0))))
 
-    # -- the metric ---------------------------------------------------------------------------
-
-    def describe(self) -> Iterator[HistogramMetricFamily]:
-        yield HistogramMetricFamily(METRIC, _HELP, labels=["generation"])
-
-    def collect(self) -> Iterator[HistogramMetricFamily]:
-        family = HistogramMetricFamily(METRIC, _HELP, labels=["generation"])
+    def _rows(self) -> Iterator[HistogramRow]:
         for generation in range(GENERATIONS):
-            counts, total = list(self._counts[generation]), self._sums[generation]  # read once, no lock
-            cumulative, buckets = 0, []
-            for bound, n in zip((*(repr(b) for b in BUCKETS), "+Inf"), counts, strict=True):
-                cumulative += n
-                buckets.append((bound, float(cumulative)))
-            family.add_metric([str(generation)], buckets, total)
-        yield family
+            # read once, no lock
+            yield (str(generation),), list(self._counts[generation]), self._sums[generation], None
 
 
 _HELP = ("Seconds each run of Python's cyclic garbage collector stopped the agent, by generation "
          "(2: a full collection over everything the agent holds).")
+_FAMILY: HistogramFamily[GCPauses] = HistogramFamily(METRIC, _HELP, ("generation",), BUCKETS, GCPauses._rows)

@@ -12,47 +12,11 @@ Labels are bounded: ``unit`` is a unit id (``federation/<namespace>/<name>``,
 (`Metrics.forget_unit`); pools, units and nodes that vanish from the status lose theirs on the
 next `Metrics.observe_status`.
 
-=================================================  =========  ====================  ====================================
-metric                                             type       labels                meaning
-=================================================  =========  ====================  ====================================
-flower_syncer_sync_total                           counter    unit, result          syncs of the unit, by result
-flower_syncer_sync_duration_seconds                histogram  unit                  how long a sync took (10ms..60s)
-flower_syncer_last_sync_timestamp_seconds          gauge      unit                  end of the last sync (any result)
-flower_syncer_last_success_timestamp_seconds       gauge      unit                  end of the last successful sync
-flower_syncer_commit_to_applied_seconds            histogram  -                     new revision to applied (10ms..300s)
-flower_syncer_unit_commit_to_applied_seconds       gauge      unit                  per unit, last change
-flower_syncer_source_revision_info                 gauge      revision              1 for the revision synced now only
-flower_syncer_source_fetch_errors_total            counter    reason                failed fetches of the Git source
-flower_syncer_source_last_fetch_timestamp_seconds  gauge      -                     last good fetch (0: none yet)
-flower_syncer_source_poll_interval_seconds         gauge      -                     seconds between polls
-flower_syncer_config_errors                        gauge      unit                  config errors of the unit (0: fine)
-flower_syncer_unit_suspended                       gauge      unit                  1: suspended (not applied or healed)
-flower_syncer_supernode_keys                       gauge      unit, state           SuperNode keys: admitted|failing
-flower_syncer_queue_depth                          gauge      -                     sync requests waiting
-flower_syncer_objects_applied_total                counter    unit, action          objects handled by syncs, by action
-flower_syncer_drift_objects                        gauge      unit, kind            objects differing from Git now
-flower_syncer_drift_corrections_total              counter    unit, kind            outside changes a sync put back
-flower_syncer_pool_desired_replicas                gauge      unit, pool            pods the pool should have
-flower_syncer_pool_ready_replicas                  gauge      unit, pool            ready pods of the pool
-flower_syncer_pool_ready                           gauge      unit, pool            1: rolled out and all pods ready
-flower_syncer_unit_ready                           gauge      unit                  1: found and every pool ready
-flower_syncer_unit_state                           gauge      unit, synced, health  1: its Synced and Healthy reasons
-flower_syncer_pool_gpus_requested                  gauge      unit, pool, resource  per-pod GPUs x desired pods
-flower_syncer_pool_gpus_allocated                  gauge      unit, pool, resource  GPUs held by its bound pods
-flower_syncer_pool_problem_pods                    gauge      unit, pool, reason    pods with the pool's main problem
-flower_syncer_node_gpus_allocatable                gauge      node, resource        GPUs the node offers
-flower_syncer_node_gpus_used                       gauge      node, resource        GPUs of pods bound there (any owner)
-flower_syncer_federation_supernodes                gauge      unit, pool, state     SuperNodes at the SuperLink (below)
-flower_syncer_federation_runs                      gauge      unit, status          runs the SuperLink lists, by status
-flower_syncer_federation_control_api_up            gauge      unit                  1: its Control API answered
-flower_syncer_flower_checks_waiting                gauge      -                     SuperLink checks due, left for later
-flower_syncer_status_round_cpu_seconds_total       counter    part                  CPU of status rounds: round|flower
-flower_syncer_leader                               gauge      -                     1 while holding the leader lease
-flower_syncer_fenced_syncs_total                   counter    -                     syncs stopped by the lease fence
-flower_syncer_gc_pause_seconds                     histogram  generation            Python GC stops (observe.gc_pauses)
-flower_syncer_up                                   gauge      -                     always 1
-flower_syncer_build_info                           gauge      version               always 1; the agent's version
-=================================================  =========  ====================  ====================================
+Every family, with its type, labels and help: docs/reference/metrics.md, generated from the code
+(tools/gen_reference.py). A family is described once: a prometheus_client metric registered here
+(few series, set as events happen), or a `syncer.observe.families` description whose rows come from
+a snapshot of figures (the per-unit series of syncer.observe.unit_metrics, the status and
+Flower-level families below, which `exposition` also writes as text straight from the rows).
 
 Details: a sync is ``failed`` when it has errors or a failed object, ``skipped`` when the unit was
 not synced on purpose (suspended, removed from Git but not pruned), else ``success``.
@@ -83,13 +47,13 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from syncer import __version__
 from syncer.engine.changeset import Action, UnitResult
 from syncer.identity import ObjectRef
-from syncer.observe.textformat import TextCollector, header, label_value, sample
+from syncer.observe.families import Family, FamilyCollector, GaugeFamily, GaugeRow
 from syncer.observe.unit_metrics import UnitSeries
 
 if TYPE_CHECKING:
@@ -166,139 +130,104 @@ class _Snapshot:
 _EMPTY = _Snapshot({}, {}, {})
 
 
-_POOL_GAUGES: tuple[tuple[str, str, Callable[[_Pool], float]], ...] = (
-    ("pool_desired_replicas", "Pods the pool should have.", lambda p: p.desired),
-    ("pool_ready_replicas", "Ready pods of the pool.", lambda p: p.ready),
-    ("pool_ready", "1 when the pool reached its goal (rolled out, every desired pod updated and ready).",
-     lambda p: 1.0 if p.healthy else 0.0),
-)
-# (name, help, whether the figure is the GPUs requested; else allocated)
-_GPU_GAUGES = (("pool_gpus_requested", "GPUs the pool asks for (one pod's request x the desired pods).", True),
-               ("pool_gpus_allocated", "GPUs held by the pool's pods bound to a node.", False))
-# (name, help, which figure of a node's (allocatable, used))
-_NODE_GAUGES = (("node_gpus_allocatable", "GPUs the node offers to pods.", 0),
-                ("node_gpus_used", "GPUs requested by the pods bound to the node (any owner).", 1))
+@dataclass(frozen=True)
+class _Sorted:
+    """A snapshot in the order its series are served (sorted once per scrape)."""
 
-_UNIT_READY_HELP = "1 when the unit exists and every pool of it is ready."
-_PROBLEM_HELP = ("Pods of the pool with its main problem, by reason (Unschedulable, ImagePullBackOff, "
-                 "CrashLoopBackOff, OOMKilled, ...); absent when the pool has none.")
-
-
-class _StatusCollector(Collector):
-    def __init__(self) -> None:
-        self.snapshot = _EMPTY  # replaced, never mutated: reading the attribute is atomic
+    units: list[tuple[str, bool]]
+    pools: list[tuple[tuple[str, str], _Pool]]
+    nodes: list[tuple[tuple[str, str], tuple[int, int]]]
 
     @staticmethod
-    def _families(snap: _Snapshot) -> Iterator[GaugeMetricFamily]:
-        """One family at a time, each made once the one before was taken (11,000 pools at 2,001
-        units: see unit_metrics.UnitSeries._families)."""
-        up = ["unit", "pool"]
-        upr = ["unit", "pool", "resource"]
-        pools = sorted(snap.pools.items())
-        for name, help_text, value_of in _POOL_GAUGES:
-            family = GaugeMetricFamily(PREFIX + name, help_text, labels=up)
-            for (unit, pool), p in pools:
-                family.add_metric([unit, pool], value_of(p))
-            yield family
-        family = GaugeMetricFamily(PREFIX + "unit_ready", _UNIT_READY_HELP, labels=["unit"])
-        for unit, ok in sorted(snap.units.items()):
-            family.add_metric([unit], 1.0 if ok else 0.0)
-        yield family
-        for name, help_text, requested in _GPU_GAUGES:
-            family = GaugeMetricFamily(PREFIX + name, help_text, labels=upr)
-            for (unit, pool), p in pools:
-                for resource, req, alloc in p.gpus:
-                    family.add_metric([unit, pool, resource], req if requested else alloc)
-            yield family
-        family = GaugeMetricFamily(PREFIX + "pool_problem_pods", _PROBLEM_HELP, labels=[*up, "reason"])
-        for (unit, pool), p in pools:
-            if p.problem is not None:
-                family.add_metric([unit, pool, p.problem[0]], p.problem[1])
-        yield family
-        nodes = sorted(snap.nodes.items())
-        for name, help_text, which in _NODE_GAUGES:
-            family = GaugeMetricFamily(PREFIX + name, help_text, labels=["node", "resource"])
-            for (node, resource), figures in nodes:
-                family.add_metric([node, resource], figures[which])
-            yield family
-
-    def describe(self) -> Iterable[GaugeMetricFamily]:
-        return self._families(_EMPTY)
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        yield from self._families(self.snapshot)
-
-    def write_text(self, out: bytearray) -> None:
-        """What `collect` makes, in the text format, straight from the snapshot (see
-        syncer.observe.textformat): 11,000 pools at 2,001 units are 35,000 series."""
-        snap = self.snapshot
-        pools = [(f'pool="{label_value(pool)}",unit="{label_value(unit)}"', p)
-                 for (unit, pool), p in sorted(snap.pools.items())]
-        for name, help_text, value_of in _POOL_GAUGES:
-            out += header(PREFIX + name, help_text, "gauge").encode()
-            for labels, p in pools:
-                out += sample(PREFIX + name, labels, value_of(p)).encode()
-        out += header(PREFIX + "unit_ready", _UNIT_READY_HELP, "gauge").encode()
-        for unit, ok in sorted(snap.units.items()):
-            out += sample(PREFIX + "unit_ready", f'unit="{label_value(unit)}"', 1.0 if ok else 0.0).encode()
-        for name, help_text, requested in _GPU_GAUGES:
-            out += header(PREFIX + name, help_text, "gauge").encode()
-            for (unit, pool), p in sorted(snap.pools.items()):
-                for resource, req, alloc in p.gpus:
-                    out += sample(PREFIX + name, f'pool="{label_value(pool)}",resource="{label_value(resource)}",'
-                                  f'unit="{label_value(unit)}"', req if requested else alloc).encode()
-        out += header(PREFIX + "pool_problem_pods", _PROBLEM_HELP, "gauge").encode()
-        for (unit, pool), p in sorted(snap.pools.items()):
-            if p.problem is not None:
-                out += sample(PREFIX + "pool_problem_pods", f'pool="{label_value(pool)}",'
-                              f'reason="{label_value(p.problem[0])}",unit="{label_value(unit)}"',
-                              p.problem[1]).encode()
-        nodes = sorted(snap.nodes.items())
-        for name, help_text, which in _NODE_GAUGES:
-            out += header(PREFIX + name, help_text, "gauge").encode()
-            for (node, resource), figures in nodes:
-                out += sample(PREFIX + name, f'node="{label_value(node)}",resource="{label_value(resource)}"',
-                              figures[which]).encode()
+    def of(snap: _Snapshot) -> _Sorted:
+        return _Sorted(sorted(snap.units.items()), sorted(snap.pools.items()), sorted(snap.nodes.items()))
 
 
-class _FlowerCollector(Collector):
+def _pool_rows(value_of: Callable[[_Pool], float]) -> Callable[[_Sorted], Iterator[GaugeRow]]:
+    def rows(snap: _Sorted) -> Iterator[GaugeRow]:
+        for (unit, pool), p in snap.pools:
+            yield (unit, pool), value_of(p)
+    return rows
+
+
+def _gpu_rows(requested: bool) -> Callable[[_Sorted], Iterator[GaugeRow]]:
+    def rows(snap: _Sorted) -> Iterator[GaugeRow]:
+        for (unit, pool), p in snap.pools:
+            for resource, req, alloc in p.gpus:
+                yield (unit, pool, resource), req if requested else alloc
+    return rows
+
+
+def _node_rows(which: int) -> Callable[[_Sorted], Iterator[GaugeRow]]:
+    def rows(snap: _Sorted) -> Iterator[GaugeRow]:
+        for (node, resource), figures in snap.nodes:
+            yield (node, resource), figures[which]
+    return rows
+
+
+def _problem_rows(snap: _Sorted) -> Iterator[GaugeRow]:
+    for (unit, pool), p in snap.pools:
+        if p.problem is not None:
+            yield (unit, pool, p.problem[0]), p.problem[1]
+
+
+_STATUS_FAMILIES: tuple[Family[_Sorted], ...] = (
+    GaugeFamily(PREFIX + "pool_desired_replicas", "Pods the pool should have.", ("unit", "pool"),
+                _pool_rows(lambda p: p.desired)),
+    GaugeFamily(PREFIX + "pool_ready_replicas", "Ready pods of the pool.", ("unit", "pool"),
+                _pool_rows(lambda p: p.ready)),
+    GaugeFamily(PREFIX + "pool_ready", "1 when the pool reached its goal (rolled out, every desired pod updated and "
+                "ready).", ("unit", "pool"), _pool_rows(lambda p: 1.0 if p.healthy else 0.0)),
+    GaugeFamily(PREFIX + "unit_ready", "1 when the unit exists and every pool of it is ready.", ("unit",),
+                lambda snap: (((unit,), 1.0 if ok else 0.0) for unit, ok in snap.units)),
+    GaugeFamily(PREFIX + "pool_gpus_requested", "GPUs the pool asks for (one pod's request x the desired pods).",
+                ("unit", "pool", "resource"), _gpu_rows(True)),
+    GaugeFamily(PREFIX + "pool_gpus_allocated", "GPUs held by the pool's pods bound to a node.",
+                ("unit", "pool", "resource"), _gpu_rows(False)),
+    GaugeFamily(PREFIX + "pool_problem_pods", "Pods of the pool with its main problem, by reason (Unschedulable, "
+                "ImagePullBackOff, CrashLoopBackOff, OOMKilled, ...); absent when the pool has none.",
+                ("unit", "pool", "reason"), _problem_rows),
+    GaugeFamily(PREFIX + "node_gpus_allocatable", "GPUs the node offers to pods.", ("node", "resource"),
+                _node_rows(0)),
+    GaugeFamily(PREFIX + "node_gpus_used", "GPUs requested by the pods bound to the node (any owner).",
+                ("node", "resource"), _node_rows(1)),
+)
+
+
+class _StatusCollector(FamilyCollector[_Sorted]):
+    """The status figures (pools, unit readiness, GPUs), replaced as a whole each status round."""
+
+    def __init__(self) -> None:
+        super().__init__(_STATUS_FAMILIES, lambda: _Sorted.of(self.snapshot))
+        self.snapshot = _EMPTY  # replaced, never mutated: reading the attribute is atomic
+
+
+# flower_syncer_federation_*: (supernodes: unit, pool, state, value), (runs: unit, status, value),
+# (Control API up: unit, answered), and the checks left waiting
+_FlowerSeries = tuple[tuple[tuple[str, str, str, int], ...], tuple[tuple[str, str, int], ...],
+                      tuple[tuple[str, bool], ...]]
+_FLOWER_FAMILIES: tuple[Family[tuple[_FlowerSeries, int]], ...] = (
+    GaugeFamily(PREFIX + "federation_supernodes", "SuperNodes at the federation's SuperLink, by the pool or release "
+                "Git expects them from, and state (online, offline, registered: never connected, expected: what Git "
+                "asks for).", ("unit", "pool", "state"),
+                lambda s: (((unit, pool, state), value) for unit, pool, state, value in s[0][0])),
+    GaugeFamily(PREFIX + "federation_runs", "Runs the federation's SuperLink lists, by status.", ("unit", "status"),
+                lambda s: (((unit, status), value) for unit, status, value in s[0][1])),
+    GaugeFamily(PREFIX + "federation_control_api_up", "1 when the federation's SuperLink answered its Control API in "
+                "the last check.", ("unit",), lambda s: (((unit,), 1.0 if ok else 0.0) for unit, ok in s[0][2])),
+    GaugeFamily(PREFIX + "flower_checks_waiting", "SuperLinks due for a Control API check at the last status round "
+                "and left for a later one: the checks' CPU budget (as much as the round itself costs) holds them "
+                "back; their answers get older meanwhile.", (), lambda s: [((), s[1])]),
+)
+
+
+class _FlowerCollector(FamilyCollector[tuple[_FlowerSeries, int]]):
     """flower_syncer_federation_*: replaced as a whole each status round."""
 
     def __init__(self) -> None:
-        self.snapshot: tuple[tuple[tuple[str, str, str, int], ...], tuple[tuple[str, str, int], ...],
-                             tuple[tuple[str, bool], ...]] = ((), (), ())
+        super().__init__(_FLOWER_FAMILIES, lambda: (self.snapshot, self.waiting))
+        self.snapshot: _FlowerSeries = ((), (), ())
         self.waiting = 0
-
-    @staticmethod
-    def _families(snap: tuple[Any, Any, Any], waiting: int = 0) -> Iterator[GaugeMetricFamily]:
-        """One family at a time (see _StatusCollector._families)."""
-        family = GaugeMetricFamily(PREFIX + "federation_supernodes", "SuperNodes at the federation's SuperLink, by "
-                                   "the pool or release Git expects them from, and state (online, offline, "
-                                   "registered: never connected, expected: what Git asks for).",
-                                   labels=["unit", "pool", "state"])
-        for unit, pool, state, value in snap[0]:
-            family.add_metric([unit, pool, state], value)
-        yield family
-        family = GaugeMetricFamily(PREFIX + "federation_runs", "Runs the federation's SuperLink lists, by status.",
-                                   labels=["unit", "status"])
-        for unit, status, value in snap[1]:
-            family.add_metric([unit, status], value)
-        yield family
-        family = GaugeMetricFamily(PREFIX + "federation_control_api_up", "1 when the federation's SuperLink "
-                                   "answered its Control API in the last check.", labels=["unit"])
-        for unit, ok in snap[2]:
-            family.add_metric([unit], 1.0 if ok else 0.0)
-        yield family
-        yield GaugeMetricFamily(PREFIX + "flower_checks_waiting", "SuperLinks due for a Control API check at the "
-                                "last status round and left for a later one: the checks' CPU budget (as much as "
-                                "the round itself costs) holds them back; their answers get older meanwhile.",
-                                value=waiting)
-
-    def describe(self) -> Iterable[GaugeMetricFamily]:
-        return self._families(((), (), ()))
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        yield from self._families(self.snapshot, self.waiting)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -513,29 +442,42 @@ class Metrics:
                     {k: p for k, p in snap.pools.items() if k[0] != unit}, snap.nodes)
 
     def exposition(self) -> bytearray:
-        """Everything, in the Prometheus text format (`CONTENT_TYPE`). The per-unit and status
-        series (at 2,001 units 145,000 of a scrape's 147,000 samples, 12.5 MiB of text) are
-        written straight from their figures (`TextCollector.write_text`); the other families one
-        at a time, each freed before the next is made."""
+        """Everything, in the Prometheus text format (`CONTENT_TYPE`), in the order `generate_latest`
+        of the registry gives. Families described in syncer.observe.families (the per-unit, status
+        and Flower-level ones: nearly every series at thousands of units) are written straight
+        from their rows; the other families one at a time, each freed before the next is made."""
         out = bytearray()
-        for family in self.registry.collect_registered():
-            out += generate_latest(_OneFamily(family))
-            del family  # before the next is made
-        for writer in self.registry.writers:
-            writer.write_text(out)
+        for collector in self.registry.in_order():
+            if isinstance(collector, FamilyCollector):
+                collector.write_text(out)
+                continue
+            for family in collector.collect():
+                out += generate_latest(_OneFamily(family))
+                del family  # before the next is made
         return out
 
 
 class _Registry(CollectorRegistry):
-    """The agent's metrics: those registered, then the collectors of thousands of series, which
-    `collect` makes into metric families (for `get_sample_value`, say) and `Metrics.exposition`
-    writes as text itself (`TextCollector`)."""
+    """The agent's metrics: the collectors registered, in order, then the writers (the per-unit and
+    status series), which `collect` gives last."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.writers: list[TextCollector] = []
+        self.writers: list[FamilyCollector[Any]] = []
+        self._registered: list[Collector] = []  # in the order `CollectorRegistry.collect` goes
+        self._order = threading.Lock()
 
-    def add_writer(self, collector: TextCollector) -> None:
+    def register(self, collector: Collector) -> None:
+        super().register(collector)
+        with self._order:
+            self._registered.append(collector)
+
+    def unregister(self, collector: Collector) -> None:
+        super().unregister(collector)
+        with self._order:
+            self._registered.remove(collector)
+
+    def add_writer(self, collector: FamilyCollector[Any]) -> None:
         self.writers.append(collector)
 
     def collect(self) -> Iterator[Metric]:
@@ -543,8 +485,10 @@ class _Registry(CollectorRegistry):
         for writer in self.writers:
             yield from writer.collect()
 
-    def collect_registered(self) -> Iterator[Metric]:
-        yield from super().collect()
+    def in_order(self) -> list[Collector]:
+        """Every collector, in the order `collect` reads them."""
+        with self._order:
+            return [*self._registered, *self.writers]
 
 
 class _OneFamily(Collector):

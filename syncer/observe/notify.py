@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import structlog
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from syncer.identity import Unit, unit_matches
+from syncer.observe.families import CounterFamily, CounterRow, Family, FamilyCollector, GaugeFamily, GaugeRow
 
 log = structlog.get_logger("syncer.notify")
 
@@ -152,7 +152,10 @@ class _Lane:
             self.cond.notify_all()
 
 
-class Notifier:
+Lanes = list[tuple[str, "_Lane"]]  # a scrape's snapshot: (receiver, its lane), sorted
+
+
+class Notifier(FamilyCollector[Lanes]):
     """Delivers notifications to receivers; `notify` never blocks and never raises. Each receiver
     has its own bounded queue and worker (see `_Lane`) and each POST its timeout, so one slow or
     silent receiver never delays another nor the agent. Also a Prometheus collector:
@@ -162,6 +165,7 @@ class Notifier:
     def __init__(self, receivers: Sequence[Receiver], *, dedup_seconds: float = 600.0, attempts: int = 4,
                  backoff: float = 1.0, clock: Callable[[], float] = time.monotonic,
                  queue_size: int = DEFAULT_QUEUE, timeout: float = DEFAULT_TIMEOUT) -> None:
+        super().__init__(_FAMILIES, lambda: sorted(self._lanes.items()))
         self.receivers = list(receivers)
         self.dedup_seconds = dedup_seconds
         self.attempts = attempts
@@ -271,23 +275,24 @@ class Notifier:
         log.warning("notification not delivered", receiver=r.name, reason=n.reason, unit=n.unit.id)
         return False
 
-    # -- the Prometheus collector ---------------------------------------------------------------------
-
-    def describe(self) -> Iterator[Metric]:
-        yield CounterMetricFamily("flower_syncer_notifications", _HELP_TOTAL, labels=["receiver", "outcome"])
-        yield GaugeMetricFamily("flower_syncer_notification_queue", _HELP_QUEUE, labels=["receiver"])
-
-    def collect(self) -> Iterator[Metric]:
-        total = CounterMetricFamily("flower_syncer_notifications", _HELP_TOTAL, labels=["receiver", "outcome"])
-        depth = GaugeMetricFamily("flower_syncer_notification_queue", _HELP_QUEUE, labels=["receiver"])
-        for name, lane in sorted(self._lanes.items()):
-            for outcome in OUTCOMES:
-                total.add_metric([name, outcome], float(lane.counts[outcome]))
-            depth.add_metric([name], float(len(lane.items)))
-        yield total
-        yield depth
-
 
 _HELP_TOTAL = ("Notifications per receiver by outcome: delivered, failed (after the retries) or dropped (the "
                "receiver's queue was full: it is slower than the agent reports)")
 _HELP_QUEUE = "Notifications waiting to be sent, per receiver"
+
+
+def _totals(lanes: Lanes) -> Iterator[CounterRow]:
+    for name, lane in lanes:
+        for outcome in OUTCOMES:
+            yield (name, outcome), float(lane.counts[outcome]), None
+
+
+def _queued(lanes: Lanes) -> Iterator[GaugeRow]:
+    for name, lane in lanes:
+        yield (name,), float(len(lane.items))
+
+
+_FAMILIES: tuple[Family[Lanes], ...] = (
+    CounterFamily("flower_syncer_notifications", _HELP_TOTAL, ("receiver", "outcome"), _totals),
+    GaugeFamily("flower_syncer_notification_queue", _HELP_QUEUE, ("receiver",), _queued),
+)

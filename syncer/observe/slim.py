@@ -1,6 +1,6 @@
 """What the status keeps of live objects: the few fields health, readiness and GPU figures read
-(see `syncer.observe.health`). A listing of 12,000 pods, or the agent's watch cache of them, holds
-a fraction of the memory of whole objects this way."""
+(see `syncer.observe.health`). A listing of thousands of pods, or the agent's watch cache of
+them, holds a fraction of the memory of whole objects this way."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     """What the health and GPU figures read of a pod: its name, labels and deletion mark, of its
     status the phase, an unschedulable condition and the containers' waiting and last-terminated
     states, and of its spec the node and each container's name and resources. The agent keeps
-    12,000 of these compressed: 18.9 MiB with their workloads (syncer.observe.status_cache)."""
+    one per pod, compressed (syncer.observe.status_cache)."""
     status = pod.get("status") or {}
     slim_status: dict[str, Any] = _pick(status, ("phase",))
     unschedulable = [_pick(c, ("type", "status", "reason", "message")) for c in status.get("conditions") or []

@@ -1,7 +1,7 @@
 """The live objects the agent's status figures read, kept current by watches instead of re-listed.
 
 `flower-syncer status` lists what it reports on (see `syncer.observe.status`); an agent reporting
-every few seconds on thousands of units cannot: re-listing 12,000 pods every 10 s competes with
+every few seconds on thousands of units cannot: re-listing all their pods every round competes with
 the syncs for the API server and the agent's cores. `StatusCache` lists once and then follows:
 
 - the workloads (StatefulSets, DaemonSets, Deployments) and pods labelled managed-by
@@ -64,10 +64,9 @@ class _ByUnit:
     """Objects by key, grouped by the unit their labels name (objects naming none are not kept).
 
     Each is kept as its JSON, compressed (zlib's fastest level), and parsed again when its unit's
-    pools are worked out, which the report does only for units whose objects changed: 12,000 slim
-    workloads and 12,000 slim pods took 18.9 MiB this way against 45.0 MiB as dicts (tracemalloc,
-    bench/status_report.py's objects). (orjson's bytes alone would keep the 4 KiB buffer each was
-    written into: 104 MiB.)
+    pools are worked out, which the report does only for units whose objects changed: less than
+    half what they take as dicts (bench/status_report.py's objects). (Not orjson's bytes as they
+    come: each would keep the whole buffer it was written into, several times the dicts.)
 
     `version(unit)` changes whenever an object of the unit is put or removed, and is 0 while the
     unit has none (so far, or again): equal versions mean the same objects. Each change takes the
@@ -177,8 +176,9 @@ class StatusCache:
     def report(self, targets: Sequence[Target]) -> StatusReport:
         """The status of targets and the cluster GPU table, from what the watches hold. A unit's
         pools are worked out again only when its workloads, its pods or what its target says of
-        them changed since the previous report (at 2,000 units, every unit's pools took 0.4 s of
-        CPU per status round, while a few units' objects change between two rounds)."""
+        them changed since the previous report (working out every unit's pools was most of a
+        status round's CPU at thousands of units, while few units' objects change between two
+        rounds)."""
         with self._lock:
             memo: dict[Unit, tuple[_PoolsKey, tuple[list[PoolStatus], bool]]] = {}
 

@@ -6,6 +6,7 @@ the changes' details are the ones the status API and the logs give)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -143,3 +144,77 @@ class UnitView:
     objects: tuple[ObjectRow, ...] = ()
     history: tuple[HistoryRow, ...] = ()
     last_sync: str = ""  # when, in UTC
+
+
+@dataclass(frozen=True)
+class EventRow:
+    """A Kubernetes Event flower-syncer posted about the unit (its inventory or one of its objects)."""
+
+    at: str  # last seen, UTC
+    type: str  # Normal, Warning
+    reason: str
+    regarding: str
+    note: str
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class PlannedChange:
+    """What the next sync would do to one object: its action, why, and the unified diff (live to
+    desired; Secret values masked and every encrypted file's plaintext redacted, as
+    `flower-syncer diff` prints it), cut to a bounded size."""
+
+    ref: str
+    action: str  # would create, configure, recreate, delete; failed: why it could not be worked out
+    message: str = ""
+    diff: str = ""
+    cut: bool = False  # the diff was longer and is cut
+
+
+@dataclass(frozen=True)
+class UnitActivity:
+    """The part of a unit's page computed when the page is requested, never by the event stream:
+    its Events and what the next sync would change (a dry-run; see syncer.agent.activity)."""
+
+    events: tuple[EventRow, ...] = ()
+    events_error: str = ""  # why they could not be read ("" when they were)
+    changes: tuple[PlannedChange, ...] = ()  # only the objects it would change
+    more_changes: int = 0  # changed objects beyond those shown
+    plan_error: str = ""  # why the next sync's changes could not be worked out
+    planned: bool = False  # the dry-run ran (a unit that left Git, or failed to load, has none)
+    suspended: bool = False  # the changes are what resuming it would do
+    at: str = ""  # when this was computed, UTC
+
+
+class Changes:
+    """A counter of the changes of the units' state, so that an open page reads only what changed
+    and a moment without change costs it one comparison. `touch(unit)` is called where a unit's
+    state may have changed (`syncer.agent.unitstate.publish`: every revision, every sync, every
+    status round, and when a unit is forgotten); `since(version)` says which units were touched
+    after `version`. Thread-safe; one int per unit ever touched."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._version = 0
+        self._at: dict[str, int] = {}  # unit id -> the version of its last touch
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def touch(self, unit: str) -> None:
+        with self._lock:
+            self._version += 1
+            self._at[unit] = self._version
+
+    def touched_after(self, unit: str, version: int) -> bool:
+        """Whether `unit` was touched after `version`."""
+        return self._at.get(unit, 0) > version
+
+    def since(self, version: int) -> tuple[int, frozenset[str]]:
+        """The version now and the ids of the units touched after `version` (none: nothing changed)."""
+        with self._lock:
+            now = self._version
+            if version >= now:
+                return now, frozenset()
+            return now, frozenset(u for u, at in self._at.items() if at > version)

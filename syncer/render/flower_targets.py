@@ -31,6 +31,7 @@ from syncer.models.nodeauth import control_target_allowed, parse_key
 from syncer.models.supernode import SuperNodeValues, parse_openssh_private_key
 from syncer.models.supernode.keys import KeyFormatError
 from syncer.plan import ExpectedPool, FlowerTarget
+from syncer.render.cachekey import flower_facts, same_unit
 from syncer.repo.sites import dials_superlink
 from syncer.repo.state import LoadedUnit
 
@@ -72,17 +73,21 @@ def _dialled(address: str, port: int) -> str:
 class FlowerMemo:
     """What `flower_targets` worked out, kept from one revision to the next (the agent keeps one):
     the address each release dials, and each Federation's target with the addresses it is dialled
-    at. A Federation's target is taken again when its LoadedUnit is the very object it was made
-    from (a LoadCache hands back the same object for a file that did not change), `allowed` is the
-    same, and no release that dials (or dialled) one of its addresses changed, came or went. So a
-    memo never answers other than a fresh computation (tests/unit/test_flower_targets.py compares
-    the two over a sequence of revisions), and a commit to one file works out one target. Each
-    call keeps only the units of its revision: nothing outlives the units it was made from."""
+    at. A Federation's target is taken again when its LoadedUnit has the content of the one it was
+    made from (render.cachekey.same_unit: the same object, as a fast path, or the same content key),
+    `allowed` and Flower's release facts (render.cachekey.flower_facts: which API a release
+    serves how) are the same, and no release that dials (or dialled) one of its addresses changed,
+    came or went. So a memo never answers other than a fresh computation
+    (tests/unit/test_flower_targets.py compares the two over a sequence of revisions,
+    tests/unit/test_cachekey.py changes each input), and a commit to one file works out one
+    target. Each call keeps only the units of its revision: nothing outlives the units it was
+    made from."""
 
     def __init__(self) -> None:
         self.dialled: dict[tuple[str, Unit], tuple[LoadedUnit, str]] = {}
         self.targets: dict[tuple[str, Unit], _Made] = {}
         self.allowed: tuple[str, ...] | None = None
+        self.facts = b""  # render.cachekey.flower_facts() of the previous call
 
 
 @dataclass(frozen=True)
@@ -108,7 +113,7 @@ def flower_targets(units: Iterable[LoadedUnit], allowed: Sequence[str] | None = 
     for u in [*loaded, *elsewhere]:
         if isinstance(u.model, SuperNodeValues) and u.model.supernode.enabled:
             before = memo.dialled.get((u.cluster, u.unit))
-            if before is not None and before[0] is u:
+            if before is not None and same_unit(before[0], u):
                 address = before[1]
             else:
                 superlink = u.model.supernode.superlink
@@ -120,7 +125,8 @@ def flower_targets(units: Iterable[LoadedUnit], allowed: Sequence[str] | None = 
             dialling.setdefault(address, []).append((u, u.model))
     touched.update(address for key, (_, address) in memo.dialled.items() if key not in dialled)  # gone
     allowed_now = tuple(allowed) if allowed is not None else None
-    same_allowed = allowed_now == memo.allowed
+    facts = flower_facts()
+    same_context = allowed_now == memo.allowed and facts == memo.facts
     out: dict[Unit, FlowerTarget] = {}
     made: dict[tuple[str, Unit], _Made] = {}
     for u in loaded:
@@ -128,9 +134,11 @@ def flower_targets(units: Iterable[LoadedUnit], allowed: Sequence[str] | None = 
         if not isinstance(fed, Federation):
             continue
         before_made = memo.targets.get((u.cluster, u.unit))
-        if (before_made is not None and before_made.fed is u and same_allowed
+        if (before_made is not None and same_context and same_unit(before_made.fed, u)
                 and touched.isdisjoint(before_made.addresses)):
-            made[(u.cluster, u.unit)] = before_made
+            # the same content loaded anew: the memo holds the new unit, not the old one
+            made[(u.cluster, u.unit)] = before_made if before_made.fed is u else _Made(u, before_made.addresses,
+                                                                                        before_made.target)
             out[u.unit] = before_made.target
             continue
         ns = u.unit.namespace
@@ -145,7 +153,7 @@ def flower_targets(units: Iterable[LoadedUnit], allowed: Sequence[str] | None = 
         addresses = frozenset([bare.lower(), *(a.lower() for a in qualified), *external])
         made[(u.cluster, u.unit)] = _Made(u, addresses, target)
         out[u.unit] = target
-    memo.dialled, memo.targets, memo.allowed = dialled, made, allowed_now
+    memo.dialled, memo.targets, memo.allowed, memo.facts = dialled, made, allowed_now, facts
     return out
 
 

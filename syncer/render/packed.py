@@ -1,9 +1,9 @@
 """A unit's rendered manifests kept compact between syncs.
 
-The agent keeps every unit's desired objects for as long as they do not change: at 2,000 units
-(28,000 objects) that was about 100 MiB of small dicts and lists for 33 MiB of JSON. Packed, one
-unit's manifests are one zlib-compressed JSON blob (about a tenth of the JSON), decoded afresh
-each time they are read: a sync reads them once (about 0.1 ms for 14 objects), and every reader
+The agent keeps every unit's desired objects for as long as they do not change: as small dicts
+and lists they took several times their JSON. Packed, one unit's manifests are one
+zlib-compressed JSON blob (a fraction of the JSON), decoded afresh each time they are read: a
+sync reads them once (cheap next to the sync itself), and every reader
 gets objects of its own, so no one can change the kept state in place.
 """
 

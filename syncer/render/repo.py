@@ -1,13 +1,15 @@
 """Render every loaded unit of a repo, check what no single unit can (that two units do not render
 the same object), and turn the result into the engine's Plan.
 
-Given a `RenderCache` (the agent keeps one, beside its loader cache), a unit whose `LoadedUnit` is
-the very object rendered last time (the loader's cache hands back the same object for files that
-did not change) is not rendered or checked again: its manifests are the same object as before,
-kept packed (`syncer.render.packed`) for as long as the cache holds them."""
+Given a `RenderCache` (the agent keeps one, beside its loader cache), a unit whose content key
+(`syncer.render.cachekey`: what it was loaded from, the settings, the agent's account, Flower's
+release facts) is the one rendered last time is not rendered or checked again: its manifests are
+the same object as before, kept packed (`syncer.render.packed`) for as long as the cache holds
+them, and `plan_repo` keeps its UnitPlan."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -21,6 +23,7 @@ from syncer.models.federation_spec import ANN_TLS_SECRET
 from syncer.models.settings import PROTECTED_NAMESPACES, Guardrails, SyncPolicy
 from syncer.ours import secret_is_own_or_listed
 from syncer.plan import Claims, NodeAuth, Plan, Policy, UnitPlan, refs_of
+from syncer.render.cachekey import Key, context_key, render_key, unit_key
 from syncer.render.common import RenderContext, sort_manifests
 from syncer.render.control_targets import control_target_diagnostics
 from syncer.render.federation import render_federation
@@ -48,6 +51,9 @@ class Rendered:
     claims: Mapping[ObjectRef, Unit] = field(default_factory=dict)
     """Which unit renders each object of `units` and `unselected`. Never changed once handed out:
     a RenderCache copies it before it changes it for the next render."""
+    keys: dict[Unit, Key] = field(default_factory=dict)
+    """The content key of each unit's render (render.cachekey), given a RenderCache: `plan_repo`
+    keeps a UnitPlan made with the same key."""
 
     @property
     def clean(self) -> bool:
@@ -61,8 +67,9 @@ class Rendered:
 
 @dataclass(frozen=True)
 class _Done:
-    loaded: LoadedUnit  # held, so its id is not reused while the entry lives
-    rails: Guardrails
+    loaded: LoadedUnit  # the latest unit with this content (for the clash messages)
+    context: Key  # what the render depended on besides the unit (cachekey.context_key)
+    key: Key  # cachekey.render_key of the unit's key and `context`
     manifests: Sequence[Manifest]
     crossed: list[Diagnostic]
     object_refs: tuple[ObjectRef, ...]  # one per manifest (the claims)
@@ -71,7 +78,7 @@ class _Done:
 class _Owners:
     """Which rendered units render each object, kept up to date from one render to the next by
     adding the units rendered anew and removing those gone: a one-file commit to a repository of
-    28,000 objects touches its own unit's objects, not all of them. Only units that claim objects
+    thousands of units touches its own unit's objects, not all of them. Only units that claim objects
     (rendered, within their guardrails) are entered.
 
     Invariant, after each `update(claiming)`: `entered` is `claiming`; `by_ref[ref]` is the entered
@@ -135,26 +142,27 @@ class _Owners:
 
 
 class RenderCache:
-    """What each loaded unit rendered to in the previous render, by the LoadedUnit object itself
-    and the guardrails it was checked against. Keeps only what the latest render used. Rendering
+    """What each loaded unit rendered to in the previous render, by its content key (the unit's
+    and the render's context: render.cachekey). Keeps only what the latest render used. Rendering
     is pure, and nobody changes a rendered manifest in place (the engine copies what it stamps), so
     handing back the same list is safe."""
 
     def __init__(self) -> None:
-        self._done: dict[int, _Done] = {}
+        self._done: dict[Key, _Done] = {}  # by cachekey.unit_key
         self._owners = _Owners()
-        self._rails: Guardrails | None = None  # of the previous render
         self.hits = 0
 
     def __len__(self) -> int:
         return len(self._done)
 
-    def _get(self, loaded: LoadedUnit, rails: Guardrails) -> _Done | None:
-        done = self._done.get(id(loaded))
-        if done is None or done.loaded is not loaded or (done.rails is not rails and done.rails != rails):
+    def _get(self, loaded: LoadedUnit, unit: Key, context: Key) -> _Done | None:
+        done = self._done.get(unit)
+        if done is None or done.context != context:
             return None
         self.hits += 1
-        return done
+        # the same content loaded anew (e.g. a file read again): the entry holds the new unit, the
+        # claims enter it as a new one, and the old LoadedUnit is not kept alive by the cache
+        return done if done.loaded is loaded else dataclasses.replace(done, loaded=loaded)
 
 
 def render_unit(loaded: LoadedUnit) -> list[Manifest]:
@@ -201,7 +209,7 @@ def _no_gc_pauses() -> Iterator[None]:
 def render_repo(state: RepoState, selectors: list[str] | None = None, cache: RenderCache | None = None,
                 agent: AgentAccount | None = None, *, control_targets: Sequence[str] | None = None) -> Rendered:
     """`agent`: the agent's own ServiceAccount, which no pod may run as (unknown: the chart's name
-    in every namespace). One RenderCache serves one agent. `control_targets`: the Control API
+    in every namespace; part of the cache's key, as the settings are). `control_targets`: the Control API
     targets besides each federation's own SuperLink Service where SuperNode keys may be registered
     (render.control_targets); by default the effective guardrails' allowedControlApiTargets (the
     admin's policy narrows them: render.tenancy)."""
@@ -232,9 +240,10 @@ def _foreign_tls_secret(loaded: LoadedUnit, manifests: Sequence[Manifest],
                             unit=loaded.unit.id)
 
 
-def _render(loaded: LoadedUnit, rails: Guardrails, cache: RenderCache | None, used: dict[int, _Done],
-            agent: AgentAccount | None = None) -> _Done:
-    done = cache._get(loaded, rails) if cache is not None else None
+def _render(loaded: LoadedUnit, rails: Guardrails, cache: RenderCache | None, used: dict[Key, _Done],
+            agent: AgentAccount | None = None, context: Key = b"") -> _Done:
+    unit = unit_key(loaded) if cache is not None else b""
+    done = cache._get(loaded, unit, context) if cache is not None else None
     if done is None:
         manifests = render_unit(loaded)
         foreign = _foreign_tls_secret(loaded, manifests, rails)
@@ -243,9 +252,10 @@ def _render(loaded: LoadedUnit, rails: Guardrails, cache: RenderCache | None, us
         if foreign is not None:
             crossed.insert(0, foreign[1])
         # kept across revisions by the cache (the agent): compact (see syncer.render.packed)
-        done = _Done(loaded, rails, pack(manifests) if cache is not None else manifests, crossed,
-                     refs_of(manifests))
-    used[id(loaded)] = done
+        done = _Done(loaded, context, render_key(unit, context) if cache is not None else b"",
+                     pack(manifests) if cache is not None else manifests, crossed, refs_of(manifests))
+    if cache is not None:
+        used[unit] = done
     return done
 
 
@@ -262,23 +272,24 @@ def _render_repo(state: RepoState, selectors: list[str] | None, cache: RenderCac
     rendered: dict[Unit, tuple[LoadedUnit, Sequence[Manifest]]] = {}
     claiming: dict[int, _Done] = {}
     rails = state.settings.guardrails
-    used: dict[int, _Done] = {}
+    used: dict[Key, _Done] = {}
+    context = b""
     if cache is not None:
         cache.hits = 0
-        if cache._rails is not None and cache._rails == rails:
-            rails = cache._rails  # the same object: each unit's cache entry matches it by identity
-        cache._rails = rails
+        context = context_key(state.settings, agent)
     for loaded in state.units:
         if loaded.unit in refused_units:  # nothing of it is applied, and it claims nothing
             result.failed.add(loaded.unit)
             continue
-        done = _render(loaded, rails, cache, used, agent)
+        done = _render(loaded, rails, cache, used, agent, context)
         if done.crossed:  # nothing of it is applied, and it claims nothing
             result.diagnostics.extend(done.crossed)
             result.failed.add(loaded.unit)
             continue
         rendered[loaded.unit] = (loaded, done.manifests)
         result.refs[loaded.unit] = done.object_refs
+        if done.key:
+            result.keys[loaded.unit] = done.key
         claiming[id(done)] = done
     owners = cache._owners if cache is not None else _Owners()
     owners.update(claiming)
@@ -306,6 +317,7 @@ def _render_repo(state: RepoState, selectors: list[str] | None, cache: RenderCac
     for unit, (_, manifests) in rendered.items():
         if unit in result.failed:
             result.refs.pop(unit, None)
+            result.keys.pop(unit, None)
             continue
         if unit in chosen:
             result.units[unit] = manifests
@@ -340,9 +352,9 @@ def plan_repo(state: RepoState, rendered: Rendered, *, selectors: Sequence[str] 
               tenancy: Tenancy | None = None, flower_memo: FlowerMemo | None = None) -> Plan:
     """The engine's plan for a loaded and rendered repository (`rendered` made with the same
     selectors). `default_repository` names it when flower-syncer.yaml does not (see
-    identity.derived_repository_name). A unit whose manifests are the very object it has in
-    `previous` (a RenderCache hands back what the same LoadedUnit rendered to) keeps its
-    UnitPlan from there, revision included: nothing of it changed. `tenancy` says where the
+    identity.derived_repository_name). A unit rendered with the content key of its UnitPlan in
+    `previous` (render.cachekey: `rendered` made with a RenderCache) keeps that UnitPlan, revision
+    included: nothing of it changed. `tenancy` says where the
     repository comes from and what the admin lets it take over (render.tenancy). `flower_memo`:
     the Flower-level health targets worked out for the previous revision (FlowerMemo)."""
     loaded = {u.unit: u for u in state.units}
@@ -350,10 +362,11 @@ def plan_repo(state: RepoState, rendered: Rendered, *, selectors: Sequence[str] 
 
     def unit_plan(unit: Unit, manifests: Sequence[Manifest]) -> UnitPlan:
         before = previous.get(unit)
-        if before is not None and before.manifests is manifests:
+        key = rendered.keys.get(unit, b"")
+        if before is not None and key and before.key == key:
             return before
         return UnitPlan(unit, manifests, policy_of(loaded[unit].policy), loaded[unit].source, revision,
-                        node_auth_of(loaded[unit]), rendered.refs.get(unit))
+                        node_auth_of(loaded[unit]), rendered.refs.get(unit), key)
 
     failed = frozenset(rendered.failed | state.failed)
     errors: dict[Unit, str] = {}

@@ -12,7 +12,8 @@ listed in `failed` (by identity, where it can be told) so the engine keeps their
 
 Given a `LoadCache` (the agent keeps one), a load parses and validates only the federation files
 and release folders whose content changed since the previous load; the others contribute what they
-contributed then (the very same `LoadedUnit` objects, which the renderer's cache recognises).
+contributed then (the very same `LoadedUnit` objects), and each `LoadedUnit` carries a digest of
+what it was made from (`LoadedUnit.inputs`), which keys the render and plan caches.
 """
 
 from __future__ import annotations
@@ -220,7 +221,8 @@ class _Pieces:
                                 encryption_by=self.state.encryption_by)
             load(scratch)
             r = self.reader
-            piece = _Piece(tuple(scratch.units), tuple(scratch.diagnostics), frozenset(scratch.failed), scratch.files,
+            piece = _Piece(_stamped(scratch.units, key), tuple(scratch.diagnostics), frozenset(scratch.failed),
+                           scratch.files,
                            tuple((f, r.secrets[f]) for f in rels if f in r.secrets),
                            tuple((f, tuple(r.opaque[f])) for f in rels if f in r.opaque),
                            frozenset(f for f in rels if f in r.encrypted))
@@ -238,6 +240,12 @@ class _Pieces:
         self.state.diagnostics.extend(piece.diagnostics)
         self.state.failed |= piece.failed
         self.state.files += piece.files
+
+
+def _stamped(units: list[LoadedUnit], key: tuple[Any, ...]) -> tuple[LoadedUnit, ...]:
+    """`units` with `inputs` set: the piece's key (everything they were made from) and their place."""
+    base = hashlib.sha256(repr(key).encode()).digest()
+    return tuple(replace(u, inputs=hashlib.sha256(base + i.to_bytes(4, "big")).digest()) for i, u in enumerate(units))
 
 
 def _release_folder(path: str) -> str:
@@ -300,7 +308,7 @@ def _load_units(reader: Reader, state: RepoState, pieces: _Pieces, base: Path, c
                             functools.partial(_load_federation_file, reader, path, cluster=cluster))
     if sn_dir.is_dir():
         # by name: the same order as sorting the Paths, without Path.__lt__ (with the sort in
-        # Reader.yaml_files, a fifth of a one-file load at 2,000 units, under a profiler)
+        # Reader.yaml_files, a large part of a one-file load of a big repository, under a profiler)
         for release_dir in sorted((p for p in sn_dir.iterdir() if not p.name.startswith(".")),
                                   key=lambda p: p.name):
             if pieces.replay(reader.rel(release_dir)):

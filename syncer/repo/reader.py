@@ -146,8 +146,8 @@ class Reader:
     def inside(self, path: Path) -> bool:
         """Whether `path` resolves to somewhere under the root (else a diagnostic says why not).
         Resolved in full only when it or a folder on its way is a symlink; otherwise one lstat of
-        the file and of each folder once per load (a repository of 2,000 files reads in half the
-        time)."""
+        the file and of each folder once per load (resolving every path in full was a large part
+        of reading a big repository)."""
         if self._plain(str(path)):
             return True
         try:

@@ -206,7 +206,7 @@ def _check_certificate(state: RepoState, fed_unit: LoadedUnit, address: External
 
 def _certificate_names(pem: bytes) -> set[str] | None:
     """The DNS names and IPs a PEM certificate names; None when it cannot be read (e.g. still encrypted)."""
-    from cryptography import x509  # ~12 ms to import: only a repository with an exposed SuperLink pays it
+    from cryptography import x509  # slow to import: only a repository with an exposed SuperLink pays it
 
     try:
         cert = x509.load_pem_x509_certificate(pem)

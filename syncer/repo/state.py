@@ -31,6 +31,11 @@ class LoadedUnit:
     """The cluster that applies the unit (`clusters/<name>/...` in the repository, see
     syncer.repo.clusters); "" = the cluster this load is for (the agent's own, `--cluster`), and
     every unit of a repository without a cluster layout."""
+    inputs: bytes = field(default=b"", compare=False, repr=False)
+    """A digest of everything the loader made it from (with a LoadCache: the bytes of its file or
+    release folder, the settings, the decryption keys, the cluster; see LoadCache) and of its place
+    among that file's units; b"" when loaded without a cache. The render and plan caches key it by
+    this (syncer.render.cachekey)."""
 
 
 @dataclass

@@ -259,9 +259,9 @@ class GitSource:
         """At a poll that found nothing new, once a checkout wrote the whole tree (a fresh clone, the
         first checkout of this process) at least RACY_SECONDS ago: refresh git's index. That checkout
         left most entries racily clean (written in the index's second), so the next checkout would
-        read and hash every file again, on the path of the first commit after a start (2,000 files:
-        44-49 ms instead of 10 on a quiet machine, several times that on a busy one). The refresh
-        costs about the same once, here, and writes the index with a later stamp."""
+        read and hash every file again, on the path of the first commit after a start (a cost that
+        grows with the tree, and with the machine's load). The refresh costs about the same once,
+        here, off any commit's path, and writes the index with a later stamp."""
         if self._whole_tree_at is None or time.monotonic() - self._whole_tree_at < RACY_SECONDS:
             return
         self._whole_tree_at = None

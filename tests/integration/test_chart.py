@@ -48,8 +48,8 @@ NAMESPACED_RULES = {
     ("networking.k8s.io", "networkpolicies"): MANAGED_VERBS,
     **{("apps", r): MANAGED_VERBS for r in ("deployments", "statefulsets", "daemonsets")},
     ("cert-manager.io", "certificates"): ["get", "create", "patch", "delete"],  # read one by one, never listed
-    ("", "pods"): ["list", "watch"],
-    ("events.k8s.io", "events"): ["create", "patch"],  # Kubernetes Events about the units
+    ("", "pods"): ["list", "watch", "delete"],  # delete: a failed canary's pods (docs/rollouts.md)
+    ("events.k8s.io", "events"): ["create", "patch", "list"],  # Kubernetes Events about the units; read by the web view
     ("flower-syncer.io", "flowerunits"): MANAGED_VERBS,  # `kubectl get flowerunits`, the agent's own objects
     ("flower-syncer.io", "flowerunits/status"): ["patch"],
 }

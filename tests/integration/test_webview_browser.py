@@ -1,10 +1,11 @@
 """The web view in a real browser (issue 42): Debian's Chromium, headless, driven by Playwright,
 against the agent (`flower-syncer run`) on the local control plane. The overview lists the units
 with their states and follows a typo commit and its fix without a reload; a drift of a suspended
-unit shows on its page and goes when it is resumed and healed; a SOPS Secret's value never reaches
+unit shows on its page, with the next sync's diff and the unit's Events, and goes when it is
+resumed and healed; a SOPS Secret's value never reaches
 a page or the event stream; a browser without the token cannot resync; a Git-sourced string that
 is markup shows as text. Writes the screenshots of docs/img/ (webview-overview.png,
-webview-federation.png).
+webview-federation.png, webview-next-sync.png).
 
 Needs /usr/bin/chromium (`apt-get install chromium`; tools/env.sh installs it) and the
 `playwright` package (dev extras), never `playwright install`: missing, the tests skip, or fail
@@ -179,12 +180,29 @@ def test_a_drift_shows_on_the_federation_page_until_healed_and_actions_need_the_
     page.screenshot(path=str(IMG / "webview-federation.png"), full_page=True,
                     clip={"x": 0, "y": 0, "width": 1180, "height": bottom["y"] + bottom["height"] + 12})
 
+    # the next sync's diff and the unit's Events: computed when the page is requested (a reload)
+    def activity(want: tuple[str, ...]) -> bool:
+        page.reload()
+        text = page.inner_text("#activity")
+        return all(w in text for w in want)
+
+    wait_until("the page shows what resuming would change, and the Suspended Event",
+               lambda: activity((f"StatefulSet/{namespace}/fed-supernode-a", "replicas: 5", "replicas: 2",
+                                 "Suspended")), timeout=20, interval=0.5, log=agent.log)
+    diff = page.locator("#activity li", has_text="fed-supernode-a").inner_text()
+    assert "-  replicas: 5" in diff and "+  replicas: 2" in diff, diff
+    assert "resuming it would change" in page.inner_text("#activity")
+    assert page.locator("#activity tr", has_text="Suspended").count() >= 1
+    page.locator("#activity").screenshot(path=str(IMG / "webview-next-sync.png"))
+
     page.fill("#t-resume", agent.token)
     with page.expect_navigation():
         page.click("button:text('Resume')")
     assert "Resumed." in page.inner_text("main")
     wait_until("healed: the drift is gone from the page", lambda: "drifted" not in page.inner_text("#detail"),
                timeout=30, log=agent.log)
+    wait_until("nothing left for the next sync, and the Resumed Event", lambda: activity(("Nothing", "Resumed")),
+               timeout=20, interval=0.5, log=agent.log)
     assert (kube.get("StatefulSet", namespace, "fed-supernode-a") or {})["spec"]["replicas"] == 2
 
 

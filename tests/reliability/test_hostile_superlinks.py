@@ -8,19 +8,13 @@ tenants' checks go on meanwhile (syncer.cluster.tenant_calls, syncer.agent.flowe
 from __future__ import annotations
 
 import base64
-import contextlib
-import socket
 import ssl
 import threading
 import time
 import tracemalloc
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
-import h2.config
-import h2.connection
-import h2.events
 import pytest
 
 from syncer.agent.flower_probe import FlowerProbe
@@ -33,49 +27,21 @@ from syncer.engine.changeset import UnitResult
 from syncer.identity import Unit
 from syncer.plan import FlowerTarget, NodeAuth
 from tests.conftest import wait_until
+from tests.hostile_servers import (
+    CHAIN_COPIES,
+    PROTOBUF_HEAD,
+    TINY,
+    Hostile,
+    Pki,
+    Serve,
+    answer,
+    endless,
+    grpc,
+    silent,
+    trickle,
+    varint,
+)
 from tests.nodeauth import certificates, error_of
-
-Serve = Callable[[socket.socket], None]
-TINY = b"\x0a\x00"  # an empty NodeInfo: 2 bytes, one object each when decoded
-PROTOBUF_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: application/protobuf\r\n"
-
-
-class Hostile:
-    """A TCP server on 127.0.0.1: each connection (TLS first when `tls` is given) is handed to
-    `serve` on a thread of its own; `connections` counts them."""
-
-    def __init__(self, serve: Serve, tls: ssl.SSLContext | None = None) -> None:
-        self.serve, self.tls = serve, tls
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
-        self.connections = 0
-        self.open: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            self.connections += 1
-            self.open.append(conn)
-            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
-
-    def _one(self, conn: socket.socket) -> None:
-        with contextlib.suppress(OSError, ssl.SSLError):
-            if self.tls is not None:
-                conn = self.tls.wrap_socket(conn, server_side=True)
-                self.open.append(conn)
-            self.serve(conn)
-        with contextlib.suppress(OSError):
-            conn.close()
-
-    def close(self) -> None:
-        self.listener.close()
-        for conn in self.open:
-            with contextlib.suppress(OSError):
-                conn.close()
 
 
 @pytest.fixture
@@ -92,64 +58,8 @@ def servers() -> Iterator[Callable[..., Hostile]]:
 
 
 @pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, Path, Path]:
-    """(the CA, the server certificate file, its key file)."""
-    ca, cert, key = certificates()
-    folder = tmp_path_factory.mktemp("pki")
-    (folder / "cert.pem").write_bytes(cert)
-    (folder / "key.pem").write_bytes(key)
-    return ca, folder / "cert.pem", folder / "key.pem"
-
-
-def server_tls(pki: tuple[bytes, Path, Path], alpn: str, chain: bytes = b"") -> ssl.SSLContext:
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    cert = pki[1]
-    if chain:
-        cert = pki[1].with_name("chain.pem")
-        cert.write_bytes(pki[1].read_bytes() + chain)
-    context.load_cert_chain(cert, pki[2])
-    context.set_alpn_protocols([alpn])
-    return context
-
-
-def read_request(conn: socket.socket) -> None:
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = conn.recv(65536)
-        if not chunk:
-            raise OSError("closed")
-        data += chunk
-
-
-def answer(head: bytes, body: bytes | Iterator[bytes], *, delay: float = 0.0) -> Serve:
-    """An HTTP answer: `head` (status line and headers, without the blank line), then `body`
-    (bytes, or chunks sent until the client goes away), each chunk after `delay` seconds."""
-    def serve(conn: socket.socket) -> None:
-        while True:
-            read_request(conn)
-            if isinstance(body, bytes):
-                conn.sendall(head + f"content-length: {len(body)}\r\n\r\n".encode() + body)
-                continue
-            conn.sendall(head + b"\r\n")
-            for chunk in body:
-                if delay:
-                    time.sleep(delay)
-                conn.sendall(chunk)
-            return
-    return serve
-
-
-def endless(chunk: bytes) -> Iterator[bytes]:
-    while True:
-        yield chunk
-
-
-def trickle(conn: socket.socket) -> None:
-    """Reads the request, then answers one byte every 0.1 s, for ever."""
-    read_request(conn)
-    for byte in endless(b"H"):
-        time.sleep(0.1)
-        conn.sendall(byte)
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return Pki.make(tmp_path_factory.mktemp("pki"))
 
 
 def in_thread(call: Callable[[], Any], within: float) -> tuple[Any, float]:
@@ -188,8 +98,8 @@ def peak_of(call: Callable[[], Any]) -> tuple[Any, int]:
 
 @pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
 def test_an_answer_of_many_tiny_nodes_keeps_at_most_the_node_limit(servers: Any, pki: Any, tls: bool) -> None:
-    server = servers(answer(PROTOBUF_HEAD, TINY * (MAX_NODES * 4)), server_tls(pki, "http/1.1") if tls else None)
-    nodes = connect(server.address, "http", pki[0] if tls else None, timeout=10).list_nodes()
+    server = servers(answer(PROTOBUF_HEAD, TINY * (MAX_NODES * 4)), pki.server_tls("http/1.1") if tls else None)
+    nodes = connect(server.address, "http", pki.ca if tls else None, timeout=10).list_nodes()
     assert len(nodes) == MAX_NODES and nodes.truncated
 
 
@@ -205,8 +115,8 @@ def test_the_largest_answer_of_tiny_nodes_decodes_in_bounded_memory_and_time(ser
 
 @pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
 def test_an_endless_answer_is_cut_while_reading(servers: Any, pki: Any, tls: bool) -> None:
-    server = servers(answer(PROTOBUF_HEAD, endless(TINY * 32768)), server_tls(pki, "http/1.1") if tls else None)
-    (exc, peak), _ = in_thread(lambda: peak_of(connect(server.address, "http", pki[0] if tls else None,
+    server = servers(answer(PROTOBUF_HEAD, endless(TINY * 32768)), pki.server_tls("http/1.1") if tls else None)
+    (exc, peak), _ = in_thread(lambda: peak_of(connect(server.address, "http", pki.ca if tls else None,
                                                              timeout=20).list_nodes), 30)
     assert isinstance(exc, ControlApiError) and exc.code is ControlErrorCode.TOO_LARGE, exc
     assert peak < 3 * MAX_RESPONSE + (8 << 20), f"peak {peak >> 20} MiB"
@@ -222,15 +132,15 @@ def test_endless_headers_are_cut_while_reading(servers: Any) -> None:
 def test_a_trickle_over_tls_is_cut_at_the_calls_deadline(servers: Any, pki: Any) -> None:
     """One byte every 0.1 s: each read is quick, the call never ends (the old client bounded
     each read, not the call)."""
-    server = servers(trickle, server_tls(pki, "http/1.1"))
-    exc, seconds = in_thread(lambda: connect(server.address, "http", pki[0], timeout=1.0).list_nodes(), 10)
+    server = servers(trickle, pki.server_tls("http/1.1"))
+    exc, seconds = in_thread(lambda: connect(server.address, "http", pki.ca, timeout=1.0).list_nodes(), 10)
     assert isinstance(exc, ControlApiError) and exc.code is ControlErrorCode.DEADLINE, exc
     assert seconds < 3
     assert isinstance(exc.__cause__, TimeoutError)  # the typed error wraps its cause
 
 
 def test_a_silent_tls_handshake_is_cut_at_the_calls_deadline(servers: Any) -> None:
-    server = servers(lambda conn: time.sleep(30))  # accepts, never says a word of TLS
+    server = servers(silent)  # accepts, never says a word of TLS
     ca = certificates()[0]
     exc, seconds = in_thread(lambda: connect(server.address, "http", ca, timeout=1.0).list_nodes(), 10)
     assert isinstance(exc, ControlApiError) and exc.code is ControlErrorCode.DEADLINE, exc
@@ -257,77 +167,22 @@ def test_an_answer_that_is_not_protobuf_is_a_typed_error(servers: Any, body: byt
 def test_one_node_of_a_million_fields_costs_bounded_time(servers: Any) -> None:
     """An entry made of 1.5 million tiny fields is decoded no further than MAX_SCANNED fields."""
     inner = b"\x08\x01" * 1_500_000
-    body = b"\x0a" + _varint(len(inner)) + inner
+    body = b"\x0a" + varint(len(inner)) + inner
     server = servers(answer(PROTOBUF_HEAD, body))
     nodes, _ = in_thread(lambda: connect(server.address, "http", None, timeout=20).list_nodes(), 60)
     assert not isinstance(nodes, Exception) and nodes.truncated and len(nodes) == 0
 
 
 def test_a_huge_certificate_chain_is_refused_in_bounded_memory(servers: Any, pki: Any) -> None:
-    ca_pem = pki[0]
-    server = servers(lambda conn: time.sleep(5), server_tls(pki, "http/1.1", chain=ca_pem * 3000))  # ~2 MB
-    (exc, peak), seconds = in_thread(lambda: peak_of(connect(server.address, "http", pki[0], timeout=5).list_nodes),
+    ca_pem = pki.ca
+    server = servers(silent, pki.server_tls("http/1.1", chain=ca_pem * CHAIN_COPIES))  # ~2 MB
+    (exc, peak), seconds = in_thread(lambda: peak_of(connect(server.address, "http", pki.ca, timeout=5).list_nodes),
                                      20)
     assert isinstance(exc, ControlApiError) and exc.code is ControlErrorCode.TLS, exc
     assert peak < (4 << 20) and seconds < 6
 
 
 # -- gRPC (Flower before 1.37) -------------------------------------------------------------------
-
-def grpc(message: bytes | None = None, *, stream: bytes = b"", delay: float = 0.0) -> Serve:
-    """A gRPC server over h2 that answers every call with `message` (framed), or with `stream`
-    sent for ever (as far as the client's window lets it), each DATA frame after `delay`."""
-    def serve(conn: socket.socket) -> None:
-        h2c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
-        h2c.initiate_connection()
-        conn.sendall(h2c.data_to_send())
-        while True:
-            data = conn.recv(65536)
-            if not data:
-                return
-            for event in h2c.receive_data(data):
-                if isinstance(event, h2.events.StreamEnded):
-                    _answer(conn, h2c, event.stream_id, message, stream, delay)
-            conn.sendall(h2c.data_to_send())
-    return serve
-
-
-def _answer(conn: socket.socket, h2c: h2.connection.H2Connection, sid: int, message: bytes | None, stream: bytes,
-            delay: float) -> None:
-    h2c.send_headers(sid, [(":status", "200"), ("content-type", "application/grpc")])
-    if message is not None:
-        _send(conn, h2c, sid, b"\x00" + len(message).to_bytes(4, "big") + message, delay)
-        h2c.send_headers(sid, [("grpc-status", "0")], end_stream=True)
-        return
-    _send(conn, h2c, sid, b"\x00" + (1 << 31).to_bytes(4, "big"), delay)  # a message of 2 GiB, announced
-    while True:
-        _send(conn, h2c, sid, stream, delay)
-
-
-def _send(conn: socket.socket, h2c: h2.connection.H2Connection, sid: int, data: bytes, delay: float) -> None:
-    """`data` on `sid` as the client's flow-control window lets it through."""
-    view = memoryview(data)
-    while view:
-        conn.sendall(h2c.data_to_send())
-        size = min(len(view), h2c.local_flow_control_window(sid), h2c.max_outbound_frame_size)
-        if size <= 0:
-            h2c.receive_data(conn.recv(65536) or b"")  # until a WINDOW_UPDATE
-            continue
-        if delay:
-            time.sleep(delay)
-        h2c.send_data(sid, bytes(view[:size]))
-        view = view[size:]
-    conn.sendall(h2c.data_to_send())
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
-        n >>= 7
-        if not n:
-            return bytes(out)
-
 
 def test_grpc_an_answer_of_many_tiny_nodes_keeps_at_most_the_node_limit(servers: Any) -> None:
     server = servers(grpc(TINY * (MAX_NODES * 4)))
@@ -337,16 +192,16 @@ def test_grpc_an_answer_of_many_tiny_nodes_keeps_at_most_the_node_limit(servers:
 
 @pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
 def test_grpc_an_endless_answer_is_cut_while_reading(servers: Any, pki: Any, tls: bool) -> None:
-    server = servers(grpc(stream=TINY * 8192), server_tls(pki, "h2") if tls else None)
-    (exc, peak), _ = in_thread(lambda: peak_of(connect(server.address, "grpc", pki[0] if tls else None,
+    server = servers(grpc(stream=TINY * 8192), pki.server_tls("h2") if tls else None)
+    (exc, peak), _ = in_thread(lambda: peak_of(connect(server.address, "grpc", pki.ca if tls else None,
                                                              timeout=20).list_nodes), 30)
     assert isinstance(exc, ControlApiError) and exc.code is ControlErrorCode.TOO_LARGE, exc
     assert peak < 3 * MAX_RESPONSE + (8 << 20), f"peak {peak >> 20} MiB"
 
 
 def test_grpc_a_trickle_over_tls_is_cut_at_the_calls_deadline(servers: Any, pki: Any) -> None:
-    server = servers(grpc(stream=b"\x0a", delay=0.1), server_tls(pki, "h2"))
-    exc, seconds = in_thread(lambda: connect(server.address, "grpc", pki[0], timeout=1.0).list_nodes(), 10)
+    server = servers(grpc(stream=b"\x0a", delay=0.1), pki.server_tls("h2"))
+    exc, seconds = in_thread(lambda: connect(server.address, "grpc", pki.ca, timeout=1.0).list_nodes(), 10)
     assert isinstance(exc, ControlApiError) and exc.code is ControlErrorCode.DEADLINE, exc
     assert seconds < 3
 
@@ -384,10 +239,10 @@ def test_key_registration_on_a_trickling_superlink_holds_the_sync_worker_no_long
         servers: Any, pki: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(nodekeys, "KEY_CALL_TIMEOUT", 1.0)
     monkeypatch.setattr(nodekeys, "KEY_DEADLINE", 1.5)
-    server = servers(trickle, server_tls(pki, "http/1.1"))
+    server = servers(trickle, pki.server_tls("http/1.1"))
     unit = Unit("federation", "hostile", "fed")
     auth = NodeAuth(server.address, "fed-ca", (("a", b"-----BEGIN PUBLIC KEY-----\nx\n-----END PUBLIC KEY-----\n"),))
-    ca_copy = {"kind": "Secret", "metadata": {"name": "fed-ca"}, "data": {"ca.crt": base64.b64encode(pki[0]).decode()}}
+    ca_copy = {"kind": "Secret", "metadata": {"name": "fed-ca"}, "data": {"ca.crt": base64.b64encode(pki.ca).decode()}}
     res = UnitResult(unit)
     done, seconds = in_thread(lambda: nodekeys.sync_node_keys(auth, unit, [ca_copy], res), 15)
     assert not isinstance(done, Exception), done
@@ -396,9 +251,9 @@ def test_key_registration_on_a_trickling_superlink_holds_the_sync_worker_no_long
 
 
 def test_shutdown_cuts_a_call_blocked_on_a_tenants_server_at_once(servers: Any, pki: Any) -> None:
-    server = servers(trickle, server_tls(pki, "http/1.1"))
+    server = servers(trickle, pki.server_tls("http/1.1"))
     calls = InFlight()
-    api = connect(server.address, "http", pki[0], timeout=60, calls=calls)
+    api = connect(server.address, "http", pki.ca, timeout=60, calls=calls)
     threading.Timer(0.5, calls.abort).start()
     exc, seconds = in_thread(api.list_nodes, 10)
     assert isinstance(exc, ControlApiError) and "stopping" in exc.detail, exc
@@ -408,7 +263,7 @@ def test_shutdown_cuts_a_call_blocked_on_a_tenants_server_at_once(servers: Any, 
 
 @pytest.mark.parametrize("transport", ["http", "grpc"])
 def test_shutdown_cuts_a_call_in_a_silent_tls_handshake_at_once(servers: Any, transport: Transport) -> None:
-    server = servers(lambda conn: time.sleep(30))  # accepts, never says a word of TLS
+    server = servers(silent)  # accepts, never says a word of TLS
     calls = InFlight()
     api = connect(server.address, transport, certificates()[0], timeout=60, calls=calls)
     threading.Timer(0.5, calls.abort).start()
@@ -426,3 +281,24 @@ def test_a_call_past_its_deadline_is_named_by_the_registry() -> None:
     assert calls.overdue(5) == [call]
     calls.end(call)
     assert calls.overdue(5) == [] and tenant_calls.TENANT_CALLS is not calls
+
+
+def test_key_registration_beyond_its_namespaces_share_of_workers_waits_and_asks_nothing(
+        servers: Any, pki: Pki) -> None:
+    """The agent's share (4 sync workers: one key registration per namespace, three in all): a
+    federation of a namespace whose share is taken is not asked (WAITING, the sync stays ok and the
+    agent asks again), another namespace's federation is, and the share is given back after."""
+    server = servers(answer(PROTOBUF_HEAD, b""), pki.server_tls("http/1.1"))
+    share = nodekeys.worker_share(4)
+    ca_copy = {"kind": "Secret", "metadata": {"name": "fed-ca"}, "data": {"ca.crt": base64.b64encode(pki.ca).decode()}}
+    auth = NodeAuth(server.address, "fed-ca")
+    assert share.take("hostile")  # a slow SuperLink of the tenant holds its share
+    waiting = UnitResult(Unit("federation", "hostile", "fed-2"))
+    nodekeys.sync_node_keys(auth, waiting.unit, [ca_copy], waiting, share=share)
+    assert waiting.node_keys is not None and waiting.node_keys.waiting and waiting.ok
+    assert server.connections == 0
+    other = UnitResult(Unit("federation", "other", "fed"))
+    nodekeys.sync_node_keys(auth, other.unit, [ca_copy], other, share=share)
+    assert other.node_keys is not None and not other.node_keys.waiting and other.ok, other.errors
+    assert server.connections == 1 and share.running() == 1 and share.running("other") == 0
+    assert share.take("second") and share.take("third") and not share.take("fourth")  # all but one worker

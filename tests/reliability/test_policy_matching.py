@@ -164,6 +164,36 @@ def test_a_pattern_that_names_the_kind_of_ref_matches_only_that_kind() -> None:
     assert policy.for_source(url, "refs/heads/dev").serviceAccount == "team-a/branches"
 
 
+@pytest.mark.parametrize("ref", ["refs/pull/7/head", "refs/pull/7/merge", "refs/merge-requests/7/head",
+                                 "refs/changes/01/1/1"])
+def test_a_pull_request_ref_never_gets_an_entry_for_branches_or_tags(ref: str) -> None:
+    """Anyone who can open a pull request can push `refs/pull/N/head`: an entry for the team's
+    branches must not cover it (it falls to the catch-all, `*`)."""
+    policy = admin(RepositoryPolicy(source="https://git.example.com/team-a/*", ref="refs/heads/*",
+                                    serviceAccount=NARROW),
+                   RepositoryPolicy(source="https://git.example.com/team-a/*", ref="refs/tags/*",
+                                    serviceAccount=NARROW),
+                   RepositoryPolicy(source="https://git.example.com/team-a/*", ref="main", serviceAccount=NARROW))
+    assert policy.for_source("https://git.example.com/team-a/cfg", ref).serviceAccount == WIDE
+    prs = admin(RepositoryPolicy(source="https://git.example.com/team-a/*", ref="refs/pull/*",
+                                 serviceAccount="team-a/previews"))
+    assert prs.for_source("https://git.example.com/team-a/cfg", "refs/pull/7/head").serviceAccount == "team-a/previews"
+    assert prs.for_source("https://git.example.com/team-a/cfg", "main").serviceAccount == WIDE
+
+
+@pytest.mark.parametrize("url", ["https://github.com/Team-A/Cfg", "git@GitHub.com:TEAM-A/cfg.git",
+                                 "https://GitLab.com/team-A/cfg", "ssh://git@ssh.dev.azure.com/v3/Team-A/cfg"])
+def test_on_a_hosting_service_that_ignores_case_the_owner_in_any_case_gets_the_entry(url: str) -> None:
+    policy = admin(*(RepositoryPolicy(source=source, serviceAccount=NARROW)
+                     for source in ("https://github.com/team-a/*", "ssh://github.com/team-a/*",
+                                    "https://gitlab.com/team-a/*", "ssh://ssh.dev.azure.com/v3/team-a/*")))
+    assert policy.for_source(url).serviceAccount == NARROW
+
+
+def test_on_a_server_that_tells_case_apart_another_case_is_another_repository() -> None:
+    assert TEAM_A.for_source("https://git.example.com/Team-A/cfg").serviceAccount == WIDE
+
+
 def test_a_short_ref_that_turns_out_to_be_a_tag_is_refused_by_a_branch_entry(tmp_path: Path) -> None:
     """`--ref v1` matched `ref: refs/heads/*` while its kind was unknown; the remote says v1 is a
     tag, which that entry does not match: nothing is fetched."""

@@ -167,6 +167,67 @@ def test_a_held_restart_keeps_the_live_spec_and_the_rest_applies(kube: FakeKube,
                                                                                           "2026-11-28T18:30:00Z")
 
 
+def _holding(asked: list[Disruption]) -> Any:
+    def gate(d: Disruption) -> str:
+        asked.append(d)
+        return f"{d.subject()} held while run 7 running in progress"
+    return gate
+
+
+def test_a_pool_removed_or_scaled_down_during_runs_is_held_and_goes_ahead_after(kube: FakeKube,
+                                                                               tmp_path: Path) -> None:
+    """Fewer replicas stop SuperNodes and a pool removed from a Federation that stays stops all of
+    its own: both wait for the runs like a restart; the rest of the unit applies at once."""
+    repo = write(tmp_path, pools=pool("a", 3) + pool("b", 1))
+    engine = Engine(kube)
+    assert engine.sync(_plan(repo), SyncOptions()).ok
+    write(tmp_path, pools=pool("a", 1))
+    asked: list[Disruption] = []
+    plan = _plan(repo, "r2")
+    [res] = engine.sync(plan, SyncOptions(gate=_holding(asked))).units
+    assert res.ok and res.is_held(), res.to_dict()
+    assert sorted((d.target, d.effect) for d in res.held) == [("a", Effect.SCALES_DOWN), ("b", Effect.REMOVES)]
+    assert [d.describe() for d in res.held if d.effect is Effect.SCALES_DOWN] == [
+        "scales down pool a (1 SuperNode): 2 of 3 stop"]
+    a = kube.get("StatefulSet", NS, "fed-supernode-a")
+    assert a is not None and a["spec"]["replicas"] == 3
+    assert kube.get("StatefulSet", NS, "fed-supernode-b") is not None
+    inv = LiveState.load(kube, None).inventories[FED_UNIT]
+    assert ObjectRef("StatefulSet", NS, "fed-supernode-b") in inv.entries  # still ours, pruned later
+    assert inv.condition is not None and inv.condition.reason == "Held"
+    # the runs ended: both go ahead
+    done = engine.sync(plan, SyncOptions(gate=lambda d: None))
+    assert done.ok and not done.units[0].is_held()
+    a = kube.get("StatefulSet", NS, "fed-supernode-a")
+    assert a is not None and a["spec"]["replicas"] == 1
+    assert kube.get("StatefulSet", NS, "fed-supernode-b") is None
+    # more replicas stop nothing: never asked
+    write(tmp_path, pools=pool("a", 4))
+    asked.clear()
+    assert not engine.sync(_plan(repo, "r3"), SyncOptions(gate=_holding(asked))).units[0].is_held()
+    assert asked == []
+
+
+def test_moving_the_superlinks_state_during_runs_is_held(kube: FakeKube, tmp_path: Path) -> None:
+    """`superlink-state` memory -> persistent recreates the SuperLink: the runs in progress would
+    end, so it waits for them like any restart of the SuperLink."""
+    repo = write(tmp_path, annotations='"flower-syncer.io/superlink-state": memory')
+    engine = Engine(kube)
+    assert engine.sync(_plan(repo), SyncOptions()).ok
+    uid = (kube.get("StatefulSet", NS, "fed-superlink") or {})["metadata"]["uid"]
+    write(tmp_path, annotations='"flower-syncer.io/superlink-state": persistent')
+    asked: list[Disruption] = []
+    plan = _plan(repo, "r2")
+    [res] = engine.sync(plan, SyncOptions(gate=_holding(asked))).units
+    assert res.is_held() and [(d.target, d.effect) for d in res.held] == [("superlink", Effect.RECREATES)]
+    live = kube.get("StatefulSet", NS, "fed-superlink") or {}
+    assert live["metadata"]["uid"] == uid and "volumeClaimTemplates" not in live["spec"]
+    [done] = engine.sync(plan, SyncOptions(gate=lambda d: None)).units
+    assert done.ok and not done.is_held()
+    live = kube.get("StatefulSet", NS, "fed-superlink") or {}
+    assert live["metadata"]["uid"] != uid and "volumeClaimTemplates" in live["spec"]
+
+
 # -- the agent -----------------------------------------------------------------------------------
 
 def test_a_hold_going_on_survives_a_failed_read_of_the_runs_until_its_deadline() -> None:

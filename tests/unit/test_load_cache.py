@@ -1,7 +1,8 @@
 """The agent's caches across revisions (issue 14): a load given a LoadCache parses only the files
-that changed, a render given a RenderCache renders only the units whose LoadedUnit is new, and
-neither changes what comes out: every case of the broken-input corpus, and the example repo,
-load and render the same with a warm cache as without one."""
+that changed, a render given a RenderCache renders only the units whose content key is new
+(render.cachekey; each input in turn: test_cachekey.py), and neither changes what comes out:
+every case of the broken-input corpus, and the example repo, load and render the same with a
+warm cache as without one."""
 
 from __future__ import annotations
 
@@ -301,8 +302,8 @@ def test_symlinked_and_unreadable_files_are_read_at_every_load(tmp_path: Path,
 
 
 def test_a_plan_keeps_the_unit_plans_of_units_that_did_not_change(tmp_path: Path) -> None:
-    """The agent plans each revision from the previous plan: a unit rendered from the same
-    LoadedUnit keeps its UnitPlan (the revision that last changed it included), a changed one is
+    """The agent plans each revision from the previous plan: a unit rendered with the same
+    content key keeps its UnitPlan (the revision that last changed it included), a changed one is
     planned anew at the new revision, and the claims are those of a plan made from scratch."""
     three_units(tmp_path)
     files, renders = LoadCache(), RenderCache()

@@ -11,8 +11,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from syncer import __version__
 from syncer.engine.changeset import Action, Cause, Change, SkipReason, UnitResult
 from syncer.identity import ObjectRef, Unit
+from syncer.observe.flower_health import FlowerHealth, PoolHealth
+from syncer.observe.gc_pauses import GCPauses
 from syncer.observe.health import GPUCount, NodeGPU
 from syncer.observe.metrics import CONTENT_TYPE, Metrics, corrections_by_kind, drift_by_kind
+from syncer.observe.notify import Notifier, Receiver
 from syncer.observe.status import ClusterGPUs, PoolStatus, UnitStatus
 
 FED = "federation/flower/fed"
@@ -348,14 +351,30 @@ def test_the_series_written_as_text_are_byte_for_byte_what_prometheus_client_wri
                    problem=ProblemSummary("Unschedulable", "no GPU", 2, 3, "x-0"))])]
     m.observe_status(statuses, [NodeGPU("gpu-nvidia-0", "nvidia.com/gpu", 4, 4), NodeGPU("n\\1", "amd.com/gpu", 2, 0)])
     m.set_revision("abc")
+    m.observe_flower({FED_UNIT: FlowerHealth(True, "fed-superlink:9093", "2026-01-01T00:00:00Z", pools=(
+        PoolHealth(FED, "gpu", "", 3, online=2, offline=1),), unmatched=1, runs={"running": 1})}, waiting=2)
+    m.registry.register(GCPauses())  # registered by the agent's runner, as is the notifier
+    m.registry.register(Notifier([Receiver("ops", "generic", "http://127.0.0.1:9/hook")]))
 
     text = bytes(m.exposition())
     assert text == generate_latest(m.registry)  # its collect() makes every family as metric objects
+    assert b'flower_syncer_federation_supernodes{pool="gpu",state="offline",unit="federation/flower/fed"} 1.0' in text
+    assert b'flower_syncer_notifications_total{outcome="dropped",receiver="ops"} 0.0' in text
     assert 'unit="supernode/edge/we\\"ird\\\\name\\nx"' in text.decode()  # so escaping was covered
     assert b"flower_syncer_pool_problem_pods{" in text and b"flower_syncer_sync_duration_seconds_created{" in text
     # ... and the text parses back to the figures
     assert value(m, "flower_syncer_config_errors", unit=odd) == 2
     assert value(m, "flower_syncer_pool_gpus_allocated", unit=odd, pool='p"1', resource="nvidia.com/gpu") == 1
+
+
+def test_a_fresh_registry_is_written_as_generate_latest_writes_it() -> None:
+    """Before any unit is loaded: the counters and histogram of no series have no `_created`
+    family (prometheus_client writes none; the text writer once wrote their HELP and TYPE)."""
+    from prometheus_client import generate_latest
+
+    m = Metrics()
+    assert bytes(m.exposition()) == generate_latest(m.registry)
+    assert b"# TYPE flower_syncer_sync_total counter" in bytes(m.exposition())
 
 
 def test_exposition_is_valid_text_format() -> None:

@@ -4,6 +4,7 @@ API. Pure parts here; tests/integration/test_node_auth.py runs a real SuperLink.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,13 @@ from syncer.cluster.flower_control import (
     decode_list_nodes,
     decode_list_runs,
 )
+from syncer.engine import nodekeys
+from syncer.engine.changeset import UnitResult
+from syncer.engine.disruption import Disruption, Effect
 from syncer.engine.inventory import OwnedKeys
 from syncer.engine.keyresult import KeyOutcome
 from syncer.engine.nodekeys import key_digest, reconcile
+from syncer.identity import ObjectRef
 from syncer.models.nodeauth import parse_key, parse_keys
 from syncer.render.repo import plan_repo, render_repo
 from syncer.repo.loader import load_repo
@@ -144,6 +149,65 @@ def test_a_second_federation_on_one_superlink_cannot_unregister_the_firsts_keys(
     assert [n.status for n in api.nodes] == ["registered", "unregistered"]  # A's key untouched
     elsewhere = OwnedKeys("other:8000", a.owned.nodes if a.owned else ())
     assert reconcile(api, [], elsewhere).unregistered == ()  # a record of another SuperLink is not a claim
+
+
+def test_a_registration_cut_before_its_answer_is_owned_once_the_superlink_lists_the_key() -> None:
+    """The deadline ended the RegisterNode call after the SuperLink had registered the key: the
+    key is recorded as pending, claimed when it shows up, and unregistered when Git drops it
+    (never left admitted as someone else's)."""
+    class Cut(FakeSuperLink):
+        cut = True
+
+        def register(self, public_key: bytes) -> int:
+            node_id = super().register(public_key)
+            if self.cut:
+                raise ControlApiError("RegisterNode", "fake", ControlErrorCode.DEADLINE, "no answer within 5 s")
+            return node_id
+
+    api = Cut([])
+    first = reconcile(api, [("a", b"PEM-A"), ("b", b"PEM-B")])
+    assert first.outcome is KeyOutcome.FAILED and first.owned is not None
+    assert first.owned.pending == (key_digest(b"PEM-A"), key_digest(b"PEM-B")) and first.owned.nodes == ()
+    assert OwnedKeys.from_dict(first.owned.to_dict()) == first.owned  # recorded on the inventory
+    api.cut = False
+    second = reconcile(api, [("a", b"PEM-A"), ("b", b"PEM-B")], first.owned)
+    assert second.outcome is KeyOutcome.IN_STEP and second.foreign == 0 and api.calls == ["register", "register"]
+    assert second.owned == OwnedKeys("fake:8000", ((100, key_digest(b"PEM-A")), (101, key_digest(b"PEM-B"))))
+    dropped = reconcile(api, [("a", b"PEM-A")], second.owned)
+    assert dropped.unregistered == (101,) and dropped.foreign == 0
+    # a pending key that neither Git nor the SuperLink lists was never registered: forgotten
+    never = OwnedKeys("fake:8000", dropped.owned.nodes if dropped.owned else (), (key_digest(b"PEM-C"),))
+    assert reconcile(api, [("a", b"PEM-A")], never).owned == OwnedKeys("fake:8000", ((100, key_digest(b"PEM-A")),))
+    # the record of a federation without pending keys is what it was (no write for it)
+    assert "pending" not in OwnedKeys("fake:8000", ((1, "sha256:x"),)).to_dict()
+
+
+def test_while_the_supernodes_are_held_a_key_git_dropped_stays_registered() -> None:
+    api = FakeSuperLink([])
+    first = reconcile(api, [("a", b"PEM-A"), ("b", b"PEM-B")])
+    held = reconcile(api, [("a", b"PEM-A")], first.owned, unregister=False)
+    assert held.unregistered == () and held.owned == first.owned and held.foreign == 0
+    assert reconcile(api, [("a", b"PEM-A")], held.owned).unregistered == (101,)  # the hold ended
+
+
+def test_the_engine_keeps_a_dropped_key_registered_while_the_unit_is_held(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    _, k1 = keypair(tmp_path, "k1")
+    state = load(tmp_path, [k1])
+    (planned,) = plan_repo(state, render_repo(state), revision="r1").units.values()
+    api = FakeSuperLink([])
+    monkeypatch.setattr(nodekeys, "connect", lambda *a, **kw: api)
+    ca = [{"kind": "Secret", "metadata": {"name": "fed-superlink-ca"}, "data": {"ca.crt": "Q0E="}}]
+    owned = nodekeys.sync_planned_keys(planned, ca, UnitResult(planned.unit), None, dry_run=False)
+    assert owned is not None and len(owned.nodes) == 1
+    gone = dataclasses.replace(planned, node_auth=dataclasses.replace(planned.node_auth, keys=()))
+    held = UnitResult(planned.unit)
+    held.note_disruption(Disruption(ObjectRef("StatefulSet", NS, "fed-supernode-a"), Effect.RESTARTS, "a", "pool"),
+                         held=True)
+    assert nodekeys.sync_planned_keys(gone, ca, held, owned, dry_run=False) == owned
+    assert [n.status for n in api.nodes] == ["registered"]
+    after = nodekeys.sync_planned_keys(gone, ca, UnitResult(planned.unit), owned, dry_run=False)
+    assert after is not None and after.nodes == () and [n.status for n in api.nodes] == ["unregistered"]
 
 
 def test_an_unreachable_control_api_is_a_typed_failure() -> None:

@@ -70,10 +70,9 @@ def test_an_annotation_the_tables_do_not_describe_is_reported(monkeypatch: Any) 
 def test_every_metric_the_reference_names_is_served_under_that_name() -> None:
     import re
 
-    from syncer.observe.metrics import Metrics
-
-    served = set(re.findall(r"^# TYPE (\S+) ", bytes(Metrics().exposition()).decode(), re.M))
-    listed = [name for name, *_ in _generator().metric_families()]
+    gen = _generator()
+    served = set(re.findall(r"^# TYPE (\S+) ", bytes(gen.served_metrics().exposition()).decode(), re.M))
+    listed = [name for name, *_ in gen.metric_families()]
     assert listed and not [name for name in listed if name not in served]
 
 

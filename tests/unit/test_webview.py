@@ -8,7 +8,7 @@ import http.client
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any
 from urllib.parse import urlencode
 
@@ -19,7 +19,7 @@ from syncer.http.pages import MAX_ROWS, overview, row_html, unit_page
 from syncer.http.webview import BODY_INTERVAL, Follower, Snapshots, Streams, follow
 from syncer.identity import UnknownUnit
 from syncer.observe.metrics import Metrics
-from syncer.observe.view import ObjectRow, PoolRow, UnitRow, UnitView
+from syncer.observe.view import Changes, ObjectRow, PoolRow, UnitActivity, UnitRow, UnitView
 from tests.conftest import wait_until
 from tests.doubles import FakeAPI
 
@@ -42,10 +42,23 @@ class FakeView:
         self.reads = 0
         self.suspends: list[tuple[str, bool]] = []
         self.releases: list[str] = []
+        self.changes = Changes()
+        self.activities: dict[str, UnitActivity] = {}
 
-    def rows(self) -> list[UnitRow]:
+    def set(self, i: int, r: UnitRow) -> None:
+        """Change a row as the agent would: the row, and its unit touched."""
+        if i == len(self.units):
+            self.units.append(r)
+        else:
+            self.units[i] = r
+        self.changes.touch(r.unit)
+
+    def rows(self, units: Collection[str] | None = None) -> list[UnitRow]:
         self.reads += 1
-        return list(self.units)
+        return [r for r in self.units if units is None or r.unit in units]
+
+    def activity(self, unit: str) -> UnitActivity | None:
+        return self.activities.get(unit, UnitActivity()) if self.unit(unit) is not None else None
 
     def unit(self, unit: str) -> UnitView | None:
         found = [r for r in self.units if r.unit == unit]
@@ -211,7 +224,7 @@ def test_an_action_with_the_token_is_done(server: AgentServer, api: FakeAPI, vie
 
 
 def test_a_held_unit_offers_its_release_behind_the_token(server: AgentServer, view: FakeView) -> None:
-    view.units[0] = dataclasses.replace(view.units[0], synced="Held", synced_ok=False)
+    view.set(0, dataclasses.replace(view.units[0], synced="Held", synced_ok=False))
     page = request(server, "GET", f"/ui/unit?id={FED}")[2]
     assert 'action="/ui/release-hold"' in page
     assert 'action="/ui/release-hold"' not in request(server, "GET", "/ui/unit?id=federation/lab/other")[2]
@@ -278,8 +291,8 @@ def test_the_stream_sends_a_changed_row_and_escapes_it(server: AgentServer, view
     try:
         head = s.until(b"event: rows")
         assert b"text/event-stream" in head and b"retry: 2000" in head
-        view.units[0] = dataclasses.replace(view.units[0], synced="ConfigError", synced_ok=False,
-                                            message="<img src=x onerror=alert(1)>")
+        view.set(0, dataclasses.replace(view.units[0], synced="ConfigError", synced_ok=False,
+                                        message="<img src=x onerror=alert(1)>"))
         s.until(b"ConfigError")
         assert b"<img src=x" not in s.data and b"&lt;img src=x onerror=alert(1)&gt;" in s.data
     finally:
@@ -290,7 +303,7 @@ def test_a_unit_stream_follows_its_section(server: AgentServer, view: FakeView) 
     s = Stream(server, urlencode({"view": "unit", "id": FED}))
     try:
         s.until(b"event: unit")
-        view.units[0] = dataclasses.replace(view.units[0], drift=3)
+        view.set(0, dataclasses.replace(view.units[0], drift=3))
         s.until(b"3 objects")
     finally:
         s.close()
@@ -324,7 +337,7 @@ def test_streams_are_bounded_and_end_when_the_server_stops(api: FakeAPI, view: F
 
 def test_a_stream_sends_nothing_new_when_nothing_changed_but_a_heartbeat(view: FakeView) -> None:
     streams = Streams(view)
-    follower = Follower(Snapshots(view, ttl=0.0), "overview", {})
+    follower = Follower(Snapshots(view), "overview", {})
     sent: list[bytes] = []
     now = [0.0]
 
@@ -352,11 +365,11 @@ def test_a_big_overview_shows_the_first_rows_those_needing_attention_first() -> 
 
 def test_the_whole_table_is_sent_again_at_most_every_body_interval(view: FakeView) -> None:
     now = [0.0]
-    follower = Follower(Snapshots(view, ttl=0.0), "overview", {}, clock=lambda: now[0])
+    follower = Follower(Snapshots(view), "overview", {}, clock=lambda: now[0])
     assert b'"tbody"' in follower.step()
     assert follower.step() == b""
-    view.units.append(row("federation/lab/new"))  # a unit comes
-    view.units[0] = dataclasses.replace(view.units[0], drift=5)  # and a shown one changes
+    view.set(len(view.units), row("federation/lab/new"))  # a unit comes
+    view.set(0, dataclasses.replace(view.units[0], drift=5))  # and a shown one changes
     now[0] += 1.0
     first = follower.step()
     assert b'"tbody"' not in first and b'"rows"' in first and b"federation/flower/fed" in first

@@ -1,0 +1,93 @@
+"""Canary pools in the Applier: which form of a canary StatefulSet to apply now (engine.canary
+decides; this module reads what the decision needs: the pool's pods, what Flower-level health last
+saw of the pool) and the pods a new change must replace by hand (a failed canary's, which an
+`OrderedReady` StatefulSet never replaces itself)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from syncer.cluster.client import ApiError, Kube
+from syncer.engine.canary import (
+    CanaryNote,
+    CanarySpec,
+    FlowerSeen,
+    PodSeen,
+    Rollout,
+    Step,
+    canary_partition,
+    judge,
+    pod_seen,
+    stuck_pods,
+    with_partition,
+)
+from syncer.engine.disruption import Disruption, Effect, target_of
+from syncer.engine.normalize import with_fingerprint
+from syncer.identity import ANN_APPLIED_HASH, ANN_CANARY_TEMPLATE, Manifest, ObjectRef
+
+FlowerOf = Callable[[ObjectRef, str], "FlowerSeen | None"]
+"""What Flower-level health last saw of a pool (its StatefulSet, its pool name); None when it is
+not read (off, not asked yet, the SuperLink does not answer): the canary is judged on its pods."""
+
+
+@dataclass
+class CanaryPlan:
+    desired: Manifest  # what to apply (its partition set, fingerprinted anew)
+    note: CanaryNote | None = None
+    failed: bool = False  # the canary failed: nothing is applied
+    promote: Disruption | None = None  # the rest of the pool rolls: ask the hold gate
+    stuck: list[str] = field(default_factory=list)  # pods to delete once the new change is applied
+
+
+def refingerprinted(manifest: Manifest) -> Manifest:
+    meta = dict(manifest["metadata"])
+    meta["annotations"] = {k: v for k, v in (meta.get("annotations") or {}).items() if k != ANN_APPLIED_HASH}
+    return with_fingerprint({**manifest, "metadata": meta})
+
+
+class Rollouts:
+    def __init__(self, kube: Kube, flower: FlowerOf | None = None, clock: Callable[[], float] = time.time) -> None:
+        self.kube = kube
+        self.flower = flower
+        self.clock = clock
+
+    def plan(self, ref: ObjectRef, desired: Manifest, live: Mapping[str, Any], spec: CanarySpec) -> CanaryPlan:
+        rollout = Rollout.of(live)
+        pool, _ = target_of(desired)
+        partition = canary_partition(spec, desired)
+        wanted = str(desired["metadata"].get("annotations", {}).get(ANN_CANARY_TEMPLATE, ""))
+        if wanted != rollout.template:  # a new change (or a new canary): the canary takes it first
+            stuck = stuck_pods(rollout, self._pods(desired), partition) if rollout.rolling() else []
+            note = CanaryNote(ref, pool, Step.STARTED, f"pool {pool}: a change of the pod template goes to "
+                              f"{spec.count} of {partition + spec.count} SuperNodes first")
+            return CanaryPlan(refingerprinted(with_partition(desired, partition)), note, stuck=stuck)
+        if not rollout.rolling():
+            return CanaryPlan(desired)
+        flower = self.flower(ref, pool) if self.flower is not None else None
+        verdict = judge(spec, rollout, self._pods(desired), flower, now=self.clock())
+        note = CanaryNote(ref, pool, verdict.step, f"pool {pool}: {verdict.message}", verdict.retry)
+        if verdict.step is Step.PASSED:
+            rest = Disruption(ref, Effect.RESTARTS, pool, "pool", rollout.partition)
+            return CanaryPlan(desired, note, promote=rest)
+        return CanaryPlan(refingerprinted(with_partition(desired, partition)), note,
+                          failed=verdict.step is Step.FAILED)
+
+    def _pods(self, desired: Manifest) -> list[PodSeen]:
+        labels = ((desired.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+        items, _ = self.kube.list("Pod", desired["metadata"].get("namespace"), labels=selector)
+        return [seen for p in items if (seen := pod_seen(p)) is not None]
+
+    def replace(self, namespace: str, names: list[str]) -> list[str]:
+        """Delete a failed canary's pods so that the StatefulSet creates them on the new revision;
+        the names of those that could not be deleted, with why."""
+        failed = []
+        for name in names:
+            try:
+                self.kube.delete("Pod", namespace, name)
+            except ApiError as exc:
+                failed.append(f"{name}: {exc.reason}")
+        return failed
