@@ -7,7 +7,7 @@ the agent does for a commit, with the agent's own classes and GC thresholds:
 
   fetch   GitSource.fetch of the bare remote (each git command it runs is timed)
   load    RevisionLoader.load of the checkout, with the caches of the previous revision
-  install Agent.install: the plan (plan_repo against the previous one), what changed, the units'
+  install Installer.install: the plan (plan_repo against the previous one), what changed, the units'
           state (an agent that is never started: no thread, no request)
 
 once for the first revision, then for each of --commits one-file commits (the pools of one
@@ -40,8 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.latency import git, p95
 from bench.repogen import POOL, federation, make_repo
-from syncer.agent.agent import Agent
 from syncer.agent.state import AgentOptions
+from syncer.agent.wiring import build_agent
 from syncer.cluster.client import Kube
 from syncer.logs import configure as configure_logs
 from syncer.observe.gc_pauses import GCPauses, Pause
@@ -109,7 +109,7 @@ def main() -> int:
         git(work, "push", "-q", str(bare), "HEAD:main")
         source = GitSource(SourceSpec(url=str(bare), cache_dir=Path(tmp) / "cache"))
         timed = TimedGit(source)
-        agent = Agent(Kube(None), source, Metrics(), AgentOptions())  # never started
+        agent = build_agent(Kube(None), source, Metrics(), AgentOptions())  # never started
         print(f"commit path: {args.federations} federations x {args.pools} pools + {args.releases} releases, "
               f"{args.commits} one-file commits", flush=True)
 
@@ -118,10 +118,10 @@ def main() -> int:
                 t0 = time.perf_counter()
                 checkout = source.fetch()
                 t1 = time.perf_counter()
-            loaded = agent.revisions.load(checkout.root, checkout.revision, since=checkout.since,
-                                          changed=checkout.changed)
+            loaded = agent.installer.loader.load(checkout.root, checkout.revision, since=checkout.since,
+                                                 changed=checkout.changed)
             t2 = time.perf_counter()
-            agent.install(loaded.state, loaded.rendered, checkout.revision)
+            agent.installer.install(loaded.state, loaded.rendered, checkout.revision)
             t3 = time.perf_counter()
             return t1 - t0, t2 - t1, t3 - t2, list(calls)
 

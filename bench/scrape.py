@@ -4,7 +4,7 @@ agent after its first sync of N federations x P pools plus R SuperNode releases 
 plus the one federation bench/latency.py syncs its commits to), then `Metrics.exposition()`
 timed over `--scrapes` scrapes.
 
-Each unit's figures are what the agent sets after a first sync (syncer/agent/agent.py): its
+Each unit's figures are what the agent sets after a first sync (syncer/agent/syncing.py): its
 counters at 0 for every action and the kinds it renders (`init_unit`), one successful sync that
 created every object, no drift, its Synced and Healthy reasons, commit-to-applied; the status
 round's pools all ready (syncer/agent/runner.py `_status_round`). The defaults are the 2,001

@@ -36,8 +36,8 @@ sys.path.insert(0, str(ROOT))
 from bench.repogen import make_repo  # noqa: E402
 from syncer.agent.agent import Agent  # noqa: E402
 from syncer.agent.state import AgentOptions  # noqa: E402
-from syncer.agent.unitstate import publish  # noqa: E402
 from syncer.agent.view import unit_rows  # noqa: E402
+from syncer.agent.wiring import build_agent  # noqa: E402
 from syncer.cluster.client import Kube  # noqa: E402
 from syncer.http.pages import row_html  # noqa: E402
 from syncer.http.webview import Follower, Snapshots  # noqa: E402
@@ -103,10 +103,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "repo"
         make_repo(root, "bench", args.federations, args.pools, args.releases)
-        agent = Agent(cast(Kube, None), _Source(), Metrics(), AgentOptions(repository="bench"))
+        agent = build_agent(cast(Kube, None), _Source(), Metrics(), AgentOptions(repository="bench"))
         t = time.monotonic()
-        loaded = agent.revisions.load(root)
-        agent.install(loaded.state, loaded.rendered, "r1")
+        loaded = agent.installer.loader.load(root)
+        agent.installer.install(loaded.state, loaded.rendered, "r1")
         units = list(agent.installed.plan.units)
         print(f"units installed          {len(units):6d}   in {time.monotonic() - t:.1f} s", flush=True)
 
@@ -123,7 +123,7 @@ def main() -> int:
     quiet = cpu(follower.step, args.repeat * 20)
 
     def one_change() -> None:
-        publish(agent, units[len(units) // 2])
+        agent.book.publish(units[len(units) // 2])
         follower.step()
 
     changed = cpu(one_change, args.repeat * 5)

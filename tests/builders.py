@@ -156,8 +156,8 @@ def repo_at(root: Path, files: dict[str, str]) -> Path:
 
 def install(agent: Agent, root: Path, revision: str) -> list[Unit]:
     """As the dispatcher does: load with the agent's caches, then install."""
-    loaded = agent.revisions.load(root)
-    changed = agent.install(loaded.state, loaded.rendered, revision)
+    loaded = agent.installer.loader.load(root)
+    changed = agent.installer.install(loaded.state, loaded.rendered, revision)
     agent.loaded.set()
     return changed
 

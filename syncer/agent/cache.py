@@ -20,8 +20,9 @@ from syncer.engine.inventory import Inventory, decode
 from syncer.engine.live import LiveState, Read, managed_reads
 from syncer.identity import MANAGED_KINDS, ObjectRef, Unit
 
-OnChange = Callable[[str, ObjectRef, dict[str, Any] | None], None]
-"""Called with (event type, object ref, object or None when deleted)."""
+OnChange = Callable[[Unit, ObjectRef, dict[str, Any] | None], None]
+"""Called with (the unit the object belongs to, object ref, object or None when deleted); an object
+of no unit is not reported."""
 OnInventory = Callable[[Inventory], None]
 OnInventoryDeleted = Callable[[Unit], None]
 Spawn = Callable[[str, Callable[[], None]], threading.Thread]
@@ -97,21 +98,36 @@ class LiveCache:
                  and ref not in fresh]
         for ref in stale:
             self.state.objects.pop(ref, None)
-            self._on_change("DELETED", ref, None)
+            self._changed(ref, None)
         for ref, obj in fresh.items():
             before = self.state.objects.get(ref)
             self.state.objects[ref] = obj
             if before is None or before["metadata"].get("resourceVersion") != obj["metadata"].get("resourceVersion"):
-                self._on_change("ADDED" if before is None else "MODIFIED", ref, obj)
+                self._changed(ref, obj)
 
     def _object_event(self, kind_of_event: str, obj: dict[str, Any]) -> None:
         ref = ObjectRef.of(obj)
         if kind_of_event == "DELETED":
             self.state.objects.pop(ref, None)
-            self._on_change("DELETED", ref, None)
+            self._changed(ref, None)
         else:
             self.state.objects[ref] = obj
-            self._on_change(kind_of_event, ref, obj)
+            self._changed(ref, obj)
+
+    def _changed(self, ref: ObjectRef, obj: dict[str, Any] | None) -> None:
+        unit = self.unit_of(ref, (obj or {}).get("metadata", {}).get("labels", {}))
+        if unit is not None:
+            self._on_change(unit, ref, obj)
+
+    def unit_of(self, ref: ObjectRef, labels: dict[str, str]) -> Unit | None:
+        """The unit an object belongs to: from its labels, or (deleted, so unlabelled) the inventories."""
+        unit_of = Unit.from_labels(ref.namespace, labels)
+        if unit_of is not None:
+            return unit_of
+        for unit, inv in list(self.state.inventories.items()):  # deleted objects carry no labels
+            if ref in inv.entries:
+                return unit
+        return None
 
     def _inventory_event(self, kind_of_event: str, cm: dict[str, Any]) -> None:
         if kind_of_event == "DELETED":

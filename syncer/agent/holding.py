@@ -53,7 +53,7 @@ class Holds:
                  limits: tuple[float, float] = DEFAULT_LIMITS) -> None:
         self.report = report
         self.requeue = requeue  # (unit, delay in seconds): the work queue's add_after
-        self.flower = flower  # the agent's Flower-level health, once the runner made it
+        self.flower = flower  # the agent's Flower-level health (None: off)
         self.clock = clock
         self.limits = limits  # (default, maximum) seconds: the admin's policy
         self.held: dict[Unit, Decision] = {}

@@ -26,7 +26,6 @@ from syncer.agent.activity import Activity
 from syncer.agent.agent import Agent
 from syncer.agent.config import AgentConfig, load_policy, read_secret
 from syncer.agent.flower_probe import FlowerProbe
-from syncer.agent.flower_watch import FlowerWatch
 from syncer.agent.flowerunits import FlowerUnits
 from syncer.agent.memory import (
     Heap,
@@ -37,15 +36,15 @@ from syncer.agent.memory import (
 )
 from syncer.agent.stacks import StackDump
 from syncer.agent.state import AgentOptions
-from syncer.agent.unitstate import observe_health
 from syncer.agent.view import known_unit, unit_rows, unit_view
+from syncer.agent.wiring import build_agent
 from syncer.cluster.client import ApiError, ClusterUnreachable, Kube, path_for
 from syncer.cluster.events import EventRecorder
 from syncer.cluster.fence import WriteFence
 from syncer.cluster.lease import LeaderElector
 from syncer.cluster.tenant_calls import TENANT_CALLS
 from syncer.http import AgentServer
-from syncer.identity import Unit, UnknownUnit, repository_identity
+from syncer.identity import UnknownUnit, repository_identity
 from syncer.logs import configure
 from syncer.models.policy import AdminPolicy, RepositoryPolicy
 from syncer.models.policymatch import canonical_ref
@@ -193,7 +192,10 @@ def run(config: AgentConfig) -> int:
     recorder = EventRecorder(kube.fenced(fence), config.identity)  # only the leader reports
     # the repository's writes are made as the ServiceAccount the admin names: the API server's RBAC
     # is the boundary, even where our own checks would miss something
-    agent = Agent(kube.fenced(fence).impersonating(tenancy.impersonate), source, metrics, options, recorder, notifier)
+    # Flower-level health: the agent's own reads (the CA Secrets), off the event queue and the status loop
+    probe = FlowerProbe(kube, enabled=config.flower_health == "on")
+    agent = build_agent(kube.fenced(fence).impersonating(tenancy.impersonate), source, metrics, options, recorder,
+                        notifier, probe=probe)
     recorder.start(agent.supervisor.spawn)
     # `kubectl get flowerunits` and reconcile requests by annotation: the agent's own writes, fenced
     flower_units = FlowerUnits(agent, kube.fenced(fence), namespaces=config.namespaces)
@@ -211,6 +213,7 @@ def run(config: AgentConfig) -> int:
         log.error("cannot listen for HTTP", listen=config.listen, error=exc.strerror,
                   hint="another process uses the port: choose another --listen")
         recorder.stop()
+        probe.close()
         if notifier is not None:
             notifier.stop()
         return 3
@@ -243,9 +246,6 @@ def run(config: AgentConfig) -> int:
 
     status_cache = StatusCache(kube, namespaces=config.namespaces)
     status_cache.start(stop)
-    # Flower-level health: the agent's own reads (the CA Secrets), off the event queue and the status loop
-    probe = FlowerProbe(kube, enabled=config.flower_health == "on")
-    agent.flower = FlowerWatch(probe, agent.report, time.monotonic, rekey=agent.request_key_registration)
     # under the agent's supervisor: a loop that raises is restarted, and /healthz says so meanwhile
     agent.supervisor.spawn("status", functools.partial(_status_loop, agent, status_cache, metrics, stop))
     agent.supervisor.spawn("gc-pauses", functools.partial(_log_gc_pauses, gc_pauses, stop))
@@ -402,8 +402,7 @@ def _status_round(agent: Agent, cache: StatusCache, metrics: Metrics, *, heap: H
         checks.append(agent.flower.check)
         for unit in agent.holds.due(agent.installed.plan):  # held restarts whose runs ended (agent.holding)
             agent.work.add(unit)
-    agent.statuses = {Unit.parse(u.unit): u for u in report.units}  # the web view's pools and GPUs
-    observe_health(agent, report.units, checks)  # each unit's Healthy condition; publishes (agent.changes)
+    agent.book.observe_health(report.units, checks)  # the web view's pools and GPUs, then each unit's Healthy
     own = time.thread_time() - cpu - flower
     metrics.status_round_cpu.labels("round").inc(own)
     if agent.flower is not None:  # the Control API checks may cost what the round does (flower_probe)

@@ -15,7 +15,8 @@ import pytest
 
 from syncer.actions.load import load
 from syncer.actions.sync import sync
-from syncer.agent.agent import Agent, AgentOptions
+from syncer.agent.state import AgentOptions
+from syncer.agent.wiring import build_agent
 from syncer.cli import main
 from syncer.engine.live import LiveState
 from syncer.engine.sync import SyncOptions
@@ -96,7 +97,7 @@ def test_a_sync_for_the_hub_prunes_nothing_because_of_a_sites_folder(tmp_path: P
 def test_the_hubs_agent_keeps_its_unit_and_its_objects(tmp_path: Path, kube: FakeKube) -> None:
     """The agent of the hub (--cluster hub) reads the whole repository: the site's folder fails the
     hub's unit for it too, and its workers prune nothing."""
-    agent = Agent(kube, NoSource(), Metrics(), AgentOptions(workers=1, repository="fleet", cluster="hub"))
+    agent = build_agent(kube, NoSource(), Metrics(), AgentOptions(workers=1, repository="fleet", cluster="hub"))
     agent.leading.set()
     root = fleet(tmp_path / "repo", squat=False)
 
@@ -105,7 +106,7 @@ def test_the_hubs_agent_keeps_its_unit_and_its_objects(tmp_path: Path, kube: Fak
         agent.cache.synced.set()
         changed = install(agent, root, name)
         for unit in changed:
-            agent.sync(unit)
+            agent.syncs.sync(unit)
         return changed
 
     assert HUB in revision("r1")

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from syncer.agent.agent import Agent
 from syncer.agent.config import load_policy
 from syncer.agent.messages import FetchFailed, RevisionFetched
 from syncer.agent.state import AgentOptions
 from syncer.agent.unitstate import unit_state
+from syncer.agent.wiring import build_agent
 from syncer.cluster.events import Event
 from syncer.identity import Unit
 from syncer.observe.metrics import Metrics
@@ -251,9 +251,9 @@ def test_the_agent_keeps_the_last_good_revision_and_every_unit_says_why(tmp_path
     write(work.path, "other")
     good = commit(work, "signed", {}, keys.alice)
     src = source(work, tmp_path, "HEAD", keys.alice)
-    agent = Agent(FakeKube(), src, Metrics(), AgentOptions())
+    agent = build_agent(FakeKube(), src, Metrics(), AgentOptions())
     told: list[tuple[Unit, Event]] = []
-    monkeypatch.setattr(agent, "report", lambda unit, event: told.append((unit, event)))
+    monkeypatch.setattr(agent.book, "report", lambda unit, event: told.append((unit, event)))
     agent.handle(RevisionFetched(src.fetch(), time.monotonic()))
     units = set(agent.installed.plan.units)
     assert {u.name for u in units} == {"fed", "other"}
@@ -277,7 +277,7 @@ def test_the_agent_keeps_the_last_good_revision_and_every_unit_says_why(tmp_path
 
     fixed = commit(work, "signed again", {}, keys.alice)
     agent.handle(RevisionFetched(src.fetch(), time.monotonic()))
-    assert agent.installed.plan.revision == fixed and not agent.refusal
+    assert agent.installed.plan.revision == fixed and not agent.book.refusal
     assert all(unit_state(agent, u).synced.reason != "Unverified" for u in units)
 
 

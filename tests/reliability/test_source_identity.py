@@ -29,12 +29,14 @@ from structlog.testing import capture_logs
 
 from syncer.actions.load import load
 from syncer.actions.sync import sync
-from syncer.agent.agent import Agent, AgentOptions
+from syncer.agent.agent import Agent
 from syncer.agent.config import AgentConfig
 from syncer.agent.flowerunits import FlowerUnits, object_name
 from syncer.agent.messages import ResyncRequested, RevisionFetched, Waiter
 from syncer.agent.reconcile_request import ANN_REQUESTED_AT
 from syncer.agent.runner import repository_tenancy
+from syncer.agent.state import AgentOptions
+from syncer.agent.wiring import build_agent
 from syncer.cli import main
 from syncer.cli_repo import EXIT_USAGE, synced_ref
 from syncer.cluster.client import path_for
@@ -309,7 +311,7 @@ def test_a_claim_that_no_sync_completed_is_rebuilt_from_labels(tmp_path: Path, k
 
 def agent_of(kube: FakeKube, root: Path, source: str = "") -> Agent:
     """An agent of the repository at `root` (installed at revision r1), leading, the cluster listed."""
-    agent = Agent(kube, NoSource(), Metrics(), AgentOptions(tenancy=Tenancy(source=source)))
+    agent = build_agent(kube, NoSource(), Metrics(), AgentOptions(tenancy=Tenancy(source=source)))
     agent.cache.state = LiveState.load(kube, None)
     install(agent, root, "r1")
     agent.cache.synced.set()

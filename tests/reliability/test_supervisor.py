@@ -19,11 +19,13 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
-from syncer.agent import agent as agent_module
+from syncer.agent import installer as installer_module
 from syncer.agent import revision as revision_module
-from syncer.agent.agent import Agent, AgentOptions
+from syncer.agent.agent import Agent
 from syncer.agent.runner import _Api
+from syncer.agent.state import AgentOptions
 from syncer.agent.supervisor import Supervisor, safe_log
+from syncer.agent.wiring import build_agent
 from syncer.cluster.client import Kube
 from syncer.engine import sync as sync_module
 from syncer.http import AgentServer
@@ -95,8 +97,8 @@ def start_harness(kube: Kube, tmp_path: Path, namespace: str = NS) -> Harness:
     (repo / "flower-syncer.yaml").write_text(f"name: team-{namespace}\ndefaultNamespace: {namespace}\n")
     source = GitSource(SourceSpec(url=str(repo), cache_dir=tmp_path / "cache"))
     sink = Recorder()
-    agent = Agent(kube, source, Metrics(), AgentOptions(namespaces=[namespace], workers=2, poll_interval=3600),
-                  recorder=sink, notifier=sink)  # type: ignore[arg-type]
+    agent = build_agent(kube, source, Metrics(), AgentOptions(namespaces=[namespace], workers=2, poll_interval=3600),
+                        recorder=sink, notifier=sink)  # type: ignore[arg-type]
     h = Harness(agent, kube, repo, namespace)
     h.commit(1)
     agent.start()
@@ -136,13 +138,13 @@ def _arm(stage: str, h: Harness, monkeypatch: pytest.MonkeyPatch) -> threading.E
     targets: dict[str, tuple[Any, str]] = {
         "load": (revision_module, "load_repo"),
         "render": (revision_module, "render_repo"),
-        "plan": (agent_module, "plan_repo"),
+        "plan": (installer_module, "plan_repo"),
         "apply": (agent.engine, "sync_unit"),
         "key registration and inventory": (sync_module.Engine, "_finish"),
-        "notify": (agent.notifier, "notify"),
-        "kubernetes event": (agent.recorder, "record"),
-        "unit status": (agent, "_on_synced"),
-        "checked revision": (agent, "_write_checked"),
+        "notify": (agent.reporter.notifier, "notify"),
+        "kubernetes event": (agent.reporter.recorder, "record"),
+        "unit status": (Agent, "_on_synced"),
+        "checked revision": (agent.checked, "_write"),
     }
     owner, name = targets[stage]
     wrapper, fired = once(boom, getattr(owner, name))
@@ -217,15 +219,15 @@ def test_a_failed_event_is_shown_on_the_unit_and_cleared_by_its_next_sync(harnes
     from syncer.identity import Unit
 
     unit = Unit("federation", NS, "fed")
-    sink = harness.agent.recorder
-    original = harness.agent.handle
+    sink = harness.agent.reporter.recorder
+    original = Agent.handle
 
-    def handle(event: Any) -> None:
+    def handle(self: Agent, event: Any) -> None:
         if isinstance(event, InventoryDeleted):
             raise KeyError("injected")
-        original(event)
+        original(self, event)
 
-    monkeypatch.setattr(harness.agent, "handle", handle)
+    monkeypatch.setattr(Agent, "handle", handle)
     harness.agent.events.put(InventoryDeleted(unit))
     wait_until("the InternalError Event", lambda: any(e.reason == "InternalError"
                                                       for e in sink.events), timeout=10)  # type: ignore[union-attr]
@@ -513,7 +515,8 @@ def test_a_failed_status_round_is_reported_and_the_next_round_runs(monkeypatch: 
     loaded.set()
     sup = Supervisor(stop)
     agent = SimpleNamespace(loaded=loaded, desired={}, cache=SimpleNamespace(state=LiveState()), supervisor=sup,
-                            request_drift_check=lambda: drift_checks.append(1), health={}, units={}, flower=None,
+                            request_drift_check=lambda: drift_checks.append(1), flower=None,
+                            book=SimpleNamespace(observe_health=lambda units, checks: None),
                             idle=lambda: False,
                             installed=SimpleNamespace(plan=Plan(units={}, prune_allowed=False)))
     monkeypatch.setattr(runner, "STATUS_INTERVAL", 0.01)

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from syncer.agent.agent import Agent, AgentOptions
+from syncer.agent.agent import Agent
 from syncer.agent.fetching import poll_delay
 from syncer.agent.messages import FetchRequested, ObjectChanged
+from syncer.agent.state import AgentOptions
+from syncer.agent.wiring import build_agent
 from syncer.identity import ObjectRef, Unit
 from syncer.observe.metrics import Metrics
 from syncer.plan import Claims
@@ -27,7 +29,7 @@ CLASH = "fullnameOverride: fed\nsupernode:\n  name: superlink\n"  # renders Serv
 
 @pytest.fixture
 def agent() -> Agent:
-    return Agent(FakeKube(), NoSource(), Metrics(), AgentOptions())
+    return build_agent(FakeKube(), NoSource(), Metrics(), AgentOptions())
 
 
 def test_a_revision_installs_units_with_their_revision(agent: Agent, tmp_path: Path) -> None:
@@ -39,7 +41,7 @@ def test_a_revision_installs_units_with_their_revision(agent: Agent, tmp_path: P
     assert changed == [Unit("federation", NS, "other")]
     assert agent.desired[FED_UNIT].revision == "r1"  # unchanged units keep the revision that made them
     assert agent.installed.plan.revision == "r2"
-    loaded = agent.revisions.load(other)  # the new file parsed once; both replayed now
+    loaded = agent.installer.loader.load(other)  # the new file parsed once; both replayed now
     assert (loaded.parsed, loaded.reused, loaded.errors) == (0, 2, 0)
 
 
@@ -123,8 +125,8 @@ def test_only_changes_to_what_we_own_mean_work(agent: Agent, tmp_path: Path) -> 
     other = Unit("federation", NS, "someone-elses")
     agent.handle(ObjectChanged(other, ObjectRef("StatefulSet", NS, "x"), None))
     assert queued(agent) == []  # neither in our Git nor applied by us: not ours
-    assert agent.unit_of(ref, FED_UNIT.labels()) == FED_UNIT
-    assert agent.unit_of(ref, {}) is None
+    assert agent.cache.unit_of(ref, FED_UNIT.labels()) == FED_UNIT
+    assert agent.cache.unit_of(ref, {}) is None
 
 
 class FlakySource:
@@ -154,8 +156,8 @@ def test_a_push_after_a_git_outage_cuts_the_backoff_short() -> None:
     from tests.conftest import wait_until
 
     source = FlakySource(failures=1)
-    agent = Agent(FakeKube(), source, Metrics(),
-                  AgentOptions(poll_interval=3600, fetch_backoff=3600))  # neither would come in this test
+    agent = build_agent(FakeKube(), source, Metrics(),
+                        AgentOptions(poll_interval=3600, fetch_backoff=3600))  # neither would come in this test
     thread = threading.Thread(target=agent.fetcher.run, daemon=True)
     thread.start()
     try:
@@ -193,7 +195,7 @@ def test_suspended_drift_is_measured_by_a_worker_through_the_queue(tmp_path: Pat
                            annotations='"flower-syncer.io/suspend": "true"')
     repo_at(root, {"federations/fed.yaml": suspended})  # Git moved on while the unit is suspended
     metrics = Metrics()
-    agent = Agent(kube, NoSource(), metrics, AgentOptions())
+    agent = build_agent(kube, NoSource(), metrics, AgentOptions())
     agent.cache.state = LiveState.load(kube, None)
     install(agent, root, "r2")
     agent.cache.synced.set()
@@ -216,15 +218,15 @@ def test_a_unit_waits_for_the_listed_cluster_instead_of_syncing_on_a_partial_vie
     server = FakeApiServer()
     server.add_namespace(NS)
     kube = FakeKube(server)
-    agent = Agent(kube, NoSource(), Metrics(), AgentOptions())
+    agent = build_agent(kube, NoSource(), Metrics(), AgentOptions())
     install(agent, repo_at(tmp_path / "r", {"federations/fed.yaml": fed()}), "r1")
     agent.leading.set()
     monkeypatch.setattr(agent.cache, "wait_synced", lambda timeout: False)
-    agent.sync(FED_UNIT)
+    agent.syncs.sync(FED_UNIT)
     assert kube.writes == 0
     assert agent.work.depth() == 1  # requeued, after its backoff
     agent.cache.synced.set()
-    agent.sync(FED_UNIT)
+    agent.syncs.sync(FED_UNIT)
     assert kube.writes > 0
 
 
@@ -239,14 +241,14 @@ def test_the_public_steps_do_what_the_threads_do(agent: Agent, tmp_path: Path,
     assert agent.drain() == 1  # taken and skipped: a standby writes nothing
     assert agent.kube.writes == 0 and agent.units[FED_UNIT].last_result is None
     agent.events.put(ObjectChanged(FED_UNIT, ObjectRef("StatefulSet", NS, "fed-supernode-a"), None))
-    original = agent.handle
+    original = Agent.handle
 
-    def handle(event: object) -> None:
+    def handle(self: Agent, event: object) -> None:
         if isinstance(event, InventoryDeleted):
             raise KeyError("injected")
-        original(event)  # type: ignore[arg-type]
+        original(self, event)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(agent, "handle", handle)
+    monkeypatch.setattr(Agent, "handle", handle)
     agent.events.put(InventoryDeleted(FED_UNIT))
     assert agent.dispatch_pending() == 2
     assert agent.dispatch_pending() == 0
@@ -285,7 +287,7 @@ def test_the_agent_is_idle_only_when_nothing_is_in_flight(agent: Agent) -> None:
     assert agent.idle()
 
     source = GatedSource()
-    gated = Agent(FakeKube(), source, Metrics(), AgentOptions(poll_interval=3600, fetch_backoff=3600))
+    gated = build_agent(FakeKube(), source, Metrics(), AgentOptions(poll_interval=3600, fetch_backoff=3600))
     thread = threading.Thread(target=gated.fetcher.run, daemon=True)
     thread.start()
     try:
@@ -319,7 +321,7 @@ def test_a_revision_publishes_the_state_of_the_units_it_can_change(tmp_path: Pat
     every unit's (the status round publishes them all); a unit whose errors come or go, or that
     leaves Git, is published too."""
     metrics = CountingMetrics()
-    agent = Agent(FakeKube(), NoSource(), metrics, AgentOptions())
+    agent = build_agent(FakeKube(), NoSource(), metrics, AgentOptions())
     files = {f"federations/{n}.yaml": fed(n) for n in ("a", "b", "c")}
     root = repo_at(tmp_path / "r", files)
     install(agent, root, "r1")

@@ -11,10 +11,11 @@ from typing import Any, cast
 
 import pytest
 
-from syncer.agent.agent import Agent, AgentOptions
 from syncer.agent.canaries import Canaries
 from syncer.agent.flower_watch import FlowerWatch
-from syncer.cluster.events import Event
+from syncer.agent.state import AgentOptions
+from syncer.agent.wiring import build_agent
+from syncer.cluster.events import Event, EventRecorder
 from syncer.engine.canary import (
     CanaryNote,
     CanarySpec,
@@ -314,14 +315,14 @@ def test_the_agent_starts_a_canary_and_looks_again(api: FakeApiServer, tmp_path:
     root = _write(tmp_path)
     assert sync(kube, root).ok
     _controller(api, "r1", "r1", dict.fromkeys(range(3), ("r1", True, "")))
-    agent = Agent(kube, NoSource(), Metrics(), AgentOptions())
-    agent.cache.state = LiveState.load(kube, None)
     events: list[Event] = []
-    agent.report = lambda unit, ev: events.append(ev)  # type: ignore[method-assign]
-    agent.canaries.report = agent.report
+    recorder = cast(EventRecorder, SimpleNamespace(record=events.append))
+    agent = build_agent(kube, NoSource(), Metrics(), AgentOptions(), recorder)
+    agent.cache.state = LiveState.load(kube, None)
     install(agent, _write(tmp_path, "1.26.0"), "r2")
     agent.cache.synced.set()
-    agent.sync(FED_UNIT)
+    agent.leading.set()  # the leader reports its Events
+    agent.syncs.sync(FED_UNIT)
     assert _partition(api) == 2 and [e.reason for e in events if e.reason.startswith("Canary")] == ["CanaryStarted"]
     assert [due for due, _, unit in agent.work._delayed if unit == FED_UNIT]  # looked at again soon
     agent.dispatch_pending()

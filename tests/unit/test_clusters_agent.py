@@ -7,7 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, cast
 
-from syncer.agent.agent import Agent, AgentOptions
+from syncer.agent.agent import Agent
+from syncer.agent.state import AgentOptions
+from syncer.agent.wiring import build_agent
 from syncer.identity import Unit
 from syncer.observe.metrics import Metrics
 from syncer.source.git import GitSource
@@ -23,7 +25,7 @@ class _Source:
 
 
 def _agent(server: FakeApiServer, cluster: str) -> Agent:
-    agent = Agent(FakeKube(server), cast(GitSource, _Source()), Metrics(), AgentOptions(cluster=cluster))
+    agent = build_agent(FakeKube(server), cast(GitSource, _Source()), Metrics(), AgentOptions(cluster=cluster))
     agent.cache.synced.set()
     agent.leading.set()
     return agent
@@ -44,11 +46,11 @@ def _write(root: Path, files: dict[str, str | None]) -> Path:
 
 def _revision(agent: Agent, root: Path, revision: str) -> list[Unit]:
     """What the dispatcher and the workers do with a revision."""
-    loaded = agent.revisions.load(root)
-    changed = agent.install(loaded.state, loaded.rendered, revision)
+    loaded = agent.installer.loader.load(root)
+    changed = agent.installer.install(loaded.state, loaded.rendered, revision)
     agent.loaded.set()
     for unit in changed:
-        agent.sync(unit)
+        agent.syncs.sync(unit)
     agent.dispatch_pending()  # the UnitSynced events, as the dispatcher handles them
     return changed
 
@@ -93,7 +95,7 @@ def test_an_agent_without_its_clusters_name_applies_nothing(tmp_path: Path) -> N
     server.add_namespace(NS)
     agent = _agent(server, "")
     root = _write(tmp_path / "r", FILES)
-    loaded = agent.revisions.load(root)
+    loaded = agent.installer.loader.load(root)
     assert loaded.state.units == [] and loaded.errors == 1
     assert "--cluster" in loaded.error_lines()[0]
     assert _revision(agent, root, "r1") == [] and _statefulsets(server) == set()

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from syncer.agent.agent import Agent, AgentOptions
 from syncer.agent.reporting import sync_events
+from syncer.agent.state import AgentOptions
+from syncer.agent.wiring import build_agent
 from syncer.cluster.events import BURST, Event, EventRecorder
 from syncer.engine.changeset import Action, Cause, Change, UnitResult
 from syncer.engine.live import LiveState
@@ -73,9 +74,9 @@ def test_the_agent_reports_a_sync_on_the_units_inventory(tmp_path: Path) -> None
     recorder = EventRecorder(kube, "agent-0")
     sink = Sink()
     notifier = Notifier([Receiver("ops", "generic", sink.url)])
-    agent = Agent(kube, NoSource(), Metrics(), AgentOptions(), recorder, notifier)
+    agent = build_agent(kube, NoSource(), Metrics(), AgentOptions(), recorder, notifier)
     state = load_repo(write(tmp_path / "repo", pools=pool("a")))
-    agent.install(state, render_repo(state), "0123456789abcdef")
+    agent.installer.install(state, render_repo(state), "0123456789abcdef")
     agent.loaded.set()
     agent.cache.state = LiveState.load(kube, None)
     agent.cache.synced.set()

@@ -10,7 +10,9 @@ from typing import Any, cast
 
 import pytest
 
-from syncer.agent.agent import Agent, AgentOptions
+from syncer.agent.agent import Agent
+from syncer.agent.state import AgentOptions
+from syncer.agent.wiring import build_agent
 from syncer.cluster.client import ClusterUnreachable, Kube
 from syncer.cluster.fence import Fenced, WriteFence
 from syncer.cluster.lease import LeaderElector
@@ -145,9 +147,9 @@ class Unreachable(FakeKube):
 
 def test_a_sync_that_cannot_reach_the_cluster_is_counted_as_failed(tmp_path: Path) -> None:
     metrics = Metrics()
-    agent = Agent(Unreachable(), NoSource(), metrics, AgentOptions())
+    agent = build_agent(Unreachable(), NoSource(), metrics, AgentOptions())
     state = load_repo(write(tmp_path / "repo"))
-    agent.install(state, render_repo(state), "r1")
+    agent.installer.install(state, render_repo(state), "r1")
     agent.loaded.set()
     agent.cache.synced.set()
     agent.leading.set()
@@ -214,14 +216,14 @@ def test_the_elector_derives_the_fence_deadline_from_lease_duration_and_safety_m
 
 
 def fake_agent(kube: Kube | None = None, source: Any = None, poll: float = 60.0) -> Agent:
-    return Agent(kube if kube is not None else FakeKube(), source or NoSource(), Metrics(),
-                 AgentOptions(poll_interval=poll))
+    return build_agent(kube if kube is not None else FakeKube(), source or NoSource(), Metrics(),
+                       AgentOptions(poll_interval=poll))
 
 
 def test_losing_the_lease_drops_the_queued_work(tmp_path: Path) -> None:
     agent = fake_agent()
     state = load_repo(write(tmp_path / "repo"))
-    agent.install(state, render_repo(state), "r1")
+    agent.installer.install(state, render_repo(state), "r1")
     agent.loaded.set()
     other = Unit("federation", NS, "other")
     agent.set_leading(True)  # queues the catch-up work
@@ -237,7 +239,7 @@ def test_a_fenced_sync_is_counted_as_fenced_not_as_failed(server: FakeApiServer,
     lease = Lease()
     agent = fake_agent(FakeKube(server).fenced(lease.fence))
     state = load_repo(write(tmp_path / "repo"))
-    agent.install(state, render_repo(state), "r1")
+    agent.installer.install(state, render_repo(state), "r1")
     agent.loaded.set()
     agent.cache.synced.set()
     agent.leading.set()  # the callback has not run yet: only the fence knows
@@ -268,7 +270,7 @@ def test_bad_lease_timings_are_settings_errors() -> None:
 def test_readyz_fails_while_the_api_server_is_unreachable(tmp_path: Path) -> None:
     server = FakeApiServer()
     kube = FakeKube(server)
-    agent = Agent(kube, NoSource(), Metrics(), AgentOptions())
+    agent = build_agent(kube, NoSource(), Metrics(), AgentOptions())
     agent.loaded.set()
     agent.cache.synced.set()
     assert agent.ready() == (True, "ok")

@@ -11,10 +11,13 @@ from typing import Any, cast
 import pytest
 from structlog.testing import capture_logs
 
-from syncer.agent.agent import Agent, AgentOptions
+from syncer.agent.agent import Agent
+from syncer.agent.flower_watch import FlowerWatch
 from syncer.agent.flowerunits import CRD_NAME, KIND, FlowerUnits, object_name, unit_status
 from syncer.agent.messages import ResyncRequested
 from syncer.agent.reconcile_request import ANN_REQUESTED_AT
+from syncer.agent.state import AgentOptions
+from syncer.agent.wiring import FlowerFactory, build_agent
 from syncer.engine.live import LiveState
 from syncer.identity import LABEL_REPOSITORY, Unit
 from syncer.observe.conditions import UnitCondition
@@ -35,11 +38,15 @@ def kube() -> FakeKube:
 
 @pytest.fixture
 def agent(kube: FakeKube, tmp_path: Path) -> Agent:
-    agent = Agent(kube, NoSource(), Metrics(), AgentOptions())
+    return make_agent(kube, tmp_path)
+
+
+def make_agent(kube: FakeKube, tmp_path: Path, flower: FlowerFactory | None = None) -> Agent:
+    agent = build_agent(kube, NoSource(), Metrics(), AgentOptions(), flower=flower)
     install(agent, repo_at(tmp_path / "r", {"federations/fed.yaml": fed()}), "r1")
     agent.cache.synced.set()
     agent.leading.set()
-    agent.health[FED_UNIT] = HEALTHY  # as a status round finds it
+    agent.book.health[FED_UNIT] = HEALTHY  # as a status round finds it
     return agent
 
 
@@ -53,6 +60,10 @@ def clock() -> Clock:
 
 @pytest.fixture
 def view(agent: Agent, kube: FakeKube, clock: Clock) -> FlowerUnits:
+    return make_view(agent, kube, clock)
+
+
+def make_view(agent: Agent, kube: FakeKube, clock: Clock) -> FlowerUnits:
     view = FlowerUnits(agent, kube, clock=clock)
     view.replace(None, [])  # the first listing: none yet
     view._listed()
@@ -62,7 +73,7 @@ def view(agent: Agent, kube: FakeKube, clock: Clock) -> FlowerUnits:
 def sync(agent: Agent, unit: Unit = FED_UNIT) -> None:
     """As a worker and then the dispatcher do (the cache as the watches would have it)."""
     agent.cache.state = LiveState.load(agent.kube, None)
-    agent.sync(unit)
+    agent.syncs.sync(unit)
     while not agent.events.empty():
         agent.handle(agent.events.get())
 
@@ -132,9 +143,10 @@ class Recorded:
 
 
 def test_flower_health_is_kept_written_when_it_changes_and_removed_when_no_longer_known(
-        agent: Agent, kube: FakeKube, view: FlowerUnits, clock: Clock) -> None:
+        kube: FakeKube, tmp_path: Path, clock: Clock) -> None:
     flower = Recorded()
-    agent.flower = flower  # type: ignore[assignment]
+    agent = make_agent(kube, tmp_path, flower=lambda report, rekey: cast(FlowerWatch, flower))
+    view = make_view(agent, kube, clock)
     sync(agent)
     view.write_round()
     flower.value = {"reachable": True, "supernodes": {"online": 2}}
@@ -341,7 +353,7 @@ def many(agent: Agent, kube: FakeKube, tmp_path: Path, count: int) -> list[Unit]
     kube.server.add_namespace(NS)
     units = [Unit("federation", NS, f"f{i:02d}") for i in range(count)]
     for unit in units:
-        agent.health[unit] = UnitCondition("Healthy", False, "Progressing", "pool a: 0/1 ready")
+        agent.book.health[unit] = UnitCondition("Healthy", False, "Progressing", "pool a: 0/1 ready")
         sync(agent, unit)
     return units
 
@@ -381,8 +393,8 @@ def test_when_the_budget_is_short_a_unit_whose_readiness_changed_is_written_firs
     assert all(ready(stored(kube, u) or {})["status"] == "Unknown" for u in units)
     last = units[-1]  # written last if the order were by name alone
     for unit in units[:-1]:
-        agent.health[unit] = UnitCondition("Healthy", False, "Progressing", "pool a: 1/2 ready")
-    agent.health[last] = HEALTHY
+        agent.book.health[unit] = UnitCondition("Healthy", False, "Progressing", "pool a: 1/2 ready")
+    agent.book.health[last] = HEALTHY
     for unit in units:
         sync(agent, unit)
     clock.now += 1  # a budget of WRITE_RATE: fewer than the 30 units that changed

@@ -10,9 +10,11 @@ from typing import Any, cast
 
 import pytest
 
-from syncer.agent.agent import Agent, AgentOptions
+from syncer.agent.agent import Agent
 from syncer.agent.flower_watch import FlowerWatch
-from syncer.cluster.events import Event
+from syncer.agent.state import AgentOptions
+from syncer.agent.wiring import build_agent
+from syncer.cluster.events import Event, EventRecorder
 from syncer.cluster.flower_control import RunInfo
 from syncer.engine.disruption import Disruption, Effect
 from syncer.engine.holds import ActiveRun, HoldSettings, Runs, Why, decide
@@ -262,14 +264,14 @@ def _agent(kube: FakeKube, tmp_path: Path, health: dict[Unit, FlowerHealth],
     root = repo_at(tmp_path / "r", {"federations/fed.yaml": federation()})
     state = load_repo(root)
     assert Engine(kube).sync(plan_repo(state, render_repo(state)), SyncOptions()).ok
-    agent = Agent(kube, NoSource(), Metrics(), AgentOptions())
-    agent.cache.state = LiveState.load(kube, None)
     probe = SimpleNamespace(enabled=True, unreachable_from_here=lambda address: outside)
-    agent.flower = cast(FlowerWatch, SimpleNamespace(probe=probe, health=health,
-                                                      to_dict=lambda u: None, recorded=lambda u: None))
+    flower = cast(FlowerWatch, SimpleNamespace(probe=probe, health=health, to_dict=lambda u: None,
+                                               recorded=lambda u: None))
+    events: list[Event] = []  # what the agent reports (the leader's, once it leads)
+    recorder = cast(EventRecorder, SimpleNamespace(record=events.append))
+    agent = build_agent(kube, NoSource(), Metrics(), AgentOptions(), recorder, flower=lambda report, rekey: flower)
+    agent.cache.state = LiveState.load(kube, None)
     agent.holds.clock = lambda: clock[0]
-    events: list[Event] = []
-    agent.report = agent.holds.report = lambda unit, ev: events.append(ev)  # type: ignore[method-assign]
     (root / "federations" / "fed.yaml").write_text(
         federation("fed", pools=pool("a", 3), superlink="    extraArgs: [--fab-state-dir=/tmp]\n"))
     install(agent, root, "r2")
@@ -280,7 +282,7 @@ def _agent(kube: FakeKube, tmp_path: Path, health: dict[Unit, FlowerHealth],
 
 def _sync(agent: Agent) -> None:
     """As a worker and then the dispatcher do: sync the unit, handle its UnitSynced."""
-    agent.sync(FED_UNIT)
+    agent.syncs.sync(FED_UNIT)
     agent.dispatch_pending()
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from syncer.agent.agent import Agent
 from syncer.agent.liveness import LATE_CALL, STUCK_SYNC, Liveness
 from syncer.agent.state import AgentOptions
+from syncer.agent.wiring import build_agent
 from syncer.cluster.tenant_calls import InFlight
 from syncer.identity import Unit
 from syncer.observe.metrics import Metrics
@@ -53,8 +53,8 @@ def test_the_agents_health_reads_the_syncs_its_workers_run(monkeypatch: pytest.M
     """A worker's sync that runs past its bound turns `/healthz` (Agent.healthy) 503 while it runs,
     and `/api/v1/status` says why (`stuck`)."""
     clock = Clock()
-    agent = Agent(FakeKube(), NoSource(), Metrics(), AgentOptions())
-    agent.liveness = Liveness(InFlight(clock), clock=clock)
+    agent = build_agent(FakeKube(), NoSource(), Metrics(), AgentOptions(),
+                        liveness=Liveness(InFlight(clock), clock=clock))
     agent.leading.set()
     seen: list[tuple[bool, str]] = []
 
@@ -62,8 +62,8 @@ def test_the_agents_health_reads_the_syncs_its_workers_run(monkeypatch: pytest.M
         clock.now += STUCK_SYNC
         seen.append((agent.healthy(), agent.status()["stuck"]))
 
-    monkeypatch.setattr(agent, "sync", stuck)
+    monkeypatch.setattr(agent.syncs, "sync", stuck)
     assert agent.healthy()
-    agent._work_on(UNIT)
+    agent.syncs.work_on(UNIT)
     assert seen == [(False, f"the sync of {UNIT.id} has run for 600s (more than 600s)")]
     assert agent.healthy() and agent.status()["stuck"] == ""

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from syncer.agent.agent import SUPERLINK_STARTING_RETRY, Agent
 from syncer.agent.state import AgentOptions
+from syncer.agent.syncing import SUPERLINK_STARTING_RETRY
+from syncer.agent.wiring import build_agent
 from syncer.cluster.flower_control import ControlErrorCode
 from syncer.engine.changeset import Cause, UnitResult
 from syncer.engine.keyresult import KeyOutcome, NodeKeyResult
@@ -37,7 +38,7 @@ def keys_failed(*codes: ControlErrorCode) -> NodeKeyResult:
 ])
 def test_retries_while_the_superlink_starts_stay_short(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                         codes: tuple[ControlErrorCode, ...], longest: float) -> None:
-    agent = Agent(FakeKube(), NoSource(), Metrics(), AgentOptions())
+    agent = build_agent(FakeKube(), NoSource(), Metrics(), AgentOptions())
     agent.cache.synced.set()  # as once its watches listed the cluster
     install(agent, repo_at(tmp_path, {"federations/fed.yaml": federation("fed", pool("a"))}), "0" * 40)
 
@@ -49,6 +50,6 @@ def test_retries_while_the_superlink_starts_stay_short(tmp_path: Path, monkeypat
     monkeypatch.setattr(agent.engine, "sync_unit", sync_unit)
     with capture_logs() as logs:
         for _ in range(12):  # the pods' events make it sync (and fail) again and again
-            agent.sync(FED)
+            agent.syncs.sync(FED)
     delays = [e["retry_in"] for e in logs if e["event"] == "unit failed; retrying"]
     assert len(delays) == 12 and max(delays) == longest

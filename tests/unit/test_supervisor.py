@@ -168,8 +168,8 @@ def test_error_texts_pass_through_the_scrub_everywhere_they_go() -> None:
 def test_the_agent_scrubs_the_values_of_every_revision_it_installed(tmp_path: Path) -> None:
     """The agent hands the supervisor the plaintext of the encrypted files it installed, this
     revision's and earlier ones' (a unit that fails keeps its last good state, rendered from them)."""
-    from syncer.agent.agent import Agent
     from syncer.agent.state import AgentOptions
+    from syncer.agent.wiring import build_agent
     from syncer.models.settings import RepoSettings
     from syncer.observe.metrics import Metrics
     from syncer.render.repo import Rendered
@@ -177,8 +177,8 @@ def test_the_agent_scrubs_the_values_of_every_revision_it_installed(tmp_path: Pa
     from tests.doubles import NoSource
     from tests.fakekube import FakeKube
 
-    agent = Agent(FakeKube(), NoSource(), Metrics(), AgentOptions())
+    agent = build_agent(FakeKube(), NoSource(), Metrics(), AgentOptions())
     for secrets in (frozenset({"first-secret-value"}), frozenset({"second-secret-value"}), frozenset()):
-        agent.install(RepoState(tmp_path, RepoSettings(), secrets=secrets), Rendered(), "0" * 40)
+        agent.installer.install(RepoState(tmp_path, RepoSettings(), secrets=secrets), Rendered(), "0" * 40)
     text = agent.supervisor.scrub("saw first-secret-value and second-secret-value, not ok")
     assert text == "saw **redacted** and **redacted**, not ok"

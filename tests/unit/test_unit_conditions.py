@@ -15,9 +15,10 @@ from typing import Any, cast
 import pytest
 import structlog.testing
 
-from syncer.agent.agent import Agent, AgentOptions
+from syncer.agent.agent import Agent
 from syncer.agent.messages import UnitSynced
-from syncer.agent.unitstate import observe_health
+from syncer.agent.state import AgentOptions
+from syncer.agent.wiring import build_agent
 from syncer.cluster.events import Event, EventRecorder
 from syncer.engine.changeset import Action, Cause, Change, UnitResult
 from syncer.identity import ObjectRef, Unit
@@ -53,8 +54,8 @@ def recorder() -> Recorder:
 def make_agent(recorder: Recorder, **options: Any) -> Agent:
     server = FakeApiServer()
     server.add_namespace(NS)
-    agent = Agent(FakeKube(server), NoSource("git@example.org:team/config.git"), Metrics(), AgentOptions(**options),
-                  recorder=cast(EventRecorder, recorder))
+    agent = build_agent(FakeKube(server), NoSource("git@example.org:team/config.git"), Metrics(),
+                        AgentOptions(**options), recorder=cast(EventRecorder, recorder))
     agent.cache.synced.set()  # nothing to list: the fake cluster starts empty
     agent.leading.set()
     return agent
@@ -68,7 +69,7 @@ def agent(recorder: Recorder) -> Agent:
 def sync(agent: Agent, units: list[Unit]) -> None:
     """What the workers and the dispatcher do with the units a revision queued."""
     for unit in units:
-        agent.sync(unit)
+        agent.syncs.sync(unit)
     while not agent.events.empty():
         event = agent.events.get_nowait()
         if isinstance(event, UnitSynced):
@@ -161,7 +162,7 @@ def test_a_new_unit_that_cannot_be_decrypted_is_reported_everywhere(recorder: Re
     assert config_errors(agent, EDGE) == 1
     assert any(e.reason == "ConfigError" and "secrets.yaml" in e.note for e in recorder.events)
     # the log names the file and what is wrong, never a value
-    lines = agent.revisions.load(root).error_lines()
+    lines = agent.installer.loader.load(root).error_lines()
     assert any(line.startswith("supernodes/edge/secrets.yaml:") and "cannot decrypt" in line for line in lines)
     assert not any("sunshine" in line for line in lines)
     assert synced(agent)["reason"] == "Synced"  # the other unit is untouched
@@ -252,11 +253,11 @@ def test_health_follows_each_status_round(agent: Agent, tmp_path: Path) -> None:
     assert agent.unit_conditions()[FED_UNIT]["health"] == "Unknown"  # no status round yet
     broken = PoolStatus("a", "StatefulSet", "fed-supernode-a", 1, 0,
                         problem=ProblemSummary("ImagePullBackOff", "image not found", 1, 1, "fed-supernode-a-0"))
-    observe_health(agent, [UnitStatus(FED_UNIT.id, pools=[broken])])
+    agent.book.observe_health([UnitStatus(FED_UNIT.id, pools=[broken])])
     state = agent.unit_conditions()[FED_UNIT]
     assert (state["synced"], state["health"], state["ready"]) == ("Synced", "Degraded", False)
     good = PoolStatus("a", "StatefulSet", "fed-supernode-a", 1, 1, healthy=True)
-    observe_health(agent, [UnitStatus(FED_UNIT.id, pools=[good])])
+    agent.book.observe_health([UnitStatus(FED_UNIT.id, pools=[good])])
     state = agent.unit_conditions()[FED_UNIT]
     assert (state["health"], state["ready"]) == ("Healthy", True)
 
@@ -318,7 +319,8 @@ def test_git_revert_of_a_typo_clears_the_config_error_in_the_running_agent(tmp_p
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "a federation")
     source = GitSource(SourceSpec(url=str(repo), cache_dir=tmp_path / "cache"))
-    agent = Agent(QuietKube(server), source, Metrics(), AgentOptions(namespaces=[NS], workers=1, poll_interval=3600))
+    agent = build_agent(QuietKube(server), source, Metrics(),
+                        AgentOptions(namespaces=[NS], workers=1, poll_interval=3600))
     agent.start()
     agent.set_leading(True)
 
@@ -413,18 +415,17 @@ def test_an_equal_result_keeps_the_one_held(agent: Agent, tmp_path: Path) -> Non
 def test_a_waiting_resync_answers_every_unit_in_one_shape(agent: Agent, tmp_path: Path) -> None:
     """A unit whose sync the dispatcher failed on is answered like a synced one: a failed result
     with the error and its cause."""
-    from syncer.agent.failures import event_failed
     from syncer.agent.messages import Waiter
 
     root = repo_at(tmp_path / "r", {"federations/fed.yaml": fed(), "federations/b.yaml": fed("b")})
     install(agent, root, "r1")
     b = Unit("federation", NS, "b")
     waiter = Waiter(units={FED_UNIT, b})
-    agent.waiters.append(waiter)
+    agent.resyncs.waiters.append(waiter)
     agent.handle(UnitSynced(FED_UNIT, UnitResult(FED_UNIT), 0.0, "r1"))
     assert not waiter.done.is_set()
-    event_failed(agent, UnitSynced(b, UnitResult(b), 0.0, "r1"), KeyError("x"), "injected")
-    assert waiter.done.is_set() and waiter not in agent.waiters
+    agent.failures.event_failed(UnitSynced(b, UnitResult(b), 0.0, "r1"), KeyError("x"), "injected")
+    assert waiter.done.is_set() and waiter not in agent.resyncs.waiters
     assert waiter.answer() == {
         FED_UNIT.id: {"unit": FED_UNIT.id, "ok": True, "changes": []},
         b.id: {"unit": b.id, "ok": False, "changes": [], "errors": ["injected"], "cause": "Crashed"}}

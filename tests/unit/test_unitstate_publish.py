@@ -10,9 +10,8 @@ from typing import Any
 
 import pytest
 
-from syncer.agent import unitstate
-from syncer.agent.agent import Agent
 from syncer.agent.state import AgentOptions
+from syncer.agent.wiring import build_agent
 from syncer.cluster.events import Event
 from syncer.identity import Unit
 from syncer.observe.conditions import UnitCondition, UnitConditions
@@ -41,15 +40,15 @@ class BothRead(dict[Unit, tuple[str, ...]]):
 
 
 def test_a_recovery_published_by_two_threads_at_once_is_told_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    agent = Agent(FakeKube(), NoSource(), Metrics(), AgentOptions())
-    agent.published = BothRead({UNIT: ("ConfigError", "Healthy", "federations/f.yaml:3: ...", "")})  # type: ignore[misc]
+    agent = build_agent(FakeKube(), NoSource(), Metrics(), AgentOptions())
+    agent.book.published = BothRead({UNIT: ("ConfigError", "Healthy", "federations/f.yaml:3: ...", "")})  # type: ignore[misc]
     told: list[Event] = []
-    monkeypatch.setattr(agent, "report", lambda _unit, event: told.append(event))
-    monkeypatch.setattr(unitstate, "unit_state", lambda _agent, _unit: SYNCED)
-    threads = [threading.Thread(target=unitstate.publish, args=(agent, UNIT)) for _ in range(2)]
+    monkeypatch.setattr(agent.book, "report", lambda _unit, event: told.append(event))
+    monkeypatch.setattr(agent.book, "unit_state", lambda _unit: SYNCED)
+    threads = [threading.Thread(target=agent.book.publish, args=(UNIT,)) for _ in range(2)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(10)
     assert [e.reason for e in told] == ["Synced"]
-    assert agent.published[UNIT][0] == "Synced"
+    assert agent.book.published[UNIT][0] == "Synced"

@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 
 from syncer.agent.activity import Activity, unit_activity
-from syncer.agent.agent import Agent, AgentOptions
+from syncer.agent.agent import Agent
 from syncer.agent.messages import UnitSynced
+from syncer.agent.state import AgentOptions
+from syncer.agent.wiring import build_agent
 from syncer.cluster.client import path_for
 from syncer.cluster.events import Event, EventRecorder
 from syncer.engine.live import LiveState
@@ -37,7 +39,7 @@ SCRIPT = "<script>alert(1)</script>"
 
 def synced(agent: Agent) -> None:
     for unit in list(agent.installed.plan.units):
-        agent.sync(unit)
+        agent.syncs.sync(unit)
     while not agent.events.empty():
         event = agent.events.get_nowait()
         if isinstance(event, UnitSynced):
@@ -57,7 +59,7 @@ def encrypted(tmp_path: Path) -> tuple[Agent, FakeKube]:
     server = FakeApiServer()
     server.add_namespace(NS)
     kube = FakeKube(server)
-    agent = Agent(kube, NoSource(), Metrics(), AgentOptions(decryption_key_files=(key,)))
+    agent = build_agent(kube, NoSource(), Metrics(), AgentOptions(decryption_key_files=(key,)))
     agent.cache.synced.set()
     agent.leading.set()
     root = repo_at(tmp_path / "r", {"supernodes/edge/values.yaml": encrypt(VALUES, str(identity.to_public())),

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from syncer.agent.agent import Agent, AgentOptions
+from syncer.agent.agent import Agent
 from syncer.agent.messages import DriftCheckDue
+from syncer.agent.state import AgentOptions
 from syncer.agent.view import unit_rows, unit_view
+from syncer.agent.wiring import build_agent
 from syncer.engine.live import LiveState
 from syncer.engine.sync import Engine, SyncOptions
 from syncer.observe.metrics import Metrics
@@ -28,7 +30,7 @@ def synced_agent(tmp_path: Path) -> tuple[Agent, FakeKube, Path]:
     root = repo_at(tmp_path / "r", {"federations/fed.yaml": fed()})
     state = load_repo(root)
     assert Engine(kube).sync(plan_repo(state, render_repo(state)), SyncOptions()).ok
-    agent = Agent(kube, NoSource(), Metrics(), AgentOptions(repository="config"))
+    agent = build_agent(kube, NoSource(), Metrics(), AgentOptions(repository="config"))
     agent.cache.state = LiveState.load(kube, None)
     agent.cache.synced.set()
     agent.leading.set()
