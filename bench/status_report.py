@@ -5,7 +5,7 @@ N federations x P pools plus R SuperNode releases (bench/repogen.py).
 
 The cache holds what the watches would: each rendered workload as the controllers report it
 (every replica ready) and one running pod per replica, both slimmed as the agent keeps them
-(syncer.observe.slim). Each round asks for the report of every unit, as the agent's status round
+(syncer.observe.slim_objects). Each round asks for the report of every unit, as the agent's status round
 does (syncer.agent.runner._status_round: targets from the inventories' workloads). Between rounds
 `--changes` pods of as many units are modified (their status changes, as while the controllers
 create pods), so the figures show a quiet round (`--changes 0`) and a busy one.
@@ -36,7 +36,7 @@ from bench.repogen import make_repo  # noqa: E402
 from syncer.engine.inventory import Entry, Inventory  # noqa: E402
 from syncer.engine.live import LiveState  # noqa: E402
 from syncer.identity import WORKLOAD_KINDS, ObjectRef, Unit  # noqa: E402
-from syncer.observe.slim import slim_pod, slim_workload  # noqa: E402
+from syncer.observe.slim_objects import slim_pod, slim_workload  # noqa: E402
 from syncer.observe.status import targets_from  # noqa: E402
 from syncer.observe.status_cache import StatusCache  # noqa: E402
 from syncer.render.repo import plan_repo, render_repo  # noqa: E402

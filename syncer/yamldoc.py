@@ -22,8 +22,8 @@ from typing import Any
 
 import yaml
 
-from syncer.compact import share_strings
 from syncer.diagnostics import Diagnostic, FieldPath, format_path
+from syncer.shared_strings import share_strings
 
 try:  # libyaml is much faster; fall back to the pure-Python loader where it is missing
     _Loader: type[yaml.SafeLoader] = yaml.CSafeLoader  # type: ignore[assignment]

@@ -41,7 +41,7 @@ from syncer.agent.state import Installed, UnitState
 from syncer.cluster.client import FIELD_MANAGER
 from syncer.engine.live import LiveState
 from syncer.engine.normalize import managed_fields_hash
-from syncer.engine.vanished import vanished_units
+from syncer.engine.units_left_git import vanished_units
 from syncer.identity import ANN_APPLIED_HASH, ObjectRef, Unit, unit_matches
 from syncer.observe.conditions import UnitConditions
 from syncer.observe.status import UnitStatus

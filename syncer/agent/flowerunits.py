@@ -29,8 +29,8 @@ from syncer.agent.reconcile_request import ANN_REQUESTED_AT, MAX_REQUESTED_AT, R
 from syncer.cluster.client import ApiError, ClusterUnreachable, Kube, path_for
 from syncer.cluster.fence import Fenced
 from syncer.cluster.reflector import Reflector
-from syncer.compact import share_strings
 from syncer.identity import ANN_RELEASE_HOLD, LABEL_REPOSITORY, Unit
+from syncer.shared_strings import share_strings
 
 if TYPE_CHECKING:
     from syncer.agent.agent import Agent

@@ -23,7 +23,7 @@ from syncer.agent.unitstate import UnitBook
 from syncer.cluster.events import Event
 from syncer.diagnostics import Diagnostic
 from syncer.engine.normalize import fingerprint
-from syncer.engine.vanished import vanished_units
+from syncer.engine.units_left_git import vanished_units
 from syncer.identity import Unit
 from syncer.observe.metrics import Metrics
 from syncer.plan import Claims

@@ -5,7 +5,7 @@ For each new revision, the units it changed wait for their sync. Two things foll
   reached the agent is the unit's figure; when the last one succeeds, the revision's;
 - checked: once every unit of the newest revision has been synced (successfully or not), the
   repository was checked at that revision (the REVISION column of `status`, see
-  syncer.engine.checked). A newer revision replaces an older one still in progress.
+  syncer.engine.checked_revision). A newer revision replaces an older one still in progress.
 """
 
 from __future__ import annotations

@@ -155,7 +155,7 @@ class UnitSyncs:
 
 
 class CheckedRecorder:
-    """Every unit of a revision has been synced: note it for `status` (syncer.engine.checked), the
+    """Every unit of a revision has been synced: note it for `status` (syncer.engine.checked_revision), the
     leader only, on a thread of its own (never the dispatcher's)."""
 
     def __init__(self, engine: Engine, cache: LiveCache, current: Current, *, namespaces: list[str] | None,

@@ -12,8 +12,8 @@ from typing import Any, Generic, NamedTuple, TypeVar
 import orjson
 
 from syncer.cluster.client import Kube
-from syncer.engine.checked import Checked
-from syncer.engine.checked import decode as decode_checked
+from syncer.engine.checked_revision import Checked
+from syncer.engine.checked_revision import decode as decode_checked
 from syncer.engine.inventory import Inventory, decode
 from syncer.engine.ownership import owner_of
 from syncer.identity import INVENTORY_SELECTOR, MANAGED_KINDS, MANAGED_SELECTOR, ObjectRef, Unit

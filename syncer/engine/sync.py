@@ -23,9 +23,9 @@ from syncer.cluster.fence import Fenced
 from syncer.cluster.tenant_calls import Share
 from syncer.engine.apply import Applier, Outcome
 from syncer.engine.changeset import Action, Cause, Change, SkipReason, UnitResult
-from syncer.engine.checked import Checked
+from syncer.engine.checked_revision import Checked
 from syncer.engine.claim import claim, never_recorded
-from syncer.engine.copies import fill_copies
+from syncer.engine.copied_secrets import fill_copies
 from syncer.engine.digestkey import DigestKeyError, DigestKeys
 from syncer.engine.disruption import config_changes, removal
 from syncer.engine.holds import hold_removals
@@ -40,7 +40,7 @@ from syncer.engine.ownership import recover_inventory, stamp_repository, write_c
 from syncer.engine.prune import prune
 from syncer.engine.rollout import Rollouts
 from syncer.engine.superlink_state import as_running
-from syncer.engine.vanished import recorded_source, vanished_units
+from syncer.engine.units_left_git import recorded_source, vanished_units
 from syncer.identity import (
     LABEL_MANAGED_BY,
     MANAGED_BY,

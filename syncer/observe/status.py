@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from syncer.cluster.client import ApiError, Kube
-from syncer.compact import share_strings
-from syncer.engine.checked import Checked
+from syncer.engine.checked_revision import Checked
 from syncer.engine.inventory import Condition, Inventory
 from syncer.engine.live import LiveState
 from syncer.identity import (
@@ -46,7 +45,8 @@ from syncer.observe.health import (
     summarize_problems,
     workload_health,
 )
-from syncer.observe.slim import slim_node, slim_pod, slim_workload
+from syncer.observe.slim_objects import slim_node, slim_pod, slim_workload
+from syncer.shared_strings import share_strings
 
 if TYPE_CHECKING:
     from syncer.engine.sync import SyncReport
@@ -114,7 +114,7 @@ class PoolStatus:
 class UnitStatus:
     unit: str  # Unit.id: kind/namespace/name
     revision: str = ""  # last applied revision, from the unit's inventory
-    checked: str = ""  # the newest revision a sync went over it at (see syncer.engine.checked)
+    checked: str = ""  # the newest revision a sync went over it at (see syncer.engine.checked_revision)
     checked_at: str = ""
     pools: list[PoolStatus] = field(default_factory=list)
     drift: int | None = None  # objects that differ from the repository; None when not computed

@@ -31,7 +31,7 @@ from syncer.cluster.reflector import Reflector
 from syncer.engine.live import UnitIndex
 from syncer.identity import MANAGED_SELECTOR, WORKLOAD_KINDS, Unit
 from syncer.observe.health import gpu_table, node_allocatable_gpus, pod_gpu_usage
-from syncer.observe.slim import slim_pod, slim_workload
+from syncer.observe.slim_objects import slim_pod, slim_workload
 from syncer.observe.status import (
     BOUND_PODS_FIELDS,
     LIST_PAGE,

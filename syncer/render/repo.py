@@ -4,7 +4,7 @@ the same object), and turn the result into the engine's Plan.
 Given a `RenderCache` (the agent keeps one, beside its loader cache), a unit whose content key
 (`syncer.render.cachekey`: what it was loaded from, the settings, the agent's account, Flower's
 release facts) is the one rendered last time is not rendered or checked again: its manifests are
-the same object as before, kept packed (`syncer.render.packed`) for as long as the cache holds
+the same object as before, kept packed (`syncer.render.packed_manifests`) for as long as the cache holds
 them, and `plan_repo` keeps its UnitPlan."""
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ from syncer.plan import Claims, NodeAuth, Plan, Policy, UnitPlan, refs_of
 from syncer.render.cachekey import Key, context_key, render_key, unit_key
 from syncer.render.common import RenderContext, sort_manifests
 from syncer.render.control_targets import control_target_diagnostics
+from syncer.render.encrypted_values import seal
 from syncer.render.federation import render_federation
 from syncer.render.flower_targets import FlowerMemo, flower_targets
 from syncer.render.guardrails import check_guardrails
-from syncer.render.packed import pack
+from syncer.render.packed_manifests import pack
 from syncer.render.podrules import AgentAccount
-from syncer.render.sealed import seal
 from syncer.render.secret import render_secret
 from syncer.render.supernode import render_supernode
 from syncer.render.tenancy import Tenancy
@@ -251,7 +251,7 @@ def _render(loaded: LoadedUnit, rails: Guardrails, cache: RenderCache | None, us
                                    extra_secrets=(foreign[0],) if foreign else ())  # said once, below
         if foreign is not None:
             crossed.insert(0, foreign[1])
-        # kept across revisions by the cache (the agent): compact (see syncer.render.packed)
+        # kept across revisions by the cache (the agent): compact (see syncer.render.packed_manifests)
         done = _Done(loaded, context, render_key(unit, context) if cache is not None else b"",
                      pack(manifests) if cache is not None else manifests, crossed, refs_of(manifests))
     if cache is not None:

@@ -25,7 +25,7 @@ class LoadedUnit:
     secrets: tuple[tuple[str, SecretManifest], ...] = ()  # (file, Secret) kept in Git for this unit
     sealed: frozenset[str] = frozenset()
     """The decrypted values (as text) of the unit's own SOPS-encrypted file: they reach pods only
-    through a Secret (syncer.render.sealed)."""
+    through a Secret (syncer.render.encrypted_values)."""
     seal_key: bytes = b""  # that file's seal key (syncer.secrets.sops.Decrypted)
     cluster: str = ""
     """The cluster that applies the unit (`clusters/<name>/...` in the repository, see

@@ -205,7 +205,7 @@ def scrubbable(text: str) -> bool:
     """Whether a secret's text may be blanked out wherever it occurs in output: three characters or
     more (shorter ones would blank out ordinary words), and not a boolean (`true` is everywhere;
     encrypted booleans and short numbers reach pods through Secrets instead, see
-    syncer.render.sealed)."""
+    syncer.render.encrypted_values)."""
     return len(text) >= 3 and text not in ("true", "false")
 
 

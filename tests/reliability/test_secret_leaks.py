@@ -22,8 +22,8 @@ from syncer.engine.normalize import canonical_json, fingerprint
 from syncer.engine.ownership import stamp_repository
 from syncer.engine.sync import Engine, SyncOptions
 from syncer.identity import ANN_APPLIED_HASH, Unit
+from syncer.render.encrypted_values import ANN_SEALED
 from syncer.render.repo import plan_repo, render_repo
-from syncer.render.sealed import ANN_SEALED
 from syncer.repo.loader import load_repo
 from syncer.secrets.keys import Decryption, load_identities
 from tests.builders import FED, NS, SECRET_VALUES, secret_manifest

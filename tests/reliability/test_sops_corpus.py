@@ -279,7 +279,7 @@ def test_the_cli_keeps_plaintext_out_of_its_output(tmp_path: Path, keys: tuple[P
     assert "encrypted with SOPS" in capsys.readouterr().out
     assert main(["render", str(repo), "--decryption-key-file", str(a_file)]) == EXIT_OK
     out = capsys.readouterr().out
-    # the encrypted env value reaches the pod through the sealed Secret (syncer.render.sealed), redacted
+    # the encrypted env value reaches the pod through the sealed Secret (syncer.render.encrypted_values), redacted
     assert "top-secret-api-key" not in out and "supernode.env.API_KEY: '**redacted**'" in out
     assert main(["render", str(repo), "--decryption-key-file", str(a_file), "--show-secrets"]) == EXIT_OK
     assert base64.b64encode(b"top-secret-api-key").decode() in capsys.readouterr().out

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from syncer.actions.suspend import set_suspended
 from syncer.agent.progress import RevisionProgress
-from syncer.engine.checked import Checked, decode, record_name
+from syncer.engine.checked_revision import Checked, decode, record_name
 from syncer.engine.live import LiveState
 from syncer.engine.sync import Engine, SyncOptions, SyncReport
 from syncer.identity import Unit

@@ -32,7 +32,7 @@ from syncer.observe.health import (
     summarize_problems,
     workload_health,
 )
-from syncer.observe.slim import slim_pod, slim_workload
+from syncer.observe.slim_objects import slim_pod, slim_workload
 
 UNSCHEDULABLE_GPU = ("0/7 nodes are available: 2 Insufficient nvidia.com/gpu, 5 node(s) didn't match Pod's "
                      "node affinity/selector. preemption: 0/7 nodes are available: 2 No preemption victims "

@@ -27,7 +27,7 @@ BARE_NAME_TREES = ("tools",)
 
 # Lowest first. Modules of one floor may import each other.
 FLOORS: list[set[str]] = [
-    {"syncer", "syncer.identity", "syncer.diagnostics", "syncer.logs", "syncer.compact"},
+    {"syncer", "syncer.identity", "syncer.diagnostics", "syncer.logs", "syncer.shared_strings"},
     {"syncer.yamldoc", "syncer.plan", "syncer.ours", "syncer.secrets"},
     {"syncer.models"},
     {"syncer.repo"},

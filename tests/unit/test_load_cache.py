@@ -17,7 +17,7 @@ from syncer.agent.revision import LoadedRevision, RevisionLoader
 from syncer.identity import ObjectRef
 from syncer.models.federation import Federation
 from syncer.plan import Claims
-from syncer.render.packed import PackedManifests
+from syncer.render.packed_manifests import PackedManifests
 from syncer.render.repo import RenderCache, Rendered, plan_repo, render_repo
 from syncer.repo import loader, reader
 from syncer.repo.loader import LoadCache, load_repo

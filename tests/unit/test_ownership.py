@@ -12,7 +12,7 @@ from syncer.engine.inventory import INVENTORY_KEY, Inventory, decode
 from syncer.engine.live import LiveState, ManagedObjects
 from syncer.engine.ownership import owner_of, recover_inventory, stamp_repository, write_conflict
 from syncer.engine.prune import prune_blocker
-from syncer.engine.vanished import vanished_units
+from syncer.engine.units_left_git import vanished_units
 from syncer.identity import LABEL_REPOSITORY, ObjectRef, Unit
 from syncer.plan import Claims
 from syncer.render.repo import render_repo

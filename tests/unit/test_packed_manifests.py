@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from syncer.render.packed import PackedManifests, pack
+from syncer.render.packed_manifests import PackedManifests, pack
 
 MANIFESTS = [
     {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s", "namespace": "n", "labels": {"a": "b"}},
@@ -53,7 +53,7 @@ def test_every_read_of_the_sequence_api_decodes_once(monkeypatch: pytest.MonkeyP
     once per element; here every read is one decode, and gives what a fresh list gives."""
     import zlib
 
-    from syncer.render import packed as module
+    from syncer.render import packed_manifests as module
 
     many = [{**MANIFESTS[i % 2], "n": i} for i in range(40)]
     p = pack(many)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from syncer.compact import share_strings
+from syncer.shared_strings import share_strings
 
 
 def parsed(name: str) -> dict[str, object]:

@@ -1,4 +1,4 @@
-"""Encrypted values moved out of workload specs (syncer.render.sealed), and the digest key of
+"""Encrypted values moved out of workload specs (syncer.render.encrypted_values), and the digest key of
 Secrets (syncer.engine.digestkey) when it cannot be read."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from syncer.engine.digestkey import KEY_SECRET, holds_git_content
 from syncer.engine.sync import Engine, SyncOptions
 from syncer.identity import ANN_COPY_FROM, Unit
 from syncer.render.common import RenderContext
+from syncer.render.encrypted_values import ANN_SEALED, seal
 from syncer.render.repo import plan_repo, render_repo
-from syncer.render.sealed import ANN_SEALED, seal
 from syncer.repo.loader import load_repo
 from tests.fakekube import FakeApiServer, FakeKube, _Response, _status
 
