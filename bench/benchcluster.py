@@ -29,7 +29,7 @@ def devcluster(*args: str, name: str = "bench") -> str:
 
 @contextmanager
 def bench_cluster(kubeconfig: str | None, *up_args: str, keep: bool = False, name: str = "bench") -> Iterator[str]:
-    """Yields a kubeconfig path; a cluster started here is stopped afterwards unless `keep`."""
+    """Yields a kubeconfig path; a cluster started here is stopped and purged afterwards unless `keep`."""
     if kubeconfig is not None:
         yield kubeconfig
         return
@@ -39,7 +39,7 @@ def bench_cluster(kubeconfig: str | None, *up_args: str, keep: bool = False, nam
         yield devcluster("kubeconfig", name=name).strip()
     finally:
         if not keep:
-            devcluster("down", name=name)
+            devcluster("down", "--purge", name=name)  # its volumes and state too: nothing left behind
 
 
 def wait_for_pods(kube: Kube, namespace: str, want: int, timeout: float, interval: float) -> tuple[int, float]:
