@@ -98,9 +98,10 @@ def reconcile(api: ControlApi, keys: Sequence[tuple[str, bytes]], owned: OwnedKe
     mine = {node_id: digest for node_id, digest in mine.items()
             if any(n.node_id == node_id and key_digest(pem) == digest for pem, n in active.items())}
     for pem, n in active.items():  # a registration cut before its answer went through after all
-        if key_digest(pem) in pending:
-            mine[n.node_id] = key_digest(pem)
-            pending.discard(key_digest(pem))
+        digest = key_digest(pem)
+        if digest in pending:
+            mine[n.node_id] = digest
+            pending.discard(digest)
     # compared without the trailing newline, registered exactly as cryptography writes PEM: the
     # SuperLink matches a connecting SuperNode's key byte for byte against what was registered
     wanted = {pem.strip(): (label, pem) for label, pem in keys}
