@@ -138,6 +138,7 @@ class FlowerProbe:
         self._chosen: list[tuple[Key, Transport]] = []  # checks chosen by `round`, not started yet
         self._plan: Mapping[Unit, FlowerTarget] | None = None  # the targets of the last round, and
         self._rows: list[tuple[Unit, Key, Transport, _Link]] = []  # their links (made when the plan changes)
+        self._then: dict[Key, list[Callable[[], None]]] = {}  # called once the key's check answered (ask_now)
 
     def close(self) -> None:
         with self._lock:
@@ -204,6 +205,37 @@ class FlowerProbe:
         if self._pool is not None:
             for _ in range(min(len(chosen), self.workers)):
                 self._pool.submit(self._drain)
+
+    def ask_now(self, unit: Unit, target: FlowerTarget, then: Callable[[], None]) -> None:
+        """Ask `unit`'s SuperLink now, not at its turn in a status round (a held restart waits for
+        its runs: engine.holds), and call `then` once it answered (at once when an answer is in
+        already). The check takes the namespace's share like any other: a tenant's silent
+        SuperLink holds no more workers for it."""
+        if self._pool is None:
+            return
+        key: Key = (unit.namespace, target.address, target.ca_secret, target.transport)
+        with self._lock:
+            if self._closed:
+                return
+            link = self._links.setdefault(key, _Link())
+            answered = link.answer is not None and link.answer.code != "pending"
+            if not answered:
+                self._then.setdefault(key, []).append(then)
+                start = not link.busy  # a busy link's check is chosen or running: it calls `then`
+                if start:
+                    link.busy = True
+                    self._waiting.setdefault(key[0], deque()).append((key, target.transport))
+        if answered:
+            then()
+        elif start:
+            self._pool.submit(self._drain)
+
+    def answer_for(self, unit: Unit, target: FlowerTarget) -> ControlAnswer | None:
+        """The last answer of `unit`'s SuperLink, as its check left it (newer than the last status
+        round's, when a check answered since); None before any."""
+        with self._lock:
+            link = self._links.get((unit.namespace, target.address, target.ca_secret, target.transport))
+        return link.answer if link is not None else None
 
     # -- the worker's side -----------------------------------------------------------------------
 
@@ -288,6 +320,12 @@ class FlowerProbe:
                         log.warning(f"more SuperLinks may not answer: only the first {LOGGED_SILENT} are logged; "
                                     "/api/v1/status and flower_syncer_federation_control_api_up have them all")
             self._links[key] = link
+            then = self._then.pop(key, [])
+        for call in then:
+            try:
+                call()
+            except Exception:  # a bug there must not stop this worker's later checks
+                log.exception("a call after a Control API check failed", address=address)
 
     def unreachable_from_here(self, address: str) -> bool:
         """Whether `address` is a Service name this agent, outside the cluster, never asks (its

@@ -25,12 +25,13 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from syncer.cluster.events import Event
+from syncer.cluster.flower_control import RunInfo
 from syncer.engine.changeset import UnitResult
 from syncer.engine.disruption import Disruption
 from syncer.engine.holds import HELD, ActiveRun, Decision, Gate, HoldSettings, Runs, Why, decide, parse_stamp
 from syncer.engine.inventory import Inventory, inventory_ref
 from syncer.identity import ANN_RELEASE_HOLD, Unit
-from syncer.observe.flower_health import UNCHECKED, run_state
+from syncer.observe.flower_health import UNCHECKED, active_runs, run_state
 from syncer.plan import FlowerTarget, Plan, UnitPlan
 from syncer.render.tenancy import Tenancy
 
@@ -60,6 +61,7 @@ class Holds:
         self._released: dict[Unit, float] = {}
         self._lock = threading.Lock()
         self._feds: tuple[object, dict[str, Unit]] = (None, {})
+        self._asking: set[Unit] = set()  # units whose federation's SuperLink is being asked (ask_runs)
 
     # -- inputs ---------------------------------------------------------------------------------
 
@@ -95,7 +97,8 @@ class Holds:
         return True
 
     def runs(self, unit: Unit, plan: Plan) -> Runs:
-        """What is known now of the runs of the federation `unit` is, or whose SuperLink it dials."""
+        """What is known now of the runs of the federation `unit` is, or whose SuperLink it dials:
+        the last status round's reading, or the SuperLink's answer got since (`ask_runs`)."""
         fed = self._federation(unit, plan)
         if fed is None:
             return Runs(False, why="no federation of this repository serves it")
@@ -103,19 +106,47 @@ class Holds:
         if watch is None or not watch.probe.enabled:
             return Runs(False, why="Flower-level health is off")
         health = watch.health.get(fed)
-        if health is None or health.code == "pending":  # its first check is due: soon known
-            target = plan.flower.get(fed)
-            if target is not None and watch.probe.unreachable_from_here(target.address):  # never will be
-                return Runs(False, why=f"the SuperLink of {fed.id} is not asked: the agent runs outside the cluster")
-            return Runs(False, why=f"the SuperLink of {fed.id} was not asked yet", pending=True)
-        if health.code in UNCHECKED:
-            return Runs(False, why=f"the SuperLink of {fed.id} is not asked: {health.code}")
-        if not health.reachable:
-            return Runs(False, why=f"the SuperLink of {fed.id} does not answer: {health.error}")
-        if health.truncated:  # the runs in progress may be among those not read: not "no run"
+        if health is not None and health.code != "pending":
+            return self._read(fed, health.code, health.reachable, health.error, health.truncated, health.active)
+        target = plan.flower.get(fed)
+        answer = watch.probe.answer_for(fed, target) if target is not None else None
+        if answer is not None and answer.code != "pending":  # asked since the last round
+            return self._read(fed, answer.code, answer.reachable, answer.error, answer.truncated, active_runs(answer))
+        if target is not None and watch.probe.unreachable_from_here(target.address):  # never will be
+            return Runs(False, why=f"the SuperLink of {fed.id} is not asked: the agent runs outside the cluster")
+        return Runs(False, why=f"the SuperLink of {fed.id} was not asked yet", pending=True)
+
+    @staticmethod
+    def _read(fed: Unit, code: str, reachable: bool, error: str, truncated: bool,
+              active: tuple[RunInfo, ...]) -> Runs:
+        if code in UNCHECKED:
+            return Runs(False, why=f"the SuperLink of {fed.id} is not asked: {code}")
+        if not reachable:
+            return Runs(False, why=f"the SuperLink of {fed.id} does not answer: {error}")
+        if truncated:  # the runs in progress may be among those not read: not "no run"
             return Runs(False, why=f"the SuperLink of {fed.id} lists more runs than the agent reads")
-        return Runs(True, tuple(ActiveRun(r.run_id, run_state(r), r.running_at or r.pending_at)
-                                for r in health.active))
+        return Runs(True, tuple(ActiveRun(r.run_id, run_state(r), r.running_at or r.pending_at) for r in active))
+
+    def ask_runs(self, unit: Unit, plan: Plan) -> None:
+        """A restart of `unit` waits for its federation's runs, not read yet (the agent just
+        started): its SuperLink is asked now rather than at its turn in a status round (up to
+        several rounds at hundreds of federations), and the unit synced again once it answered."""
+        fed = self._federation(unit, plan)
+        watch = self.flower()
+        target = plan.flower.get(fed) if fed is not None else None
+        if fed is None or target is None or watch is None:
+            return
+        with self._lock:
+            if unit in self._asking:
+                return
+            self._asking.add(unit)
+
+        def answered() -> None:
+            with self._lock:
+                self._asking.discard(unit)
+            self.requeue(unit, 0.0)
+
+        watch.probe.ask_now(fed, target, answered)
 
     def _federation(self, unit: Unit, plan: Plan) -> Unit | None:
         if unit.kind == "federation":
@@ -153,6 +184,8 @@ class Holds:
             if decision.hold:
                 with self._lock:
                     self.held[unit] = decision
+                if decision.why is Why.RUNS_PENDING:
+                    self.ask_runs(unit, plan)
                 return decide([disruption], runs, settings, now=now, held_since=since, released_at=released,
                               holding_for=for_runs).message
             self._going(unit, decision)

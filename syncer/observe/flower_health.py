@@ -126,6 +126,11 @@ def failure_message(run: RunInfo) -> str:
     return one_line(run.details or "failed (the SuperLink gives no details)", MAX_FAILURE)
 
 
+def active_runs(answer: ControlAnswer) -> tuple[RunInfo, ...]:
+    """The runs of an answer that are starting or running: what a restart would interrupt."""
+    return tuple(r for r in answer.runs or () if run_state(r) in ("starting", "running"))
+
+
 def run_state(run: RunInfo) -> str:
     """pending | starting | running | completed | failed | stopped ("" for a status Flower may add)."""
     if run.status == "finished":
@@ -185,7 +190,7 @@ def compute(target: FlowerTarget, answer: ControlAnswer, desired: dict[tuple[str
     return FlowerHealth(True, answer.address, answer.checked_at, pools=tuple(out), online=status["online"],
                         offline=status["offline"], registered=status["registered"], unmatched=max(unmatched, 0),
                         runs=dict(runs), last_failure=last, failed=tuple(failed), truncated=answer.truncated,
-                        active=tuple(r for r in answer.runs or () if run_state(r) in ("starting", "running")))
+                        active=active_runs(answer))
 
 
 def health_condition(health: FlowerHealth | None, *, short_for: float = 0.0, grace: float = GRACE

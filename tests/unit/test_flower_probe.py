@@ -127,6 +127,33 @@ def test_a_federation_whose_pods_just_became_ready_is_asked_at_once() -> None:
         p.close()
 
 
+def test_a_superlink_asked_now_is_checked_before_any_round_once_and_says_when_it_answered() -> None:
+    """A restart held until the runs are read (agent.holding.ask_runs): its SuperLink is checked
+    at once, without a status round; asked again while that check runs, no second check starts;
+    each caller hears when the answer is in, and a later caller at once."""
+    connector, clock = Connector(), Clock()
+    connector.gate.clear()  # the SuperLink takes its time
+    connector.runs = [RunInfo(7, "app", "1.0", "running", "")]
+    p = probe(connector, clock)
+    heard: list[str] = []
+    try:
+        p.ask_now(FED, TARGET, lambda: heard.append("first"))
+        wait_until("the check started", lambda: connector.calls == 1)
+        p.ask_now(FED, TARGET, lambda: heard.append("second"))
+        assert p.answer_for(FED, TARGET) is None and heard == []
+        connector.gate.set()
+        wait_until("both heard of the answer", lambda: sorted(heard) == ["first", "second"])
+        answer = p.answer_for(FED, TARGET)
+        assert answer is not None and answer.runs is not None and [r.run_id for r in answer.runs] == [7]
+        assert connector.calls == 1
+        p.ask_now(FED, TARGET, lambda: heard.append("third"))
+        assert heard[-1] == "third" and connector.calls == 1  # answered already: no check
+        assert p.round({FED: TARGET})[FED] is answer  # the round reports that answer, not "pending"
+    finally:
+        connector.gate.set()
+        p.close()
+
+
 def test_a_superlink_that_does_not_answer_is_asked_again_with_backoff() -> None:
     connector, clock, p = failed_once("timed out")
     try:

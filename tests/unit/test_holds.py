@@ -4,6 +4,7 @@ Flower-level health, Events, status, re-queueing when the runs end). On FakeKube
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -22,7 +23,7 @@ from syncer.engine.live import LiveState
 from syncer.engine.sync import Engine, SyncOptions
 from syncer.identity import ObjectRef, Unit
 from syncer.observe.conditions import synced_condition
-from syncer.observe.flower_health import FlowerHealth
+from syncer.observe.flower_health import ControlAnswer, FlowerHealth
 from syncer.observe.metrics import Metrics
 from syncer.observe.status import StatusReport, status
 from syncer.observe.status_tables import format_report
@@ -259,12 +260,33 @@ def _health(*runs: RunInfo, reachable: bool = True) -> FlowerHealth:
                         error="" if reachable else "connection refused", active=runs)
 
 
+class _Probe:
+    """Flower-level health's probe as the holds see it: the answers checks got since the last
+    round (`answers`), and the checks asked for now (`asked`: unit and what to call once answered)."""
+
+    enabled = True
+
+    def __init__(self, outside: bool) -> None:
+        self.outside = outside
+        self.answers: dict[Unit, ControlAnswer] = {}
+        self.asked: list[tuple[Unit, Callable[[], None]]] = []
+
+    def unreachable_from_here(self, address: str) -> bool:
+        return self.outside
+
+    def answer_for(self, unit: Unit, target: object) -> ControlAnswer | None:
+        return self.answers.get(unit)
+
+    def ask_now(self, unit: Unit, target: object, then: Callable[[], None]) -> None:
+        self.asked.append((unit, then))
+
+
 def _agent(kube: FakeKube, tmp_path: Path, health: dict[Unit, FlowerHealth],
-           clock: list[float], *, outside: bool = False) -> tuple[Agent, list[Event]]:
+           clock: list[float], *, outside: bool = False, probe: _Probe | None = None) -> tuple[Agent, list[Event]]:
     root = repo_at(tmp_path / "r", {"federations/fed.yaml": federation()})
     state = load_repo(root)
     assert Engine(kube).sync(plan_repo(state, render_repo(state)), SyncOptions()).ok
-    probe = SimpleNamespace(enabled=True, unreachable_from_here=lambda address: outside)
+    probe = probe or _Probe(outside)
     flower = cast(FlowerWatch, SimpleNamespace(probe=probe, health=health, to_dict=lambda u: None,
                                                recorded=lambda u: None))
     events: list[Event] = []  # what the agent reports (the leader's, once it leads)
@@ -448,6 +470,39 @@ def test_a_restarted_agent_holds_until_it_has_read_the_runs(kube: FakeKube, tmp_
     assert agent.unit_conditions()[FED_UNIT]["synced"] == "Held"
     assert agent.holds.status(FED_UNIT)["runs"] == [7]  # type: ignore[index]
     assert agent.holds.due(agent.installed.plan) == []  # now it waits for run 7
+
+
+def test_a_restart_waiting_for_unread_runs_asks_the_superlink_now_and_goes_ahead_on_its_answer(
+        kube: FakeKube, tmp_path: Path) -> None:
+    """The first commit after the agent started restarts a pool: held until the runs are read, but
+    the SuperLink is asked at once (not at its turn in a status round: 10 s to minutes), once
+    however often the unit syncs meanwhile; its answer (no run) syncs the unit again, which goes ahead."""
+    probe = _Probe(outside=False)
+    agent, events = _agent(kube, tmp_path, {}, [NOW], probe=probe)
+    _sync(agent)
+    assert agent.unit_conditions()[FED_UNIT]["synced"] == "Held"
+    _sync(agent)  # synced again meanwhile (an event of its pods): not asked twice
+    assert [u for u, _ in probe.asked] == [FED_UNIT]
+    assert agent.drain() == 0  # nothing queued until the SuperLink answered
+    probe.answers[FED_UNIT] = ControlAnswer("fed-superlink.flower.svc:9093", "2027-01-15T08:00:01Z", (), ())
+    probe.asked[0][1]()  # the check answered
+    assert agent.drain() == 1
+    agent.dispatch_pending()
+    assert agent.unit_conditions()[FED_UNIT]["synced"] == "Synced"
+    superlink = kube.get("StatefulSet", NS, "fed-superlink")
+    assert superlink is not None and "--fab-state-dir=/tmp" in str(superlink["spec"]["template"])
+    assert [e.reason for e in events if e.action == "Hold"] == ["RolloutHeld", "RolloutResumed"]
+
+
+def test_a_superlink_asked_now_that_answers_with_a_run_keeps_the_hold(kube: FakeKube, tmp_path: Path) -> None:
+    probe = _Probe(outside=False)
+    agent, _ = _agent(kube, tmp_path, {}, [NOW], probe=probe)
+    _sync(agent)
+    probe.answers[FED_UNIT] = ControlAnswer("fed-superlink.flower.svc:9093", "2027-01-15T08:00:01Z", (), (RUN7,))
+    probe.asked[0][1]()
+    assert agent.drain() == 1
+    agent.dispatch_pending()
+    assert agent.holds.status(FED_UNIT)["runs"] == [7]  # type: ignore[index]
 
 
 def test_an_agent_outside_the_cluster_does_not_wait_for_runs_it_can_never_read(kube: FakeKube,
