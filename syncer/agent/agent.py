@@ -215,10 +215,13 @@ class Agent(AgentParts):
         elif isinstance(event, DriftCheckDue):
             # suspended units go through the work queue like any other: the worker measures them;
             # so do federations with SuperNode keys, whose SuperLink no watch sees (a restart, a key
-            # registered by hand): their objects are known unchanged, so only the keys are checked
+            # registered by hand): their objects are known unchanged, so only the keys are checked.
+            # One that failed waits for its backoff: a SuperLink that keeps failing (a tenant's,
+            # hostile or broken) is not dialled again every drift check
             for unit, desired in self.current.plan.units.items():
                 inv = self.cache.state.inventories.get(unit)
-                if desired.policy.suspend or (inv is not None and inv.suspended) or desired.node_auth is not None:
+                keys = desired.node_auth is not None and not self.work.failing(unit)
+                if desired.policy.suspend or (inv is not None and inv.suspended) or keys:
                     self.work.add(unit)
         elif isinstance(event, InventoryDeleted):
             # rebuilt from the objects' labels by the next sync, so nothing becomes an orphan

@@ -80,6 +80,11 @@ class WorkQueue(Generic[K]):
         self.add_after(key, delay)
         return delay
 
+    def failing(self, key: K) -> bool:
+        """The key failed and waits for its backoff (until it succeeds, or is forgotten)."""
+        with self._cond:
+            return key in self._failures
+
     def forget(self, key: K) -> None:
         with self._cond:
             self._failures.pop(key, None)

@@ -10,7 +10,7 @@ import pytest
 
 from syncer.agent.agent import Agent
 from syncer.agent.fetching import poll_delay
-from syncer.agent.messages import FetchRequested, ObjectChanged
+from syncer.agent.messages import DriftCheckDue, FetchRequested, ObjectChanged
 from syncer.agent.state import AgentOptions
 from syncer.agent.wiring import build_agent
 from syncer.identity import ObjectRef, Unit
@@ -364,4 +364,26 @@ def test_keys_forgotten_queue_the_federation_at_once_without_its_backoff(agent: 
     agent.work.retry(auth)  # a failed sync (the SuperLink restarting): due only after its backoff
     agent.handle(KeysForgotten(auth))
     agent.handle(KeysForgotten(FED_UNIT))
+    assert queued(agent) == [auth]
+
+
+def test_a_failing_federation_with_supernode_keys_waits_for_its_backoff_not_the_next_drift_check(
+        agent: Agent, tmp_path: Path) -> None:
+    """The drift check queues every federation with SuperNode keys (no watch sees its SuperLink);
+    one whose sync failed (a tenant's SuperLink that answers garbage) waits for its backoff
+    instead: the bench of issue 39 saw a hostile one dialled every 10 s at a 300 s backoff."""
+    from tests.nodeauth import auth_federation
+
+    root = repo_at(tmp_path / "r", {"federations/auth.yaml": auth_federation("auth"),
+                                    "flower-syncer.yaml": f"name: team\ndefaultNamespace: {NS}\n"
+                                                          "guardrails: {allowedSecrets: [superlink-tls]}\n"})
+    install(agent, root, "r1")
+    queued(agent)
+    auth = Unit("federation", NS, "auth")
+    assert agent.installed.plan.units[auth].node_auth is not None
+    agent.work.retry(auth)  # its last sync failed: retried after its backoff
+    agent.handle(DriftCheckDue())
+    assert queued(agent) == []
+    agent.work.forget(auth)  # a sync succeeded
+    agent.handle(DriftCheckDue())
     assert queued(agent) == [auth]
