@@ -235,7 +235,8 @@ class Setup:
         self.push(f"the hostile federation dials a {kind} server")
 
 
-def run_kind(setup: Setup, kubeconfig: str, tmp: Path, kind: str, seconds: float, commits: int) -> Row:
+def run_kind(setup: Setup, kubeconfig: str, tmp: Path, kind: str, seconds: float, commits: int,
+             log_level: str = "warning", keep_log: Path | None = None) -> Row:
     setup.aim(kind)
     port = free_port()
     (tmp / "token").write_text(uuid.uuid4().hex)
@@ -246,7 +247,7 @@ def run_kind(setup: Setup, kubeconfig: str, tmp: Path, kind: str, seconds: float
             [sys.executable, "-m", "syncer", "run", "--repo", str(setup.bare), "--kubeconfig", kubeconfig,
              "--listen", f"127.0.0.1:{port}", "--namespaces", namespaces, "--lease-namespace", setup.namespaces[0],
              "--cache-dir", str(tmp / f"cache-{kind}"), "--api-token-file", str(tmp / "token"),
-             "--log-format", "json", "--log-level", "warning"], stderr=log, env={**os.environ})
+             "--log-format", "json", "--log-level", log_level], stderr=log, env={**os.environ})
     url = f"http://127.0.0.1:{port}"
     row = Row(kind)
     polls = Polls()
@@ -274,6 +275,9 @@ def run_kind(setup: Setup, kubeconfig: str, tmp: Path, kind: str, seconds: float
             setup.push(f"round {setup.round}")
             seen = watcher.until(lambda value, _r, r=setup.round: value == str(r), since=t0, timeout=30)
             latencies.append(seen - t0)
+            if keep_log is not None:  # to find the commit in the agent's log
+                print(f"  commit {n + 1} pushed at {time.time() - (time.perf_counter() - t0):.3f} (epoch), "
+                      f"applied after {seen - t0:.2f} s", flush=True)
         time.sleep(max(0.0, start + seconds - time.monotonic()))
         end = time.monotonic()
         watcher.stop.set()
@@ -302,6 +306,9 @@ def run_kind(setup: Setup, kubeconfig: str, tmp: Path, kind: str, seconds: float
         return row
     finally:
         polls.stop.set()
+        if keep_log is not None:
+            keep_log.mkdir(parents=True, exist_ok=True)
+            (keep_log / log_path.name).write_text(log_path.read_text())
         if agent.poll() is None:
             agent.kill()
             agent.wait()
@@ -315,6 +322,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=80.0, help="seconds of attack per kind")
     parser.add_argument("--commits", type=int, default=4, help="commits of an ordinary federation during each attack")
     parser.add_argument("--others", type=int, default=20, help="ordinary federations")
+    parser.add_argument("--log-level", default="warning", help="the agent's log level (its logs: --keep-logs)")
+    parser.add_argument("--keep-logs", type=Path, help="a folder to copy each agent's log to")
     args = parser.parse_args()
     rows = []
     with bench_cluster(args.kubeconfig, name="hostile-agent") as kubeconfig, tempfile.TemporaryDirectory() as tmp:
@@ -326,7 +335,8 @@ def main() -> int:
         print(f"{'hostile kind':<12} {'peak RSS':>9} {'commit med/max':>14} {'check gap':>9} {'fewest':>6} "
               f"{'/healthz':>10} {'truth':>5} {'SIGTERM':>8} {'exit':>4}  hostile unit", flush=True)
         for kind in args.kinds:
-            row = run_kind(setup, kubeconfig, Path(tmp), kind, args.seconds, args.commits)
+            row = run_kind(setup, kubeconfig, Path(tmp), kind, args.seconds, args.commits,
+                           args.log_level, args.keep_logs)
             rows.append(row)
             print(f"{row.kind:<12} {row.rss:>5.0f} MiB {row.commit_median:>5.2f}/{row.commit:.2f} s "
                   f"{row.gap:>7.1f} s {row.fewest:>6} "
