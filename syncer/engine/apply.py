@@ -15,13 +15,14 @@ from __future__ import annotations
 import difflib
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from syncer.cluster.client import FIELD_MANAGER, RESOURCES, ApiError, Kube
 from syncer.engine.canary import CanaryNote, CanarySpec, Step
 from syncer.engine.changeset import Action, Cause, Change
-from syncer.engine.disruption import Disruption, workload_change
+from syncer.engine.disruption import Disruption, selected_workloads, target_ports, workload_change
 from syncer.engine.holds import Gate
 from syncer.engine.inventory import Entry
 from syncer.engine.normalize import (
@@ -159,8 +160,9 @@ def unified_diff(ref: ObjectRef, live: dict[str, Any] | None, desired: dict[str,
 
 class Applier:
     def __init__(self, kube: Kube, *, dry_run: bool, with_diff: bool, gate: Gate | None = None,
-                 rollouts: Rollouts | None = None) -> None:
+                 rollouts: Rollouts | None = None, unit_objects: Sequence[Manifest] = ()) -> None:
         self.kube = kube
+        self.unit_objects = unit_objects  # the unit's desired objects: the workloads its Services select
         self.rollouts = rollouts  # canary pools (engine.rollout); None: a pool rolls whole
         self.dry_run = dry_run
         self.with_diff = with_diff
@@ -177,6 +179,31 @@ class Applier:
             return None
         return Outcome(Change(ref, Action.SKIPPED, f"held: {why}", diff, drift), None, disruption=disruption,
                        held=True)
+
+    def _held_with_pods(self, ref: ObjectRef, live: dict[str, Any], preview: dict[str, Any], diff: str,
+                        drift: bool) -> Outcome | None:
+        """A Service whose target ports change follows the pods it selects: a new Flower release
+        moves the SuperLink's ports, and while the restart of the SuperLink is held its running pod
+        still listens on the old ones, so the Service keeps them too (SuperNodes reconnecting and
+        the agent reading the runs would find nothing there). Asked only when the target ports
+        change: one read and one dry-run of each selected workload."""
+        if ref.kind != "Service" or self.gate is None or target_ports(live) == target_ports(preview):
+            return None
+        for workload in selected_workloads(preview, self.unit_objects):
+            wref = ObjectRef.of(workload)
+            try:
+                wlive = self.kube.get(wref.kind, wref.namespace, wref.name)
+                if wlive is None:
+                    continue
+                wpreview, _ = self._server_apply(wref, workload, force=True, dry_run=True)
+            except (ApiError, ApplyError):  # the workload's own apply says what is wrong with it
+                continue
+            held = self._held(wref, workload_change(wref, wlive, wpreview))
+            if held is not None:
+                why = held.change.message.removeprefix("held: ")
+                return Outcome(Change(ref, Action.SKIPPED, f"held with {wref.kind} {wref.name}, whose pods still "
+                                      f"listen on the old ports: {why}", diff, drift), None, held=True)
+        return None
 
     @staticmethod
     def known_unchanged(desired: Manifest, live: dict[str, Any] | None, recorded: Entry | None) -> Outcome | None:
@@ -299,7 +326,7 @@ class Applier:
         disruption = workload_change(ref, live, preview) or promote
         if disruption is not None and canary is not None:
             disruption = replace(disruption, canary=canary)
-        held = self._held(ref, disruption, diff, drift)
+        held = self._held(ref, disruption, diff, drift) or self._held_with_pods(ref, live, preview, diff, drift)
         if held is not None:
             return held
         message = ""

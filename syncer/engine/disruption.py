@@ -158,6 +158,27 @@ def workload_change(ref: ObjectRef, live: Mapping[str, Any] | None, after: Mappi
     return None
 
 
+def target_ports(service: Mapping[str, Any]) -> tuple[tuple[str, object, object], ...]:
+    """A Service's (name, port, targetPort) triples: what its clients dial and where it sends them."""
+    ports = (service.get("spec") or {}).get("ports") or []
+    return tuple((str(p.get("name", "")), p.get("port"), p.get("targetPort", p.get("port"))) for p in ports)
+
+
+def selected_workloads(service: Mapping[str, Any], desired: Sequence[Manifest]) -> list[Manifest]:
+    """The workloads of `desired` whose pods `service` selects (a Service without a selector: none)."""
+    selector = (service.get("spec") or {}).get("selector") or {}
+    if not selector:
+        return []
+    out = []
+    for m in desired:
+        if m.get("kind") not in WORKLOAD_KINDS:
+            continue
+        labels = (((m.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("labels") or {}
+        if all(labels.get(k) == v for k, v in selector.items()):
+            out.append(m)
+    return out
+
+
 def removal(ref: ObjectRef, live: Mapping[str, Any] | None) -> Disruption | None:
     """A workload pruned: its pods stop. `live` may be metadata only (the target from its labels)."""
     if ref.kind not in WORKLOAD_KINDS:

@@ -349,7 +349,7 @@ class Engine:
             return res
         return _UnitRun(planned, res, inv, recovered, desired,
                         Applier(self.kube, dry_run=opts.dry_run, with_diff=opts.with_diff, gate=opts.gate,
-                                rollouts=Rollouts(self.kube, opts.canary_health)))
+                                rollouts=Rollouts(self.kube, opts.canary_health), unit_objects=desired))
 
     def _apply_level(self, run: _UnitRun, level: int, live: LiveState, opts: SyncOptions, plan: Plan) -> None:
         """Apply the unit's objects of one APPLY_ORDER level (e.g. its Services)."""

@@ -17,6 +17,7 @@ from syncer.agent.state import AgentOptions
 from syncer.agent.wiring import build_agent
 from syncer.cluster.events import Event, EventRecorder
 from syncer.cluster.flower_control import RunInfo
+from syncer.engine.changeset import Action
 from syncer.engine.disruption import Disruption, Effect
 from syncer.engine.holds import ActiveRun, HoldSettings, Runs, Why, decide
 from syncer.engine.live import LiveState
@@ -166,6 +167,40 @@ def test_a_held_restart_keeps_the_live_spec_and_the_rest_applies(kube: FakeKube,
     inv = LiveState.load(kube, None).inventories[FED_UNIT]
     assert inv.condition is not None and (inv.condition.reason, inv.condition.since) == ("Synced",
                                                                                           "2026-11-28T18:30:00Z")
+
+
+def test_a_held_flower_upgrade_keeps_the_superlink_services_ports_until_the_superlink_restarts(
+        kube: FakeKube, tmp_path: Path) -> None:
+    """1.26 -> 1.42 moves the SuperLink's ports (9092/9093 -> 8000 behind the same Service ports):
+    while its restart is held, the old pod listens on the old ones, so its Service keeps them
+    (SuperNodes reconnecting, and the agent reading the runs, still reach it); both go together."""
+    repo = write(tmp_path)
+    fed = repo / "federations" / "fed.yaml"
+    fed.write_text(federation("fed", version="1.26.0"))
+    engine = Engine(kube)
+    assert engine.sync(_plan(repo), SyncOptions()).ok
+
+    def ports() -> list[object]:
+        svc = kube.get("Service", NS, "fed-superlink")
+        assert svc is not None
+        return [p["targetPort"] for p in svc["spec"]["ports"]]
+
+    assert ports() == [9092, 9093]
+    fed.write_text(federation("fed", version="1.42.0"))
+    asked: list[Disruption] = []
+    [res] = engine.sync(_plan(repo, "r2"), SyncOptions(gate=_holding(asked))).units
+    assert res.ok and res.is_held()
+    assert ports() == [9092, 9093]
+    svc = next(c for c in res.changes if c.ref.kind == "Service" and c.ref.name == "fed-superlink")
+    assert svc.action is Action.SKIPPED and "held with StatefulSet fed-superlink" in svc.message
+    supernodes = next(c for c in res.changes if c.ref.kind == "Service" and c.ref.name == "fed-supernode-a")
+    assert supernodes.action is not Action.SKIPPED  # its target ports stay: not held
+    done = engine.sync(_plan(repo, "r2"), SyncOptions(gate=lambda d: None))
+    assert done.ok and not done.units[0].is_held()
+    assert ports() == [8000, 8000]
+    superlink = kube.get("StatefulSet", NS, "fed-superlink")
+    assert superlink is not None and "superlink:1.42.0" in str(superlink["spec"]["template"])
+    assert engine.sync(_plan(repo, "r2"), SyncOptions(gate=_holding(asked))).writes == 0
 
 
 def _holding(asked: list[Disruption]) -> Any:
