@@ -495,9 +495,15 @@ class Cluster:
                 shutil.rmtree(self.logs, ignore_errors=True)
                 shutil.rmtree(self.state_dir / "kwok", ignore_errors=True)
                 shutil.rmtree(devstorage.volumes_dir(self.state_dir), ignore_errors=True)
+                shutil.rmtree(self.state_dir / "flexvolume", ignore_errors=True)  # the controller-manager's
                 (self.state_dir / "audit-policy.yaml").unlink(missing_ok=True)
                 for f in self.state_dir.glob("*kubeconfig"):
                     f.unlink()
+        if purge:  # nothing of the cluster is left but its lock: the folder goes too
+            with contextlib.suppress(OSError):
+                if {p.name for p in self.state_dir.iterdir()} <= {".lock"}:
+                    (self.state_dir / ".lock").unlink(missing_ok=True)
+                    self.state_dir.rmdir()
         log(f"devcluster stopped ({', '.join(stopped) or 'nothing was running'})")
 
     def _stop(self) -> list[str]:
