@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -92,9 +93,10 @@ class SuperLink:
     """A SuperLink of Flower `version` with TLS (a CA made here) and SuperNode authentication.
     Before 1.37 its Control API is gRPC on a port of its own; from 1.37 it is HTTP on --port,
     which serves the Fleet API too from 1.40. With `database`, its state is in that SQLite file
-    (--database), and `restart` starts it again on the same ports and file."""
+    (--database), and `restart` starts it again on the same ports and file. `extra`: more flags."""
 
-    def __init__(self, tmp: Path, version: str = DEV, database: Path | None = None) -> None:
+    def __init__(self, tmp: Path, version: str = DEV, database: Path | None = None,
+                 extra: Sequence[str] = ()) -> None:
         self.version = version
         self.bin = flower_bin(version)
         self.ca, cert, key = certificates()
@@ -116,7 +118,7 @@ class SuperLink:
             args = [f"--fleet-api-address=127.0.0.1:{self.fleet}", f"--control-api-address=127.0.0.1:{self.control}",
                     f"--serverappio-api-address=127.0.0.1:{free_port()}"]
             ready = "Starting Fleet API"
-        self.args = [*tls, *args, *([f"--database={database}"] if database is not None else [])]
+        self.args = [*tls, *args, *([f"--database={database}"] if database is not None else []), *extra]
         self.ready = ready
         self.start()
 
