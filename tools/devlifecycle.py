@@ -53,6 +53,20 @@ def default_state_dir(name: str) -> Path:
     return cache_root() / "devcluster" / name
 
 
+def _remove_unmounted(folder: Path) -> None:
+    """Remove `folder` unless something is still mounted under it (a container's bind mount would
+    lead the removal into the host's own files): then it stays, and says so."""
+    prefix = str(folder.resolve())
+    try:
+        mounts = [line.split()[1].replace("\\040", " ") for line in Path("/proc/self/mounts").read_text().splitlines()]
+    except OSError:
+        mounts = [prefix]  # cannot tell: keep it
+    if any(m == prefix or m.startswith(prefix + "/") for m in mounts):
+        log(f"warning: {folder} kept: something is still mounted under it")
+        return
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 class Cluster:
     """One devcluster: its state directory, certificates, processes and API access."""
 
@@ -496,6 +510,9 @@ class Cluster:
                 shutil.rmtree(self.state_dir / "kwok", ignore_errors=True)
                 shutil.rmtree(devstorage.volumes_dir(self.state_dir), ignore_errors=True)
                 shutil.rmtree(self.state_dir / "flexvolume", ignore_errors=True)  # the controller-manager's
+                for node in self.state_dir.glob("node-*"):  # a real node's containerd, kubelet and pod logs
+                    if node.is_dir():
+                        _remove_unmounted(node)
                 (self.state_dir / "audit-policy.yaml").unlink(missing_ok=True)
                 for f in self.state_dir.glob("*kubeconfig"):
                     f.unlink()
