@@ -61,7 +61,7 @@ class Canaries:
             mine = next((p for p in health.pools if p.pool == pool and p.unit == unit.id), None)
             if mine is None or at is None:
                 return None
-            return FlowerSeen(mine.online, mine.expected, at)
+            return FlowerSeen(mine.online, mine.expected, at, mine.heard)
         return seen
 
     def after(self, unit: Unit, result: UnitResult, revision: str) -> None:
