@@ -13,8 +13,8 @@ does), so the gate asks the SuperLink, not only the pods.
    at the SuperLink; the unit is Synced False, CanaryFailed with the reason, in `/api/v1/status`
    and `flower-syncer status -o json`; a `CanaryFailed` Event names the commit.
 2. The fixing commit (the same new node config, the image that exists) goes through the same gate:
-   the failed canary pod is replaced, passes (Ready, then its SuperNode online at the SuperLink in
-   an answer taken after the heartbeat could have lapsed), the rest rolls; every pod on the new
+   the failed canary pod is replaced, passes (Ready, and the pool's SuperNodes online at the
+   SuperLink, each heard from since the canary pod was made), the rest rolls; every pod on the new
    revision, 3 new SuperNodes online. A resync after that writes nothing.
 3. Printed: the gate's stages for the good commit, and the machine's load.
 """
