@@ -1,7 +1,8 @@
 """Canary pools in the agent (engine.canary decides, engine.rollout applies): what Flower-level
 health last saw of a canary pool (its SuperNodes online at the SuperLink), the Events (and
 notifications) of a canary's start, pass and failure, each once, naming the revision, and when to
-look at a canary in progress again."""
+look at a canary in progress again (and, when it waits for the SuperLink's next answer, to ask the
+SuperLink by then rather than at its turn, every 30 s)."""
 
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ class Canaries:
             mine = next((p for p in health.pools if p.pool == pool and p.unit == unit.id), None)
             if mine is None or at is None:
                 return None
-            return FlowerSeen(mine.online, mine.expected, at)
+            return FlowerSeen(mine.online, mine.expected, at, mine.heard)
         return seen
 
     def after(self, unit: Unit, result: UnitResult, revision: str) -> None:
@@ -73,6 +74,9 @@ class Canaries:
             self._tell(unit, note, revision)
         if retry is not None and result.ok:
             self.requeue(unit, retry)
+            watch = self.flower()
+            if watch is not None and any(n.asks_flower for n in result.canaries):
+                watch.soon(unit, retry)  # the SuperLink's next answer decides: asked before the next look
 
     def _tell(self, unit: Unit, note: CanaryNote, revision: str) -> None:
         event = canary_event(note, revision)

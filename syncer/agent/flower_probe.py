@@ -230,6 +230,16 @@ class FlowerProbe:
         elif start:
             self._pool.submit(self._drain)
 
+    def soon(self, unit: Unit, target: FlowerTarget, within: float) -> None:
+        """Make `unit`'s SuperLink due for a check within `within` seconds (a canary waits for a
+        newer answer: engine.canary), at a status round like any other check: never sooner than
+        it would be after a failure (its backoff stays)."""
+        key: Key = (unit.namespace, target.address, target.ca_secret, target.transport)
+        with self._lock:
+            link = self._links.get(key)
+            if link is not None and not link.failures:
+                link.due = min(link.due, self.clock() + within)
+
     def answer_for(self, unit: Unit, target: FlowerTarget) -> ControlAnswer | None:
         """The last answer of `unit`'s SuperLink, as its check left it (newer than the last status
         round's, when a check answered since); None before any."""

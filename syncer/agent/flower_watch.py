@@ -120,6 +120,12 @@ class FlowerWatch:
         self.health = healths
         return healths
 
+    def soon(self, unit: Unit, within: float) -> None:
+        """Ask `unit`'s SuperLink within `within` seconds, not at its turn (FlowerProbe.soon)."""
+        target = (self._targets or {}).get(unit)
+        if target is not None and self.probe.enabled:
+            self.probe.soon(unit, target, within)
+
     def finish_round(self, own: float, flower: float) -> float:
         """The status round's work is done: remember what it cost, in CPU seconds of its thread (its
         own work, `own`, and the part of it that was Flower-level health, `flower`: this round's

@@ -16,10 +16,15 @@ engine raises it:
 2. **A rollout in progress** (the live partition above 0 and the StatefulSet's current and update
    revisions differ, or its controller has not seen the last change yet): `judge` decides.
    - *Passed*: every canary pod is on the update revision and Ready for the gate time, and, when
-     Flower-level health is read, the pool's SuperNodes are all online at the SuperLink in an
-     answer taken at least `SETTLE` seconds after they became Ready (a stopped SuperNode stays
-     `online` until its heartbeat is missed). Applied with partition 0: the rest rolls (asking the
-     hold gate first, as it restarts pods).
+     Flower-level health is read, the pool's SuperNodes are all online at the SuperLink, each
+     heard from (a heartbeat, or its connection) at least `HEARD` seconds after the newest canary
+     pod was made (the pods it replaced had stopped by then; a StatefulSet makes a pod again only
+     once the old one is gone). Flower lists a SuperNode that stopped without a goodbye (killed,
+     its node lost) `online` for up to 2 heartbeat intervals (60 s) after its last heartbeat:
+     counting it would pass a canary whose SuperNode never connected. From a SuperLink that gives
+     no heartbeat times, an answer counts when it was taken at least `SETTLE` seconds after the
+     canary became Ready. Applied with partition 0: the rest rolls (asking the hold gate first, as
+     it restarts pods).
    - *Failed*: a canary pod cannot start (crash loop, image pull error, bad configuration), or the
      deadline (from the canary's first new pod) passed before it passed: nothing is written, the
      rest of the pool stays on the old revision, the change fails with `Cause.CANARY_FAILED`.
@@ -39,7 +44,10 @@ from typing import Any
 
 from syncer.identity import ANN_CANARY, ANN_CANARY_DEADLINE, ANN_CANARY_GATE, ANN_CANARY_TEMPLATE, ObjectRef
 
-SETTLE = 40.0  # seconds after the canary is Ready before a SuperLink's answer counts (heartbeat 30 s + grace)
+# seconds after the canary is Ready before a SuperLink's answer without heartbeat times counts (and before
+# any answer can fail the canary): Flower's HEARTBEAT_PATIENCE (2) x its heartbeat interval (30 s) + grace
+SETTLE = 70.0
+HEARD = 5.0  # seconds after the canary pod was made a SuperNode must be heard from to count (clocks differ)
 POLL = 10.0  # seconds between looks at a canary in progress
 # container states that say a pod will not start by itself (kubelet's waiting reasons)
 FATAL = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CreateContainerConfigError",
@@ -118,6 +126,14 @@ class FlowerSeen:
     online: int
     expected: int
     checked_at: float
+    heard: tuple[float, ...] | None = None  # when its online nodes were last heard from; None: not said
+
+    def fresh(self, since: float) -> int:
+        """The pool's SuperNodes online and heard from at or after `since` (all online ones, when
+        the SuperLink gives no heartbeat times)."""
+        if self.heard is None:
+            return self.online
+        return min(self.online, sum(1 for t in self.heard if t >= since))
 
 
 @dataclass(frozen=True)
@@ -125,6 +141,7 @@ class Verdict:
     step: Step
     message: str
     retry: float = POLL  # seconds until the rollout is looked at again (WAITING)
+    asks_flower: bool = False  # WAITING for a newer answer of the SuperLink: ask it sooner than its turn
 
 
 @dataclass(frozen=True)
@@ -136,6 +153,7 @@ class CanaryNote:
     step: Step
     message: str
     retry: float = POLL
+    asks_flower: bool = False  # see Verdict
 
     def to_dict(self) -> dict[str, Any]:
         return {"object": str(self.ref), "pool": self.pool, "step": self.step.value, "message": self.message}
@@ -196,14 +214,20 @@ def judge(spec: CanarySpec, rollout: Rollout, pods: Sequence[PodSeen], flower: F
         return Verdict(Step.WAITING, f"{len(ready)} of {want} canary SuperNode{'s' if want > 1 else ''} Ready on the "
                        "new revision")
     since = max((p.ready_since or now for p in ready), default=now)  # none: the pool shrank below the partition
-    if flower is not None and (flower.online < flower.expected or flower.checked_at < since + SETTLE):
-        counted = flower.checked_at >= since + SETTLE
-        if late and counted:
-            return Verdict(Step.FAILED, f"the canary's SuperNodes are not online at the SuperLink within its "
-                           f"deadline ({spec.deadline:g}s): {flower.online} of {flower.expected} of the pool online")
-        return Verdict(Step.WAITING, "the canary is Ready; waiting for the SuperLink to list the pool's SuperNodes "
-                       f"online ({flower.online} of {flower.expected} at its last answer)" if counted else
-                       "the canary is Ready; waiting for the SuperLink's next answer")
+    if flower is not None:
+        # the canary's pods were made after the SuperNodes they replace had stopped: one heard from
+        # since is alive (the canary's own as soon as it connected, before its pod is Ready)
+        made = max((p.created for p in ready if p.created is not None), default=since)
+        fresh = flower.fresh(min(made, since) + HEARD)
+        counted = flower.checked_at >= since + SETTLE  # every live SuperNode had a heartbeat since
+        if fresh < flower.expected or not (counted or flower.heard is not None):
+            if late and counted:
+                return Verdict(Step.FAILED, f"the canary's SuperNodes are not online at the SuperLink within its "
+                               f"deadline ({spec.deadline:g}s): {fresh} of {flower.expected} of the pool online")
+            return Verdict(Step.WAITING, "the canary is Ready; waiting for the SuperLink to list the pool's "
+                           f"SuperNodes online ({fresh} of {flower.expected} at its last answer)"
+                           if counted or flower.heard is not None else
+                           "the canary is Ready; waiting for the SuperLink's next answer", asks_flower=True)
     left = since + spec.gate - now
     if left > 0:
         return Verdict(Step.WAITING, f"the canary is healthy; the rest of the pool rolls after {spec.gate:g}s of it",

@@ -68,7 +68,8 @@ class Rollouts:
             return CanaryPlan(desired)
         flower = self.flower(ref, pool) if self.flower is not None else None
         verdict = judge(spec, rollout, self._pods(desired), flower, now=self.clock())
-        note = CanaryNote(ref, pool, verdict.step, f"pool {pool}: {verdict.message}", verdict.retry)
+        note = CanaryNote(ref, pool, verdict.step, f"pool {pool}: {verdict.message}", verdict.retry,
+                          verdict.asks_flower)
         if verdict.step is Step.PASSED:
             rest = Disruption(ref, Effect.RESTARTS, pool, "pool", rollout.partition)
             return CanaryPlan(desired, note, promote=rest)

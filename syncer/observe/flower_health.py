@@ -10,8 +10,11 @@ provides them key by key (`matchedBy: publicKey`). Without it every SuperNode ma
 at start, so only counts can be compared: the online nodes are credited to the pools in order, up
 to each one's expected count (`matchedBy: count`); more are `unmatched`. 1.43 adds a node `name`
 and `location`, which Git does not set yet. Statuses: `registered` (a key registered, never
-connected), `online`, `offline` (its heartbeat stopped: after `heartbeat_interval` (30 s) plus
-grace), `unregistered` (ignored here).
+connected), `online`, `offline` (it said goodbye, or its heartbeat stopped: Flower lists a node
+online until HEARTBEAT_PATIENCE (2) x its `heartbeat_interval` (30 s) after its last heartbeat, so
+a SuperNode killed without a goodbye stays `online` up to 60 s), `unregistered` (ignored here).
+Each pool also keeps when its online nodes were last heard from (`PoolHealth.heard`): the canary
+gate (engine.canary) counts only SuperNodes heard from after its canary became Ready.
 
 The shape (README, "Flower-level health"; `flower` of each federation in `status -o json` and
 `/api/v1/status`) is `FlowerHealth.to_dict()`.
@@ -36,6 +39,28 @@ MAX_FAILURE = 300  # characters of a run's failure message
 # answers' codes that say the SuperLink was not asked: off, not yet, or a Service name an agent outside
 # the cluster cannot resolve (agent.flower_probe): no health lowered, no series
 UNCHECKED = ("disabled", "pending", "outside-cluster")
+HEARTBEAT_PATIENCE = 2  # Flower's (1.26 - 1.42): a node is online until this many heartbeat intervals after the last
+
+
+def heard_at(node: RegisteredNode) -> float | None:
+    """When the SuperLink last heard from `node` (its last heartbeat, or its activation): Flower
+    sets `online_until` to that time plus HEARTBEAT_PATIENCE heartbeat intervals. None when the
+    answer does not say (no heartbeat times)."""
+    if node.online_until <= 0 or node.heartbeat_interval <= 0:
+        return None
+    return node.online_until - HEARTBEAT_PATIENCE * node.heartbeat_interval
+
+
+def _heard(nodes: Iterable[RegisteredNode]) -> tuple[float, ...] | None:
+    """When each online node of `nodes` was last heard from; None if any of them does not say."""
+    times: list[float] = []
+    for n in nodes:
+        if n.status == "online":
+            at = heard_at(n)
+            if at is None:
+                return None
+            times.append(at)
+    return tuple(times)
 
 
 @dataclass(frozen=True)
@@ -65,6 +90,9 @@ class PoolHealth:
     offline: int = 0
     registered: int = 0
     matched_by: str = "count"  # publicKey | count
+    # when its online nodes were last heard from (matched by count: every online node
+    # of no known key); None: the SuperLink does not say. Not compared: it moves at every heartbeat
+    heard: tuple[float, ...] | None = field(default=None, compare=False)
 
     @property
     def short(self) -> int:
@@ -161,6 +189,7 @@ def compute(target: FlowerTarget, answer: ControlAnswer, desired: dict[tuple[str
         for key in p.keys:
             owner.setdefault(key, i)
     by_pool: list[Counter[str]] = [Counter() for _ in pools]
+    members: list[list[RegisteredNode]] = [[] for _ in pools]
     rest: list[RegisteredNode] = []
     for n in nodes:
         at = owner.get(n.public_key.strip())
@@ -168,8 +197,10 @@ def compute(target: FlowerTarget, answer: ControlAnswer, desired: dict[tuple[str
             rest.append(n)
         else:
             by_pool[at][n.status] += 1
+            members[at].append(n)
     # nodes of no known key: credited by count to the pools without keys, in order
     free_online = sum(1 for n in rest if n.status == "online")
+    rest_heard = _heard(rest) if any(not p.keys for p in pools) else None
     unmatched = len(rest)
     out = []
     for i, p in enumerate(pools):
@@ -177,12 +208,12 @@ def compute(target: FlowerTarget, answer: ControlAnswer, desired: dict[tuple[str
         if p.keys:
             c = by_pool[i]
             out.append(PoolHealth(p.unit, p.pool, p.cluster, expected, c["online"], c["offline"], c["registered"],
-                                  "publicKey"))
+                                  "publicKey", _heard(members[i])))
             continue
         took = min(free_online, expected)
         free_online -= took
         unmatched -= took
-        out.append(PoolHealth(p.unit, p.pool, p.cluster, expected, took))
+        out.append(PoolHealth(p.unit, p.pool, p.cluster, expected, took, heard=rest_heard))
     runs = Counter(run_state(r) for r in answer.runs or ())
     runs.pop("", None)
     failed = [r for r in answer.runs or () if run_state(r) == "failed"]

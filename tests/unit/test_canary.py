@@ -16,7 +16,9 @@ from syncer.agent.flower_watch import FlowerWatch
 from syncer.agent.state import AgentOptions
 from syncer.agent.wiring import build_agent
 from syncer.cluster.events import Event, EventRecorder
+from syncer.cluster.flower_control import RegisteredNode
 from syncer.engine.canary import (
+    SETTLE,
     CanaryNote,
     CanarySpec,
     FlowerSeen,
@@ -32,8 +34,9 @@ from syncer.engine.live import LiveState
 from syncer.identity import ANN_CANARY_TEMPLATE, ObjectRef, Unit
 from syncer.models.canary import parse_counts
 from syncer.observe.conditions import SyncedReason, synced_condition
-from syncer.observe.flower_health import FlowerHealth, PoolHealth
+from syncer.observe.flower_health import ControlAnswer, FlowerHealth, PoolHealth, compute
 from syncer.observe.metrics import Metrics
+from syncer.plan import ExpectedPool, FlowerTarget
 from syncer.render.repo import render_repo
 from syncer.repo.loader import load_repo
 from tests.builders import NS, by_kind, install, pool, sync, write
@@ -152,6 +155,65 @@ def test_the_gate_asks_flower_when_it_is_read() -> None:
     assert short.step is Step.WAITING and "2 of 3" in short.message
     failed = judge(SPEC, ROLLING, [*OLD, _pod(2, created=100.0)], FlowerSeen(2, 3, 1100.0), now=1100)
     assert failed.step is Step.FAILED and "not online at the SuperLink" in failed.message
+
+
+def _node(node_id: int, heard: float, status: str = "online") -> RegisteredNode:
+    """A node of a Flower 1.42 answer, last heard from at `heard`: Flower lists it online until
+    HEARTBEAT_PATIENCE (2) x its heartbeat interval (30 s) after that."""
+    return RegisteredNode(node_id, status, b"", online_until=heard + 60.0, heartbeat_interval=30.0)
+
+
+def _seen(nodes: list[RegisteredNode], at: str) -> FlowerSeen | None:
+    """What the agent's canary gate reads of pool a after the SuperLink gave `nodes` at `at`."""
+    target = FlowerTarget("fed:9093", "http", "", pools=(ExpectedPool(FED_UNIT.id, "a", 3),))
+    health = compute(target, ControlAnswer("fed:9093", at, nodes=tuple(nodes), runs=()))
+    watch = cast(FlowerWatch, SimpleNamespace(probe=SimpleNamespace(enabled=True), health={FED_UNIT: health}))
+    return Canaries(lambda _u, _e: None, lambda _u, _d: None, lambda: watch).health(FED_UNIT)(
+        ObjectRef("StatefulSet", NS, STS), "a")
+
+
+def test_the_gate_does_not_count_a_stopped_supernode_flower_still_lists_online() -> None:
+    # the old canary stopped without telling the SuperLink (killed, its node lost) at 995, just
+    # after its last heartbeat; its successor is Ready at 1000 (a /health that answers) but never
+    # connects. 45 s later Flower 1.42 still lists the old node online (until 995 + 2 x 30 s)
+    pods = [*OLD, _pod(2, ready_since=1000.0, created=996.0)]
+    stale = _seen([_node(1, 1020.0), _node(2, 1025.0), _node(3, 995.0)], "1970-01-01T00:17:25Z")  # at 1045
+    assert stale is not None and stale.online == 3
+    verdict = judge(SPEC, ROLLING, pods, stale, now=1065)
+    assert verdict.step is Step.WAITING and "2 of 3" in verdict.message, verdict
+    short = CanarySpec(1, 60.0, 100.0)  # its deadline: at 1096
+    assert judge(short, ROLLING, pods, stale, now=1101).step is Step.WAITING  # too early to fail it
+    later = _seen([_node(1, 1050.0), _node(2, 1055.0), _node(3, 995.0, "offline")], "1970-01-01T00:17:55Z")
+    late = judge(short, ROLLING, pods, later, now=1101)  # at 1075: every live SuperNode had its heartbeat
+    assert late.step is Step.FAILED and "not online at the SuperLink" in late.message and "2 of 3" in late.message
+    # the canary connected: every node of the pool was heard from after the canary pod was made
+    # (the canary's own when it connected, before its pod was Ready)
+    fresh = _seen([_node(1, 1020.0), _node(2, 1025.0), _node(4, 1001.5), _node(3, 995.0, "offline")],
+                  "1970-01-01T00:17:15Z")  # at 1035: before the fixed settling time, heard from all the same
+    assert judge(SPEC, ROLLING, pods, fresh, now=1065).step is Step.PASSED
+    early = _seen([_node(1, 1020.0), _node(2, 998.0), _node(4, 1001.5)], "1970-01-01T00:17:15Z")
+    assert judge(SPEC, ROLLING, pods, early, now=1065).step is Step.WAITING  # node 2: not heard from since
+    # a SuperLink that gives no heartbeat times: counted only SETTLE after Ready
+    bare = FlowerSeen(3, 3, 1000.0 + SETTLE)
+    assert judge(SPEC, ROLLING, pods, bare, now=1065).step is Step.PASSED
+    assert judge(SPEC, ROLLING, pods, FlowerSeen(3, 3, 999.0 + SETTLE), now=1065).step is Step.WAITING
+    assert SETTLE >= 2 * 30.0  # Flower 1.42's HEARTBEAT_PATIENCE x its default heartbeat interval
+
+
+def test_a_canary_waiting_for_the_superlink_asks_it_before_its_next_look() -> None:
+    pods = [*OLD, _pod(2, ready_since=1000.0, created=985.0)]
+    waiting = judge(SPEC, ROLLING, pods, FlowerSeen(3, 3, 1020.0, (1020.0, 1019.0, 982.0)), now=1030)
+    assert waiting.step is Step.WAITING and waiting.asks_flower
+    assert not judge(SPEC, ROLLING, pods, None, now=1030).asks_flower  # the gate's own time: nothing to ask
+    asked: list[tuple[Unit, float]] = []
+    watch = cast(FlowerWatch, SimpleNamespace(soon=lambda unit, within: asked.append((unit, within))))
+    canaries = Canaries(lambda _u, _e: None, lambda _u, _d: None, lambda: watch)
+    ref = ObjectRef("StatefulSet", NS, STS)
+    canaries.after(FED_UNIT, UnitResult(FED_UNIT, canaries=[CanaryNote(ref, "a", Step.WAITING, "w", 10.0)]), "r")
+    assert asked == []
+    note = CanaryNote(ref, "a", Step.WAITING, "waiting for the SuperLink", 10.0, asks_flower=True)
+    canaries.after(FED_UNIT, UnitResult(FED_UNIT, canaries=[note]), "r")
+    assert asked == [(FED_UNIT, 10.0)]
 
 
 def test_pods_read_from_the_api_and_the_stuck_ones() -> None:

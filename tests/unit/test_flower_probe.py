@@ -154,6 +154,36 @@ def test_a_superlink_asked_now_is_checked_before_any_round_once_and_says_when_it
         p.close()
 
 
+def test_a_superlink_asked_soon_is_checked_at_the_round_after_that_not_at_its_turn() -> None:
+    """A canary waiting for the SuperLink's next answer (agent.canaries) asks for it within its
+    next look (10 s), not at the link's turn (27 s after its last answer); one in backoff keeps it."""
+    connector, clock = Connector(), Clock()
+    p = probe(connector, clock)
+    try:
+        p.round({FED: TARGET})
+        wait_until("the first answer", lambda: p.round({FED: TARGET})[FED].reachable)
+        clock.now += 5.0
+        p.round({FED: TARGET})
+        assert connector.calls == 1  # not due for 22 s more
+        p.soon(FED, TARGET, 10.0)
+        clock.now += 9.0
+        p.round({FED: TARGET})
+        assert connector.calls == 1
+        clock.now += 1.0
+        p.round({FED: TARGET})
+        wait_until("asked at the round 10 s later", lambda: connector.calls == 2)
+    finally:
+        p.close()
+    connector, clock, failing = failed_once("refused")
+    try:
+        failing.soon(FED, TARGET, 1.0)
+        clock.now += 2.0
+        failing.round({FED: TARGET})
+        assert connector.calls == 1  # its backoff (10 s) stays
+    finally:
+        failing.close()
+
+
 def test_a_superlink_that_does_not_answer_is_asked_again_with_backoff() -> None:
     connector, clock, p = failed_once("timed out")
     try:
