@@ -71,15 +71,18 @@ ANNOTATIONS: dict[str, tuple[str, str]] = {
         "`true`: hold such a change also when the SuperLink cannot be asked about its runs"),
     "flower-syncer.io/release-hold": ("annotation, FlowerUnit",
         "an RFC 3339 time: holds begun by then go ahead now (`flower-syncer resync --release-hold` sets it)"),
-    "flower-syncer.io/canary": ("annotation, Federation; rendered on a canary pool's StatefulSet",
+    "flower-syncer.io/canary": ("annotation, Federation; rendered on a canary pool's StatefulSet or DaemonSet",
         "how many SuperNodes of each pool take a change of its pod template first: `1` (every pool) or "
-        "`gpu=1, cpu=2` (per pool); StatefulSet mode only (docs/rollouts.md)"),
-    "flower-syncer.io/canary-gate": ("annotation, Federation; rendered on a canary pool's StatefulSet",
+        "`gpu=1, cpu=2` (per pool); a DaemonSet pool's canary is always fewer than its nodes (docs/rollouts.md)"),
+    "flower-syncer.io/canary-gate": ("annotation, Federation; rendered on a canary pool's StatefulSet or DaemonSet",
         "how long the canary stays healthy before the rest of the pool rolls (a duration, default `60s`)"),
-    "flower-syncer.io/canary-deadline": ("annotation, Federation; rendered on a canary pool's StatefulSet",
+    "flower-syncer.io/canary-deadline": ("annotation, Federation; rendered on a canary pool's StatefulSet or "
+        "DaemonSet",
         "by when, from its start, the canary must have passed its gate, or it failed (default `10m`)"),
-    "flower-syncer.io/canary-template": ("annotation, a canary pool's StatefulSet",
+    "flower-syncer.io/canary-template": ("annotation, a canary pool's StatefulSet or DaemonSet",
         "the digest of the pod template Git renders: a new change when it differs from the live one's"),
+    "flower-syncer.io/canary-nodes": ("annotation, a canary pool's DaemonSet while its canary waits",
+        "the canary's nodes (the first of the pool's by name), whose pods take the change first (`OnDelete`)"),
     "flower-syncer.io/superlink-state": ("annotation, Federation",
         "`persistent`: the SuperLink keeps runs, nodes and keys in SQLite on a volume; `memory`: in memory "
         "(docs/superlink-state.md)"),

@@ -1,8 +1,9 @@
-"""A canary pool's StatefulSet (syncer.models.canary): its count and times as annotations, which
-the engine reads (syncer.engine.canary), the digest of its pod template as Git renders it (the
-engine tells a new change from a rollout in progress by it, without a request), and
-`updateStrategy.rollingUpdate.partition` rendered as 0, so flower-syncer owns the field
-(server-side apply) that the engine raises to stop a rollout at the canary. Pure."""
+"""A canary pool's StatefulSet or DaemonSet (syncer.models.canary): its count and times as
+annotations, which the engine reads (syncer.engine.canary), the digest of its pod template as Git
+renders it (the engine tells a new change from a rollout in progress by it, without a request), and
+its update strategy, so that flower-syncer owns the field (server-side apply) that the engine sets
+to stop a rollout at the canary: a StatefulSet's `rollingUpdate.partition` rendered as 0, a
+DaemonSet's `type` rendered as `RollingUpdate` (`OnDelete` while its canary nodes take a change). Pure."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ from syncer.models.canary import CanarySettings
 
 
 def with_canary(workload: Manifest, settings: CanarySettings | None, pool: str) -> Manifest:
-    """`workload` (a pool's StatefulSet) with its canary, when the Federation asks for one."""
+    """`workload` (a pool's StatefulSet or DaemonSet) with its canary, when the Federation asks for one."""
     count = settings.count(pool) if settings is not None else 0
-    if not count or workload.get("kind") != "StatefulSet" or settings is None:
+    kind = workload.get("kind")
+    if not count or kind not in ("StatefulSet", "DaemonSet") or settings is None:
         return workload
     template = json.dumps(workload["spec"].get("template"), sort_keys=True, separators=(",", ":"))
     meta = dict(workload["metadata"])
@@ -24,5 +26,8 @@ def with_canary(workload: Manifest, settings: CanarySettings | None, pool: str) 
                            ANN_CANARY_GATE: format(settings.gate, ".15g"),
                            ANN_CANARY_DEADLINE: format(settings.deadline, ".15g"),
                            ANN_CANARY_TEMPLATE: hashlib.sha256(template.encode()).hexdigest()[:16]}
-    spec = {**workload["spec"], "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}}
+    strategy: dict[str, object] = {"type": "RollingUpdate"}
+    if kind == "StatefulSet":
+        strategy["rollingUpdate"] = {"partition": 0}
+    spec = {**workload["spec"], "updateStrategy": strategy}
     return {**workload, "metadata": meta, "spec": spec}
