@@ -1,6 +1,7 @@
-"""Canary pools, the engine's rules (pure: the desired and live StatefulSet, its pods, what Flower
-sees and the clock in; what to apply and why out). syncer.models.canary says what Git sets; the
-Applier (engine.apply) asks `plan_canary` for every canary pool it applies over a live one.
+"""Canary pools, the engine's rules (pure: the desired and live StatefulSet or DaemonSet, its pods,
+what Flower sees and the clock in; what to apply and why out). syncer.models.canary says what Git
+sets; the Applier (engine.apply) asks engine.rollout for every canary pool it applies over a live
+one. DaemonSet pools: see the section at the end (`OnDelete`, the same `judge_stage`).
 
 Kubernetes' own mechanism does the rolling: a StatefulSet's `updateStrategy.rollingUpdate.partition`.
 Pods with an ordinal at or above the partition take a new pod template, the others keep the old

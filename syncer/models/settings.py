@@ -198,15 +198,17 @@ class ReleaseSettings(StrictModel):
     policy: SyncPolicy | None = None
     """How this release is synced, instead of the repository's `policy`."""
     canary: int | str | None = None
-    """Refused: a release's SuperNodes run in a Deployment, which has no partition to stop a rollout at
-    (canary pools are a Federation's StatefulSet pools: docs/rollouts.md)."""
+    """Refused: a release's SuperNodes run in a Deployment, which has no partition to stop a rollout at,
+    and flower-syncer has no canary for Deployments yet (canary pools are a Federation's pools,
+    StatefulSet or DaemonSet: docs/rollouts.md)."""
 
     def semantic_issues(self) -> list[Issue]:
         issues = []
         if self.canary is not None:
             issues.append(Issue(("canary",), "a SuperNode release runs its SuperNodes in a Deployment, which has no "
-                                "partition to stop a rollout at: a canary cannot hold the rest back",
-                                "remove it; canary pools are a Federation's StatefulSet pools "
+                                "partition to stop a rollout at, and flower-syncer has no canary for Deployments "
+                                "yet: a canary cannot hold the rest back",
+                                "remove it; canary pools are a Federation's pools, StatefulSet or DaemonSet "
                                 "(flower-syncer.io/canary, docs/rollouts.md)"))
         if self.namespace is None:
             return issues

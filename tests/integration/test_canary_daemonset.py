@@ -128,3 +128,33 @@ def test_a_daemonset_canary_fails_leaving_the_rest_old_and_the_fix_rolls_the_poo
         assert done.ok and not done.canaries and kube.writes == writes, done.to_dict()  # zero writes
     finally:
         engine.close()
+
+
+def test_removing_the_canary_rolls_the_rest_of_the_daemonset_at_once(kube: Kube, namespace: str,
+                                                                    tmp_path: Path) -> None:
+    nodes, _ = kube.list("Node", None, labels=f"{CLASS}=cpu")
+    if len(nodes) < 2:
+        pytest.skip("needs 2 or more kwok CPU nodes (the default devcluster has 4)")
+    repo = tmp_path / "repo"
+    _write(repo, namespace)
+    engine = Engine(kube)
+    try:
+        assert _sync(engine, repo).ok
+        wait_until("the pool Ready", lambda: (pods := _pods(kube, namespace)) and len(pods) == len(nodes)
+                   and all(r for _, r in pods.values()), timeout=60)
+        _write(repo, namespace, image="1.26.0")
+        assert [n.step for n in _sync(engine, repo).canaries] == [Step.STARTED]
+        assert _ds(kube, namespace)["spec"]["updateStrategy"]["type"] == "OnDelete"
+        text = (repo / "federations" / "fed.yaml").read_text()
+        (repo / "federations" / "fed.yaml").write_text(text.replace(ANNOTATIONS, ""))
+        assert _sync(engine, repo).ok
+        ds = _ds(kube, namespace)  # the field is no longer Git's: it falls back to the default, RollingUpdate
+        assert ds["spec"]["updateStrategy"]["type"] == "RollingUpdate"
+        assert ANN_CANARY_NODES not in ds["metadata"].get("annotations", {})
+
+        def rolled() -> bool:
+            pods = _pods(kube, namespace)
+            return len(pods) == len(nodes) and len({rev for rev, _ in pods.values()}) == 1
+        wait_until("the whole pool on one revision", rolled, timeout=120, interval=0.5)
+    finally:
+        engine.close()
