@@ -512,3 +512,23 @@ def test_a_daemonset_pool_on_one_node_rolls_as_usual(api: FakeApiServer, tmp_pat
     moved = sync(kube, _daemon_repo(tmp_path, image="supernode:1.26.0"))
     assert moved.ok and not moved.units[0].canaries and _strategy(api) == "RollingUpdate"
     assert ("Pod", NS, f"{STS}-n0") in api.objects  # its controller rolls it
+
+
+def test_the_agent_starts_a_daemonset_canary_and_looks_again(api: FakeApiServer, tmp_path: Path) -> None:
+    kube = FakeKube(api)
+    assert sync(kube, _daemon_repo(tmp_path)).ok
+    _daemon_controller(api, dict.fromkeys(("n0", "n1", "n2"), ("1", True, "")))
+    events: list[Event] = []
+    recorder = cast(EventRecorder, SimpleNamespace(record=events.append))
+    agent = build_agent(kube, NoSource(), Metrics(), AgentOptions(), recorder)
+    agent.cache.state = LiveState.load(kube, None)
+    install(agent, _daemon_repo(tmp_path, image="supernode:1.26.0"), "r2")
+    agent.cache.synced.set()
+    agent.leading.set()
+    agent.syncs.sync(FED_UNIT)
+    assert _strategy(api) == "OnDelete" and ("Pod", NS, f"{STS}-n0") not in api.objects
+    started = [e for e in events if e.reason.startswith("Canary")]
+    assert [e.reason for e in started] == ["CanaryStarted"] and "(node n0)" in started[0].note
+    assert [due for due, _, unit in agent.work._delayed if unit == FED_UNIT]  # looked at again soon
+    agent.dispatch_pending()
+    assert agent.unit_states()[FED_UNIT].synced.reason == SyncedReason.CANARY
