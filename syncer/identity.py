@@ -55,6 +55,7 @@ ANN_CANARY_GATE = "flower-syncer.io/canary-gate"
 ANN_CANARY_DEADLINE = "flower-syncer.io/canary-deadline"
 ANN_CANARY_TEMPLATE = "flower-syncer.io/canary-template"  # on a canary pool's workload: its pod template's digest
 ANN_CANARY_NODES = "flower-syncer.io/canary-nodes"  # on a DaemonSet in a canary stage: the canary's nodes
+ANN_CANARY_FROM = "flower-syncer.io/canary-from"  # on a Deployment in a canary stage: the hashes it started over
 
 DEFAULT_REPOSITORY = "default"  # only for callers that name no source (tests, benchmarks)
 

@@ -79,8 +79,10 @@ ANNOTATIONS: dict[str, tuple[str, str]] = {
     "flower-syncer.io/canary-deadline": ("annotation, Federation; rendered on a canary pool's StatefulSet or "
         "DaemonSet",
         "by when, from its start, the canary must have passed its gate, or it failed (default `10m`)"),
-    "flower-syncer.io/canary-template": ("annotation, a canary pool's StatefulSet or DaemonSet",
+    "flower-syncer.io/canary-template": ("annotation, a canary pool's StatefulSet or DaemonSet, a release's Deployment",
         "the digest of the pod template Git renders: a new change when it differs from the live one's"),
+    "flower-syncer.io/canary-from": ("annotation, a SuperNode release's Deployment while its canary waits",
+        "the `pod-template-hash` of the pods the canary started over: a pod with another is the canary's"),
     "flower-syncer.io/canary-nodes": ("annotation, a canary pool's DaemonSet while its canary waits",
         "the canary's nodes (the first of the pool's by name), whose pods take the change first (`OnDelete`)"),
     "flower-syncer.io/superlink-state": ("annotation, Federation",

@@ -33,7 +33,7 @@ engine raises it:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -41,6 +41,7 @@ from typing import Any
 from syncer.identity import (
     ANN_CANARY,
     ANN_CANARY_DEADLINE,
+    ANN_CANARY_FROM,
     ANN_CANARY_GATE,
     ANN_CANARY_NODES,
     ANN_CANARY_TEMPLATE,
@@ -70,8 +71,8 @@ class CanarySpec:
 
     @classmethod
     def of(cls, workload: Mapping[str, Any]) -> CanarySpec | None:
-        """The canary a rendered StatefulSet or DaemonSet carries (render.canary), None without one."""
-        if workload.get("kind") not in ("StatefulSet", "DaemonSet"):
+        """The canary a rendered StatefulSet, DaemonSet or Deployment carries (render.canary), None without one."""
+        if workload.get("kind") not in ("StatefulSet", "DaemonSet", "Deployment"):
             return None
         ann = (workload.get("metadata") or {}).get("annotations") or {}
         try:
@@ -355,3 +356,79 @@ def with_on_delete(desired: Mapping[str, Any], nodes: Sequence[str]) -> dict[str
     meta = dict(desired["metadata"])
     meta["annotations"] = {**(meta.get("annotations") or {}), ANN_CANARY_NODES: ",".join(nodes)}
     return {**desired, "metadata": meta, "spec": {**desired["spec"], "updateStrategy": {"type": "OnDelete"}}}
+
+
+# -- SuperNode releases (a Deployment) ------------------------------------------------------------
+#
+# A Deployment has no partition, and `spec.paused` creates no new ReplicaSet at all. What stops its
+# controller where wanted is its own availability rule: applied with `strategy: RollingUpdate`
+# (`maxSurge: 0, maxUnavailable: N`), `minReadySeconds` of 68 years and no progress deadline, it
+# scales the old ReplicaSet down by `N`, the new one up to `N`, and stops: the new pods never count
+# as available, so nothing more may become unavailable (docs/rollouts.md, checked on the local
+# control plane). The stage records the `pod-template-hash` of the pods it started over
+# (`flower-syncer.io/canary-from`): a pod with any other hash is the canary's (the Deployment's
+# status does not name its new ReplicaSet). The same `judge_stage` decides; on a pass the rendered
+# strategy is applied (no `minReadySeconds`) and the controller rolls the rest; on a failure nothing
+# is written. A fix during the stage records the failed canary's hash too: the controller scales
+# that ReplicaSet down (its pods are unhealthy) and the new one up to `N`.
+
+BRAKE = 2147483646  # minReadySeconds while a canary stage holds the rest (about 68 years)
+NO_DEADLINE = 2147483647  # progressDeadlineSeconds: none (it must exceed minReadySeconds)
+POD_HASH = "pod-template-hash"  # on a Deployment's pods: their ReplicaSet's template hash
+
+
+@dataclass(frozen=True)
+class DeployRollout:
+    """What the live Deployment says of its rollout."""
+
+    braked: bool  # minReadySeconds is the brake: a canary stage holds the rest
+    want: int  # the canary's SuperNodes (the brake's maxUnavailable)
+    seen: bool  # its controller has seen the last change (status.observedGeneration)
+    replicas: int
+    updated: int  # status.updatedReplicas
+    template: str  # the pod template digest last applied (ANN_CANARY_TEMPLATE)
+    before: tuple[str, ...]  # the pod-template-hash of the pods the stage started over (ANN_CANARY_FROM)
+
+    @classmethod
+    def of(cls, live: Mapping[str, Any]) -> DeployRollout:
+        spec, status = live.get("spec") or {}, live.get("status") or {}
+        meta = live.get("metadata") or {}
+        ann = meta.get("annotations") or {}
+        unavailable = ((spec.get("strategy") or {}).get("rollingUpdate") or {}).get("maxUnavailable")
+        return cls(spec.get("minReadySeconds") == BRAKE, unavailable if isinstance(unavailable, int) else 0,
+                   status.get("observedGeneration", 0) >= meta.get("generation", 0),
+                   int(spec.get("replicas", 1) or 0), int(status.get("updatedReplicas", 0) or 0),
+                   str(ann.get(ANN_CANARY_TEMPLATE, "")),
+                   tuple(h for h in str(ann.get(ANN_CANARY_FROM, "")).split(",") if h))
+
+    def rolling(self) -> bool:
+        """A canary stage is going on: the brake is on and pods remain on an earlier template."""
+        return self.braked and (not self.seen or self.updated < self.replicas)
+
+
+def deploy_pod_seen(pod: Mapping[str, Any]) -> PodSeen:
+    """A release's pod as the canary rules read it: its revision is its pod-template-hash."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return _seen(pod, 0, str(labels.get(POD_HASH, "")))
+
+
+def deploy_canary(count: int, replicas: object) -> int:
+    """The canary of a Deployment of `replicas`: `count`, always fewer than all of them."""
+    return max(min(count, replicas - 1), 0) if isinstance(replicas, int) else 0
+
+
+def deploy_stage(rollout: DeployRollout, pods: Sequence[PodSeen]) -> Stage:
+    """The canary stage of a Deployment: its pods on a template the stage did not start over."""
+    new = "(new)"
+    marked = tuple(p if p.revision in rollout.before else replace(p, revision=new) for p in pods)
+    return Stage(rollout.want, new, rollout.seen, marked)
+
+
+def with_brake(desired: Mapping[str, Any], want: int, before: Sequence[str]) -> dict[str, Any]:
+    """A copy of a release's Deployment as a canary stage applies it (see above)."""
+    meta = dict(desired["metadata"])
+    meta["annotations"] = {**(meta.get("annotations") or {}), ANN_CANARY_FROM: ",".join(sorted(before))}
+    spec = {**desired["spec"], "strategy": {"type": "RollingUpdate",
+                                            "rollingUpdate": {"maxSurge": 0, "maxUnavailable": want}},
+            "minReadySeconds": BRAKE, "progressDeadlineSeconds": NO_DEADLINE}
+    return {**desired, "metadata": meta, "spec": spec}

@@ -1,4 +1,4 @@
-"""Canary pools in the Applier: which form of a canary StatefulSet or DaemonSet to apply now
+"""Canary pools in the Applier: which form of a canary StatefulSet, DaemonSet or release Deployment to apply now
 (engine.canary decides; this module reads what the decision needs: the pool's pods, what
 Flower-level health last saw of the pool) and the pods to delete by hand: a failed canary's, which an
 `OrderedReady` StatefulSet never replaces itself, and a DaemonSet's canary nodes' pods, which its
@@ -16,6 +16,7 @@ from syncer.engine.canary import (
     CanaryNote,
     CanarySpec,
     DaemonRollout,
+    DeployRollout,
     FlowerSeen,
     PodSeen,
     Rollout,
@@ -24,11 +25,15 @@ from syncer.engine.canary import (
     canary_partition,
     daemon_pod_seen,
     daemon_stage,
+    deploy_canary,
+    deploy_pod_seen,
+    deploy_stage,
     judge,
     judge_stage,
     pod_seen,
     stale_canary,
     stuck_pods,
+    with_brake,
     with_on_delete,
     with_partition,
 )
@@ -69,6 +74,8 @@ class Rollouts:
     def plan(self, ref: ObjectRef, desired: Manifest, live: Mapping[str, Any], spec: CanarySpec) -> CanaryPlan:
         if desired.get("kind") == "DaemonSet":
             return self._plan_daemon(ref, desired, live, spec)
+        if desired.get("kind") == "Deployment":
+            return self._plan_deploy(ref, desired, live, spec)
         rollout = Rollout.of(live)
         pool, _ = target_of(desired)
         partition = canary_partition(spec, desired)
@@ -118,6 +125,36 @@ class Rollouts:
         stale = stale_canary(rollout.nodes, rollout.generation, pods) if rollout.seen else []
         return CanaryPlan(refingerprinted(with_on_delete(desired, rollout.nodes)), note,
                           failed=verdict.step is Step.FAILED, stuck=stale, stuck_now=True)
+
+    def _plan_deploy(self, ref: ObjectRef, desired: Manifest, live: Mapping[str, Any], spec: CanarySpec
+                     ) -> CanaryPlan:
+        rollout = DeployRollout.of(live)
+        target, _ = target_of(desired)
+        who = f"release {ref.name}"
+        wanted = str(desired["metadata"].get("annotations", {}).get(ANN_CANARY_TEMPLATE, ""))
+        if wanted != rollout.template:  # a new change: `want` SuperNodes take it, the brake holds the rest
+            replicas = (desired.get("spec") or {}).get("replicas", 1)
+            want = deploy_canary(spec.count, replicas)
+            if not want:  # one replica: nothing to hold back, it rolls as usual
+                return CanaryPlan(desired)
+            pods = self._deploy_pods(desired)
+            before = {p.revision for p in pods if p.revision} | (set(rollout.before) if rollout.braked else set())
+            note = CanaryNote(ref, target, Step.STARTED, f"{who}: a change of the pod template goes to {want} of "
+                              f"{replicas} SuperNodes first")
+            return CanaryPlan(refingerprinted(with_brake(desired, want, sorted(before))), note, canary=want)
+        if not rollout.rolling():
+            return CanaryPlan(desired)
+        flower = self.flower(ref, target) if self.flower is not None else None
+        verdict = judge_stage(spec, deploy_stage(rollout, self._deploy_pods(desired)), flower, now=self.clock())
+        note = CanaryNote(ref, target, verdict.step, f"{who}: {verdict.message}", verdict.retry)
+        if verdict.step is Step.PASSED:
+            rest = Disruption(ref, Effect.RESTARTS, *target_of(desired), max(rollout.replicas - rollout.want, 0))
+            return CanaryPlan(desired, note, promote=rest)
+        return CanaryPlan(refingerprinted(with_brake(desired, rollout.want, rollout.before)), note,
+                          failed=verdict.step is Step.FAILED)
+
+    def _deploy_pods(self, desired: Manifest) -> list[PodSeen]:
+        return [deploy_pod_seen(p) for p in self._selected(desired)]
 
     def _selected(self, desired: Manifest) -> list[dict[str, Any]]:
         labels = ((desired.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}

@@ -10,15 +10,24 @@ from __future__ import annotations
 import hashlib
 import json
 
-from syncer.identity import ANN_CANARY, ANN_CANARY_DEADLINE, ANN_CANARY_GATE, ANN_CANARY_TEMPLATE, Manifest
+from syncer.identity import (
+    ANN_CANARY,
+    ANN_CANARY_DEADLINE,
+    ANN_CANARY_GATE,
+    ANN_CANARY_TEMPLATE,
+    LABEL_COMPONENT,
+    Manifest,
+)
 from syncer.models.canary import CanarySettings
+
+SUPERNODE_COMPONENT = "supernode"  # the component label of a release's SuperNodes (engine.disruption's too)
 
 
 def with_canary(workload: Manifest, settings: CanarySettings | None, pool: str) -> Manifest:
     """`workload` (a pool's StatefulSet or DaemonSet) with its canary, when the Federation asks for one."""
     count = settings.count(pool) if settings is not None else 0
     kind = workload.get("kind")
-    if not count or kind not in ("StatefulSet", "DaemonSet") or settings is None:
+    if not count or kind not in ("StatefulSet", "DaemonSet", "Deployment") or settings is None:
         return workload
     template = json.dumps(workload["spec"].get("template"), sort_keys=True, separators=(",", ":"))
     meta = dict(workload["metadata"])
@@ -26,8 +35,16 @@ def with_canary(workload: Manifest, settings: CanarySettings | None, pool: str) 
                            ANN_CANARY_GATE: format(settings.gate, ".15g"),
                            ANN_CANARY_DEADLINE: format(settings.deadline, ".15g"),
                            ANN_CANARY_TEMPLATE: hashlib.sha256(template.encode()).hexdigest()[:16]}
+    if kind == "Deployment":  # its strategy stays the release's; the engine brakes it (engine.canary)
+        return {**workload, "metadata": meta}
     strategy: dict[str, object] = {"type": "RollingUpdate"}
     if kind == "StatefulSet":
         strategy["rollingUpdate"] = {"partition": 0}
     spec = {**workload["spec"], "updateStrategy": strategy}
     return {**workload, "metadata": meta, "spec": spec}
+
+
+def is_supernodes(manifest: Manifest) -> bool:
+    """The Deployment of a SuperNode release's SuperNodes (its canary's workload)."""
+    labels = (manifest.get("metadata") or {}).get("labels") or {}
+    return manifest.get("kind") == "Deployment" and labels.get(LABEL_COMPONENT) == SUPERNODE_COMPONENT

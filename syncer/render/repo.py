@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from syncer.diagnostics import DECRYPTION, Diagnostic, primary
 from syncer.identity import DEFAULT_REPOSITORY, Manifest, ObjectRef, Unit, cluster_source, unit_matches
+from syncer.models.canary import CanarySettings
 from syncer.models.durations import OFF, parse_duration
 from syncer.models.federation import Federation
 from syncer.models.federation_spec import ANN_TLS_SECRET
@@ -24,6 +25,7 @@ from syncer.models.settings import PROTECTED_NAMESPACES, Guardrails, SyncPolicy
 from syncer.ours import secret_is_own_or_listed
 from syncer.plan import Claims, NodeAuth, Plan, Policy, UnitPlan, refs_of
 from syncer.render.cachekey import Key, context_key, render_key, unit_key
+from syncer.render.canary import SUPERNODE_COMPONENT, is_supernodes, with_canary
 from syncer.render.common import RenderContext, sort_manifests
 from syncer.render.control_targets import control_target_diagnostics
 from syncer.render.encrypted_values import seal
@@ -171,6 +173,11 @@ def render_unit(loaded: LoadedUnit) -> list[Manifest]:
         manifests = render_federation(loaded.model, ctx)
     else:
         manifests = render_supernode(loaded.model, loaded.unit.name, ctx)
+        if loaded.canary is not None:  # the release's SuperNodes take a change first (docs/rollouts.md)
+            count, gate, deadline = loaded.canary
+            settings = CanarySettings(count, {}, gate, deadline)
+            manifests = [with_canary(m, settings, SUPERNODE_COMPONENT) if is_supernodes(m) else m
+                         for m in manifests]
     if loaded.sealed:  # encrypted values reach pods through a Secret only
         manifests = seal(manifests, loaded.sealed, loaded.seal_key, ctx)
     return sort_manifests([*manifests, *(render_secret(s, RenderContext(unit=loaded.unit, source=file))

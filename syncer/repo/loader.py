@@ -564,7 +564,7 @@ def _load_release(reader: Reader, folder: Path, state: RepoState, cluster: str =
     rel_values = reader.rel(values_path)
     state.units.append(LoadedUnit(unit, rel_values, 1, values, policy, tuple(secrets),
                                   reader.secrets.get(rel_values, frozenset()), reader.seal_keys.get(rel_values, b""),
-                                  cluster))
+                                  cluster, canary=settings.canary_settings()))
 
 
 def _load_single(reader: Reader, path: Path, cls: type[Any], state: RepoState, unit: str = "",

@@ -18,10 +18,12 @@ from syncer.agent.state import AgentOptions
 from syncer.agent.wiring import build_agent
 from syncer.cluster.events import Event, EventRecorder
 from syncer.engine.canary import (
+    BRAKE,
     DS_GENERATION,
     CanaryNote,
     CanarySpec,
     DaemonRollout,
+    DeployRollout,
     FlowerSeen,
     PodSeen,
     Rollout,
@@ -29,17 +31,20 @@ from syncer.engine.canary import (
     canary_nodes,
     daemon_pod_seen,
     daemon_stage,
+    deploy_canary,
+    deploy_stage,
     judge,
     judge_stage,
     pod_node,
     pod_seen,
     stale_canary,
     stuck_pods,
+    with_brake,
     with_on_delete,
 )
 from syncer.engine.changeset import Action, Cause, UnitResult
 from syncer.engine.live import LiveState
-from syncer.identity import ANN_CANARY_NODES, ANN_CANARY_TEMPLATE, ObjectRef, Unit
+from syncer.identity import ANN_CANARY_FROM, ANN_CANARY_NODES, ANN_CANARY_TEMPLATE, ObjectRef, Unit
 from syncer.models.canary import parse_counts
 from syncer.observe.conditions import SyncedReason, synced_condition
 from syncer.observe.flower_health import FlowerHealth, PoolHealth
@@ -319,17 +324,6 @@ def test_the_agent_tells_each_step_once_and_looks_again_while_waiting() -> None:
     assert queued == [4.0, 4.0]  # started and waiting: looked at again; failed: the work queue's backoff
 
 
-def test_a_supernode_release_refuses_a_canary(tmp_path: Path) -> None:
-    (tmp_path / "supernodes" / "r").mkdir(parents=True)
-    (tmp_path / "flower-syncer.yaml").write_text(f"name: team\ndefaultNamespace: {NS}\n")
-    (tmp_path / "supernodes" / "r" / "values.yaml").write_text("tls:\n  enabled: false\n")
-    (tmp_path / "supernodes" / "r" / "release.yaml").write_text("namespace: flower\ncanary: 1\n")
-    state = load_repo(tmp_path)
-    [d] = [d for d in state.diagnostics if d.path == "canary"]
-    assert (d.file, d.line, d.severity) == ("supernodes/r/release.yaml", 2, "error")
-    assert "has no partition" in d.message and Unit("supernode", NS, "r") in state.failed
-
-
 def test_the_agent_starts_a_canary_and_looks_again(api: FakeApiServer, tmp_path: Path) -> None:
     kube = FakeKube(api)
     root = _write(tmp_path)
@@ -532,3 +526,136 @@ def test_the_agent_starts_a_daemonset_canary_and_looks_again(api: FakeApiServer,
     assert [due for due, _, unit in agent.work._delayed if unit == FED_UNIT]  # looked at again soon
     agent.dispatch_pending()
     assert agent.unit_states()[FED_UNIT].synced.reason == SyncedReason.CANARY
+
+
+# -- SuperNode releases: a Deployment braked by minReadySeconds, the same gate -------------------------
+
+REL_UNIT = Unit("supernode", NS, "r")
+DEP = "r-flower-client-supernode"
+
+
+def _release(root: Path, release: str = "canary: 1\n", tag: str = "1.25.0", replicas: int = 3) -> Path:
+    (root / "supernodes" / "r").mkdir(parents=True, exist_ok=True)
+    (root / "flower-syncer.yaml").write_text(f"name: team\ndefaultNamespace: {NS}\n")
+    (root / "supernodes" / "r" / "values.yaml").write_text(
+        f"tls:\n  enabled: false\nsupernode:\n  replicas: {replicas}\n  image:\n    tag: {tag}\n")
+    (root / "supernodes" / "r" / "release.yaml").write_text(release)
+    return root
+
+
+@pytest.mark.parametrize(("release", "line", "field", "words"), [
+    ("namespace: flower\ncanary: 0\n", 2, "canary", "a canary needs at least 1 SuperNode"),
+    ("canary: 1\ncanaryGate: soon\n", 2, "canaryGate", "'soon' is not a duration"),
+    ("canary: 1\ncanaryGate: 10m\ncanaryDeadline: 5m\n", 2, "canaryGate", "the canary could never pass"),
+])
+def test_bad_release_canaries_name_file_line_and_field(tmp_path: Path, release: str, line: int, field: str,
+                                                       words: str) -> None:
+    state = load_repo(_release(tmp_path, release))
+    [d] = [d for d in state.diagnostics if d.path == field]
+    assert (d.file, d.line, d.severity) == ("supernodes/r/release.yaml", line, "error")
+    assert words in d.message and REL_UNIT in state.failed
+
+
+def test_a_release_canary_renders_on_its_deployment(tmp_path: Path) -> None:
+    state = load_repo(_release(tmp_path, "canary: 1\ncanaryGate: 2m\n"))
+    assert not state.failed, state.diagnostics
+    dep = by_kind(render_repo(state).units[REL_UNIT], "Deployment", DEP)
+    assert CanarySpec.of(dep) == CanarySpec(1, 120.0, 600.0)
+    assert dep["spec"]["strategy"] == {"type": "RollingUpdate"} and "minReadySeconds" not in dep["spec"]
+    plain = by_kind(render_repo(load_repo(_release(tmp_path / "p", ""))).units[REL_UNIT], "Deployment", DEP)
+    assert CanarySpec.of(plain) is None
+
+
+def _rpod(revision: str, *, ready: bool = True, created: float = 900.0, problem: str = "",
+          name: str = "") -> PodSeen:
+    return PodSeen(name or f"{DEP}-{revision}", 0, revision, ready, 1000.0 if ready else None, created, problem)
+
+
+def test_a_release_canary_is_the_pods_on_a_template_the_stage_did_not_start_over() -> None:
+    live = {"metadata": {"generation": 2, "annotations": {ANN_CANARY_TEMPLATE: "t", ANN_CANARY_FROM: "old"}},
+            "spec": {"replicas": 3, "minReadySeconds": BRAKE,
+                     "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}},
+            "status": {"observedGeneration": 2, "updatedReplicas": 1}}
+    rollout = DeployRollout.of(live)
+    assert rollout == DeployRollout(True, 1, True, 3, 1, "t", ("old",)) and rollout.rolling()
+    assert not replace(rollout, braked=False).rolling() and not replace(rollout, updated=3).rolling()
+    assert (deploy_canary(1, 3), deploy_canary(5, 3), deploy_canary(1, 1)) == (1, 2, 0)
+    rest = [_rpod("old", name="a"), _rpod("old", name="b")]
+    assert judge_stage(SPEC, deploy_stage(rollout, rest), None, now=1000).step is Step.WAITING
+    assert judge_stage(SPEC, deploy_stage(rollout, [*rest, _rpod("new")]), None, now=1060).step is Step.PASSED
+    broken = judge_stage(SPEC, deploy_stage(rollout, [*rest, _rpod("new", ready=False, problem="supernode: "
+                                                                   "ErrImagePull")]), None, now=950)
+    assert broken.step is Step.FAILED and "ErrImagePull" in broken.message
+    braked = with_brake({"metadata": {"name": DEP}, "spec": {"strategy": {"type": "Recreate"}}}, 1, ["h2", "h1"])
+    assert braked["spec"]["strategy"] == {"type": "RollingUpdate",
+                                          "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+    assert braked["spec"]["minReadySeconds"] == BRAKE and braked["spec"]["progressDeadlineSeconds"] > BRAKE
+    assert braked["metadata"]["annotations"][ANN_CANARY_FROM] == "h1,h2"
+
+
+def _deploy_controller(api: FakeApiServer, pods: dict[str, tuple[str, bool, str]], updated: int) -> None:
+    """What the Deployment controller and the kubelet would say: its status and its pods (name: hash, ...)."""
+    dep = api.objects[("Deployment", NS, DEP)]
+    dep["status"] = {"updatedReplicas": updated, "replicas": len(pods)}
+    for key in [k for k in api.objects if k[0] == "Pod"]:
+        del api.objects[key]
+    labels = dep["spec"]["selector"]["matchLabels"]
+    for name, (pod_hash, ready, problem) in pods.items():
+        waiting = [{"name": "supernode", "state": {"waiting": {"reason": problem}}}] if problem else []
+        api.objects[("Pod", NS, name)] = {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": NS, "uid": f"pod-{name}",
+                         "creationTimestamp": "2000-01-01T00:00:00Z",
+                         "labels": {**labels, "pod-template-hash": pod_hash}},
+            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False",
+                                       "lastTransitionTime": "2000-01-01T00:00:00Z"}],
+                       "containerStatuses": waiting}}
+
+
+def _dep(api: FakeApiServer) -> dict[str, Any]:
+    return api.objects[("Deployment", NS, DEP)]
+
+
+def test_a_release_change_reaches_its_canary_first_and_a_failure_holds_the_rest(api: FakeApiServer,
+                                                                               tmp_path: Path) -> None:
+    kube = FakeKube(api)
+    assert sync(kube, _release(tmp_path)).ok and "minReadySeconds" not in _dep(api)["spec"]
+    old = {"a": ("h1", True, ""), "b": ("h1", True, ""), "c": ("h1", True, "")}
+    _deploy_controller(api, old, 3)
+    started = sync(kube, _release(tmp_path, tag="1.26.0"))
+    assert started.ok and [n.step for u in started.units for n in u.canaries] == [Step.STARTED]
+    assert "goes to 1 of 3 SuperNodes first" in started.units[0].canaries[0].message
+    spec = _dep(api)["spec"]
+    assert spec["minReadySeconds"] == BRAKE and spec["strategy"]["rollingUpdate"] == {"maxSurge": 0,
+                                                                                     "maxUnavailable": 1}
+    assert _dep(api)["metadata"]["annotations"][ANN_CANARY_FROM] == "h1"
+    _deploy_controller(api, {"a": ("h1", True, ""), "b": ("h1", True, ""), "n": ("h2", False, "ErrImagePull")}, 1)
+    version = _dep(api)["metadata"]["resourceVersion"]
+    failed = sync(kube, _release(tmp_path, tag="1.26.0"))
+    change = next(c for u in failed.units for c in u.changes if c.ref.kind == "Deployment")
+    assert not failed.ok and change.cause is Cause.CANARY_FAILED and "ErrImagePull" in change.message
+    assert _dep(api)["metadata"]["resourceVersion"] == version  # nothing written: the brake stays
+    fixed = sync(kube, _release(tmp_path, tag="1.27.0"))  # the failed canary's hash is not the fix's canary
+    assert fixed.ok and [n.step for u in fixed.units for n in u.canaries] == [Step.STARTED]
+    assert _dep(api)["metadata"]["annotations"][ANN_CANARY_FROM] == "h1,h2"
+    _deploy_controller(api, {"a": ("h1", True, ""), "b": ("h1", True, ""), "n": ("h3", True, "")}, 1)
+    passed = sync(kube, _release(tmp_path, tag="1.27.0"))
+    assert passed.ok and [n.step for u in passed.units for n in u.canaries] == [Step.PASSED]
+    spec = _dep(api)["spec"]  # the release's strategy again: the controller rolls the rest
+    assert "minReadySeconds" not in spec and "progressDeadlineSeconds" not in spec
+    assert spec["strategy"]["type"] == "RollingUpdate" and not spec["strategy"].get("rollingUpdate")
+    _deploy_controller(api, {"x": ("h3", True, ""), "y": ("h3", True, ""), "n": ("h3", True, "")}, 3)
+    writes = kube.writes
+    done = sync(kube, _release(tmp_path, tag="1.27.0"))
+    assert done.ok and not done.units[0].canaries and kube.writes == writes  # done: zero writes
+
+
+def test_a_release_canary_reads_the_supernodes_its_federation_lists() -> None:
+    health = FlowerHealth(True, "fed:9093", "2026-01-01T00:00:10Z",
+                          pools=(PoolHealth(FED_UNIT.id, "a", "", 3, online=3),
+                                 PoolHealth(REL_UNIT.id, "supernode", "", 3, online=2)))
+    watch = cast(FlowerWatch, SimpleNamespace(probe=SimpleNamespace(enabled=True), health={FED_UNIT: health}))
+    canaries = Canaries(lambda _u, _e: None, lambda _u, _d: None, lambda: watch)
+    ref = ObjectRef("Deployment", NS, DEP)
+    assert canaries.health(REL_UNIT)(ref, "supernode") == FlowerSeen(2, 3, 1767225610.0)
+    assert canaries.health(Unit("supernode", NS, "other"))(ref, "supernode") is None
