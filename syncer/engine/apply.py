@@ -242,7 +242,7 @@ class Applier:
             return self._over(ref, desired, live, digest, force, policy)
         plan = self.rollouts.plan(ref, desired, live, spec)
         if plan.failed and plan.note is not None:  # the rest of the pool keeps the last good revision
-            return Outcome(Change(ref, Action.FAILED, f"canary failed: {plan.note.message}; the rest of the pool "
+            return Outcome(Change(ref, Action.FAILED, f"canary failed: {plan.note.message}; the rest "
                                   "stays on its revision until a new commit", cause=Cause.CANARY_FAILED), None,
                            canary=plan.note)
         started = plan.note is not None and plan.note.step is Step.STARTED
