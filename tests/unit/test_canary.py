@@ -547,6 +547,7 @@ def _release(root: Path, release: str = "canary: 1\n", tag: str = "1.25.0", repl
     ("namespace: flower\ncanary: 0\n", 2, "canary", "a canary needs at least 1 SuperNode"),
     ("canary: 1\ncanaryGate: soon\n", 2, "canaryGate", "'soon' is not a duration"),
     ("canary: 1\ncanaryGate: 10m\ncanaryDeadline: 5m\n", 2, "canaryGate", "the canary could never pass"),
+    ("namespace: flower\n\ncanary: 3\n", 3, "canary", "a canary of 3 of the release's 3 SuperNodes is all of them"),
 ])
 def test_bad_release_canaries_name_file_line_and_field(tmp_path: Path, release: str, line: int, field: str,
                                                        words: str) -> None:
