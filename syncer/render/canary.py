@@ -1,9 +1,11 @@
-"""A canary pool's StatefulSet or DaemonSet (syncer.models.canary): its count and times as
+"""A canary pool's StatefulSet or DaemonSet (syncer.models.canary), or a SuperNode release's
+Deployment (its release.yaml): its count and times as
 annotations, which the engine reads (syncer.engine.canary), the digest of its pod template as Git
 renders it (the engine tells a new change from a rollout in progress by it, without a request), and
 its update strategy, so that flower-syncer owns the field (server-side apply) that the engine sets
 to stop a rollout at the canary: a StatefulSet's `rollingUpdate.partition` rendered as 0, a
-DaemonSet's `type` rendered as `RollingUpdate` (`OnDelete` while its canary nodes take a change). Pure."""
+DaemonSet's `type` rendered as `RollingUpdate` (`OnDelete` while its canary nodes take a change);
+a Deployment keeps the release's strategy (the engine brakes it while a canary waits). Pure."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from syncer.identity import (
     ANN_CANARY_GATE,
     ANN_CANARY_TEMPLATE,
     LABEL_COMPONENT,
+    LABEL_POOL,
     Manifest,
 )
 from syncer.models.canary import CanarySettings
@@ -24,7 +27,8 @@ SUPERNODE_COMPONENT = "supernode"  # the component label of a release's SuperNod
 
 
 def with_canary(workload: Manifest, settings: CanarySettings | None, pool: str) -> Manifest:
-    """`workload` (a pool's StatefulSet or DaemonSet) with its canary, when the Federation asks for one."""
+    """`workload` (a pool's StatefulSet or DaemonSet, a release's Deployment) with its canary, when Git
+    asks for one."""
     count = settings.count(pool) if settings is not None else 0
     kind = workload.get("kind")
     if not count or kind not in ("StatefulSet", "DaemonSet", "Deployment") or settings is None:
@@ -44,7 +48,13 @@ def with_canary(workload: Manifest, settings: CanarySettings | None, pool: str) 
     return {**workload, "metadata": meta, "spec": spec}
 
 
-def is_supernodes(manifest: Manifest) -> bool:
-    """The Deployment of a SuperNode release's SuperNodes (its canary's workload)."""
+def canary_target(manifest: Manifest) -> str:
+    """The pool a workload runs (a Federation pool's StatefulSet or DaemonSet), `supernode` for a
+    SuperNode release's Deployment, "" for anything else: what may carry a canary."""
     labels = (manifest.get("metadata") or {}).get("labels") or {}
-    return manifest.get("kind") == "Deployment" and labels.get(LABEL_COMPONENT) == SUPERNODE_COMPONENT
+    kind = manifest.get("kind")
+    if kind in ("StatefulSet", "DaemonSet") and labels.get(LABEL_POOL):
+        return str(labels[LABEL_POOL])
+    if kind == "Deployment" and labels.get(LABEL_COMPONENT) == SUPERNODE_COMPONENT:
+        return SUPERNODE_COMPONENT
+    return ""

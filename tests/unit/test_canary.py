@@ -5,6 +5,9 @@ once done)."""
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -49,7 +52,7 @@ from syncer.models.canary import parse_counts
 from syncer.observe.conditions import SyncedReason, synced_condition
 from syncer.observe.flower_health import FlowerHealth, PoolHealth
 from syncer.observe.metrics import Metrics
-from syncer.render.repo import render_repo
+from syncer.render.repo import render_repo, render_unit
 from syncer.repo.loader import load_repo
 from tests.builders import NS, by_kind, install, pool, sync, write
 from tests.doubles import NoSource
@@ -660,3 +663,19 @@ def test_a_release_canary_reads_the_supernodes_its_federation_lists() -> None:
     ref = ObjectRef("Deployment", NS, DEP)
     assert canaries.health(REL_UNIT)(ref, "supernode") == FlowerSeen(2, 3, 1767225610.0)
     assert canaries.health(Unit("supernode", NS, "other"))(ref, "supernode") is None
+
+
+def test_the_template_digest_is_of_the_sealed_template_never_of_plain_values(tmp_path: Path) -> None:
+    env = "        env:\n          - name: TOKEN\n            value: s3cr3t-token-value\n"
+    state = load_repo(write(tmp_path, pools=pool("a", 3, env), annotations=CANARY))
+    assert not state.failed, state.diagnostics
+    [loaded] = state.units
+    plain = by_kind(render_unit(loaded), "StatefulSet", STS)
+    sealed = by_kind(render_unit(dataclasses.replace(loaded, sealed=frozenset({"s3cr3t-token-value"}),
+                                                     seal_key=b"k" * 32)), "StatefulSet", STS)
+    assert "s3cr3t-token-value" not in json.dumps(sealed["spec"]["template"])  # the value went to a Secret
+
+    def digest(sts: dict[str, Any]) -> str:
+        text = json.dumps(sts["spec"]["template"], sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+    assert sealed["metadata"]["annotations"][ANN_CANARY_TEMPLATE] == digest(sealed) != digest(plain)
