@@ -108,3 +108,27 @@ def test_a_release_canary_fails_leaving_the_rest_old_and_the_fix_rolls_the_relea
         assert done.ok and not done.canaries and kube.writes == writes, done.to_dict()  # zero writes
     finally:
         engine.close()
+
+
+def test_removing_a_release_canary_rolls_the_rest_at_once(kube: Kube, namespace: str, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    _write(repo, namespace)
+    engine = Engine(kube)
+    try:
+        assert _sync(engine, repo).ok
+        wait_until("3 SuperNodes Ready", lambda: (pods := _pods(kube, namespace)) and len(pods) == 3
+                   and all(r for _, r in pods), timeout=60)
+        _write(repo, namespace, tag="1.26.0")
+        assert [n.step for n in _sync(engine, repo).canaries] == [Step.STARTED]
+        assert _dep(kube, namespace)["spec"]["minReadySeconds"] == BRAKE
+        (repo / "supernodes" / "r" / "release.yaml").write_text("")
+        assert _sync(engine, repo).ok
+        spec = _dep(kube, namespace)["spec"]  # the brake is no longer Git's: the API server's defaults
+        assert spec.get("minReadySeconds", 0) == 0 and spec["progressDeadlineSeconds"] == 600
+
+        def rolled() -> bool:
+            pods = _pods(kube, namespace)
+            return len(pods) == 3 and len({h for h, _ in pods}) == 1 and all(r for _, r in pods)
+        wait_until("every SuperNode on one template", rolled, timeout=120, interval=0.5)
+    finally:
+        engine.close()
