@@ -47,12 +47,15 @@ SUPERLINK_STATE_DIR = "/app/state"  # where it is mounted; the SQLite file is SU
 
 # Canary pools (docs/rollouts.md): on a Federation, how many SuperNodes of each pool take a change
 # first ("1", or "gpu=1, cpu=2"), how long they must stay healthy (`canary-gate`) and by when
-# (`canary-deadline`); on a pool's StatefulSet, the pool's own count and both times in seconds, which
-# the engine reads (engine.canary) to set `updateStrategy.rollingUpdate.partition`.
+# (`canary-deadline`); on a pool's StatefulSet or DaemonSet, the pool's own count and both times in
+# seconds, which the engine reads (engine.canary) to set the StatefulSet's partition, or the
+# DaemonSet's `OnDelete` strategy while its canary nodes take the change.
 ANN_CANARY = "flower-syncer.io/canary"
 ANN_CANARY_GATE = "flower-syncer.io/canary-gate"
 ANN_CANARY_DEADLINE = "flower-syncer.io/canary-deadline"
-ANN_CANARY_TEMPLATE = "flower-syncer.io/canary-template"  # on a canary pool's StatefulSet: its pod template's digest
+ANN_CANARY_TEMPLATE = "flower-syncer.io/canary-template"  # on a canary pool's workload: its pod template's digest
+ANN_CANARY_NODES = "flower-syncer.io/canary-nodes"  # on a DaemonSet in a canary stage: the canary's nodes
+ANN_CANARY_FROM = "flower-syncer.io/canary-from"  # on a Deployment in a canary stage: the hashes it started over
 
 DEFAULT_REPOSITORY = "default"  # only for callers that name no source (tests, benchmarks)
 

@@ -34,6 +34,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from syncer.cluster.client import RESOURCES, Kube
+from syncer.engine.canary import DS_GENERATION
 
 _PLURALS = {(r.api_version, r.plural): kind for kind, r in RESOURCES.items()}
 _IMMUTABLE_SELECTOR_KINDS = ("Deployment", "StatefulSet", "DaemonSet")
@@ -346,6 +347,10 @@ class FakeApiServer:
         result["metadata"]["managedFields"] = entries
         if _strip(result) == _strip(current) and entries == current["metadata"].get("managedFields"):
             return _Response(200, json.dumps(current).encode())  # a no-op write changes nothing
+        if kind == "DaemonSet" and (result.get("spec") or {}).get("template") != (current.get("spec") or {}).get(
+                "template"):  # the API server raises a DaemonSet's template generation (its pods carry it)
+            annotations = result["metadata"].setdefault("annotations", {})
+            annotations[DS_GENERATION] = str(int(annotations.get(DS_GENERATION, "1")) + 1)
         result["metadata"]["resourceVersion"] = str(next(self._rv))
         if not dry_run:
             self.objects[(kind, namespace, name)] = result
@@ -361,6 +366,8 @@ class FakeApiServer:
                      "creationTimestamp": "2026-01-01T00:00:00Z", "managedFields": entries})
         if namespace:
             meta["namespace"] = namespace
+        if kind == "DaemonSet":
+            meta.setdefault("annotations", {})[DS_GENERATION] = "1"
         return obj
 
     def _store(self, kind: str, namespace: str, name: str, body: Mapping[str, Any],

@@ -50,12 +50,16 @@ class Canaries:
         self._lock = threading.Lock()
 
     def health(self, unit: Unit) -> FlowerOf:
-        """What the engine asks of a canary pool of `unit` (a Federation)."""
+        """What the engine asks of a canary pool of `unit`: a Federation's pool, or a SuperNode
+        release's SuperNodes (listed by the SuperLink of the Federation they dial)."""
         def seen(ref: ObjectRef, pool: str) -> FlowerSeen | None:
             watch = self.flower()
             if watch is None or not watch.probe.enabled:
                 return None
             health = watch.health.get(unit)
+            if health is None and unit.kind == "supernode":
+                health = next((h for h in list(watch.health.values())
+                               if any(p.unit == unit.id and p.pool == pool for p in h.pools)), None)
             if health is None or health.code in UNCHECKED or not health.reachable:
                 return None
             at = epoch(health.checked_at)

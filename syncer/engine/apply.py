@@ -269,25 +269,29 @@ class Applier:
             return self._over(ref, desired, live, digest, force, policy)
         plan = self.rollouts.plan(ref, desired, live, spec)
         if plan.failed and plan.note is not None:  # the rest of the pool keeps the last good revision
-            return Outcome(Change(ref, Action.FAILED, f"canary failed: {plan.note.message}; the rest of the pool "
+            return Outcome(Change(ref, Action.FAILED, f"canary failed: {plan.note.message}; the rest "
                                   "stays on its revision until a new commit", cause=Cause.CANARY_FAILED), None,
                            canary=plan.note)
         started = plan.note is not None and plan.note.step is Step.STARTED
         out = self._over(ref, plan.desired, live, plan.desired["metadata"]["annotations"][ANN_APPLIED_HASH], force,
-                         policy, promote=plan.promote, canary=spec.count if started else None)
+                         policy, promote=plan.promote, canary=plan.canary if started else None, rolls=plan.restarts)
         if out.held or out.change.failed():
             return out
         out.canary = plan.note
-        if plan.stuck and not self.dry_run and out.change.action is Action.CONFIGURED:
+        refused: list[str] = []
+        if not self.dry_run and plan.kick and out.change.action is Action.CONFIGURED:
+            refused = self.rollouts.kick(ref, plan.desired, plan.kick)
+        elif plan.stuck and not self.dry_run and (plan.stuck_now or out.change.action is Action.CONFIGURED):
             refused = self.rollouts.replace(ref.namespace or "", plan.stuck)
-            if refused:
-                out.change = Change(ref, out.change.action, "; ".join(filter(None, [
-                    out.change.message, "pods of the failed canary not replaced: " + ", ".join(refused)])),
-                    out.change.diff, out.change.drift)
+        if refused:
+            out.change = Change(ref, out.change.action, "; ".join(filter(None, [
+                out.change.message, "pods of the canary not replaced: " + ", ".join(refused)])),
+                out.change.diff, out.change.drift)
         return out
 
     def _over(self, ref: ObjectRef, desired: Manifest, live: dict[str, Any], digest: str, force: bool,
-              policy: Policy, *, promote: Disruption | None = None, canary: int | None = None) -> Outcome:
+              policy: Policy, *, promote: Disruption | None = None, canary: int | None = None,
+              rolls: bool = False) -> Outcome:
         """Apply `desired` over the existing `live` object (the whole of it, just read)."""
         try:
             preview, took_over = self._preview(ref, desired, live, force)
@@ -323,7 +327,7 @@ class Applier:
             return Outcome(Change(ref, Action.UNCHANGED), Entry(digest, managed_fields_hash(live, FIELD_MANAGER)))
         drift = live["metadata"].get("annotations", {}).get(ANN_APPLIED_HASH) == digest
         diff = unified_diff(ref, live, preview) if self.with_diff else ""
-        disruption = workload_change(ref, live, preview) or promote
+        disruption = workload_change(ref, live, preview, rolls=rolls) or promote
         if disruption is not None and canary is not None:
             disruption = replace(disruption, canary=canary)
         held = self._held(ref, disruption, diff, drift) or self._held_with_pods(ref, live, preview, diff, drift)

@@ -139,10 +139,11 @@ def rolls_on_change(workload: Mapping[str, Any]) -> bool:
 
 
 def workload_change(ref: ObjectRef, live: Mapping[str, Any] | None, after: Mapping[str, Any], *,
-                    recreate: bool = False) -> Disruption | None:
+                    recreate: bool = False, rolls: bool = False) -> Disruption | None:
     """What applying `after` over `live` does to a workload's running pods: None when it does not
     stop any (not a workload, a new one, the same pod template or `OnDelete`, and as many
-    replicas or more)."""
+    replicas or more). `rolls`: a changed template restarts pods even with `OnDelete` (a DaemonSet
+    canary's, whose pods flower-syncer deletes: engine.canary)."""
     if ref.kind not in WORKLOAD_KINDS or live is None:
         return None
     pods = desired_pods(after, live)
@@ -150,7 +151,7 @@ def workload_change(ref: ObjectRef, live: Mapping[str, Any] | None, after: Mappi
         return Disruption(ref, Effect.RECREATES, *target_of(after), pods)
     before_t = (live.get("spec") or {}).get("template") or {}
     after_t = (after.get("spec") or {}).get("template") or {}
-    if before_t != after_t and rolls_on_change(after):
+    if before_t != after_t and (rolls or rolls_on_change(after)):
         return Disruption(ref, Effect.RESTARTS, *target_of(after), pods, changed_paths(before_t, after_t))
     running = desired_pods(live, live) if ref.kind != "DaemonSet" else None
     if pods is not None and running is not None and pods < running:

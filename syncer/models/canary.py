@@ -7,9 +7,10 @@ Set on the Federation with annotations, so the document stays a valid flower-ope
     flower-syncer.io/canary-gate: 60s            (how long the canary stays healthy; the default)
     flower-syncer.io/canary-deadline: 10m        (by when it must be healthy, from its start; the default)
 
-Only StatefulSet pools have a partition to stop a rollout at: on a DaemonSet-mode Federation the
-annotation is an error (a DaemonSet's `maxSurge`/`maxUnavailable` bound how many pods roll at once,
-never where a rollout stops). A canary as large as its pool would be the whole pool: an error too.
+A StatefulSet pool stops its rollout at a partition, a DaemonSet pool (mode: DaemonSet) with
+`OnDelete` while the canary's nodes take the change (syncer.engine.canary). A canary as large as a
+StatefulSet pool would be the whole pool: an error. A DaemonSet pool's size is its nodes', known
+only in the cluster: its canary is always fewer than all of them (a pool on one node has none).
 """
 
 from __future__ import annotations
@@ -81,9 +82,9 @@ def canary_settings(annotations: dict[str, str]) -> CanarySettings | None:
                           DEFAULT_DEADLINE if deadline is None else deadline)
 
 
-def canary_issues(annotations: dict[str, str], pools: Sequence[tuple[str, int | None]], stateful: bool) -> list[Issue]:
+def canary_issues(annotations: dict[str, str], pools: Sequence[tuple[str, int | None]]) -> list[Issue]:
     """What is wrong with a Federation's canary annotations, each naming its annotation. `pools`:
-    (name, replicas) of each pool."""
+    (name, replicas) of each pool; replicas None: a DaemonSet pool, as large as its nodes."""
     issues: list[Issue] = []
     for key in (ANN_CANARY_GATE, ANN_CANARY_DEADLINE):
         if key in annotations and (problem := duration_problem(annotations[key])):
@@ -93,10 +94,6 @@ def canary_issues(annotations: dict[str, str], pools: Sequence[tuple[str, int | 
     every, counts, problem = parse_counts(annotations[ANN_CANARY])
     if problem:
         return [*issues, Issue(_at(ANN_CANARY), problem, COUNT_HINT)]
-    if not stateful:
-        return [*issues, Issue(_at(ANN_CANARY), "a canary needs StatefulSet pools: a DaemonSet has no partition to "
-                               "stop a rollout at (maxSurge and maxUnavailable only bound how many pods roll at once)",
-                               "remove the annotation, or use mode: StatefulSet")]
     known = dict(pools)
     for name in counts:
         if name not in known:

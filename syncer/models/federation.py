@@ -93,7 +93,7 @@ class Federation(StrictModel):
 
     def canary(self) -> CanarySettings | None:
         """Which SuperNodes of each pool take a change first (syncer.models.canary); None: no canary."""
-        return canary_settings(self.metadata.annotations) if self.stateful else None
+        return canary_settings(self.metadata.annotations)
 
     def superlink_name(self) -> str:
         return f"{self.name}-superlink"
@@ -241,8 +241,7 @@ class Federation(StrictModel):
         issues.extend(state_issues(self.metadata.annotations, spec.superlink.extraArgs,
                                    {c.metadata.name for c in spec.superlink.volumeClaimTemplates},
                                    {str(v.get("name")) for v in spec.superlink.volumes if isinstance(v, dict)}))
-        issues.extend(canary_issues(self.metadata.annotations, [(p.name, p.replicas) for p in spec.supernodes.pools],
-                                    self.stateful))
+        issues.extend(canary_issues(self.metadata.annotations, [(p.name, p.replicas) for p in spec.supernodes.pools]))
         issues.extend(federation_version_issues(spec, self.metadata.annotations, self.images(), self.flower,
                                                 self.tls_issuer() is not None))
         if not spec.insecure and not self.tls_secret():

@@ -15,7 +15,8 @@ from pydantic import Field, field_validator
 
 from syncer.diagnostics import FieldPath
 from syncer.models.base import StrictModel
-from syncer.models.durations import duration_problem
+from syncer.models.canary import DEFAULT_DEADLINE, DEFAULT_GATE
+from syncer.models.durations import duration_problem, parse_duration
 from syncer.models.k8s import Issue
 from syncer.models.names import name_problem
 
@@ -197,17 +198,36 @@ class ReleaseSettings(StrictModel):
     """The release's namespace. Unset: `defaultNamespace` of `flower-syncer.yaml`."""
     policy: SyncPolicy | None = None
     """How this release is synced, instead of the repository's `policy`."""
-    canary: int | str | None = None
-    """Refused: a release's SuperNodes run in a Deployment, which has no partition to stop a rollout at
-    (canary pools are a Federation's StatefulSet pools: docs/rollouts.md)."""
+    canary: int | None = None
+    """SuperNodes of the release that take a change of their pod template first; the rest only once
+    those are healthy (docs/rollouts.md). At most `supernode.replicas - 1` of them; unset: no canary."""
+    canaryGate: str | None = None
+    """How long the canary stays healthy before the rest rolls (a duration; default 60s)."""
+    canaryDeadline: str | None = None
+    """By when, from its start, the canary must have passed its gate, or it failed (default 10m)."""
+
+    def canary_settings(self) -> tuple[int, float, float] | None:
+        """(count, gate, deadline) of a well-formed release's canary; None without one."""
+        if self.canary is None or self.canary < 1:
+            return None
+        gate = parse_duration(self.canaryGate) if self.canaryGate is not None else None
+        deadline = parse_duration(self.canaryDeadline) if self.canaryDeadline is not None else None
+        return (self.canary, DEFAULT_GATE if gate is None else gate,
+                DEFAULT_DEADLINE if deadline is None else deadline)
 
     def semantic_issues(self) -> list[Issue]:
         issues = []
-        if self.canary is not None:
-            issues.append(Issue(("canary",), "a SuperNode release runs its SuperNodes in a Deployment, which has no "
-                                "partition to stop a rollout at: a canary cannot hold the rest back",
-                                "remove it; canary pools are a Federation's StatefulSet pools "
-                                "(flower-syncer.io/canary, docs/rollouts.md)"))
+        if self.canary is not None and self.canary < 1:
+            issues.append(Issue(("canary",), f"{self.canary}: a canary needs at least 1 SuperNode",
+                                "write a number of SuperNodes (e.g. 1), or remove it"))
+        for key, value in (("canaryGate", self.canaryGate), ("canaryDeadline", self.canaryDeadline)):
+            if value is not None and (bad := duration_problem(value)):
+                issues.append(Issue((key,), bad, "write e.g. 60s or 10m"))
+        settings = self.canary_settings()
+        if settings is not None and not issues and settings[1] >= settings[2]:
+            issues.append(Issue(("canaryGate",), f"the gate ({settings[1]:g}s) is not shorter than the deadline "
+                                f"({settings[2]:g}s): the canary could never pass",
+                                "shorten canaryGate or lengthen canaryDeadline"))
         if self.namespace is None:
             return issues
         problem = name_problem(self.namespace, "namespace")

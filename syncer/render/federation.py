@@ -47,7 +47,6 @@ from syncer.models.netsources import ANN_CONTROL_API_FROM, ANN_FLEET_API_FROM, S
 from syncer.models.nodeauth import CONTROL_API_PORT
 from syncer.models.nodeconfig import INDEX_VAR, NODE_VAR, POD_NAME_VAR, encode_template, join_pairs, shell_word
 from syncer.models.superlink_state import DATABASE, DATABASE_FLAG
-from syncer.render.canary import with_canary
 from syncer.render.common import RenderContext, clone, metadata
 from syncer.render.superlink_state import STATE_SECURITY, state_claim
 
@@ -81,7 +80,7 @@ def render_federation(fed: Federation, ctx: RenderContext) -> list[Manifest]:
         if fed.tls_issuer() is not None:
             out.append(_superlink_certificate(fed, ctx))
     for pool in fed.spec.supernodes.pools:
-        out.append(with_canary(_pool_workload(fed, pool, ctx), fed.canary(), pool.name))
+        out.append(_pool_workload(fed, pool, ctx))  # its canary: render.repo, after sealing (render.canary)
         if fed.stateful:
             out.append(_pool_headless_service(fed, pool, ctx))
     if fed.network_policies:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from syncer.diagnostics import DECRYPTION, Diagnostic, primary
 from syncer.identity import DEFAULT_REPOSITORY, Manifest, ObjectRef, Unit, cluster_source, unit_matches
+from syncer.models.canary import CanarySettings
 from syncer.models.durations import OFF, parse_duration
 from syncer.models.federation import Federation
 from syncer.models.federation_spec import ANN_TLS_SECRET
@@ -24,6 +25,7 @@ from syncer.models.settings import PROTECTED_NAMESPACES, Guardrails, SyncPolicy
 from syncer.ours import secret_is_own_or_listed
 from syncer.plan import Claims, NodeAuth, Plan, Policy, UnitPlan, refs_of
 from syncer.render.cachekey import Key, context_key, render_key, unit_key
+from syncer.render.canary import canary_target, with_canary
 from syncer.render.common import RenderContext, sort_manifests
 from syncer.render.control_targets import control_target_diagnostics
 from syncer.render.encrypted_values import seal
@@ -173,8 +175,22 @@ def render_unit(loaded: LoadedUnit) -> list[Manifest]:
         manifests = render_supernode(loaded.model, loaded.unit.name, ctx)
     if loaded.sealed:  # encrypted values reach pods through a Secret only
         manifests = seal(manifests, loaded.sealed, loaded.seal_key, ctx)
+    canary = _canary(loaded)
+    if canary is not None:  # after `seal`: the digest is of the pod template applied, never of plain values
+        manifests = [with_canary(m, canary, pool) if (pool := canary_target(m)) else m for m in manifests]
     return sort_manifests([*manifests, *(render_secret(s, RenderContext(unit=loaded.unit, source=file))
                                          for file, s in loaded.secrets)])
+
+
+def _canary(loaded: LoadedUnit) -> CanarySettings | None:
+    """Which SuperNodes take a change first (docs/rollouts.md): a Federation's annotations, a
+    release's release.yaml."""
+    if isinstance(loaded.model, Federation):
+        return loaded.model.canary()
+    if loaded.canary is None:
+        return None
+    count, gate, deadline = loaded.canary
+    return CanarySettings(count, {}, gate, deadline)
 
 
 def select_units(units: list[LoadedUnit], selectors: list[str]) -> tuple[list[LoadedUnit], list[str]]:

@@ -549,6 +549,11 @@ def _load_release(reader: Reader, folder: Path, state: RepoState, cluster: str =
     if values is None or not settings_ok or not secrets_ok:
         state.failed.add(unit)
         return
+    if settings.canary is not None and settings.canary >= values.supernode.replicas:
+        state.diagnostics.append(_whole_release(reader, release_path, settings.canary, values.supernode.replicas,
+                                                unit))
+        state.failed.add(unit)
+        return
     private_key = ("global", "nodeAuth", "authSupernodePrivateKey")
     if state.settings.requireEncryption and values.global_.nodeAuth.authSupernodePrivateKey \
             and _plain_values(reader, reader.rel(values_path),
@@ -564,7 +569,19 @@ def _load_release(reader: Reader, folder: Path, state: RepoState, cluster: str =
     rel_values = reader.rel(values_path)
     state.units.append(LoadedUnit(unit, rel_values, 1, values, policy, tuple(secrets),
                                   reader.secrets.get(rel_values, frozenset()), reader.seal_keys.get(rel_values, b""),
-                                  cluster))
+                                  cluster, canary=settings.canary_settings()))
+
+
+def _whole_release(reader: Reader, path: Path, canary: int, replicas: int, unit: Unit) -> Diagnostic:
+    """A release's canary as large as its SuperNodes (release.yaml's `canary` against values.yaml's
+    `supernode.replicas`), at the line of `canary`."""
+    rel = reader.rel(path)
+    docs, _ = reader.documents(reader.read(path) or "", rel)
+    line, column = docs[0].position(("canary",)) if docs else (1, 1)
+    return Diagnostic(rel, line, column, "canary", f"a canary of {canary} of the release's {replicas} SuperNode"
+                      f"{'' if replicas == 1 else 's'} is all of them: nothing would wait for it",
+                      f"use a canary smaller than supernode.replicas (at most {max(replicas - 1, 0)}), or add "
+                      "replicas", unit=unit.id)
 
 
 def _load_single(reader: Reader, path: Path, cls: type[Any], state: RepoState, unit: str = "",

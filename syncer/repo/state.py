@@ -31,6 +31,8 @@ class LoadedUnit:
     """The cluster that applies the unit (`clusters/<name>/...` in the repository, see
     syncer.repo.clusters); "" = the cluster this load is for (the agent's own, `--cluster`), and
     every unit of a repository without a cluster layout."""
+    canary: tuple[int, float, float] | None = None
+    """A SuperNode release's canary from its release.yaml: (count, gate, deadline in seconds)."""
     inputs: bytes = field(default=b"", compare=False, repr=False)
     """A digest of everything the loader made it from (with a LoadCache: the bytes of its file or
     release folder, the settings, the decryption keys, the cluster; see LoadCache) and of its place

@@ -183,6 +183,7 @@ def _changed(loaded: LoadedUnit, other: LoadedUnit) -> dict[str, Any]:
         "sealed": frozenset({"a decrypted value"}),
         "seal_key": b"another key",
         "cluster": "east",
+        "canary": (1, 60.0, 600.0),
     }
 
 

@@ -5,6 +5,10 @@ once done)."""
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -18,26 +22,40 @@ from syncer.agent.wiring import build_agent
 from syncer.cluster.events import Event, EventRecorder
 from syncer.cluster.flower_control import RegisteredNode
 from syncer.engine.canary import (
+    BRAKE,
+    DS_GENERATION,
     SETTLE,
     CanaryNote,
     CanarySpec,
+    DaemonRollout,
+    DeployRollout,
     FlowerSeen,
     PodSeen,
     Rollout,
     Step,
+    canary_nodes,
+    daemon_pod_seen,
+    daemon_stage,
+    deploy_canary,
+    deploy_stage,
     judge,
+    judge_stage,
+    pod_node,
     pod_seen,
+    stale_canary,
     stuck_pods,
+    with_brake,
+    with_on_delete,
 )
 from syncer.engine.changeset import Action, Cause, UnitResult
 from syncer.engine.live import LiveState
-from syncer.identity import ANN_CANARY_TEMPLATE, ObjectRef, Unit
+from syncer.identity import ANN_CANARY_FROM, ANN_CANARY_NODES, ANN_CANARY_TEMPLATE, ObjectRef, Unit
 from syncer.models.canary import parse_counts
 from syncer.observe.conditions import SyncedReason, synced_condition
 from syncer.observe.flower_health import ControlAnswer, FlowerHealth, PoolHealth, compute
 from syncer.observe.metrics import Metrics
 from syncer.plan import ExpectedPool, FlowerTarget
-from syncer.render.repo import render_repo
+from syncer.render.repo import render_repo, render_unit
 from syncer.repo.loader import load_repo
 from tests.builders import NS, by_kind, install, pool, sync, write
 from tests.doubles import NoSource
@@ -77,13 +95,23 @@ def test_bad_canary_settings_name_file_line_and_field(tmp_path: Path, annotation
     assert words in d.message and FED_UNIT in state.failed
 
 
-def test_a_daemonset_federation_refuses_a_canary(tmp_path: Path) -> None:
-    repo = write(tmp_path, annotations=CANARY)
-    text = (repo / "federations" / "fed.yaml").read_text().replace("mode: StatefulSet", "mode: DaemonSet")
-    (repo / "federations" / "fed.yaml").write_text(text.replace("        replicas: 1\n", ""))
-    state = load_repo(repo)
-    [d] = [d for d in state.diagnostics if "canary" in d.path]
-    assert "a DaemonSet has no partition" in d.message and FED_UNIT in state.failed
+def _daemon_repo(tmp_path: Path, annotations: str = CANARY, image: str = "") -> Path:
+    repo = write(tmp_path, annotations=annotations)
+    path = repo / "federations" / "fed.yaml"
+    text = path.read_text().replace("mode: StatefulSet", "mode: DaemonSet").replace("        replicas: 1\n", "")
+    path.write_text(text.replace("supernode:1.25.0", image) if image else text)
+    return repo
+
+
+def test_a_daemonset_pool_takes_a_canary(tmp_path: Path) -> None:
+    state = load_repo(_daemon_repo(tmp_path))
+    assert not [d for d in state.diagnostics if "canary" in d.path] and FED_UNIT not in state.failed
+    ds = by_kind(render_repo(state).units[FED_UNIT], "DaemonSet", STS)
+    assert ds["spec"]["updateStrategy"] == {"type": "RollingUpdate"}  # OnDelete only while a canary waits
+    assert CanarySpec.of(ds) == CanarySpec(1, 60.0, 600.0)
+    bad = load_repo(_daemon_repo(tmp_path / "bad", '"flower-syncer.io/canary": "z=1"'))
+    [d] = [d for d in bad.diagnostics if "canary" in d.path]
+    assert (d.file, d.line) == ("federations/fed.yaml", 5) and "there is no pool 'z'" in d.message
 
 
 # -- render: the partition Git owns ----------------------------------------------------------------
@@ -361,17 +389,6 @@ def test_the_agent_tells_each_step_once_and_looks_again_while_waiting() -> None:
     assert queued == [4.0, 4.0]  # started and waiting: looked at again; failed: the work queue's backoff
 
 
-def test_a_supernode_release_refuses_a_canary(tmp_path: Path) -> None:
-    (tmp_path / "supernodes" / "r").mkdir(parents=True)
-    (tmp_path / "flower-syncer.yaml").write_text(f"name: team\ndefaultNamespace: {NS}\n")
-    (tmp_path / "supernodes" / "r" / "values.yaml").write_text("tls:\n  enabled: false\n")
-    (tmp_path / "supernodes" / "r" / "release.yaml").write_text("namespace: flower\ncanary: 1\n")
-    state = load_repo(tmp_path)
-    [d] = [d for d in state.diagnostics if d.path == "canary"]
-    assert (d.file, d.line, d.severity) == ("supernodes/r/release.yaml", 2, "error")
-    assert "has no partition" in d.message and Unit("supernode", NS, "r") in state.failed
-
-
 def test_the_agent_starts_a_canary_and_looks_again(api: FakeApiServer, tmp_path: Path) -> None:
     kube = FakeKube(api)
     root = _write(tmp_path)
@@ -390,3 +407,337 @@ def test_the_agent_starts_a_canary_and_looks_again(api: FakeApiServer, tmp_path:
     agent.dispatch_pending()
     state = agent.unit_states()[FED_UNIT]
     assert state.synced.reason == SyncedReason.CANARY and "goes to 1 of 3 SuperNodes first" in state.synced.message
+
+
+# -- DaemonSet pools: OnDelete, the canary nodes' pods deleted, the same gate --------------------------
+
+def _dpod(node: str, generation: str = "2", *, ready: bool = True, ready_since: float = 1000.0,
+          created: float = 900.0, problem: str = "", terminating: bool = False) -> PodSeen:
+    return PodSeen(f"{STS}-{node}", 0, generation, ready, ready_since if ready else None, created, problem,
+                   terminating, node)
+
+
+DAEMON = DaemonRollout(on_delete=True, generation="2", seen=True, desired=3, updated=1, template="t", nodes=("n0",))
+
+
+def test_a_daemonset_pod_is_read_by_its_node_and_template_generation() -> None:
+    bound = {"metadata": {"name": "p", "labels": {"pod-template-generation": "3"}}, "spec": {"nodeName": "n1"},
+             "status": {}}
+    pending = {"metadata": {"name": "q", "labels": {"pod-template-generation": "4"}}, "spec": {"affinity": {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n2"]}]}]}}}}, "status": {}}
+    assert (pod_node(bound), daemon_pod_seen(bound).revision) == ("n1", "3")
+    assert (pod_node(pending), daemon_pod_seen(pending).node) == ("n2", "n2")  # not bound yet (Pending)
+    assert pod_node({"spec": {}}) == ""
+
+
+def test_the_canary_nodes_are_the_first_by_name_and_never_the_whole_pool() -> None:
+    pods = [_dpod(n) for n in ("n2", "n0", "n1")]
+    assert canary_nodes(pods, 1) == ("n0",)
+    assert canary_nodes(pods, 2) == ("n0", "n1")
+    assert canary_nodes(pods, 5) == ("n0", "n1")  # fewer than all: the rest waits for them
+    assert canary_nodes([_dpod("n0")], 1) == ()  # a pool on one node has no canary
+    assert canary_nodes([_dpod("n0"), _dpod("n0", "1", terminating=True), _dpod("n1")], 1) == ("n0",)
+
+
+def test_a_live_daemonset_says_whether_a_canary_stage_goes_on() -> None:
+    live = {"metadata": {"generation": 4, "annotations": {DS_GENERATION: "2", ANN_CANARY_TEMPLATE: "t",
+                                                          ANN_CANARY_NODES: "n0,n1"}},
+            "spec": {"updateStrategy": {"type": "OnDelete"}},
+            "status": {"observedGeneration": 4, "desiredNumberScheduled": 3, "updatedNumberScheduled": 2}}
+    rollout = DaemonRollout.of(live)
+    assert rollout == DaemonRollout(True, "2", True, 3, 2, "t", ("n0", "n1")) and rollout.rolling()
+    assert not replace(rollout, updated=3).rolling()  # every pod on the template: nothing holds back
+    assert replace(rollout, updated=3, seen=False).rolling()  # the controller has not seen the change yet
+    assert not replace(rollout, on_delete=False).rolling()  # the rendered RollingUpdate: no stage
+    applied = with_on_delete({"metadata": {"name": "d"}, "spec": {"updateStrategy": {"type": "RollingUpdate"}}},
+                             ("n0",))
+    assert applied["spec"]["updateStrategy"] == {"type": "OnDelete"}
+    assert applied["metadata"]["annotations"][ANN_CANARY_NODES] == "n0"
+
+
+def test_a_daemonset_canary_is_judged_by_the_same_gate() -> None:
+    rest = [_dpod("n1", "1"), _dpod("n2", "1")]
+    assert judge_stage(SPEC, daemon_stage(DAEMON, [*rest, _dpod("n0", "1")]), None, now=1000).step is Step.WAITING
+    assert judge_stage(SPEC, daemon_stage(DAEMON, [*rest, _dpod("n0", ready=False)]), None,
+                       now=1000).step is Step.WAITING
+    assert judge_stage(SPEC, daemon_stage(DAEMON, [*rest, _dpod("n0")]), None, now=1030).step is Step.WAITING
+    assert judge_stage(SPEC, daemon_stage(DAEMON, [*rest, _dpod("n0")]), None, now=1060).step is Step.PASSED
+    unseen = replace(DAEMON, seen=False)
+    assert judge_stage(SPEC, daemon_stage(unseen, [*rest, _dpod("n0")]), None, now=5000).step is Step.WAITING
+    crash = judge_stage(SPEC, daemon_stage(DAEMON, [*rest, _dpod("n0", ready=False, problem="supernode: "
+                                                                  "CrashLoopBackOff")]), None, now=950)
+    assert crash.step is Step.FAILED and "CrashLoopBackOff" in crash.message
+    late = judge_stage(SPEC, daemon_stage(DAEMON, [*rest, _dpod("n0", ready=False, created=100.0)]), None, now=700)
+    assert late.step is Step.FAILED and "within its deadline (600s)" in late.message
+    offline = judge_stage(SPEC, daemon_stage(DAEMON, [*rest, _dpod("n0", created=100.0)]), FlowerSeen(2, 3, 1100.0),
+                          now=1100)
+    assert offline.step is Step.FAILED and "not online at the SuperLink" in offline.message
+    # the canary nodes' pods on an earlier template are deleted; the rest's and the terminating ones are not
+    pods = [*rest, _dpod("n0", "1"), _dpod("n0", "0", terminating=True)]
+    assert stale_canary(("n0",), "2", pods) == [f"{STS}-n0"]
+    assert stale_canary(("n0",), "2", [*rest, _dpod("n0")]) == []
+
+
+def _daemon_controller(api: FakeApiServer, pods: dict[str, tuple[str, bool, str]], *, updated: int | None = None
+                       ) -> None:
+    """What the DaemonSet controller and the kubelet would say: its status and one pod per node."""
+    ds = api.objects[("DaemonSet", NS, STS)]
+    generation = ds["metadata"]["annotations"][DS_GENERATION]
+    ds["status"] = {"desiredNumberScheduled": len(pods), "numberReady": sum(r for _, r, _ in pods.values()),
+                    "updatedNumberScheduled": sum(g == generation for g, _, _ in pods.values())
+                    if updated is None else updated}
+    for key in [k for k in api.objects if k[0] == "Pod"]:
+        del api.objects[key]
+    labels = ds["spec"]["selector"]["matchLabels"]
+    for node, (gen, ready, problem) in pods.items():
+        waiting = [{"name": "supernode", "state": {"waiting": {"reason": problem}}}] if problem else []
+        api.objects[("Pod", NS, f"{STS}-{node}")] = {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"{STS}-{node}", "namespace": NS, "uid": f"pod-{node}-{gen}",
+                         "creationTimestamp": "2000-01-01T00:00:00Z",
+                         "labels": {**labels, "pod-template-generation": gen}},
+            "spec": {"nodeName": node},
+            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False",
+                                       "lastTransitionTime": "2000-01-01T00:00:00Z"}],
+                       "containerStatuses": waiting}}
+
+
+def _strategy(api: FakeApiServer) -> str:
+    return str(api.objects[("DaemonSet", NS, STS)]["spec"]["updateStrategy"]["type"])
+
+
+def test_a_daemonset_change_reaches_the_canary_node_first_and_the_rest_after_its_gate(api: FakeApiServer,
+                                                                                      tmp_path: Path) -> None:
+    kube = FakeKube(api)
+    asked: list[str] = []
+
+    def hold(d: Any) -> str:
+        asked.append(d.describe())
+        return "runs in progress"
+    assert sync(kube, _daemon_repo(tmp_path)).ok and _strategy(api) == "RollingUpdate"
+    _daemon_controller(api, dict.fromkeys(("n0", "n1", "n2"), ("1", True, "")))
+    new = "supernode:1.26.0"
+    assert sync(kube, _daemon_repo(tmp_path, image=new), gate=hold).units[0].is_held()
+    assert asked == ["restarts pool a (3 SuperNodes) (pod template: spec.containers[supernode].image): "
+                     "canary 1 of 3 first"] and _strategy(api) == "RollingUpdate"  # held: not even the canary
+    started = sync(kube, _daemon_repo(tmp_path, image=new))
+    assert started.ok and [n.step for u in started.units for n in u.canaries] == [Step.STARTED]
+    assert "goes to 1 of 3 SuperNodes first (node n0)" in started.units[0].canaries[0].message
+    ds = api.objects[("DaemonSet", NS, STS)]
+    assert _strategy(api) == "OnDelete" and ds["metadata"]["annotations"][ANN_CANARY_NODES] == "n0"
+    assert ("Pod", NS, f"{STS}-n0") not in api.objects  # deleted: the controller creates it anew
+    assert ("Pod", NS, f"{STS}-n1") in api.objects and ("Pod", NS, f"{STS}-n2") in api.objects
+    # the controller has not seen the change yet and recreated n0's pod on the old template: deleted again
+    _daemon_controller(api, dict.fromkeys(("n0", "n1", "n2"), ("1", True, "")))
+    again = sync(kube, _daemon_repo(tmp_path, image=new))
+    assert again.ok and [n.step for u in again.units for n in u.canaries] == [Step.WAITING]
+    assert ("Pod", NS, f"{STS}-n0") not in api.objects and ("Pod", NS, f"{STS}-n1") in api.objects
+    _daemon_controller(api, {"n0": ("2", True, ""), "n1": ("1", True, ""), "n2": ("1", True, "")})
+    waits = sync(kube, _daemon_repo(tmp_path, image=new), gate=hold)  # passed; the rest restarts: held
+    assert waits.units[0].is_held() and _strategy(api) == "OnDelete" and "restarts pool a (2 SuperNodes)" in asked
+    passed = sync(kube, _daemon_repo(tmp_path, image=new))
+    assert passed.ok and [n.step for u in passed.units for n in u.canaries] == [Step.PASSED]
+    assert _strategy(api) == "RollingUpdate"  # the controller rolls the rest, maxUnavailable at a time
+    _daemon_controller(api, dict.fromkeys(("n0", "n1", "n2"), ("2", True, "")))
+    writes = kube.writes
+    done = sync(kube, _daemon_repo(tmp_path, image=new))
+    assert done.ok and not done.units[0].canaries and kube.writes == writes  # done: zero writes
+
+
+def test_a_failed_daemonset_canary_leaves_the_rest_and_the_fix_replaces_it(api: FakeApiServer,
+                                                                          tmp_path: Path) -> None:
+    kube = FakeKube(api)
+    assert sync(kube, _daemon_repo(tmp_path)).ok
+    _daemon_controller(api, dict.fromkeys(("n0", "n1", "n2"), ("1", True, "")))
+    assert sync(kube, _daemon_repo(tmp_path, image="supernode:1.26.0")).ok and _strategy(api) == "OnDelete"
+    _daemon_controller(api, {"n0": ("2", False, "ImagePullBackOff"), "n1": ("1", True, ""), "n2": ("1", True, "")})
+    version = api.objects[("DaemonSet", NS, STS)]["metadata"]["resourceVersion"]
+    failed = sync(kube, _daemon_repo(tmp_path, image="supernode:1.26.0"))
+    change = next(c for u in failed.units for c in u.changes if c.ref.kind == "DaemonSet")
+    assert not failed.ok and change.cause is Cause.CANARY_FAILED and "ImagePullBackOff" in change.message
+    assert api.objects[("DaemonSet", NS, STS)]["metadata"]["resourceVersion"] == version  # nothing written
+    assert ("Pod", NS, f"{STS}-n0") in api.objects  # the broken canary pod stays until a fix
+    assert synced_condition(result=failed.units[0]).reason is SyncedReason.CANARY_FAILED
+    fixed = sync(kube, _daemon_repo(tmp_path, image="supernode:1.27.0"))
+    assert fixed.ok and [n.step for u in fixed.units for n in u.canaries] == [Step.STARTED]
+    assert ("Pod", NS, f"{STS}-n0") not in api.objects and ("Pod", NS, f"{STS}-n1") in api.objects
+
+
+def test_a_daemonset_pool_on_one_node_rolls_as_usual(api: FakeApiServer, tmp_path: Path) -> None:
+    kube = FakeKube(api)
+    assert sync(kube, _daemon_repo(tmp_path)).ok
+    _daemon_controller(api, {"n0": ("1", True, "")})
+    moved = sync(kube, _daemon_repo(tmp_path, image="supernode:1.26.0"))
+    assert moved.ok and not moved.units[0].canaries and _strategy(api) == "RollingUpdate"
+    assert ("Pod", NS, f"{STS}-n0") in api.objects  # its controller rolls it
+
+
+def test_the_agent_starts_a_daemonset_canary_and_looks_again(api: FakeApiServer, tmp_path: Path) -> None:
+    kube = FakeKube(api)
+    assert sync(kube, _daemon_repo(tmp_path)).ok
+    _daemon_controller(api, dict.fromkeys(("n0", "n1", "n2"), ("1", True, "")))
+    events: list[Event] = []
+    recorder = cast(EventRecorder, SimpleNamespace(record=events.append))
+    agent = build_agent(kube, NoSource(), Metrics(), AgentOptions(), recorder)
+    agent.cache.state = LiveState.load(kube, None)
+    install(agent, _daemon_repo(tmp_path, image="supernode:1.26.0"), "r2")
+    agent.cache.synced.set()
+    agent.leading.set()
+    agent.syncs.sync(FED_UNIT)
+    assert _strategy(api) == "OnDelete" and ("Pod", NS, f"{STS}-n0") not in api.objects
+    started = [e for e in events if e.reason.startswith("Canary")]
+    assert [e.reason for e in started] == ["CanaryStarted"] and "(node n0)" in started[0].note
+    assert [due for due, _, unit in agent.work._delayed if unit == FED_UNIT]  # looked at again soon
+    agent.dispatch_pending()
+    assert agent.unit_states()[FED_UNIT].synced.reason == SyncedReason.CANARY
+
+
+# -- SuperNode releases: a Deployment braked by minReadySeconds, the same gate -------------------------
+
+REL_UNIT = Unit("supernode", NS, "r")
+DEP = "r-flower-client-supernode"
+
+
+def _release(root: Path, release: str = "canary: 1\n", tag: str = "1.25.0", replicas: int = 3) -> Path:
+    (root / "supernodes" / "r").mkdir(parents=True, exist_ok=True)
+    (root / "flower-syncer.yaml").write_text(f"name: team\ndefaultNamespace: {NS}\n")
+    (root / "supernodes" / "r" / "values.yaml").write_text(
+        f"tls:\n  enabled: false\nsupernode:\n  replicas: {replicas}\n  image:\n    tag: {tag}\n")
+    (root / "supernodes" / "r" / "release.yaml").write_text(release)
+    return root
+
+
+@pytest.mark.parametrize(("release", "line", "field", "words"), [
+    ("namespace: flower\ncanary: 0\n", 2, "canary", "a canary needs at least 1 SuperNode"),
+    ("canary: 1\ncanaryGate: soon\n", 2, "canaryGate", "'soon' is not a duration"),
+    ("canary: 1\ncanaryGate: 10m\ncanaryDeadline: 5m\n", 2, "canaryGate", "the canary could never pass"),
+    ("namespace: flower\n\ncanary: 3\n", 3, "canary", "a canary of 3 of the release's 3 SuperNodes is all of them"),
+])
+def test_bad_release_canaries_name_file_line_and_field(tmp_path: Path, release: str, line: int, field: str,
+                                                       words: str) -> None:
+    state = load_repo(_release(tmp_path, release))
+    [d] = [d for d in state.diagnostics if d.path == field]
+    assert (d.file, d.line, d.severity) == ("supernodes/r/release.yaml", line, "error")
+    assert words in d.message and REL_UNIT in state.failed
+
+
+def test_a_release_canary_renders_on_its_deployment(tmp_path: Path) -> None:
+    state = load_repo(_release(tmp_path, "canary: 1\ncanaryGate: 2m\n"))
+    assert not state.failed, state.diagnostics
+    dep = by_kind(render_repo(state).units[REL_UNIT], "Deployment", DEP)
+    assert CanarySpec.of(dep) == CanarySpec(1, 120.0, 600.0)
+    assert dep["spec"]["strategy"] == {"type": "RollingUpdate"} and "minReadySeconds" not in dep["spec"]
+    plain = by_kind(render_repo(load_repo(_release(tmp_path / "p", ""))).units[REL_UNIT], "Deployment", DEP)
+    assert CanarySpec.of(plain) is None
+
+
+def _rpod(revision: str, *, ready: bool = True, created: float = 900.0, problem: str = "",
+          name: str = "") -> PodSeen:
+    return PodSeen(name or f"{DEP}-{revision}", 0, revision, ready, 1000.0 if ready else None, created, problem)
+
+
+def test_a_release_canary_is_the_pods_on_a_template_the_stage_did_not_start_over() -> None:
+    live = {"metadata": {"generation": 2, "annotations": {ANN_CANARY_TEMPLATE: "t", ANN_CANARY_FROM: "old"}},
+            "spec": {"replicas": 3, "minReadySeconds": BRAKE,
+                     "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}},
+            "status": {"observedGeneration": 2, "updatedReplicas": 1}}
+    rollout = DeployRollout.of(live)
+    assert rollout == DeployRollout(True, 1, True, 3, 1, "t", ("old",)) and rollout.rolling()
+    assert not replace(rollout, braked=False).rolling() and not replace(rollout, updated=3).rolling()
+    assert (deploy_canary(1, 3), deploy_canary(5, 3), deploy_canary(1, 1)) == (1, 2, 0)
+    rest = [_rpod("old", name="a"), _rpod("old", name="b")]
+    assert judge_stage(SPEC, deploy_stage(rollout, rest), None, now=1000).step is Step.WAITING
+    assert judge_stage(SPEC, deploy_stage(rollout, [*rest, _rpod("new")]), None, now=1060).step is Step.PASSED
+    broken = judge_stage(SPEC, deploy_stage(rollout, [*rest, _rpod("new", ready=False, problem="supernode: "
+                                                                   "ErrImagePull")]), None, now=950)
+    assert broken.step is Step.FAILED and "ErrImagePull" in broken.message
+    braked = with_brake({"metadata": {"name": DEP}, "spec": {"strategy": {"type": "Recreate"}}}, 1, ["h2", "h1"])
+    assert braked["spec"]["strategy"] == {"type": "RollingUpdate",
+                                          "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+    assert braked["spec"]["minReadySeconds"] == BRAKE and braked["spec"]["progressDeadlineSeconds"] > BRAKE
+    assert braked["metadata"]["annotations"][ANN_CANARY_FROM] == "h1,h2"
+
+
+def _deploy_controller(api: FakeApiServer, pods: dict[str, tuple[str, bool, str]], updated: int) -> None:
+    """What the Deployment controller and the kubelet would say: its status and its pods (name: hash, ...)."""
+    dep = api.objects[("Deployment", NS, DEP)]
+    dep["status"] = {"updatedReplicas": updated, "replicas": len(pods)}
+    for key in [k for k in api.objects if k[0] == "Pod"]:
+        del api.objects[key]
+    labels = dep["spec"]["selector"]["matchLabels"]
+    for name, (pod_hash, ready, problem) in pods.items():
+        waiting = [{"name": "supernode", "state": {"waiting": {"reason": problem}}}] if problem else []
+        api.objects[("Pod", NS, name)] = {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": NS, "uid": f"pod-{name}",
+                         "creationTimestamp": "2000-01-01T00:00:00Z",
+                         "labels": {**labels, "pod-template-hash": pod_hash}},
+            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False",
+                                       "lastTransitionTime": "2000-01-01T00:00:00Z"}],
+                       "containerStatuses": waiting}}
+
+
+def _dep(api: FakeApiServer) -> dict[str, Any]:
+    return api.objects[("Deployment", NS, DEP)]
+
+
+def test_a_release_change_reaches_its_canary_first_and_a_failure_holds_the_rest(api: FakeApiServer,
+                                                                               tmp_path: Path) -> None:
+    kube = FakeKube(api)
+    assert sync(kube, _release(tmp_path)).ok and "minReadySeconds" not in _dep(api)["spec"]
+    old = {"a": ("h1", True, ""), "b": ("h1", True, ""), "c": ("h1", True, "")}
+    _deploy_controller(api, old, 3)
+    started = sync(kube, _release(tmp_path, tag="1.26.0"))
+    assert started.ok and [n.step for u in started.units for n in u.canaries] == [Step.STARTED]
+    assert "goes to 1 of 3 SuperNodes first" in started.units[0].canaries[0].message
+    spec = _dep(api)["spec"]
+    assert spec["minReadySeconds"] == BRAKE and spec["strategy"]["rollingUpdate"] == {"maxSurge": 0,
+                                                                                     "maxUnavailable": 1}
+    assert _dep(api)["metadata"]["annotations"][ANN_CANARY_FROM] == "h1"
+    _deploy_controller(api, {"a": ("h1", True, ""), "b": ("h1", True, ""), "n": ("h2", False, "ErrImagePull")}, 1)
+    version = _dep(api)["metadata"]["resourceVersion"]
+    failed = sync(kube, _release(tmp_path, tag="1.26.0"))
+    change = next(c for u in failed.units for c in u.changes if c.ref.kind == "Deployment")
+    assert not failed.ok and change.cause is Cause.CANARY_FAILED and "ErrImagePull" in change.message
+    assert _dep(api)["metadata"]["resourceVersion"] == version  # nothing written: the brake stays
+    fixed = sync(kube, _release(tmp_path, tag="1.27.0"))  # the failed canary's hash is not the fix's canary
+    assert fixed.ok and [n.step for u in fixed.units for n in u.canaries] == [Step.STARTED]
+    assert _dep(api)["metadata"]["annotations"][ANN_CANARY_FROM] == "h1,h2"
+    _deploy_controller(api, {"a": ("h1", True, ""), "b": ("h1", True, ""), "n": ("h3", True, "")}, 1)
+    passed = sync(kube, _release(tmp_path, tag="1.27.0"))
+    assert passed.ok and [n.step for u in passed.units for n in u.canaries] == [Step.PASSED]
+    spec = _dep(api)["spec"]  # the release's strategy again: the controller rolls the rest
+    assert "minReadySeconds" not in spec and "progressDeadlineSeconds" not in spec
+    assert spec["strategy"]["type"] == "RollingUpdate" and not spec["strategy"].get("rollingUpdate")
+    _deploy_controller(api, {"x": ("h3", True, ""), "y": ("h3", True, ""), "n": ("h3", True, "")}, 3)
+    writes = kube.writes
+    done = sync(kube, _release(tmp_path, tag="1.27.0"))
+    assert done.ok and not done.units[0].canaries and kube.writes == writes  # done: zero writes
+
+
+def test_a_release_canary_reads_the_supernodes_its_federation_lists() -> None:
+    health = FlowerHealth(True, "fed:9093", "2026-01-01T00:00:10Z",
+                          pools=(PoolHealth(FED_UNIT.id, "a", "", 3, online=3),
+                                 PoolHealth(REL_UNIT.id, "supernode", "", 3, online=2)))
+    watch = cast(FlowerWatch, SimpleNamespace(probe=SimpleNamespace(enabled=True), health={FED_UNIT: health}))
+    canaries = Canaries(lambda _u, _e: None, lambda _u, _d: None, lambda: watch)
+    ref = ObjectRef("Deployment", NS, DEP)
+    assert canaries.health(REL_UNIT)(ref, "supernode") == FlowerSeen(2, 3, 1767225610.0)
+    assert canaries.health(Unit("supernode", NS, "other"))(ref, "supernode") is None
+
+
+def test_the_template_digest_is_of_the_sealed_template_never_of_plain_values(tmp_path: Path) -> None:
+    env = "        env:\n          - name: TOKEN\n            value: s3cr3t-token-value\n"
+    state = load_repo(write(tmp_path, pools=pool("a", 3, env), annotations=CANARY))
+    assert not state.failed, state.diagnostics
+    [loaded] = state.units
+    plain = by_kind(render_unit(loaded), "StatefulSet", STS)
+    sealed = by_kind(render_unit(dataclasses.replace(loaded, sealed=frozenset({"s3cr3t-token-value"}),
+                                                     seal_key=b"k" * 32)), "StatefulSet", STS)
+    assert "s3cr3t-token-value" not in json.dumps(sealed["spec"]["template"])  # the value went to a Secret
+
+    def digest(sts: dict[str, Any]) -> str:
+        text = json.dumps(sts["spec"]["template"], sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+    assert sealed["metadata"]["annotations"][ANN_CANARY_TEMPLATE] == digest(sealed) != digest(plain)
