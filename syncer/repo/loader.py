@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from syncer.diagnostics import Diagnostic, format_path
+from syncer.diagnostics import Diagnostic
 from syncer.identity import Unit
 from syncer.models.base import validate_document
 from syncer.models.federation import API_VERSION, KIND, Federation
@@ -37,6 +37,7 @@ from syncer.repo import clusters as layouts
 from syncer.repo.duplicates import check_duplicates
 from syncer.repo.encrypted import opaque_only, scrub
 from syncer.repo.reader import YAML_SUFFIXES, Reader, Signature
+from syncer.repo.secret_files import load_secrets, of_unit, plain_values, validate_secrets
 from syncer.repo.sites import check_sites
 from syncer.repo.skew import check_version_skew
 from syncer.repo.state import LoadedUnit, RepoState
@@ -390,7 +391,7 @@ def _load_federation_file(reader: Reader, path: Path, state: RepoState, cluster:
     docs = [d for d in docs if d not in secret_docs]
     secrets: list[tuple[str, SecretManifest]] = []
     if secret_docs:
-        secrets, secrets_ok = _validate_secrets(reader, rel, secret_docs, state, "")
+        secrets, secrets_ok = validate_secrets(reader, rel, secret_docs, state, "")
         fed_docs = [d for d in docs if isinstance(d.data, dict) and d.data.get("kind") == KIND]
         if len(fed_docs) != 1:
             state.diagnostics.append(Diagnostic(rel, secret_docs[0].start_line, 1, "",
@@ -433,68 +434,6 @@ def _load_federation_file(reader: Reader, path: Path, state: RepoState, cluster:
     if secrets:
         for i in range(loaded_before, len(state.units)):
             state.units[i] = replace(state.units[i], secrets=tuple(secrets))
-
-
-def _load_secrets(reader: Reader, path: Path, state: RepoState,
-                  unit: Unit) -> tuple[list[tuple[str, SecretManifest]], bool]:
-    """`supernodes/<release>/secrets.yaml`: the release's Secret manifests (one per document)."""
-    rel = reader.rel(path)
-    text = reader.read(path)
-    if text is None:
-        return [], False
-    docs, problems = reader.documents(text, rel)
-    state.diagnostics.extend(_of_unit(problems, unit.id))
-    if any(p.severity == "error" for p in problems):
-        return [], False
-    return _validate_secrets(reader, rel, docs, state, unit.id)
-
-
-def _of_unit(problems: list[Diagnostic], unit: str) -> list[Diagnostic]:
-    """The problems of reading a unit's file (YAML, decryption), attributed to the unit, so that
-    its status, metrics and Events show them."""
-    return [replace(p, unit=unit) if unit and not p.unit else p for p in problems]
-
-
-def _validate_secrets(reader: Reader, rel: str, docs: list[YamlDoc], state: RepoState,
-                      unit: str) -> tuple[list[tuple[str, SecretManifest]], bool]:
-    out: list[tuple[str, SecretManifest]] = []
-    ok = True
-    for doc in docs:
-        model, problems = validate_document(SecretManifest, doc, unit=unit)
-        state.diagnostics.extend(problems)
-        if model is None:
-            ok = False
-            continue
-        if state.settings.requireEncryption and rel not in reader.encrypted:
-            state.diagnostics.append(Diagnostic(rel, doc.start_line, 1, "", f"Secret {model.metadata.name!r} is in "
-                                                f"plain text, and {state.encryption_by} sets requireEncryption",
-                                                "encrypt the file with sops", unit=unit))
-            ok = False
-            continue
-        plain = _plain_values(reader, rel, [(("data", k), v) for k, v in model.data.items()]
-                              + [(("stringData", k), v) for k, v in model.stringData.items()])
-        if state.settings.requireEncryption and plain:
-            line, col = doc.position(plain[0])
-            state.diagnostics.append(Diagnostic(
-                rel, line, col, format_path(plain[0]), f"Secret {model.metadata.name!r}: "
-                f"{', '.join(format_path(p) for p in plain)} {'is' if len(plain) == 1 else 'are'} not encrypted "
-                f"(the file's sops rules, e.g. encrypted_regex, leave them in plain text), and {state.encryption_by} "
-                "sets requireEncryption", "encrypt every value of the Secret: sops encrypt with an encrypted_regex "
-                "that matches ^(data|stringData)$, or none", unit=unit))
-            ok = False
-            continue
-        out.append((rel, model))
-    return out, ok
-
-
-def _plain_values(reader: Reader, rel: str, values: Sequence[tuple[tuple[str, ...], str]]) -> list[tuple[str, ...]]:
-    """The paths of `values` (field path, value) that `rel` does not hold encrypted: the file is
-    not SOPS-encrypted, or its sops rules left the value in plain text."""
-    if rel not in reader.encrypted:
-        return [path for path, value in values if value]
-    secrets = reader.secrets.get(rel, frozenset())
-    opaque = set(reader.opaque.get(rel, ()))  # validate without a key: the values left encrypted
-    return [path for path, value in values if value and value not in secrets and format_path(path) not in opaque]
 
 
 def _load_release(reader: Reader, folder: Path, state: RepoState, cluster: str = "") -> None:
@@ -540,7 +479,7 @@ def _load_release(reader: Reader, folder: Path, state: RepoState, cluster: str =
     secrets_ok = True
     if secrets_path.exists():
         state.files += 1
-        secrets, secrets_ok = _load_secrets(reader, secrets_path, state, unit)
+        secrets, secrets_ok = load_secrets(reader, secrets_path, state, unit)
     for extra in sorted(folder.iterdir()):
         if extra.name not in (VALUES_FILE, "values.yml", RELEASE_FILE, SECRETS_FILE) and extra.suffix in YAML_SUFFIXES:
             state.diagnostics.append(Diagnostic(reader.rel(extra), 0, 0, "", "file is not read by flower-syncer",
@@ -556,7 +495,7 @@ def _load_release(reader: Reader, folder: Path, state: RepoState, cluster: str =
         return
     private_key = ("global", "nodeAuth", "authSupernodePrivateKey")
     if state.settings.requireEncryption and values.global_.nodeAuth.authSupernodePrivateKey \
-            and _plain_values(reader, reader.rel(values_path),
+            and plain_values(reader, reader.rel(values_path),
                               [(private_key, values.global_.nodeAuth.authSupernodePrivateKey)]):
         state.diagnostics.append(Diagnostic(
             reader.rel(values_path), 1, 1, "global.nodeAuth.authSupernodePrivateKey",
@@ -592,7 +531,7 @@ def _load_single(reader: Reader, path: Path, cls: type[Any], state: RepoState, u
     if text is None:
         return None
     docs, problems = reader.documents(text, rel)
-    state.diagnostics.extend(_of_unit(problems, unit))
+    state.diagnostics.extend(of_unit(problems, unit))
     if any(p.severity == "error" for p in problems):
         return None
     if not docs:
