@@ -28,7 +28,7 @@ import realnode
 from devbuild import KWOK_STAGES_NAME, STAMP_NAME, binaries_ready
 from devnodes import KWOK_ANNOTATION, NodeSpec, node_manifest, ready_nodes
 from devprocs import free_port, http_ok, is_our_process, rss_kib, wait_for
-from devutil import DevclusterError, cache_root, fmt_secs, log, step
+from devutil import DevclusterError, cache_root, drop_if_only_lock, fmt_secs, log, purge_cluster_files, step
 
 TOOLS_DIR = Path(__file__).resolve().parent
 SERVICE_CIDR = "10.96.0.0/16"
@@ -51,20 +51,6 @@ def default_state_dir(name: str) -> Path:
     if override:
         return Path(override).expanduser()
     return cache_root() / "devcluster" / name
-
-
-def _remove_unmounted(folder: Path) -> None:
-    """Remove `folder` unless something is still mounted under it (a container's bind mount would
-    lead the removal into the host's own files): then it stays, and says so."""
-    prefix = str(folder.resolve())
-    try:
-        mounts = [line.split()[1].replace("\\040", " ") for line in Path("/proc/self/mounts").read_text().splitlines()]
-    except OSError:
-        mounts = [prefix]  # cannot tell: keep it
-    if any(m == prefix or m.startswith(prefix + "/") for m in mounts):
-        log(f"warning: {folder} kept: something is still mounted under it")
-        return
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 class Cluster:
@@ -505,22 +491,9 @@ class Cluster:
         with self.locked():
             stopped = self._stop()
             if purge:
-                shutil.rmtree(self.pki, ignore_errors=True)
-                shutil.rmtree(self.logs, ignore_errors=True)
-                shutil.rmtree(self.state_dir / "kwok", ignore_errors=True)
-                shutil.rmtree(devstorage.volumes_dir(self.state_dir), ignore_errors=True)
-                shutil.rmtree(self.state_dir / "flexvolume", ignore_errors=True)  # the controller-manager's
-                for node in self.state_dir.glob("node-*"):  # a real node's containerd, kubelet and pod logs
-                    if node.is_dir():
-                        _remove_unmounted(node)
-                (self.state_dir / "audit-policy.yaml").unlink(missing_ok=True)
-                for f in self.state_dir.glob("*kubeconfig"):
-                    f.unlink()
+                purge_cluster_files(self.state_dir, devstorage.volumes_dir(self.state_dir))
         if purge:  # nothing of the cluster is left but its lock: the folder goes too
-            with contextlib.suppress(OSError):
-                if {p.name for p in self.state_dir.iterdir()} <= {".lock"}:
-                    (self.state_dir / ".lock").unlink(missing_ok=True)
-                    self.state_dir.rmdir()
+            drop_if_only_lock(self.state_dir)
         log(f"devcluster stopped ({', '.join(stopped) or 'nothing was running'})")
 
     def _stop(self) -> list[str]:

@@ -64,3 +64,39 @@ def ensure_apt_packages(commands: dict[str, str]) -> None:
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
             if proc.returncode != 0:
                 raise DevclusterError(f"{' '.join(cmd)} failed:\n{proc.stdout}{proc.stderr}")
+
+
+def purge_cluster_files(state_dir: Path, volumes: Path) -> None:
+    """`devcluster down --purge` of a stopped cluster: its certificates, logs, kwok and volume state,
+    kubeconfigs, the controller-manager's flexvolume folder and each real node's folder (containerd,
+    kubelet, pod logs)."""
+    for folder in (state_dir / "pki", state_dir / "logs", state_dir / "kwok", volumes, state_dir / "flexvolume"):
+        shutil.rmtree(folder, ignore_errors=True)
+    (state_dir / "audit-policy.yaml").unlink(missing_ok=True)
+    for f in state_dir.glob("*kubeconfig"):
+        f.unlink()
+    for node in state_dir.glob("node-*"):
+        if node.is_dir():
+            remove_unless_mounted(node)
+
+
+def drop_if_only_lock(state_dir: Path) -> None:
+    """Remove a cluster's folder when nothing but its lock file is left in it."""
+    with contextlib.suppress(OSError):
+        if {p.name for p in state_dir.iterdir()} <= {".lock"}:
+            (state_dir / ".lock").unlink(missing_ok=True)
+            state_dir.rmdir()
+
+
+def remove_unless_mounted(folder: Path) -> None:
+    """Remove `folder` unless something is still mounted under it (a container's bind mount would
+    lead the removal into the host's own files): then it stays, and says so."""
+    prefix = str(folder.resolve())
+    try:
+        mounts = [line.split()[1].replace("\\040", " ") for line in Path("/proc/self/mounts").read_text().splitlines()]
+    except OSError:
+        mounts = [prefix]  # cannot tell: keep it
+    if any(m == prefix or m.startswith(prefix + "/") for m in mounts):
+        log(f"warning: {folder} kept: something is still mounted under it")
+        return
+    shutil.rmtree(folder, ignore_errors=True)
