@@ -119,7 +119,8 @@ class Rollouts:
         pods = self._daemon_pods(desired)
         flower = self.flower(ref, pool) if self.flower is not None else None
         verdict = judge_stage(spec, daemon_stage(rollout, pods), flower, now=self.clock())
-        note = CanaryNote(ref, pool, verdict.step, f"pool {pool}: {verdict.message}", verdict.retry)
+        note = CanaryNote(ref, pool, verdict.step, f"pool {pool}: {verdict.message}", verdict.retry,
+                          verdict.asks_flower)
         if verdict.step is Step.PASSED:
             rest = Disruption(ref, Effect.RESTARTS, pool, "pool", max(rollout.desired - len(rollout.nodes), 0))
             return CanaryPlan(desired, note, promote=rest)
@@ -147,7 +148,7 @@ class Rollouts:
             return CanaryPlan(desired)
         flower = self.flower(ref, target) if self.flower is not None else None
         verdict = judge_stage(spec, deploy_stage(rollout, self._deploy_pods(desired)), flower, now=self.clock())
-        note = CanaryNote(ref, target, verdict.step, f"{who}: {verdict.message}", verdict.retry)
+        note = CanaryNote(ref, target, verdict.step, f"{who}: {verdict.message}", verdict.retry, verdict.asks_flower)
         if verdict.step is Step.PASSED:
             rest = Disruption(ref, Effect.RESTARTS, *target_of(desired), max(rollout.replicas - rollout.want, 0))
             return CanaryPlan(desired, note, promote=rest)

@@ -534,6 +534,9 @@ def test_a_daemonset_change_reaches_the_canary_node_first_and_the_rest_after_its
     assert again.ok and [n.step for u in again.units for n in u.canaries] == [Step.WAITING]
     assert ("Pod", NS, f"{STS}-n0") not in api.objects and ("Pod", NS, f"{STS}-n1") in api.objects
     _daemon_controller(api, {"n0": ("2", True, ""), "n1": ("1", True, ""), "n2": ("1", True, "")})
+    not_yet = sync(kube, _daemon_repo(tmp_path, image=new), canary_health=lambda ref, pool: FlowerSeen(2, 3, 0.0))
+    [note] = not_yet.units[0].canaries  # the SuperLink has not listed the canary yet: it is asked soon
+    assert note.step is Step.WAITING and note.asks_flower
     waits = sync(kube, _daemon_repo(tmp_path, image=new), gate=hold)  # passed; the rest restarts: held
     assert waits.units[0].is_held() and _strategy(api) == "OnDelete" and "restarts pool a (2 SuperNodes)" in asked
     passed = sync(kube, _daemon_repo(tmp_path, image=new))
