@@ -10,8 +10,8 @@ SuperNodes online. With `flower-syncer.io/superlink-state: memory` the run list 
 SuperNodes are refused (their keys forgotten): the test fails.
 
 The second test is that memory case with the agent running: the keys the new SuperLink forgot are
-registered again by the agent's next status round (`SuperNodeKeysForgotten`), without a commit or
-a resync, and both SuperNodes are online again."""
+registered again by the agent at once, without a commit or a resync, and both SuperNodes are
+online again."""
 
 from __future__ import annotations
 
@@ -181,10 +181,11 @@ def test_keys_a_superlink_forgot_are_registered_again_at_once(
         real_cluster: RealCluster, e2e_namespace: str, config_repo: ConfigRepo,
         run_agent: Callable[[ConfigRepo, str], Agent], tmp_path: Path) -> None:
     """The other way round: state in memory (`superlink-state: memory`), the agent running. The
-    deleted SuperLink's successor knows no key and refuses both SuperNodes; the agent's next status
-    round sees the keys Git lists missing (`SuperNodeKeysForgotten`) and registers them at once,
-    not at a resync or a commit: both SuperNodes online again (under new node ids). Without the
-    agent they stay refused (the first test, in memory, fails so)."""
+    deleted SuperLink's successor knows no key and refuses both SuperNodes; the agent registers
+    them again at once, not at a resync or a commit: its next status round sees the keys Git lists
+    missing (`SuperNodeKeysForgotten`), or the retry of a sync that failed while the SuperLink was
+    away registers them first (either is printed). Both SuperNodes online again, under new node
+    ids. Without the agent they stay refused (the first test, in memory, fails so)."""
     ns = e2e_namespace
     kept = Kept(real_cluster, ns, config_repo, run_agent, tmp_path, state="memory")
     agent = kept.agent
@@ -211,6 +212,6 @@ def test_keys_a_superlink_forgot_are_registered_again_at_once(
     forgotten = real_cluster.json("-n", ns, "get", "events", "--field-selector",
                                   "reason=SuperNodeKeysForgotten")["items"]
     sys.stderr.write(f"Flower {FLWR}, state in memory: SuperLink pod deleted -> new pod Ready in {ready:.1f}s, "
-                     f"keys registered again by the agent and both SuperNodes online in {online:.1f}s\n")
-    assert forgotten, "no SuperNodeKeysForgotten Event"
+                     f"keys registered again by the agent and both SuperNodes online in {online:.1f}s "
+                     f"({'after SuperNodeKeysForgotten' if forgotten else 'by the retry of a sync that failed'})\n")
     assert not after & before, (before, after)  # a SuperLink in memory gave them new node ids
