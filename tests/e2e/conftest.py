@@ -240,13 +240,45 @@ def flwr_command(app: Path, address: str, home: Path, run_config: str = "", root
 
 
 def flwr_run(app: Path, address: str, home: Path, timeout: float = 300, run_config: str = "",
-             root_certificates: Path | None = None, version: str = "") -> str:
-    """`flwr run` (see flwr_command) to its end; returns its output."""
+             root_certificates: Path | None = None, version: str = "",
+             where: tuple[RealCluster, str] | None = None) -> str:
+    """`flwr run` (see flwr_command) to its end; returns its output. `where` (the cluster and the
+    namespace of the federation): a failure also says whether Flower refused its own app processes
+    for starting too slowly (see task_token_refusals)."""
     argv, env = flwr_command(app, address, home, run_config, root_certificates, version)
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, check=False)
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, check=False)
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout  # bytes, whatever `text` says
+        output = out.decode(errors="replace") if isinstance(out, bytes) else out or ""
+        raise AssertionError(f"flwr run did not end in {timeout:g}s\n{output[-4000:]}"
+                             + (task_token_refusals(*where) if where else "")) from None
     output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, f"flwr run failed ({proc.returncode}):\n{output[-4000:]}"
+    assert proc.returncode == 0, (f"flwr run failed ({proc.returncode}):\n{output[-4000:]}"
+                                  + (task_token_refusals(*where) if where else ""))
     return output
+
+
+TASK_TOKEN_REFUSED = "Runtime task-token authentication failed"
+
+
+def task_token_refusals(cluster: RealCluster, namespace: str) -> str:
+    """Why a run of Flower 1.41+ never trained on a starved machine, or "": the SuperExec claims a
+    task and gets a token valid for 30 s (`HEARTBEAT_DEFAULT_INTERVAL`, a constant of Flower: no
+    flag or variable sets it); the ServerApp (ClientApp) process it launches must send its first
+    heartbeat or pull its input within those 30 s. A pod that gets too little CPU to start Python
+    and import flwr in that time is refused by its own SuperLink (SuperNode) with this message, its
+    task goes back to pending, is claimed again, refused again: the run stays `starting`."""
+    counts = []
+    for obj in cluster.json("-n", namespace, "get", "pods")["items"]:
+        logs = cluster.kubectl("-n", namespace, "logs", obj["metadata"]["name"], "--all-containers", check=False).stdout
+        if hits := logs.count(TASK_TOKEN_REFUSED):
+            counts.append(f"{obj['metadata']['name']} {hits}x")
+    if not counts:
+        return ""
+    return (f"\n--- Flower refused its own app processes: {TASK_TOKEN_REFUSED!r} ({', '.join(counts)}): each "
+            "started later than 30 s after its task was claimed (Flower's fixed start window): the node is "
+            f"starved of CPU (load {os.getloadavg()[0]:.0f}), not a flower-syncer fault ---")
 
 
 def syncer_status(cluster: RealCluster, namespace: str) -> Any:

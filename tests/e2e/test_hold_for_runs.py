@@ -5,7 +5,12 @@ rounds, each taking a few seconds. While it runs, a commit gives the SuperLink a
 changes the node config of the pool. The agent holds both: `/api/v1/status` shows the hold with the
 run's id and `flower-syncer status -o json` the unit Held; neither pod template moves and the run
 completes all its rounds; then the changes apply (the new pods are made after the run ended).
-"""
+
+A second case: a hold of 30 s (`hold-for-runs: 30s`) with a run that lasts longer: the deadline
+passes, the change goes ahead (the SuperLink restarts under the run), and the Events say when the
+hold began (`RolloutHeld`, naming the run) and why it ended (`RolloutResumed`: the deadline). The
+run does not survive the restart: its ServerApp process died with the pod, and the new SuperLink
+(same database) fails the run once that process's heartbeats stay away (docs/rollouts.md)."""
 
 from __future__ import annotations
 
@@ -19,10 +24,22 @@ from typing import Any
 
 import pytest
 
+from syncer.cluster.flower_control import RunInfo
 from tests import builders
 from tests.conftest import wait_until
 from tests.e2e.apps import APP, FLWR
-from tests.e2e.conftest import Agent, ConfigRepo, RealCluster, control_api, flwr_command, pod, syncer_status, wait_ready
+from tests.e2e.conftest import (
+    Agent,
+    ConfigRepo,
+    RealCluster,
+    control_api,
+    flwr_command,
+    pod,
+    pod_ready,
+    syncer_status,
+    task_token_refusals,
+    wait_ready,
+)
 from tests.integration.agents import free_port
 
 pytestmark = pytest.mark.e2e
@@ -91,7 +108,10 @@ class Training:
             got = control_api(self.address)
             return next((r.run_id for r in got[0] if r.status == "running"), None) if got else None
 
-        run_id = wait_until("the run running", running, timeout=180, interval=1, log=self.agent.log)
+        try:
+            run_id = wait_until("the run running", running, timeout=180, interval=1, log=self.agent.log)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}{task_token_refusals(self.cluster, self.ns)}") from None
         wait_until("the agent reading the run running", lambda: (self.agent.unit(self.unit).get("flower") or {})
                    .get("runs", {}).get("running"), timeout=90, interval=1, log=self.agent.log)
         return proc, run_id
@@ -163,3 +183,70 @@ def test_a_commit_waits_for_the_run_then_applies(real_cluster: RealCluster, e2e_
     wait_until("RolloutResumed: the runs ended", lambda: any(
         "the runs ended" in e for e in _events(real_cluster, ns, "RolloutResumed")), timeout=60, interval=2)
     assert any(str(run_id) in e for e in _events(real_cluster, ns, "RolloutHeld"))
+
+
+def test_a_hold_ends_at_its_deadline(real_cluster: RealCluster, e2e_namespace: str, config_repo: ConfigRepo,
+                                     run_agent: Callable[[ConfigRepo, str], Agent], tmp_path: Path) -> None:
+    ns = e2e_namespace
+    training = Training(real_cluster, ns, config_repo, run_agent, tmp_path, "30s")
+    agent = training.agent
+    link_pod = pod(real_cluster, ns, "long-superlink-0")["metadata"]["uid"]
+    with real_cluster.port_forward(ns, "svc/long-superlink", 9093, local=int(training.address.split(":")[1])):
+        proc, run_id = training.start(10, 20)  # 200 s at least: well past the deadline
+        try:
+            committed = time.monotonic()
+            training.change()
+
+            def held() -> dict[str, Any]:
+                assert proc.poll() is None, "the run ended before the agent held the change"
+                hold = agent.unit(training.unit).get("hold") or {}
+                return hold if hold.get("held") else {}
+
+            hold = wait_until("the agent holding the change for the run", held, timeout=120, interval=1,
+                              log=agent.log)
+            began = time.monotonic()
+            assert hold["runs"] == [run_id], hold
+
+            def restarted() -> bool:
+                """The SuperLink pod going (deleted, or replaced already). `flwr run` streams the
+                run's logs from that pod: it may end at its deletion, not before."""
+                ended = proc.poll() is not None  # read first: an end caused by the deletion is seen with it
+                meta = pod(real_cluster, ns, "long-superlink-0").get("metadata", {})
+                going = bool(meta.get("deletionTimestamp")) or meta.get("uid", link_pod) != link_pod
+                assert going or not ended, \
+                    f"the run ended before the deadline:\n{proc.communicate()[0][-4000:]}"
+                return going
+
+            wait_until("the change going ahead at the deadline", restarted, timeout=150, interval=1, log=agent.log)
+            gone = time.monotonic()
+            sys.stderr.write(f"hold-for-runs 30s: commit -> held in {began - committed:.1f}s, held -> the SuperLink "
+                             f"pod replaced in {gone - began:.1f}s (run {run_id} still training)\n")
+        finally:
+            proc.kill()
+            proc.wait()
+
+    # The restart does not resume the run: its ServerApp process died with the pod, and the new
+    # SuperLink, on the same database, fails the run (the port-forward went with the old pod).
+    def replaced() -> bool:
+        new = pod(real_cluster, ns, "long-superlink-0")
+        return bool(new) and new["metadata"]["uid"] != link_pod and pod_ready(new)
+
+    wait_until("the new SuperLink pod Ready", replaced, timeout=180, interval=1, log=agent.log)
+    ready = time.monotonic()
+
+    def run_after() -> RunInfo | None:
+        got = control_api(training.address)
+        run = next((r for r in got[0] if r.run_id == run_id), None) if got else None
+        return run if run is not None and run.status == "finished" else None
+
+    with real_cluster.port_forward(ns, "svc/long-superlink", 9093, local=int(training.address.split(":")[1])):
+        run = wait_until("the restarted SuperLink (same database) ending the run", run_after, timeout=240,
+                         interval=2, log=agent.log)
+    sys.stderr.write(f"the new SuperLink Ready {ready - gone:.1f}s after the old pod went; the run "
+                     f"{run.status}:{run.sub_status} ({run.details!r}) {time.monotonic() - ready:.1f}s after Ready\n")
+    assert run.sub_status == "failed", run
+    assert NEW_FLAG in _template(real_cluster, ns, "long-superlink")[1]
+    assert any(str(run_id) in e for e in _events(real_cluster, ns, "RolloutHeld"))
+    resumed = wait_until("RolloutResumed: the deadline passed", lambda: [
+        e for e in _events(real_cluster, ns, "RolloutResumed") if "the deadline passed" in e], timeout=60, interval=2)
+    assert str(run_id) in resumed[0], resumed
