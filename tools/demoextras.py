@@ -37,6 +37,7 @@ from demoparts import (
     step,
     wait_for,
 )
+from devutil import remove_unless_mounted
 
 ISSUERS = REPO / "config" / "demo" / "cert-manager" / "issuers.yaml"
 ALERTS = REPO / "dashboards" / "alerts.yaml"
@@ -367,11 +368,14 @@ def down(demo: Demo, *, purge: bool) -> int:
         return 0
     removed = []
     for what, path in parts:
-        if path.exists() and (path != demo.state_dir or state_is_ours):
-            size = sizes.get(path, 0)
+        if path not in sizes or (path == demo.state_dir and not state_is_ours):
+            continue
+        if path == demo.state_dir:  # what `devcluster down --purge` left, never through a mount under it
+            remove_unless_mounted(path)
+        else:
             shutil.rmtree(path, ignore_errors=True)
-            left = " (some of it could not be removed)" if path.exists() else ""
-            removed.append(f"  {path}: {human(size)}, {what}{left}")
+        left = " (some of it could not be removed)" if path.exists() else ""
+        removed.append(f"  {path}: {human(sizes[path])}, {what}{left}")
     total = "removed:\n" + "\n".join(removed) if removed else "nothing left to remove"
     print(total)
     if not state_is_ours and demo.state_dir.exists():
