@@ -14,11 +14,10 @@ import pytest
 from syncer.cluster.client import Kube
 from syncer.engine.canary import Step
 from syncer.engine.changeset import Cause, UnitResult
-from syncer.engine.sync import Engine, SyncOptions
-from syncer.render.repo import plan_repo, render_repo
-from syncer.repo.loader import load_repo
+from syncer.engine.sync import Engine
 from tests import builders
 from tests.conftest import wait_until
+from tests.integration.canaries import is_ready, sync_unit, until_canary_failed
 
 pytestmark = pytest.mark.cluster
 
@@ -35,13 +34,6 @@ def _write(repo: Path, namespace: str, *, image: str = "1.25.0", selector: str =
     (repo / "federations" / "fed.yaml").write_text(text.replace("supernode:1.25.0", f"supernode:{image}"))
 
 
-def _sync(engine: Engine, repo: Path) -> UnitResult:
-    state = load_repo(repo)
-    assert not state.failed, state.diagnostics
-    report = engine.sync(plan_repo(state, render_repo(state)), SyncOptions())
-    return report.units[0]
-
-
 def _pods(kube: Kube, namespace: str) -> dict[int, tuple[str, bool]]:
     """Each pod of the pool: (its revision, Ready)."""
     items, _ = kube.list("Pod", namespace, labels="flower.flwr.ai/pool=a")
@@ -49,8 +41,7 @@ def _pods(kube: Kube, namespace: str) -> dict[int, tuple[str, bool]]:
     for p in items:
         if p["metadata"].get("deletionTimestamp"):
             continue
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                    for c in (p.get("status") or {}).get("conditions") or [])
+        ready = is_ready(p)
         out[int(p["metadata"]["name"].rsplit("-", 1)[1])] = (p["metadata"]["labels"]["controller-revision-hash"], ready)
     return out
 
@@ -67,20 +58,17 @@ def test_a_failed_canary_stops_the_rollout_and_the_fix_completes_it(kube: Kube, 
     _write(repo, namespace)
     engine = Engine(kube)
     try:
-        assert _sync(engine, repo).ok
+        assert sync_unit(engine, repo).ok
         old = wait_until("the pool Ready", lambda: (pods := _pods(kube, namespace)) and len(pods) == 3
                          and all(r for _, r in pods.values()) and pods[0][0], timeout=60)
 
         _write(repo, namespace, image="1.26.0", selector="{flower-syncer.io/no-such-node: \"true\"}")
-        started = _sync(engine, repo)
+        started = sync_unit(engine, repo)
         assert started.ok and [n.step for n in started.canaries] == [Step.STARTED]
         sts: Any = kube.get("StatefulSet", namespace, STS)
         assert sts["spec"]["updateStrategy"]["rollingUpdate"]["partition"] == 2
 
-        def failed() -> UnitResult | None:
-            result = _sync(engine, repo)
-            return result if not result.ok else None
-        result = wait_until("the canary to fail at its deadline", failed, timeout=90, interval=1)
+        result = until_canary_failed(engine, repo)
         [change] = result.failures()
         assert change.cause is Cause.CANARY_FAILED and "not Ready within its deadline" in change.message
         pods = _pods(kube, namespace)
@@ -88,11 +76,11 @@ def test_a_failed_canary_stops_the_rollout_and_the_fix_completes_it(kube: Kube, 
         assert pods[2][0] != old and not pods[2][1]  # exactly the canary took the bad change
 
         _write(repo, namespace, image="1.26.0")  # the fix
-        fixed = _sync(engine, repo)
+        fixed = sync_unit(engine, repo)
         assert fixed.ok and [n.step for n in fixed.canaries] == [Step.STARTED]
 
         def passed() -> UnitResult | None:
-            result = _sync(engine, repo)
+            result = sync_unit(engine, repo)
             assert result.ok, result.to_dict()
             return result if any(n.step is Step.PASSED for n in result.canaries) else None
         wait_until("the fixed canary to pass its gate", passed, timeout=90, interval=1)
@@ -104,7 +92,7 @@ def test_a_failed_canary_stops_the_rollout_and_the_fix_completes_it(kube: Kube, 
                     and all(rev == update and ready for rev, ready in pods.values()))
         wait_until("the whole pool on the new revision", rolled, timeout=120, interval=0.5)
         writes = kube.writes
-        done = _sync(engine, repo)
+        done = sync_unit(engine, repo)
         assert done.ok and not done.canaries and kube.writes == writes  # an unchanged repo: zero writes
     finally:
         engine.close()
@@ -115,14 +103,14 @@ def test_removing_the_canary_rolls_the_rest_at_once(kube: Kube, namespace: str, 
     _write(repo, namespace)
     engine = Engine(kube)
     try:
-        assert _sync(engine, repo).ok
+        assert sync_unit(engine, repo).ok
         wait_until("the pool Ready", lambda: (pods := _pods(kube, namespace)) and len(pods) == 3
                    and all(r for _, r in pods.values()), timeout=60)
         _write(repo, namespace, image="1.26.0")
-        assert [n.step for n in _sync(engine, repo).canaries] == [Step.STARTED]
+        assert [n.step for n in sync_unit(engine, repo).canaries] == [Step.STARTED]
         text = (repo / "federations" / "fed.yaml").read_text()
         (repo / "federations" / "fed.yaml").write_text(text.replace(ANNOTATIONS, ""))
-        assert _sync(engine, repo).ok
+        assert sync_unit(engine, repo).ok
         sts: Any = kube.get("StatefulSet", namespace, STS)
         assert sts["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}
     finally:

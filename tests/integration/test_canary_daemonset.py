@@ -15,12 +15,11 @@ import pytest
 from syncer.cluster.client import Kube
 from syncer.engine.canary import Step
 from syncer.engine.changeset import Cause, UnitResult
-from syncer.engine.sync import Engine, SyncOptions
+from syncer.engine.sync import Engine
 from syncer.identity import ANN_CANARY_NODES
-from syncer.render.repo import plan_repo, render_repo
-from syncer.repo.loader import load_repo
 from tests import builders
 from tests.conftest import wait_until
+from tests.integration.canaries import is_ready, sync_unit, until_canary_failed
 
 pytestmark = pytest.mark.cluster
 
@@ -41,13 +40,6 @@ def _write(repo: Path, namespace: str, *, image: str = "1.25.0", cpu: str = "") 
     (repo / "federations" / "fed.yaml").write_text(text.replace("supernode:1.25.0", f"supernode:{image}"))
 
 
-def _sync(engine: Engine, repo: Path) -> UnitResult:
-    state = load_repo(repo)
-    assert not state.failed, state.diagnostics
-    report = engine.sync(plan_repo(state, render_repo(state)), SyncOptions())
-    return report.units[0]
-
-
 def _pods(kube: Kube, namespace: str) -> dict[str, tuple[str, bool]]:
     """Each node's pod of the pool: (its controller-revision-hash, Ready)."""
     items, _ = kube.list("Pod", namespace, labels="flower.flwr.ai/pool=a")
@@ -59,8 +51,7 @@ def _pods(kube: Kube, namespace: str) -> dict[str, tuple[str, bool]]:
             f["values"][0] for t in p["spec"]["affinity"]["nodeAffinity"][
                 "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
             for f in t.get("matchFields") or [] if f["key"] == "metadata.name")
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                    for c in (p.get("status") or {}).get("conditions") or [])
+        ready = is_ready(p)
         out[node] = (p["metadata"]["labels"]["controller-revision-hash"], ready)
     return out
 
@@ -79,23 +70,20 @@ def test_a_daemonset_canary_fails_leaving_the_rest_old_and_the_fix_rolls_the_poo
     _write(repo, namespace)
     engine = Engine(kube)
     try:
-        assert _sync(engine, repo).ok
+        assert sync_unit(engine, repo).ok
         before = wait_until("the pool Ready on every CPU node", lambda: (pods := _pods(kube, namespace))
                             and sorted(pods) == names and all(r for _, r in pods.values()) and pods, timeout=60)
         old = before[names[0]][0]
         assert {rev for rev, _ in before.values()} == {old}
 
         _write(repo, namespace, image="1.26.0", cpu="1000")  # no node has room: the canary stays Pending
-        started = _sync(engine, repo)
+        started = sync_unit(engine, repo)
         assert started.ok and [n.step for n in started.canaries] == [Step.STARTED], started.to_dict()
         ds = _ds(kube, namespace)
         assert ds["spec"]["updateStrategy"]["type"] == "OnDelete"
         assert ds["metadata"]["annotations"][ANN_CANARY_NODES] == names[0]
 
-        def failed() -> UnitResult | None:
-            result = _sync(engine, repo)
-            return result if not result.ok else None
-        result = wait_until("the canary to fail at its deadline", failed, timeout=90, interval=1)
+        result = until_canary_failed(engine, repo)
         [change] = result.failures()
         assert change.cause is Cause.CANARY_FAILED and "not Ready within its deadline" in change.message
         pods = _pods(kube, namespace)
@@ -104,11 +92,11 @@ def test_a_daemonset_canary_fails_leaving_the_rest_old_and_the_fix_rolls_the_poo
         assert _ds(kube, namespace)["spec"]["updateStrategy"]["type"] == "OnDelete"
 
         _write(repo, namespace, image="1.26.0")  # the fix
-        fixed = _sync(engine, repo)
+        fixed = sync_unit(engine, repo)
         assert fixed.ok and [n.step for n in fixed.canaries] == [Step.STARTED], fixed.to_dict()
 
         def passed() -> UnitResult | None:
-            result = _sync(engine, repo)
+            result = sync_unit(engine, repo)
             assert result.ok, result.to_dict()
             pods = _pods(kube, namespace)
             assert all(pods[n][0] == old for n in names[1:] if n in pods) or any(
@@ -124,7 +112,7 @@ def test_a_daemonset_canary_fails_leaving_the_rest_old_and_the_fix_rolls_the_poo
                     and all(ready for _, ready in pods.values()))
         wait_until("the whole pool on the new revision", rolled, timeout=120, interval=0.5)
         writes = kube.writes
-        done = _sync(engine, repo)
+        done = sync_unit(engine, repo)
         assert done.ok and not done.canaries and kube.writes == writes, done.to_dict()  # zero writes
     finally:
         engine.close()
@@ -139,15 +127,15 @@ def test_removing_the_canary_rolls_the_rest_of_the_daemonset_at_once(kube: Kube,
     _write(repo, namespace)
     engine = Engine(kube)
     try:
-        assert _sync(engine, repo).ok
+        assert sync_unit(engine, repo).ok
         wait_until("the pool Ready", lambda: (pods := _pods(kube, namespace)) and len(pods) == len(nodes)
                    and all(r for _, r in pods.values()), timeout=60)
         _write(repo, namespace, image="1.26.0")
-        assert [n.step for n in _sync(engine, repo).canaries] == [Step.STARTED]
+        assert [n.step for n in sync_unit(engine, repo).canaries] == [Step.STARTED]
         assert _ds(kube, namespace)["spec"]["updateStrategy"]["type"] == "OnDelete"
         text = (repo / "federations" / "fed.yaml").read_text()
         (repo / "federations" / "fed.yaml").write_text(text.replace(ANNOTATIONS, ""))
-        assert _sync(engine, repo).ok
+        assert sync_unit(engine, repo).ok
         ds = _ds(kube, namespace)  # the field is no longer Git's: it falls back to the default, RollingUpdate
         assert ds["spec"]["updateStrategy"]["type"] == "RollingUpdate"
         assert ANN_CANARY_NODES not in ds["metadata"].get("annotations", {})

@@ -15,10 +15,9 @@ import pytest
 from syncer.cluster.client import Kube
 from syncer.engine.canary import BRAKE, Step
 from syncer.engine.changeset import Cause, UnitResult
-from syncer.engine.sync import Engine, SyncOptions
-from syncer.render.repo import plan_repo, render_repo
-from syncer.repo.loader import load_repo
+from syncer.engine.sync import Engine
 from tests.conftest import wait_until
+from tests.integration.canaries import is_ready, sync_unit, until_canary_failed
 
 pytestmark = pytest.mark.cluster
 
@@ -36,13 +35,6 @@ def _write(repo: Path, namespace: str, *, tag: str = "1.25.0", cpu: str = "") ->
     (repo / "supernodes" / "r" / "release.yaml").write_text("canary: 1\ncanaryGate: 3s\ncanaryDeadline: 25s\n")
 
 
-def _sync(engine: Engine, repo: Path) -> UnitResult:
-    state = load_repo(repo)
-    assert not state.failed, state.diagnostics
-    report = engine.sync(plan_repo(state, render_repo(state)), SyncOptions())
-    return report.units[0]
-
-
 def _pods(kube: Kube, namespace: str) -> list[tuple[str, bool]]:
     """The release's pods: (pod-template-hash, Ready), not terminating."""
     items, _ = kube.list("Pod", namespace, labels=SELECTOR)
@@ -50,8 +42,7 @@ def _pods(kube: Kube, namespace: str) -> list[tuple[str, bool]]:
     for p in items:
         if p["metadata"].get("deletionTimestamp"):
             continue
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                    for c in (p.get("status") or {}).get("conditions") or [])
+        ready = is_ready(p)
         out.append((p["metadata"]["labels"]["pod-template-hash"], ready))
     return sorted(out)
 
@@ -66,20 +57,17 @@ def test_a_release_canary_fails_leaving_the_rest_old_and_the_fix_rolls_the_relea
     _write(repo, namespace)
     engine = Engine(kube)
     try:
-        assert _sync(engine, repo).ok
+        assert sync_unit(engine, repo).ok
         before = wait_until("3 SuperNodes Ready", lambda: (pods := _pods(kube, namespace)) and len(pods) == 3
                             and all(r for _, r in pods) and pods, timeout=60)
         old = before[0][0]
 
         _write(repo, namespace, tag="1.26.0", cpu="1000")  # no node has room: the canary stays Pending
-        started = _sync(engine, repo)
+        started = sync_unit(engine, repo)
         assert started.ok and [n.step for n in started.canaries] == [Step.STARTED], started.to_dict()
         assert _dep(kube, namespace)["spec"]["minReadySeconds"] == BRAKE
 
-        def failed() -> UnitResult | None:
-            result = _sync(engine, repo)
-            return result if not result.ok else None
-        result = wait_until("the canary to fail at its deadline", failed, timeout=90, interval=1)
+        result = until_canary_failed(engine, repo)
         [change] = result.failures()
         assert change.cause is Cause.CANARY_FAILED and "not Ready within its deadline" in change.message
         pods = _pods(kube, namespace)
@@ -87,11 +75,11 @@ def test_a_release_canary_fails_leaving_the_rest_old_and_the_fix_rolls_the_relea
         assert [ready for h, ready in pods if h != old] == [False], pods  # exactly one took the bad change
 
         _write(repo, namespace, tag="1.26.0")  # the fix
-        fixed = _sync(engine, repo)
+        fixed = sync_unit(engine, repo)
         assert fixed.ok and [n.step for n in fixed.canaries] == [Step.STARTED], fixed.to_dict()
 
         def passed() -> UnitResult | None:
-            result = _sync(engine, repo)
+            result = sync_unit(engine, repo)
             assert result.ok, result.to_dict()
             done = any(n.step is Step.PASSED for n in result.canaries)
             assert done or len([p for p in _pods(kube, namespace) if p[0] == old]) == 2  # the rest waits
@@ -104,7 +92,7 @@ def test_a_release_canary_fails_leaving_the_rest_old_and_the_fix_rolls_the_relea
             return len(pods) == 3 and len({h for h, _ in pods}) == 1 and pods[0][0] != old and all(r for _, r in pods)
         wait_until("every SuperNode on the new template", rolled, timeout=120, interval=0.5)
         writes = kube.writes
-        done = _sync(engine, repo)
+        done = sync_unit(engine, repo)
         assert done.ok and not done.canaries and kube.writes == writes, done.to_dict()  # zero writes
     finally:
         engine.close()
@@ -115,14 +103,14 @@ def test_removing_a_release_canary_rolls_the_rest_at_once(kube: Kube, namespace:
     _write(repo, namespace)
     engine = Engine(kube)
     try:
-        assert _sync(engine, repo).ok
+        assert sync_unit(engine, repo).ok
         wait_until("3 SuperNodes Ready", lambda: (pods := _pods(kube, namespace)) and len(pods) == 3
                    and all(r for _, r in pods), timeout=60)
         _write(repo, namespace, tag="1.26.0")
-        assert [n.step for n in _sync(engine, repo).canaries] == [Step.STARTED]
+        assert [n.step for n in sync_unit(engine, repo).canaries] == [Step.STARTED]
         assert _dep(kube, namespace)["spec"]["minReadySeconds"] == BRAKE
         (repo / "supernodes" / "r" / "release.yaml").write_text("")
-        assert _sync(engine, repo).ok
+        assert sync_unit(engine, repo).ok
         spec = _dep(kube, namespace)["spec"]  # the brake is no longer Git's: the API server's defaults
         assert spec.get("minReadySeconds", 0) == 0 and spec["progressDeadlineSeconds"] == 600
 
