@@ -25,6 +25,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -264,6 +265,15 @@ def namespace(kube_cluster: KubeCluster, request: pytest.FixtureRequest) -> Iter
     with contextlib.suppress(ApiException):
         core.delete_namespace(name)
 
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """tools/test runs the e2e tests in the background, where the shell starts them with Ctrl-C
+    ignored (a shell without job control does that to background commands); Python keeps that, so
+    Ctrl-C would leave their real-node cluster up. Taken back here: Ctrl-C stops the session, and
+    its fixtures tear their clusters down."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 FAST_DIRS = (REPO / "tests" / "unit", REPO / "tests" / "reliability")
