@@ -30,7 +30,7 @@ from typing import Any, NoReturn
 import pytest
 
 from syncer.cluster.control_transports import connect
-from syncer.cluster.flower_control import ControlApiError, RegisteredNode, RunInfo
+from syncer.cluster.flower_control import ControlApiError, RegisteredNode, RunInfo, Transport
 from tests.conftest import DEVCLUSTER, IN_CI, wait_until
 from tests.integration.agents import Repos, free_port, git
 from tests.integration.superlinks import DEV, flower_bin
@@ -289,11 +289,12 @@ def syncer_status(cluster: RealCluster, namespace: str) -> Any:
     return json.loads(proc.stdout)
 
 
-def control_api(address: str, ca: bytes | None = None) -> tuple[list[RunInfo], list[RegisteredNode]] | None:
-    """The runs and nodes the Control API at `address` lists (HTTP, Flower 1.37+), or None while
-    it does not answer (a SuperLink restarting, a port-forward to a pod that is gone)."""
+def control_api(address: str, ca: bytes | None = None, transport: Transport = "http",
+                ) -> tuple[list[RunInfo], list[RegisteredNode]] | None:
+    """The runs and nodes the Control API at `address` lists (over HTTP, Flower 1.37+; gRPC before),
+    or None while it does not answer (a SuperLink restarting, a port-forward to a pod that is gone)."""
     try:
-        api = connect(address, "http", ca, timeout=5)
+        api = connect(address, transport, ca, timeout=5)
     except (ControlApiError, OSError):
         return None
     try:

@@ -1,7 +1,8 @@
-"""A canary pool on a real node with Flower 1.42 (issue 40; docs/rollouts.md "Canary pools"): a
-Federation whose pool of 3 SuperNodes has a canary of 1, a short gate and deadline, and whose
-Control API the agent reads (through a port-forward named in it, as tests/e2e/test_hold_for_runs.py
-does), so the gate asks the SuperLink, not only the pods.
+"""A canary pool on a real node (issue 40; docs/rollouts.md "Canary pools"), with Flower 1.42 and
+1.26: both eras of the Control API (HTTP and gRPC). A Federation whose pool of 3 SuperNodes has a
+canary of 1, a short gate and deadline, and whose Control API the agent reads (through a
+port-forward named in it, as tests/e2e/test_hold_for_runs.py does), so the gate asks the
+SuperLink, not only the pods.
 
 1. A broken commit: the pool's image names a tag the node does not have. No registry is reachable
    from a devcluster's real node (tools/realnode.py: images are imported, never pulled), so the
@@ -32,9 +33,10 @@ from typing import Any
 
 import pytest
 
+from syncer.models.flower import interface_of_tag
 from tests import builders
 from tests.conftest import wait_until
-from tests.e2e.apps import FLWR
+from tests.e2e.apps import FLWR, OLD_FLWR
 from tests.e2e.conftest import Agent, ConfigRepo, RealCluster, control_api, namespace_state, syncer_status, wait_ready
 from tests.integration.agents import free_port
 
@@ -43,7 +45,6 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 FED = "canary"
 STS = f"{FED}-supernode-p"
-BAD_TAG = f"{FLWR}-no-such-tag"  # tools/images.py imports flwr/supernode:{1.26.0,1.37.0,1.42.0} only
 GATE, DEADLINE = "5s", "3m"  # shorter than the SuperNodes' next heartbeats, which the gate waits for too
 TOKEN = "e2e-canary-resync-token"
 POOL = '        nodeConfig:\n          revision: "{revision}"\n'
@@ -51,12 +52,13 @@ POOL = '        nodeConfig:\n          revision: "{revision}"\n'
 APPLIED_KINDS = "statefulsets,services,configmaps,secrets,serviceaccounts,roles,rolebindings,networkpolicies"
 
 
-def federation(control: str, revision: int, tag: str = FLWR) -> str:
+def federation(control: str, revision: int, flwr: str, tag: str = "") -> str:
+    """The Federation of Flower `flwr`, its pool's SuperNodes on the image `tag` (default `flwr`)."""
     annotations = (f'"flower-syncer.io/control-api-address": "{control}", "flower-syncer.io/canary": "1", '
                    f'"flower-syncer.io/canary-gate": "{GATE}", "flower-syncer.io/canary-deadline": "{DEADLINE}"')
     text = builders.federation(FED, builders.pool("p", 3, extra=POOL.format(revision=revision)), annotations,
-                               version=FLWR)
-    return text.replace(f"flwr/supernode:{FLWR}\n", f"flwr/supernode:{tag}\n")
+                               version=flwr)
+    return text.replace(f"flwr/supernode:{flwr}\n", f"flwr/supernode:{tag or flwr}\n")
 
 
 def _pods(cluster: RealCluster, ns: str) -> dict[int, dict[str, Any]]:
@@ -84,9 +86,9 @@ def _sts(cluster: RealCluster, ns: str) -> tuple[int, str, str]:
     return int(partition), str(sts["status"].get("currentRevision")), str(sts["status"].get("updateRevision"))
 
 
-def _online(address: str) -> set[int] | None:
+def _online(address: str, flwr: str) -> set[int] | None:
     """The node ids the SuperLink lists online (None while its Control API does not answer)."""
-    got = control_api(address)
+    got = control_api(address, transport=interface_of_tag(flwr).control_transport)
     return {n.node_id for n in got[1] if n.status == "online"} if got else None
 
 
@@ -108,8 +110,10 @@ def _versions(cluster: RealCluster, ns: str) -> dict[str, str]:
     return {f"{o['kind']}/{o['metadata']['name']}": o["metadata"]["resourceVersion"] for o in items}
 
 
+# tools/images.py imports flwr/supernode:{1.26.0,1.37.0,1.42.0} only: a tag it lacks cannot be pulled
+@pytest.mark.parametrize("flwr", [FLWR, OLD_FLWR])
 def test_a_broken_pool_change_stops_at_its_canary_and_the_fix_rolls_out(
-        real_cluster: RealCluster, e2e_namespace: str, config_repo: ConfigRepo,
+        flwr: str, real_cluster: RealCluster, e2e_namespace: str, config_repo: ConfigRepo,
         run_agent: Callable[[ConfigRepo, str], Agent], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ns, cluster = e2e_namespace, real_cluster
     unit_id = f"federation/{ns}/{FED}"
@@ -117,7 +121,7 @@ def test_a_broken_pool_change_stops_at_its_canary_and_the_fix_rolls_out(
     address = f"127.0.0.1:{free_port()}"
     settings = (f"name: e2e\ndefaultNamespace: {ns}\n"
                 "guardrails:\n  allowedControlApiTargets: ['127.0.0.1:*']\n")
-    config_repo.commit({"flower-syncer.yaml": settings, f"federations/{FED}.yaml": federation(address, 1)},
+    config_repo.commit({"flower-syncer.yaml": settings, f"federations/{FED}.yaml": federation(address, 1, flwr)},
                        "a federation with a canary pool")
     (tmp_path / "token").write_text(TOKEN)
     monkeypatch.setenv("FLOWER_SYNCER_API_TOKEN_FILE", str(tmp_path / "token"))  # run_agent's env: the resync API
@@ -129,8 +133,8 @@ def test_a_broken_pool_change_stops_at_its_canary_and_the_fix_rolls_out(
 
     with cluster.port_forward(ns, f"svc/{FED}-superlink", 9093, local=int(address.split(":")[1])):
         wait_ready(cluster, ns, "statefulset", STS, 3, agent)
-        first = wait_until("3 SuperNodes online at the SuperLink", lambda: (o := _online(address)) and len(o) == 3
-                           and o, timeout=120, interval=1, log=agent.log)
+        first = wait_until("3 SuperNodes online at the SuperLink", lambda: (o := _online(address, flwr))
+                           and len(o) == 3 and o, timeout=120, interval=1, log=agent.log)
         wait_until("the agent reading the pool online and the unit Synced", lambda: (
             (u := agent.unit(unit_id)) and _condition(u, "Synced").get("status") == "True"
             and (u.get("flower") or {}).get("supernodes", {}).get("online") == 3), timeout=90, interval=1,
@@ -140,7 +144,7 @@ def test_a_broken_pool_change_stops_at_its_canary_and_the_fix_rolls_out(
         assert sorted(before) == [0, 1, 2] and {p["revision"] for p in before.values()} == {old}, before
 
         # 1. a broken change: it reaches the canary (ordinal 2) only
-        bad = config_repo.commit({f"federations/{FED}.yaml": federation(address, 2, BAD_TAG)},
+        bad = config_repo.commit({f"federations/{FED}.yaml": federation(address, 2, flwr, f"{flwr}-no-such-tag")},
                                  "new node config, and an image tag that does not exist")
         committed = time.monotonic()
 
@@ -160,13 +164,13 @@ def test_a_broken_pool_change_stops_at_its_canary_and_the_fix_rolls_out(
         # the old canary's SuperNode is gone from the SuperLink (its heartbeat lapsed); the other two
         # SuperNodes are the same pods, never restarted, on the old revision, and stay online
         online = wait_until("the SuperLink listing the 2 old SuperNodes online and no other", lambda: (
-            o := _online(address)) is not None and len(o) == 2 and o <= first and o, timeout=120, interval=2,
+            o := _online(address, flwr)) is not None and len(o) == 2 and o <= first and o, timeout=120, interval=2,
             log=agent.log)
         for i in (0, 1):
             now = _pods(cluster, ns)[i]
             assert (now["uid"], now["revision"], now["ready"], now["restarts"]) == (
                 before[i]["uid"], old, True, 0), (i, before[i], now)
-        assert _online(address) == online, "an old SuperNode went offline"
+        assert _online(address, flwr) == online, "an old SuperNode went offline"
         report = wait_until("status -o json: the unit CanaryFailed", lambda: (
             u := _unit(syncer_status(cluster, ns), unit_id)) and _condition(u, "Synced").get("reason")
             == "CanaryFailed" and u, timeout=60, interval=2, log=agent.log)
@@ -185,7 +189,7 @@ def test_a_broken_pool_change_stops_at_its_canary_and_the_fix_rolls_out(
 
         # 2. the fix: the same gate, then the rest of the pool
         load = os.getloadavg()
-        good = config_repo.commit({f"federations/{FED}.yaml": federation(address, 2)}, "the image that exists")
+        good = config_repo.commit({f"federations/{FED}.yaml": federation(address, 2, flwr)}, "the image that exists")
         t0 = time.monotonic()
         marks: dict[str, float] = {}
         new_rev = ""
@@ -195,7 +199,7 @@ def test_a_broken_pool_change_stops_at_its_canary_and_the_fix_rolls_out(
             now = time.monotonic() - t0
             partition, current, update = _sts(cluster, ns)
             pods = _pods(cluster, ns)
-            online = _online(address)
+            online = _online(address, flwr)
             if update not in (old, "") and "canary Ready" not in marks:
                 canary = pods.get(2, {})
                 if canary.get("revision") == update and canary.get("ready"):
@@ -240,4 +244,4 @@ def test_a_broken_pool_change_stops_at_its_canary_and_the_fix_rolls_out(
             answer = json.loads(resp.read())
         assert answer["done"] and not answer["error"] and answer["revision"] == good, answer
         assert _versions(cluster, ns) == versions, "the sync after the rollout wrote"
-        assert _pods(cluster, ns) == rolled and len(_online(address) or ()) == 3
+        assert _pods(cluster, ns) == rolled and len(_online(address, flwr) or ()) == 3
