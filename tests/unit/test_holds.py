@@ -319,9 +319,18 @@ class _Probe:
 def _agent(kube: FakeKube, tmp_path: Path, health: dict[Unit, FlowerHealth],
            clock: list[float], *, outside: bool = False, probe: _Probe | None = None) -> tuple[Agent, list[Event]]:
     root = repo_at(tmp_path / "r", {"federations/fed.yaml": federation()})
+    return _agent_at(kube, root, {"federations/fed.yaml": federation(
+        "fed", pools=pool("a", 3), superlink="    extraArgs: [--fab-state-dir=/tmp]\n")}, health, clock,
+        probe or _Probe(outside))
+
+
+def _agent_at(kube: FakeKube, root: Path, change: dict[str, str], health: dict[Unit, FlowerHealth],
+              clock: list[float], probe: _Probe) -> tuple[Agent, list[Event]]:
+    """An agent leading over the repository `root`, applied as it is, with `change` (files and their
+    new text) installed as the next revision, not synced yet."""
     state = load_repo(root)
+    assert not state.failed, state.diagnostics
     assert Engine(kube).sync(plan_repo(state, render_repo(state)), SyncOptions()).ok
-    probe = probe or _Probe(outside)
     flower = cast(FlowerWatch, SimpleNamespace(probe=probe, health=health, to_dict=lambda u: None,
                                                recorded=lambda u: None))
     events: list[Event] = []  # what the agent reports (the leader's, once it leads)
@@ -329,8 +338,8 @@ def _agent(kube: FakeKube, tmp_path: Path, health: dict[Unit, FlowerHealth],
     agent = build_agent(kube, NoSource(), Metrics(), AgentOptions(), recorder, flower=lambda report, rekey: flower)
     agent.cache.state = LiveState.load(kube, None)
     agent.holds.clock = lambda: clock[0]
-    (root / "federations" / "fed.yaml").write_text(
-        federation("fed", pools=pool("a", 3), superlink="    extraArgs: [--fab-state-dir=/tmp]\n"))
+    for name, text in change.items():
+        (root / name).write_text(text)
     install(agent, root, "r2")
     agent.cache.synced.set()
     agent.leading.set()
@@ -567,3 +576,40 @@ def test_a_hold_for_a_run_outlasts_the_superlinks_silence(kube: FakeKube, tmp_pa
     clock[0] = NOW + 3600
     _sync(agent)
     assert agent.unit_conditions()[FED_UNIT]["synced"] == "Synced"
+
+
+REL_UNIT = Unit("supernode", NS, "site")
+
+
+def _release(tag: str) -> str:
+    return (f"tls:\n  enabled: false\nsupernode:\n  replicas: 2\n  image:\n    tag: {tag}\n"
+            "  superlink:\n    address: fed-superlink\n    port: 9092\n")
+
+
+def test_a_supernode_release_is_held_while_the_federation_it_dials_trains(kube: FakeKube, tmp_path: Path) -> None:
+    """A release's SuperNodes train in the runs of the Federation whose SuperLink they dial: a
+    change that restarts them waits for those runs, as the Federation's own pools do."""
+    root = repo_at(tmp_path / "r", {"federations/fed.yaml": federation(insecure=True),
+                                    "supernodes/site/values.yaml": _release("1.25.0")})
+    health = {FED_UNIT: _health(RUN7)}
+    agent, events = _agent_at(kube, root, {"supernodes/site/values.yaml": _release("1.26.0")}, health, [NOW],
+                              _Probe(False))  # a new image: restarts its pods
+
+    def image() -> str:
+        [dep] = [o for o in kube.list("Deployment", NS)[0] if o["metadata"]["name"].startswith("site-")]
+        return str(dep["spec"]["template"]["spec"]["containers"][0]["image"])
+
+    agent.syncs.sync(REL_UNIT)
+    agent.dispatch_pending()
+    state_now = agent.unit_conditions()[REL_UNIT]
+    assert state_now["synced"] == "Held", state_now
+    assert "run 7 running" in state_now["conditions"][0]["message"]
+    assert image().endswith(":1.25.0")
+    assert [e.reason for e in events if e.action == "Hold"] == ["RolloutHeld"]
+    health[FED_UNIT] = _health()  # the run completed
+    assert agent.holds.due(agent.installed.plan) == [REL_UNIT]
+    agent.syncs.sync(REL_UNIT)
+    agent.dispatch_pending()
+    assert agent.unit_conditions()[REL_UNIT]["synced"] == "Synced"
+    assert image().endswith(":1.26.0")
+    assert [e.reason for e in events if e.action == "Hold"] == ["RolloutHeld", "RolloutResumed"]
