@@ -4,8 +4,10 @@ with their states and follows a typo commit and its fix without a reload; a drif
 unit shows on its page, with the next sync's diff and the unit's Events, and goes when it is
 resumed and healed; a SOPS Secret's value never reaches
 a page or the event stream; a browser without the token cannot resync; a Git-sourced string that
-is markup shows as text. Writes the screenshots of docs/img/ (webview-overview.png,
-webview-federation.png, webview-next-sync.png).
+is markup shows as text. Takes the screenshots of docs/img/ (webview-overview.png,
+webview-federation.png, webview-next-sync.png): into the test's temporary directory, so a test run
+leaves the checkout as it was; into docs/img with FLOWER_SYNCER_SCREENSHOTS=docs/img (to refresh
+the docs' images).
 
 Needs /usr/bin/chromium (`apt-get install chromium`; tools/env.sh installs it) and the
 `playwright` package (dev extras), never `playwright install`: missing, the tests skip, or fail
@@ -36,7 +38,6 @@ pytestmark = pytest.mark.cluster
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-IMG = REPO / "docs" / "img"
 PLAIN = "hunter2-very-secret"
 MARKUP = "<img src=x onerror=alert(1)><script>alert(2)</script>"
 LIVE_SECONDS = 2.0  # a commit shows on an open page within this
@@ -106,8 +107,18 @@ def events(agent: AgentProc, query: dict[str, str], until: bytes, timeout: float
         return data
 
 
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    """Where the screenshots go: FLOWER_SYNCER_SCREENSHOTS (relative to the repository), else the
+    test's own temporary directory."""
+    where = os.environ.get("FLOWER_SYNCER_SCREENSHOTS")
+    path = REPO / where if where else tmp_path / "img"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def test_the_overview_follows_a_typo_and_its_fix_without_a_reload(
-        repos: Repos, start_agent: Callable[..., AgentProc], namespace: str, page: Page) -> None:
+        repos: Repos, start_agent: Callable[..., AgentProc], namespace: str, page: Page, shots: Path) -> None:
     repos.commit({"federations/lab.yaml": fed().replace("name: fed", "name: lab")}, "a second federation")
     agent = start_agent(str(repos.bare))
     unit = f"federation/{namespace}/fed"
@@ -124,8 +135,7 @@ def test_the_overview_follows_a_typo_and_its_fix_without_a_reload(
                 "Healthy", timeout=30000)
     except AssertionError:
         pass  # a busy cluster: the screenshot shows them progressing
-    IMG.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(IMG / "webview-overview.png"))
+    page.screenshot(path=str(shots / "webview-overview.png"))
 
     start = time.monotonic()
     repos.commit({"federations/fed.yaml": fed(MARKUP)}, "typo")
@@ -147,7 +157,7 @@ def test_the_overview_follows_a_typo_and_its_fix_without_a_reload(
 
 def test_a_drift_shows_on_the_federation_page_until_healed_and_actions_need_the_token(
         repos: Repos, start_agent: Callable[..., AgentProc], kube_cluster: KubeCluster, namespace: str,
-        page: Page) -> None:
+        page: Page, shots: Path) -> None:
     agent = start_agent(str(repos.bare))
     kube = Kube.from_kubeconfig(kube_cluster.kubeconfig)
     unit = f"federation/{namespace}/fed"
@@ -174,10 +184,9 @@ def test_a_drift_shows_on_the_federation_page_until_healed_and_actions_need_the_
     wait_until("the drift shows on the open page", lambda: "drifted" in page.inner_text("#detail"),
                timeout=40, log=agent.log)
     assert "StatefulSet" in page.locator("#detail tr", has_text="drifted").first.inner_text()
-    IMG.mkdir(parents=True, exist_ok=True)
     # down to the objects (the image stays small: < 150 KB)
     bottom = page.locator("#detail table", has_text="drifted").bounding_box() or {"y": 900.0, "height": 100.0}
-    page.screenshot(path=str(IMG / "webview-federation.png"), full_page=True,
+    page.screenshot(path=str(shots / "webview-federation.png"), full_page=True,
                     clip={"x": 0, "y": 0, "width": 1180, "height": bottom["y"] + bottom["height"] + 12})
 
     # the next sync's diff and the unit's Events: computed when the page is requested (a reload)
@@ -193,7 +202,7 @@ def test_a_drift_shows_on_the_federation_page_until_healed_and_actions_need_the_
     assert "-  replicas: 5" in diff and "+  replicas: 2" in diff, diff
     assert "resuming it would change" in page.inner_text("#activity")
     assert page.locator("#activity tr", has_text="Suspended").count() >= 1
-    page.locator("#activity").screenshot(path=str(IMG / "webview-next-sync.png"))
+    page.locator("#activity").screenshot(path=str(shots / "webview-next-sync.png"))
 
     page.fill("#t-resume", agent.token)
     with page.expect_navigation():
