@@ -31,12 +31,18 @@ HEADER = "flower-syncer: the stacks of its {count} threads (kill -QUIT); the age
 def format_stacks(frames: dict[int, FrameType], names: dict[int, str], current: int) -> str:
     """Every thread's stack, newest call first, in faulthandler's layout (one `Thread 0x...`
     block per thread, the dumping thread named `Current thread`)."""
+    # Every thread's calls are read first, together, with no I/O between them: the other threads
+    # run on whenever this one lets go of the interpreter's lock (a source line looked up, a file
+    # stat-ed), and a call that returns meanwhile loses its callers (a frame object that finished
+    # has no f_back), so a thread read late showed only its last frame.
+    calls = {ident: [(f.f_code.co_filename, line, f.f_code.co_name) for f, line in traceback.walk_stack(frame)]
+             for ident, frame in frames.items()}
     blocks = [HEADER.format(count=len(frames))]
-    for ident in sorted(frames):
+    for ident in sorted(calls):
         who = "Current thread" if ident == current else f"Thread 0x{ident:016x}"
         blocks.append(f"{who} ({names.get(ident, 'unnamed')}) (most recent call first):\n")
-        for entry in reversed(traceback.extract_stack(frames[ident])):
-            blocks.append(f'  File "{entry.filename}", line {entry.lineno} in {entry.name}\n')
+        for filename, line, name in calls[ident]:
+            blocks.append(f'  File "{filename}", line {line} in {name}\n')
         blocks.append("\n")
     return "".join(blocks)
 

@@ -12,9 +12,13 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
+import pytest
+
+from syncer.agent.stacks import format_stacks
 from tests.conftest import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,3 +97,20 @@ def test_fifty_sigquits_while_threads_run_write_stacks_and_the_process_goes_on(t
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_the_stacks_are_read_with_no_source_lookup_between_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A source lookup (linecache stats files) lets the other threads run between the snapshot and
+    the reading of their calls, and a call that returned meanwhile has lost its callers: a busy CI
+    run's last dump showed the churn threads without `churn` or `deep` (2026-11-29)."""
+    import linecache
+
+    def lookup(*_: object, **__: object) -> None:
+        raise AssertionError("a source file looked up while the stacks were read")
+
+    for name in ("checkcache", "getline", "lazycache", "updatecache"):
+        monkeypatch.setattr(linecache, name, lookup)
+    me = threading.get_ident()
+    text = format_stacks(sys._current_frames(), {me: "MainThread"}, me)
+    assert "Current thread (MainThread) (most recent call first):" in text
+    assert "in test_the_stacks_are_read_with_no_source_lookup_between_threads" in text
