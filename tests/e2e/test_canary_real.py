@@ -197,8 +197,11 @@ def test_a_broken_pool_change_stops_at_its_canary_and_the_fix_rolls_out(
         def progress() -> bool:
             nonlocal new_rev
             now = time.monotonic() - t0
-            partition, current, update = _sts(cluster, ns)
+            # the pods before the StatefulSet: a partition still above 0 read after them means
+            # these pods were read before the gate passed (read the other way round, the gate
+            # could pass between the reads, and the old pods be seen rolling as if too early)
             pods = _pods(cluster, ns)
+            partition, current, update = _sts(cluster, ns)
             online = _online(address, flwr)
             if update not in (old, "") and "canary Ready" not in marks:
                 canary = pods.get(2, {})
