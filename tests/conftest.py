@@ -233,6 +233,12 @@ def wait_until(what: str, check: Callable[[], T | None], *, timeout: float = 30,
         time.sleep(interval)
 
 
+def pod_ready(pod: dict[str, Any]) -> bool:
+    """Whether a pod (as the API server gives it) has the condition Ready True."""
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (pod.get("status") or {}).get("conditions") or [])
+
+
 @pytest.fixture
 def kube(kube_cluster: KubeCluster) -> Kube:
     from syncer.cluster.client import Kube

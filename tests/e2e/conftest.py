@@ -311,11 +311,6 @@ def pod(cluster: RealCluster, namespace: str, name: str) -> dict[str, Any]:
     return dict(json.loads(got.stdout)) if got.returncode == 0 else {}
 
 
-def pod_ready(obj: dict[str, Any]) -> bool:
-    conditions = obj.get("status", {}).get("conditions") or []
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-
-
 def ready_replicas(cluster: RealCluster, namespace: str, kind: str, name: str) -> int:
     obj = cluster.kubectl("-n", namespace, "get", kind, name, "-o", "json", check=False)
     if obj.returncode != 0:

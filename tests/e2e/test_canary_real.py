@@ -35,7 +35,7 @@ import pytest
 
 from syncer.models.flower import interface_of_tag
 from tests import builders
-from tests.conftest import wait_until
+from tests.conftest import pod_ready, wait_until
 from tests.e2e.apps import FLWR, OLD_FLWR
 from tests.e2e.conftest import Agent, ConfigRepo, RealCluster, control_api, namespace_state, syncer_status, wait_ready
 from tests.integration.agents import free_port
@@ -71,7 +71,7 @@ def _pods(cluster: RealCluster, ns: str) -> dict[int, dict[str, Any]]:
         containers = status.get("containerStatuses") or []
         out[int(meta["name"].rsplit("-", 1)[1])] = {
             "uid": meta["uid"], "revision": meta["labels"].get("controller-revision-hash", ""),
-            "ready": any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions") or []),
+            "ready": pod_ready(obj),
             "restarts": sum(int(c.get("restartCount") or 0) for c in containers),
             "waiting": ",".join(str((c.get("state") or {}).get("waiting", {}).get("reason", "")) for c in containers
                                 if (c.get("state") or {}).get("waiting")),

@@ -26,7 +26,7 @@ import pytest
 
 from syncer.cluster.flower_control import RunInfo
 from tests import builders
-from tests.conftest import wait_until
+from tests.conftest import pod_ready, wait_until
 from tests.e2e.apps import APP, FLWR
 from tests.e2e.conftest import (
     Agent,
@@ -35,7 +35,6 @@ from tests.e2e.conftest import (
     control_api,
     flwr_command,
     pod,
-    pod_ready,
     syncer_status,
     task_token_refusals,
     wait_ready,

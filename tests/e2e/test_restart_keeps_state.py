@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 
 from tests.builders import keypair, tls_material
-from tests.conftest import wait_until
+from tests.conftest import pod_ready, wait_until
 from tests.e2e.apps import APP, FLWR
-from tests.e2e.conftest import Agent, ConfigRepo, RealCluster, control_api, flwr_run, pod, pod_ready, wait_ready
+from tests.e2e.conftest import Agent, ConfigRepo, RealCluster, control_api, flwr_run, pod, wait_ready
 from tests.integration.agents import free_port
 
 pytestmark = pytest.mark.e2e

@@ -1,10 +1,9 @@
 """Shared by the canary tests on the local control plane (test_canary*.py): one sync of the
-repository's single unit, the wait for its canary to fail, and whether a pod is Ready."""
+repository's single unit, and the wait for its canary to fail."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from syncer.engine.changeset import UnitResult
 from syncer.engine.sync import Engine, SyncOptions
@@ -28,8 +27,3 @@ def until_canary_failed(engine: Engine, repo: Path) -> UnitResult:
         return result if not result.ok else None
     result: UnitResult = wait_until("the canary to fail at its deadline", failed, timeout=90, interval=1)
     return result
-
-
-def is_ready(pod: dict[str, Any]) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions") or [])

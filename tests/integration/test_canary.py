@@ -16,8 +16,8 @@ from syncer.engine.canary import Step
 from syncer.engine.changeset import Cause, UnitResult
 from syncer.engine.sync import Engine
 from tests import builders
-from tests.conftest import wait_until
-from tests.integration.canaries import is_ready, sync_unit, until_canary_failed
+from tests.conftest import pod_ready, wait_until
+from tests.integration.canaries import sync_unit, until_canary_failed
 
 pytestmark = pytest.mark.cluster
 
@@ -41,7 +41,7 @@ def _pods(kube: Kube, namespace: str) -> dict[int, tuple[str, bool]]:
     for p in items:
         if p["metadata"].get("deletionTimestamp"):
             continue
-        ready = is_ready(p)
+        ready = pod_ready(p)
         out[int(p["metadata"]["name"].rsplit("-", 1)[1])] = (p["metadata"]["labels"]["controller-revision-hash"], ready)
     return out
 

@@ -18,8 +18,8 @@ from syncer.engine.changeset import Cause, UnitResult
 from syncer.engine.sync import Engine
 from syncer.identity import ANN_CANARY_NODES
 from tests import builders
-from tests.conftest import wait_until
-from tests.integration.canaries import is_ready, sync_unit, until_canary_failed
+from tests.conftest import pod_ready, wait_until
+from tests.integration.canaries import sync_unit, until_canary_failed
 
 pytestmark = pytest.mark.cluster
 
@@ -51,7 +51,7 @@ def _pods(kube: Kube, namespace: str) -> dict[str, tuple[str, bool]]:
             f["values"][0] for t in p["spec"]["affinity"]["nodeAffinity"][
                 "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
             for f in t.get("matchFields") or [] if f["key"] == "metadata.name")
-        ready = is_ready(p)
+        ready = pod_ready(p)
         out[node] = (p["metadata"]["labels"]["controller-revision-hash"], ready)
     return out
 

@@ -16,8 +16,8 @@ from syncer.cluster.client import Kube
 from syncer.engine.canary import BRAKE, Step
 from syncer.engine.changeset import Cause, UnitResult
 from syncer.engine.sync import Engine
-from tests.conftest import wait_until
-from tests.integration.canaries import is_ready, sync_unit, until_canary_failed
+from tests.conftest import pod_ready, wait_until
+from tests.integration.canaries import sync_unit, until_canary_failed
 
 pytestmark = pytest.mark.cluster
 
@@ -42,7 +42,7 @@ def _pods(kube: Kube, namespace: str) -> list[tuple[str, bool]]:
     for p in items:
         if p["metadata"].get("deletionTimestamp"):
             continue
-        ready = is_ready(p)
+        ready = pod_ready(p)
         out.append((p["metadata"]["labels"]["pod-template-hash"], ready))
     return sorted(out)
 
