@@ -273,13 +273,21 @@ def namespace(kube_cluster: KubeCluster, request: pytest.FixtureRequest) -> Iter
 
 
 
+def _stop_session(signum: int, frame: object) -> NoReturn:
+    raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """tools/test runs the e2e tests in the background, where the shell starts them with Ctrl-C
     ignored (a shell without job control does that to background commands); Python keeps that, so
     Ctrl-C would leave their real-node cluster up. Taken back here: Ctrl-C stops the session, and
-    its fixtures tear their clusters down."""
+    its fixtures tear their clusters down. SIGTERM (a CI job cancelled; tools/test stopping the e2e
+    tests after a failed build) does the same: by default it would end Python at once, with the
+    clusters left up."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    if not hasattr(config, "workerinput") and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _stop_session)  # xdist's workers: their controller stops them
 
 
 FAST_DIRS = (REPO / "tests" / "unit", REPO / "tests" / "reliability")

@@ -100,8 +100,12 @@ def real_cluster() -> Iterator[RealCluster]:
         yield RealCluster(kubeconfig=running["kubeconfig"], bin_dir=Path(running["bin_dir"]),
                           node=running["real_nodes"][0], state_dir=Path(running["state_dir"]))
         return
-    up = _devcluster("up", "--real-nodes", "1", "--cpu-nodes", "0", "--nvidia-nodes", "0", "--amd-nodes", "0",
-                     "--timeout", "240", "--build", timeout=UP_TIMEOUT_S)
+    try:
+        up = _devcluster("up", "--real-nodes", "1", "--cpu-nodes", "0", "--nvidia-nodes", "0", "--amd-nodes", "0",
+                         "--timeout", "240", "--build", timeout=UP_TIMEOUT_S)
+    except BaseException:  # stopped during `up` (Ctrl-C, SIGTERM): what it made so far goes
+        _devcluster("down", "--purge")
+        raise
     if up.returncode != 0:
         _devcluster("down", "--purge")
         _unavailable(f"`devcluster up --real-nodes 1` failed:\n{up.stdout[-4000:]}{up.stderr[-4000:]}")
