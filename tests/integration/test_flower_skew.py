@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from syncer.models.flower import fleet_skew, flower_interface, parse_version
+from tests.conftest import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools"))
@@ -56,6 +57,17 @@ def _listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+def _wait_listening(proc: subprocess.Popen[bytes], port: int, what: str, log: Path | None = None) -> None:
+    """Until `proc` (`what`) accepts connections on `port`; fails at once when it exited."""
+    def check() -> bool:
+        if proc.poll() is not None:
+            tail = log.read_text(errors="replace")[-3000:] if log is not None else ""
+            raise AssertionError(f"{what} exited ({proc.returncode}) before listening on {port}\n{tail}")
+        return _listening(port)
+
+    wait_until(f"{what} listening on 127.0.0.1:{port}", check, timeout=90, interval=0.2, log=log)
+
+
 def _run(superlink: str, supernode: str, tmp: Path) -> bool:
     """Whether a SuperNode of `supernode` gets activated by a SuperLink of `superlink`."""
     link = flower_interface(parse_version(superlink))
@@ -83,10 +95,7 @@ def _run(superlink: str, supernode: str, tmp: Path) -> bool:
                                   stderr=subprocess.STDOUT)
     client: subprocess.Popen[bytes] | None = None
     try:
-        deadline = time.monotonic() + 90
-        while not _listening(dial):
-            assert server.poll() is None and time.monotonic() < deadline, link_log.read_text()[-3000:]
-            time.sleep(0.2)
+        _wait_listening(server, dial, f"SuperLink {superlink}", link_log)
         with (home / "supernode.log").open("w") as out:
             client = subprocess.Popen([py, "-c", SUPERNODE, *node_args], env=env(supernode), stdout=out,
                                       stderr=subprocess.STDOUT)
@@ -142,16 +151,11 @@ def test_health_lives_on_the_api_port_of_a_1_42_superlink_and_supernode(tmp_path
     procs = [subprocess.Popen([py, "-c", SUPERLINK, "--insecure", "--isolation=process", "--host=0.0.0.0",
                                f"--port={http}"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
     try:
-        deadline = time.monotonic() + 90
-        while not _listening(http):
-            assert procs[0].poll() is None and time.monotonic() < deadline
-            time.sleep(0.2)
+        _wait_listening(procs[0], http, "SuperLink 1.42.0")
         procs.append(subprocess.Popen([py, "-c", SUPERNODE, "--insecure", "--isolation=process",
                                        f"--superlink=127.0.0.1:{http}", "--host=0.0.0.0", f"--port={node_port}"],
                                       env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        while not _listening(node_port):
-            assert procs[1].poll() is None and time.monotonic() < deadline
-            time.sleep(0.2)
+        _wait_listening(procs[1], node_port, "SuperNode 1.42.0")
         for port in (http, node_port):
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as response:
                 assert response.status == 200
