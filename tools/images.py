@@ -299,12 +299,17 @@ FLWR_BYTECODE = "bytecode=unchecked-hash"
 COMPILE_VENV = "/python/venv/bin/python -m compileall -q -f -j 0 --invalidation-mode unchecked-hash /python/venv/lib"
 
 
+def _flwr_key(version: str, base_key: str) -> str:
+    """The cache key of the image of `version` on the base layer of `base_key`: what the environment
+    adds is part of it (the images of releases without it keep theirs), and the bytecode's mode."""
+    return _key(f"flwr-{version}", base_key, *flwr_env(version)[len(FLWR_ENV):], FLWR_BYTECODE)
+
+
 def build_flwr(version: str, force: bool = False) -> Path:
     name = f"flwr-{version}"
     base = build_base()
     env = flwr_env(version)
-    # What the environment adds is part of the key (the images of releases without it keep theirs).
-    key = _key(name, (base.with_suffix(".stamp")).read_text(), *env[len(FLWR_ENV):], FLWR_BYTECODE)
+    key = _flwr_key(version, base.with_suffix(".stamp").read_text())
     if not force and (cached := _cached(name, key)):
         return cached
     started = time.monotonic()
@@ -453,8 +458,7 @@ def all_cached(flwr_versions: Sequence[str] | None = None) -> bool:
     if not _cached("pause", _key("pause", (TOOLS_DIR / "pause.c").read_text())):
         return False
     for version in flwr_versions or default_versions():
-        env = flwr_env(version)
-        if not _cached(f"flwr-{version}", _key(f"flwr-{version}", base_key, *env[len(FLWR_ENV):])):
+        if not _cached(f"flwr-{version}", _flwr_key(version, base_key)):
             return False
     return True
 

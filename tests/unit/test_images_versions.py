@@ -4,7 +4,10 @@ names, so `tools/demo --real` never asks the real node for an image nobody built
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 
@@ -39,3 +42,32 @@ def test_only_releases_that_install_app_dependencies_get_the_switch_off() -> Non
     assert NO_RUNTIME_INSTALL_ENV not in flwr_env("1.26.0")
     assert flwr_env("1.26.0") == FLWR_ENV
     assert flwr_env("1.32.0") == flwr_env("1.42.0") == (*FLWR_ENV, NO_RUNTIME_INSTALL_ENV)
+
+
+def test_the_cache_check_asks_for_the_keys_the_build_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tools/test's table says `cached` from images.all_cached: it must ask for the very keys
+    build_flwr looks up (it once left out the bytecode mode and said `cold` on every warm run)."""
+    import images
+
+    monkeypatch.setattr(images, "images_dir", lambda: tmp_path)
+    monkeypatch.setattr(images, "DEBIAN_SUITE", "x")
+    monkeypatch.setattr(images, "_key", lambda *parts: "base key" if parts[0] == "base" else "|".join(parts))
+    base = tmp_path / "debian-x.layer.tar"  # built, as both functions see it
+    base.touch()
+    base.with_suffix(".stamp").write_text("base key")
+    monkeypatch.setattr(images, "build_base", lambda force=False: base)
+    asked: dict[str, list[str]] = {"build": [], "check": []}
+
+    def cached(into: str) -> Callable[[str, str], Path]:
+        def record(name: str, key: str) -> Path:
+            if name.startswith("flwr-"):
+                asked[into].append(key)
+            return tmp_path / f"{name}.oci.tar"
+        return record
+
+    for version in (OLD_FLWR, FLWR):  # before and after the release whose environment adds a variable
+        monkeypatch.setattr(images, "_cached", cached("build"))
+        images.build_flwr(version)
+        monkeypatch.setattr(images, "_cached", cached("check"))
+        assert images.all_cached([version])
+    assert asked["check"] == asked["build"] and len(asked["build"]) == 2
