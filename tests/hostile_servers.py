@@ -49,7 +49,8 @@ class Hostile:
         while True:
             try:
                 conn, _ = self.listener.accept()
-            except OSError:
+            except OSError:  # shut down by close()
+                self.listener.close()
                 return
             self.connections += 1
             self.open.append(conn)
@@ -65,10 +66,13 @@ class Hostile:
             conn.close()
 
     def close(self) -> None:
-        self.listener.close()
-        for conn in self.open:
+        # Shut down, never close, a socket another thread may be using: a thread inside a write
+        # when its descriptor is closed and handed out again (a pipe of the next test's subprocess)
+        # writes its TLS record there (seen: a CLI's JSON output began with 19 bytes of one). Each
+        # thread closes its own socket once its calls fail.
+        for sock in (self.listener, *self.open):
             with contextlib.suppress(OSError):
-                conn.close()
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
 @dataclass(frozen=True)
