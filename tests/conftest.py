@@ -177,16 +177,16 @@ def _acquire_cluster() -> KubeCluster:
                 sys.stderr.write(f"tests: `devcluster up` failed, retrying once:\n{proc.stdout[-2000:]}{proc.stderr}\n")
                 _devcluster("down", "--purge")
                 proc = _devcluster("up", timeout=UP_TIMEOUT_S)
-        except BaseException:  # stopped or timed out during `up`: under CI the cluster is this run's own
+            if proc.returncode != 0:
+                _unavailable(f"`tools/devcluster.py up` failed:\n{proc.stdout}{proc.stderr}")
+            sys.stderr.write(proc.stdout)
+            info = _devcluster_status()
+            if not info.get("running"):
+                _unavailable(f"devcluster did not report running after `up`: {info}")
+        except BaseException:  # failed, stopped or timed out during `up`: under CI the cluster is this run's own
             if IN_CI:
                 _devcluster("down", "--purge")
             raise
-        if proc.returncode != 0:
-            _unavailable(f"`tools/devcluster.py up` failed:\n{proc.stdout}{proc.stderr}")
-        sys.stderr.write(proc.stdout)
-        info = _devcluster_status()
-        if not info.get("running"):
-            _unavailable(f"devcluster did not report running after `up`: {info}")
         # Someone else may have brought it up meanwhile (`up` waits on the state-dir lock).
         started = "already running" not in proc.stdout
     else:
