@@ -69,7 +69,8 @@ class Hostile:
         # Shut down, never close, a socket another thread may be using: a thread inside a write
         # when its descriptor is closed and handed out again (a pipe of the next test's subprocess)
         # writes its TLS record there (seen: a CLI's JSON output began with 19 bytes of one). Each
-        # thread closes its own socket once its calls fail.
+        # thread closes its own socket once its calls fail. socket.socket's shutdown, not
+        # SSLSocket's: that one drops the TLS object under the thread that is using it.
         for sock in (self.listener, *self.open):
             with contextlib.suppress(OSError):
                 socket.socket.shutdown(sock, socket.SHUT_RDWR)
