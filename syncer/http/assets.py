@@ -55,27 +55,34 @@ JS = """\
   var root = document.querySelector("[data-stream]");
   var live = document.getElementById("live");
   if (!root || !window.EventSource) { return; }
-  var es = new EventSource(root.getAttribute("data-stream"));
-  es.onopen = function () { if (live) { live.textContent = "live"; } };
-  es.onerror = function () { if (live) { live.textContent = "reconnecting"; } };
-  es.addEventListener("rows", function (e) {
-    var d = JSON.parse(e.data);
-    var body = document.getElementById("units");
-    if (!body) { return; }
-    if (typeof d.tbody === "string") { body.innerHTML = d.tbody; }
-    Object.keys(d.rows || {}).forEach(function (id) {
-      var rows = body.querySelectorAll("tr[data-unit]");
-      for (var i = 0; i < rows.length; i++) {
-        if (rows[i].getAttribute("data-unit") === id) { rows[i].outerHTML = d.rows[id]; break; }
-      }
+  function connect() {
+    var es = new EventSource(root.getAttribute("data-stream"));
+    es.onopen = function () { if (live) { live.textContent = "live"; } };
+    es.onerror = function () {
+      if (live) { live.textContent = "reconnecting"; }
+      // a refused stream (503: too many open pages) is closed for good by the browser: try again
+      if (es.readyState === EventSource.CLOSED) { setTimeout(connect, 5000); }
+    };
+    es.addEventListener("rows", function (e) {
+      var d = JSON.parse(e.data);
+      var body = document.getElementById("units");
+      if (!body) { return; }
+      if (typeof d.tbody === "string") { body.innerHTML = d.tbody; }
+      Object.keys(d.rows || {}).forEach(function (id) {
+        var rows = body.querySelectorAll("tr[data-unit]");
+        for (var i = 0; i < rows.length; i++) {
+          if (rows[i].getAttribute("data-unit") === id) { rows[i].outerHTML = d.rows[id]; break; }
+        }
+      });
+      var summary = document.getElementById("summary");
+      if (summary && typeof d.summary === "string") { summary.textContent = d.summary; }
     });
-    var summary = document.getElementById("summary");
-    if (summary && typeof d.summary === "string") { summary.textContent = d.summary; }
-  });
-  es.addEventListener("unit", function (e) {
-    var d = JSON.parse(e.data);
-    var detail = document.getElementById("detail");
-    if (detail && typeof d.html === "string") { detail.innerHTML = d.html; }
-  });
+    es.addEventListener("unit", function (e) {
+      var d = JSON.parse(e.data);
+      var detail = document.getElementById("detail");
+      if (detail && typeof d.html === "string") { detail.innerHTML = d.html; }
+    });
+  }
+  connect();
 }());
 """

@@ -37,6 +37,7 @@ from syncer.http.webview import (
     ViewAPI,
     follow,
     form_of,
+    peer_gone,
     query_of,
 )
 from syncer.identity import UnknownUnit
@@ -430,7 +431,8 @@ class Handler(BaseHTTPRequestHandler):
                 self.wfile.write(data)
                 self.wfile.flush()
 
-            follow(streams, Follower(streams.snapshots, kind, query), send)
+            connection = self.connection.fileno()
+            follow(streams, Follower(streams.snapshots, kind, query), send, gone=lambda: peer_gone(connection))
         except (OSError, TimeoutError):  # the client went away, or stopped reading
             self.close_connection = True
         finally:

@@ -14,8 +14,10 @@ Live updates are server-sent events on `/ui/events`, within the server's limits:
   ten open pages cost one reading of what changed; with no page open nothing is read at all;
 - a unit's Events and the next sync's diff (`UnitActivity`) are computed when its page is
   requested, never by a stream;
-- a comment line every ``HEARTBEAT_SECONDS`` (proxies keep the connection; a gone client is noticed
-  by the write failing within the request timeout);
+- a comment line every ``HEARTBEAT_SECONDS`` (proxies keep the connection);
+- a page closed or reloaded frees its slot at the stream's next look: its connection turns
+  readable (`peer_gone`; a client sends nothing after its request), where a write would notice it
+  only at the next heartbeat (a person reloading a page 4 times had their next page refused);
 - a stream ends after ``MAX_STREAM_SECONDS`` (the browser reconnects on its own) and at once when
   the server stops (`Streams.close`)."""
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
+from select import POLLIN, POLLPRI, poll
 from typing import Any, Protocol
 from urllib.parse import parse_qs
 
@@ -250,14 +253,25 @@ class Follower:
         return event("rows", payload) if payload else b""
 
 
+def peer_gone(fd: int) -> bool:
+    """Whether the client of an event stream on connection `fd` closed it. The client sends
+    nothing after its request, so the connection turning readable is its end (or a client that
+    breaks the protocol, whose stream ends as well). `poll`, not `select`: no bound on `fd`."""
+    poller = poll()
+    poller.register(fd, POLLIN | POLLPRI)
+    return bool(poller.poll(0))
+
+
 def follow(streams: Streams, follower: Follower, send: Callable[[bytes], None], *,
            interval: float = STREAM_INTERVAL, heartbeat: float = HEARTBEAT_SECONDS,
-           lifetime: float = MAX_STREAM_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
+           lifetime: float = MAX_STREAM_SECONDS, clock: Callable[[], float] = time.monotonic,
+           gone: Callable[[], bool] = lambda: False) -> None:
     """Send what changed every `interval` until the server stops, `lifetime` passes or the client
-    is gone (`send` raises). The first step sends the whole state the page may have missed."""
+    is gone (`gone()` says so at a look, or `send` raises). The first step sends the whole state
+    the page may have missed."""
     send(f"retry: {RETRY_MS}\n\n".encode())
     start = last = clock()
-    while not streams.closed.is_set() and clock() - start < lifetime:
+    while not streams.closed.is_set() and clock() - start < lifetime and not gone():
         data = follower.step()
         now = clock()
         if data:

@@ -155,6 +155,31 @@ def test_the_overview_follows_a_typo_and_its_fix_without_a_reload(
     assert red < LIVE_SECONDS and green < LIVE_SECONDS, f"red after {red:.2f}s, green after {green:.2f}s"
 
 
+
+def test_a_page_refused_a_stream_goes_live_once_other_pages_close(
+        repos: Repos, start_agent: Callable[..., AgentProc], page: Page) -> None:
+    """Over the streams one address may hold (4), a page's stream is refused (503), which a
+    browser never retries on its own: the page tries again, and gets one as soon as another page
+    closes (its slot is freed at the stream's next look, not its next heartbeat 15 s later)."""
+    agent = start_agent(str(repos.bare))
+    url = urlsplit(agent.url)
+    held = [socket.create_connection((url.hostname or "127.0.0.1", url.port or 80), timeout=10) for _ in range(4)]
+    try:
+        for sock in held:
+            sock.sendall(b"GET /ui/events?view=overview HTTP/1.1\r\nHost: x\r\n\r\n")
+            head = b""
+            while b"\r\n" not in head and (chunk := sock.recv(64)):
+                head += chunk
+            assert b" 200 " in head.split(b"\r\n")[0], head  # each holds one of the address's slots
+        page.goto(agent.url + "/ui/")
+        wait_until("the page's stream refused", lambda: page.inner_text("#live") == "reconnecting", log=agent.log)
+        assert "too many web view streams" in agent.log.read_text()
+    finally:
+        for sock in held:
+            sock.close()
+    wait_until("the page live again", lambda: page.inner_text("#live") == "live", timeout=15, log=agent.log)
+
+
 def test_a_drift_shows_on_the_federation_page_until_healed_and_actions_need_the_token(
         repos: Repos, start_agent: Callable[..., AgentProc], kube_cluster: KubeCluster, namespace: str,
         page: Page, shots: Path) -> None:

@@ -16,7 +16,7 @@ import pytest
 
 from syncer.http import AgentServer
 from syncer.http.pages import MAX_ROWS, overview, row_html, unit_page
-from syncer.http.webview import BODY_INTERVAL, Follower, Snapshots, Streams, follow
+from syncer.http.webview import BODY_INTERVAL, Follower, Snapshots, Streams, follow, peer_gone
 from syncer.identity import UnknownUnit
 from syncer.observe.metrics import Metrics
 from syncer.observe.view import Changes, ObjectRow, PoolRow, UnitActivity, UnitRow, UnitView
@@ -333,6 +333,42 @@ def test_streams_are_bounded_and_end_when_the_server_stops(api: FakeAPI, view: F
     finally:
         for st in streams:
             st.close()
+
+
+
+def test_a_closed_page_frees_its_stream_at_the_next_look_not_the_next_heartbeat(api: FakeAPI, view: FakeView) -> None:
+    """A reloaded page's old stream held its slot until a write failed: the next heartbeat, 15 s
+    later. A person reloading a page a few times had their next stream refused (503), and a
+    browser does not reconnect after a 503."""
+    s = AgentServer(api, Metrics(), request_timeout=2.0, view=view)
+    assert s.streams is not None
+    s.streams.max_per_client = 1
+    s.start()
+    first = Stream(s)
+    second: Stream | None = None
+    try:
+        first.until(b"event: rows")
+        assert request(s, "GET", "/ui/events?view=overview")[0] == 503  # the one slot is taken
+        first.close()  # the page goes; nothing is sent to it meanwhile (nothing changes)
+        # well within HEARTBEAT_SECONDS (15 s): what the old code waited for
+        wait_until("the slot freed", lambda: s.streams is not None and s.streams.open == 0, timeout=5)
+        second = Stream(s)
+        assert b"200 OK" in second.until(b"event: rows")
+    finally:
+        first.close()
+        if second is not None:
+            second.close()
+        s.stop()
+
+
+def test_peer_gone_is_the_client_closing_its_connection() -> None:
+    ours, theirs = socket.socketpair()
+    try:
+        assert not peer_gone(ours.fileno())
+        theirs.close()
+        assert peer_gone(ours.fileno())
+    finally:
+        ours.close()
 
 
 def test_a_stream_sends_nothing_new_when_nothing_changed_but_a_heartbeat(view: FakeView) -> None:
