@@ -5,7 +5,8 @@ event stream itself (`follow`).
 Live updates are server-sent events on `/ui/events`, within the server's limits:
 
 - at most ``MAX_STREAMS`` streams at once, ``MAX_STREAMS_PER_CLIENT`` from one address (over that:
-  503 with a ``retry:`` the browser honours), each holding one request thread and one connection;
+  503 and `Retry-After`, which a browser's EventSource does not retry: the page's script asks again
+  every 5 s), each holding one request thread and one connection;
 - a stream looks every ``STREAM_INTERVAL`` seconds and sends only what changed (one overview row,
   a unit's section; the whole table when units came or went, at most every ``BODY_INTERVAL``).
   A look costs one comparison when nothing changed: the agent counts its units' changes
